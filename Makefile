@@ -1,0 +1,50 @@
+# Meridian: `make demo` and `make test` on a fresh Debian 12 machine do everything
+# (install the Debian packages, configure, build, run). Both are idempotent.
+BUILD ?= build
+JOBS ?= 2
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+
+# Debian packages the build, tests and demo need (apt-get runs only if one is missing).
+DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
+  libgtest-dev libgmock-dev libbenchmark-dev libboost-dev libboost-graph-dev \
+  libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
+  libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp \
+  libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min \
+  iproute2
+
+.PHONY: all deps configure build test demo bench clean format
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "meridian: installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	else echo "meridian: all Debian packages present"; fi
+
+configure: deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Every ctest label but gpu (see README "Tests").
+test: build
+	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -LE gpu $(CTEST_FLAGS)
+
+demo: build
+	OMP_NUM_THREADS=1 ./scripts/demo.sh $(BUILD)
+
+bench: build
+	./scripts/bench.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.h' '*.cc')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,37 @@
+// Codec registry: ids, names and construction.
+#include "engine/codec/codec.h"
+
+#include "engine/codec/fp32_codec.h"
+#include "engine/error.h"
+
+namespace meridian {
+
+std::unique_ptr<Codec> make_codec(CodecId id) {
+  switch (id) {
+    case CodecId::kFp32:
+      return std::make_unique<Fp32Codec>();
+    default:
+      break;
+  }
+  throw ConfigError("codec '" + std::string(codec_name(id)) + "' is not built into this engine");
+}
+
+std::string_view codec_name(CodecId id) {
+  switch (id) {
+    case CodecId::kFp32: return "fp32";
+    case CodecId::kBf16: return "bf16";
+    case CodecId::kInt8Prime: return "int8";
+    case CodecId::kInt8MinMax: return "int8-minmax";
+  }
+  return "unknown";
+}
+
+CodecId parse_codec(std::string_view name) {
+  for (CodecId id : {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime, CodecId::kInt8MinMax}) {
+    if (codec_name(id) == name) return id;
+  }
+  throw ConfigError("unknown codec '" + std::string(name) +
+                    "': expected one of fp32, bf16, int8, int8-minmax");
+}
+
+}  // namespace meridian

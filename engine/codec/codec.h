@@ -1,0 +1,46 @@
+// Codec: how a chunk of fp32 values travels on the wire. Reduction is always in fp32; a codec
+// only encodes and decodes. Not a compressor of arbitrary bytes, and not thread-shared state:
+// codecs are stateless and may be used from several threads at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace meridian {
+
+enum class CodecId : std::uint8_t {
+  kFp32 = 0,
+  kBf16 = 1,
+  kInt8Prime = 2,   // PRIME: per-chunk RMS sigma, 256 bins over +-3 sigma, table of bin means
+  kInt8MinMax = 3,  // PCCL: per-chunk min/max affine 8-bit
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual CodecId id() const = 0;
+  virtual std::string_view name() const = 0;
+  // True when decode(encode(x)) == x bit for bit.
+  virtual bool lossless() const = 0;
+  // Exact size of the encoding of `count` values (a pure function of count).
+  virtual std::size_t encoded_bytes(std::size_t count) const = 0;
+  // Encodes `in` into `out`; out.size() must equal encoded_bytes(in.size()).
+  virtual void encode(std::span<const float> in, std::span<std::byte> out) const = 0;
+  // out = decode(in); in.size() must equal encoded_bytes(out.size()). Throws ProtocolError if
+  // the encoding's own metadata is invalid (e.g. a non-finite scale).
+  virtual void decode(std::span<const std::byte> in, std::span<float> out) const = 0;
+  // acc += decode(in), in fp32. Same preconditions and errors as decode().
+  virtual void decode_add(std::span<const std::byte> in, std::span<float> acc) const = 0;
+};
+
+// The codec for `id`; throws ConfigError for an unknown id.
+std::unique_ptr<Codec> make_codec(CodecId id);
+// Parses "fp32", "bf16", "int8" (PRIME), "int8-minmax"; throws ConfigError naming the choices.
+CodecId parse_codec(std::string_view name);
+std::string_view codec_name(CodecId id);
+
+}  // namespace meridian

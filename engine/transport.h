@@ -1,0 +1,72 @@
+// Transport: tagged point-to-point messaging among the ranks of one membership epoch.
+// One object per epoch with a fixed rank and size; membership change = a new Transport.
+// Not a collective library: algorithms (engine/collective) are written against this alone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace meridian {
+
+using Tag = std::uint64_t;
+
+// An outgoing message. `bytes` is the real content (may be empty in simulation of a model too
+// large to hold); `wire_bytes` is what the message costs on the network. Real transports send
+// `bytes` and ignore `wire_bytes`; the simulator charges `wire_bytes` and carries `bytes` along.
+struct Payload {
+  std::span<const std::byte> bytes;
+  std::uint64_t wire_bytes = 0;
+
+  static Payload of(std::span<const std::byte> b) { return {b, b.size()}; }
+  // A message with no content that costs `wire` bytes (timing-only simulation).
+  static Payload phantom(std::uint64_t wire) { return {{}, wire}; }
+};
+
+// What arrived: `bytes` of content were written to the receive buffer; `wire_bytes` is the
+// message's network size (equal to `bytes` on real transports).
+struct Received {
+  std::size_t bytes = 0;
+  std::uint64_t wire_bytes = 0;
+};
+
+// A send to one peer and a receive from another, started together (NCCL needs them grouped;
+// others overlap them). Buffers passed to start_exchange must outlive wait().
+class PendingExchange {
+ public:
+  virtual ~PendingExchange() = default;
+  // Completes both halves. Throws PeerLostError / TimeoutError / ProtocolError like recv().
+  virtual Received wait(double timeout_s) = 0;
+};
+
+// Error contract, for every implementation and every call:
+//  - a dead, closed or aborted peer -> PeerLostError (promptly when the transport can tell);
+//  - nothing within timeout_s -> TimeoutError; no call blocks longer than its timeout;
+//  - an incoming message larger than the receive buffer -> ProtocolError (a peer lying about
+//    sizes never causes an allocation sized by the peer or a write past the buffer).
+// Thread-safety: calls for different (peer, tag) pairs may run concurrently; one (peer, tag)
+// stream is used by one caller at a time. Messages between one pair with one tag arrive in order.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The membership epoch this transport belongs to.
+  virtual std::uint64_t epoch() const = 0;
+
+  virtual void send(int to, Tag tag, Payload msg, double timeout_s) = 0;
+  virtual Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) = 0;
+
+  // Sends `out` to `to` and receives a message with the same tag from `from` into `into`.
+  virtual std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
+                                                          std::span<std::byte> into, Tag tag) = 0;
+
+  // This rank gives up on the epoch (after an error): pending and future operations of its
+  // peers that involve this rank fail with PeerLostError instead of waiting for their timeout.
+  // Idempotent. The object stays valid until destroyed.
+  virtual void abort() = 0;
+};
+
+}  // namespace meridian

@@ -1,0 +1,14 @@
+// CRC-32C (Castagnoli), the checksum of every chunk on the wire and every recovery piece.
+// Hardware (SSE4.2) when the CPU has it, a table otherwise; both give identical results.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace meridian {
+
+// Extends `crc` (0 to start) over `data`.
+std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc = 0);
+
+}  // namespace meridian

@@ -1,0 +1,94 @@
+// Chunk header encode/validate. Explicit little-endian byte packing (no struct punning).
+#include "engine/wire/chunk.h"
+
+#include <cstring>
+#include <string>
+
+#include "engine/error.h"
+#include "engine/util/crc32c.h"
+
+namespace meridian {
+namespace {
+
+template <typename T>
+void put(std::span<std::byte> m, std::size_t off, T v) {
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    m[off + i] = static_cast<std::byte>((static_cast<std::uint64_t>(v) >> (8 * i)) & 0xFF);
+}
+
+template <typename T>
+T get(std::span<const std::byte> m, std::size_t off) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < sizeof(T); ++i)
+    v |= static_cast<std::uint64_t>(static_cast<std::uint8_t>(m[off + i])) << (8 * i);
+  return static_cast<T>(v);
+}
+
+constexpr std::size_t kChecksumOffset = 48;
+
+std::uint32_t checksum(std::span<const std::byte> message) {
+  std::uint32_t c = crc32c(message.first(kChecksumOffset));
+  return crc32c(message.subspan(kChunkHeaderBytes), c);
+}
+
+[[noreturn]] void bad(const std::string& field, std::uint64_t got, std::uint64_t want) {
+  throw ProtocolError("bad chunk: " + field + " is " + std::to_string(got) + ", expected " +
+                      std::to_string(want));
+}
+
+}  // namespace
+
+std::size_t chunk_message_bytes(const Codec& codec, std::uint64_t count) {
+  return kChunkHeaderBytes + codec.encoded_bytes(count);
+}
+
+void seal_chunk(const ChunkId& id, const Codec& codec, std::span<std::byte> message) {
+  MERIDIAN_CHECK_EQ(message.size(), chunk_message_bytes(codec, id.count));
+  MERIDIAN_CHECK(codec.id() == id.codec);
+  put<std::uint32_t>(message, 0, kWireMagic);
+  put<std::uint16_t>(message, 4, kWireVersion);
+  put<std::uint8_t>(message, 6, static_cast<std::uint8_t>(id.codec));
+  put<std::uint8_t>(message, 7, 0);
+  put<std::uint64_t>(message, 8, id.epoch);
+  put<std::uint64_t>(message, 16, id.outer_step);
+  put<std::uint32_t>(message, 24, id.bucket);
+  put<std::uint32_t>(message, 28, id.chunk);
+  put<std::uint64_t>(message, 32, id.count);
+  put<std::uint64_t>(message, 40, message.size() - kChunkHeaderBytes);
+  put<std::uint32_t>(message, 52, 0);
+  put<std::uint32_t>(message, kChecksumOffset, checksum(message));
+}
+
+std::span<const std::byte> open_chunk(std::span<const std::byte> message, const ChunkId& expected,
+                                      const Codec& codec) {
+  if (message.size() < kChunkHeaderBytes)
+    bad("message size (truncated header)", message.size(), kChunkHeaderBytes);
+  if (get<std::uint32_t>(message, 0) != kWireMagic)
+    bad("magic", get<std::uint32_t>(message, 0), kWireMagic);
+  if (get<std::uint16_t>(message, 4) != kWireVersion)
+    bad("version", get<std::uint16_t>(message, 4), kWireVersion);
+  if (get<std::uint8_t>(message, 6) != static_cast<std::uint8_t>(expected.codec))
+    bad("codec", get<std::uint8_t>(message, 6), static_cast<std::uint8_t>(expected.codec));
+  if (get<std::uint8_t>(message, 7) != 0) bad("reserved byte 7", get<std::uint8_t>(message, 7), 0);
+  if (get<std::uint32_t>(message, 52) != 0) bad("reserved bytes 52..55", get<std::uint32_t>(message, 52), 0);
+  if (get<std::uint64_t>(message, 8) != expected.epoch)
+    bad("epoch", get<std::uint64_t>(message, 8), expected.epoch);
+  if (get<std::uint64_t>(message, 16) != expected.outer_step)
+    bad("outer_step", get<std::uint64_t>(message, 16), expected.outer_step);
+  if (get<std::uint32_t>(message, 24) != expected.bucket)
+    bad("bucket", get<std::uint32_t>(message, 24), expected.bucket);
+  if (get<std::uint32_t>(message, 28) != expected.chunk)
+    bad("chunk", get<std::uint32_t>(message, 28), expected.chunk);
+  if (get<std::uint64_t>(message, 32) != expected.count)
+    bad("element count", get<std::uint64_t>(message, 32), expected.count);
+  const std::uint64_t want_payload = codec.encoded_bytes(expected.count);
+  if (get<std::uint64_t>(message, 40) != want_payload)
+    bad("payload_bytes", get<std::uint64_t>(message, 40), want_payload);
+  if (message.size() != kChunkHeaderBytes + want_payload)
+    bad("message size", message.size(), kChunkHeaderBytes + want_payload);
+  const std::uint32_t got_sum = get<std::uint32_t>(message, kChecksumOffset);
+  if (got_sum != checksum(message)) bad("checksum", got_sum, checksum(message));
+  return message.subspan(kChunkHeaderBytes);
+}
+
+}  // namespace meridian
