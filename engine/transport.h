@@ -7,10 +7,18 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 namespace meridian {
 
 using Tag = std::uint64_t;
+
+// Tags are namespaced by traffic kind in their top byte so that collectives, recovery and
+// control traffic of one epoch never match each other's messages.
+enum class TagKind : std::uint8_t { kCollective = 1, kRecovery = 2, kControl = 3, kTest = 4 };
+constexpr Tag make_tag(TagKind kind, std::uint64_t value) {
+  return (static_cast<Tag>(kind) << 56) | (value & ((Tag{1} << 56) - 1));
+}
 
 // An outgoing message. `bytes` is the real content (may be empty in simulation of a model too
 // large to hold); `wire_bytes` is what the message costs on the network. Real transports send
@@ -67,6 +75,22 @@ class Transport {
   // peers that involve this rank fail with PeerLostError instead of waiting for their timeout.
   // Idempotent. The object stays valid until destroyed.
   virtual void abort() = 0;
+};
+
+// What a node needs to join the Transport of one epoch.
+struct EpochSpec {
+  std::uint64_t epoch = 0;
+  int rank = 0;                         // this node's rank = its index in `members`
+  std::vector<std::int64_t> members;    // unique node ids in ring order
+  double timeout_s = 30.0;              // bound on establishing the epoch's connections
+};
+
+// Builds the Transport of an epoch (in-process hub, SimGrid mailboxes, Gloo context, NCCL
+// communicator). Every member calls connect() with the same epoch and members.
+class TransportFactory {
+ public:
+  virtual ~TransportFactory() = default;
+  virtual std::unique_ptr<Transport> connect(const EpochSpec& spec) = 0;
 };
 
 }  // namespace meridian

@@ -1,0 +1,57 @@
+// Ring all-reduce (sum) over any Transport and Codec: reduce-scatter then all-gather, two
+// chunks in flight per rank so coding overlaps transfer, fp32 accumulation, and results that are
+// bit-identical on every rank (each rank re-codes its own reduced chunks before the all-gather,
+// and forwarded chunks travel unchanged). Not an average: DiLoCo pre-divides by the world size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+
+#include "engine/codec/codec.h"
+#include "engine/runtime.h"
+#include "engine/transport.h"
+
+namespace meridian {
+
+struct RingOptions {
+  CodecId codec = CodecId::kFp32;
+  // Upper bound on one message's encoded payload; larger rank shares are cut into pieces.
+  std::size_t max_chunk_bytes = std::size_t{4} << 20;
+  // Bound on every wait. A lost peer surfaces within this time on every rank.
+  double timeout_s = 30.0;
+  // Identify the round on the wire (chunk header, tags).
+  std::uint64_t outer_step = 0;
+  std::uint32_t bucket = 0;
+  // For lossy codecs: also compute the exact fp32 sum (one extra fp32 pass) and report this
+  // rank's relative error. Costs time and bytes; for studies and tests.
+  bool measure_error = false;
+};
+
+struct RingStats {
+  int participants = 0;
+  std::uint64_t bytes_sent = 0;      // wire bytes this rank sent (headers included)
+  std::uint64_t bytes_received = 0;  // wire bytes this rank received
+  double elapsed_s = 0.0;            // on the Runtime clock
+  // ||result - exact|| / ||exact|| over this rank's result (NaN when not measured; 0 for fp32).
+  double relative_error = std::numeric_limits<double>::quiet_NaN();
+};
+
+// The buffer to reduce. `data` empty with `count` > 0 is a phantom buffer: the ring runs and
+// charges the wire bytes of `count` encoded values, but nothing is encoded (timing-only
+// simulation of models too large to hold).
+struct ReduceBuffer {
+  std::span<float> data;
+  std::size_t count = 0;
+  static ReduceBuffer of(std::span<float> d) { return {d, d.size()}; }
+  static ReduceBuffer phantom(std::size_t n) { return {{}, n}; }
+};
+
+// In place: on return every rank's buffer holds the (codec-rounded) sum. On PeerLostError /
+// TimeoutError / ProtocolError the transport is aborted (so peers fail fast too) and `buf` is
+// unchanged, so the round can be retried in a new epoch.
+RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer buf,
+                          const RingOptions& options);
+
+}  // namespace meridian
