@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "tests/unit/codec_test_util.h"
 
 namespace meridian {
 namespace {
@@ -19,19 +20,8 @@ namespace {
 constexpr CodecId kAllCodecs[] = {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime,
                                   CodecId::kInt8MinMax};
 
-std::vector<float> gaussian(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
-
-std::vector<std::byte> encode(const Codec& codec, std::span<const float> x) {
-  std::vector<std::byte> out(codec.encoded_bytes(x.size()));
-  codec.encode(x, out);
-  return out;
-}
+using codec_test::encode;
+using codec_test::gaussian;
 
 class EveryCodec : public ::testing::TestWithParam<CodecId> {
  protected:
