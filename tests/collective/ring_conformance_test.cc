@@ -266,6 +266,33 @@ TEST(RingSchedule, BackToBackAndConcurrentBucketsOnOneTransport) {
   expect_exact(out_b[2], exact_sum(b));
 }
 
+TEST(RingSchedule, WorkspaceIsReusedAcrossSizesAndCodecs) {
+  constexpr int kWorld = 3;
+  InProcRing ring(kWorld, 2);
+  auto transports = ring.transports();
+  std::vector<RingWorkspace> workspaces(kWorld);
+  ThreadRuntime runtime;
+  const auto big = integer_inputs(kWorld, 3000);
+  const auto small = integer_inputs(kWorld, 10);
+  std::vector<std::vector<float>> out_big = big, out_small = small, out_lossy = big;
+  auto errors = testing::run_ranks(kWorld, [&](int r) {
+    RingOptions o;
+    o.max_chunk_bytes = 1024;
+    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_big[r]), o, &workspaces[r]);
+    o.outer_step = 1;
+    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_small[r]), o, &workspaces[r]);
+    o.outer_step = 2;
+    o.codec = CodecId::kInt8Prime;
+    o.max_chunk_bytes = 2048;  // the int8 payload alone carries a 1 KiB table
+    o.measure_error = true;
+    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_lossy[r]), o, &workspaces[r]);
+  });
+  for (int r = 0; r < kWorld; ++r) ASSERT_FALSE(errors[r]) << describe(errors[r]);
+  expect_exact(out_big[1], exact_sum(big));
+  expect_exact(out_small[2], exact_sum(small));
+  expect_within_bound(out_lossy[0], exact_sum(big), CodecId::kInt8Prime, kWorld);
+}
+
 TEST(RingSchedule, MeasureErrorIsZeroForFp32) {
   RingOptions options;
   options.measure_error = true;
