@@ -68,8 +68,7 @@ MERIDIAN_ALWAYS_INLINE inline void quantize_kernel(const float* __restrict x,
                                                    std::uint8_t* __restrict q, float min,
                                                    float inv_scale, std::size_t len) {
   for (std::size_t j = 0; j < len; ++j) {
-    const float t = (codec_detail::nan_to_zero(x[j]) - min) * inv_scale;
-    q[j] = codec_detail::clamp_to_byte(codec_detail::round_even(t));
+    q[j] = codec_detail::to_code((codec_detail::nan_to_zero(x[j]) - min) * inv_scale);
   }
 }
 
