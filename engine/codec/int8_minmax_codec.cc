@@ -23,16 +23,19 @@ constexpr std::size_t kLanes = 8;
 constexpr double kMaxDecodable = FLT_MAX * (1.0 - 0x1p-21);
 constexpr double kMaxEncoded = FLT_MAX * (1.0 - 0x1p-20);
 
-// Lane-wise min and max of the finite values (NaN and +-inf compare out).
+// Lane-wise min and max of the finite values: a non-finite value is replaced by the neutral
+// element (+inf for min, -inf for max) so every lane is stored unconditionally; a conditional
+// update compiled to masked stores through memory and ran ~3x slower.
 MERIDIAN_ALWAYS_INLINE inline void min_max_block(const float* __restrict x, float* __restrict lo,
                                                  float* __restrict hi) {
   for (std::size_t j = 0; j < kBlock; j += kLanes) {
     for (std::size_t l = 0; l < kLanes; ++l) {
       const float v = x[j + l];
-      const float finite = codec_detail::is_finite(v) ? v : lo[l];
-      lo[l] = finite < lo[l] ? finite : lo[l];
-      const float finite_hi = codec_detail::is_finite(v) ? v : hi[l];
-      hi[l] = finite_hi > hi[l] ? finite_hi : hi[l];
+      const bool finite = codec_detail::is_finite(v);
+      const float for_min = finite ? v : INFINITY;
+      const float for_max = finite ? v : -INFINITY;
+      lo[l] = for_min < lo[l] ? for_min : lo[l];
+      hi[l] = for_max > hi[l] ? for_max : hi[l];
     }
   }
 }
