@@ -121,10 +121,11 @@ void Int8MinMaxCodec::encode(std::span<const float> in, std::span<std::byte> out
   // Only for data spanning nearly all of fp32: keep min + 255 scale decodable (a few steps).
   while (static_cast<double>(r.min) + 255.0 * static_cast<double>(scale) > kMaxEncoded)
     scale = std::nextafter(scale, 0.0f);
-  // Capped: a subnormal scale would otherwise give an infinite inverse.
+  // Capped: a subnormal scale would otherwise give an infinite inverse. With scale 0 (one finite
+  // value repeated) every code decodes to min; the factor 1 only keeps inf * 0 = NaN out.
   const float inv_scale =
       scale > 0.0f ? static_cast<float>(std::fmin(1.0 / static_cast<double>(scale), FLT_MAX))
-                   : 0.0f;
+                   : 1.0f;
   store_f32(out.data(), r.min);
   store_f32(out.data() + sizeof(float), scale);
   std::uint8_t* q = reinterpret_cast<std::uint8_t*>(out.data() + kHeaderBytes);

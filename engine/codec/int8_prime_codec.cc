@@ -130,8 +130,9 @@ void Int8PrimeCodec::encode(std::span<const float> in, std::span<std::byte> out)
   const double sum_sq = sum_squares(in);
   const double sigma = n == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(n > 1 ? n - 1 : 1));
   // 1 / scale = 256 / (6 sigma); capped so a subnormal sigma cannot make it infinite (inf * 0
-  // would be NaN). sigma == 0 means every finite value is 0: inv_scale 0 puts all in bin 128.
-  const double inv_scale_d = sigma > 0.0 ? 256.0 / (6.0 * sigma) : 0.0;
+  // would be NaN). sigma == 0 means every finite value is +-0 (any other square is > 0 in
+  // double): any positive factor then puts them in bin 128 and keeps +-inf saturating.
+  const double inv_scale_d = sigma > 0.0 ? 256.0 / (6.0 * sigma) : 1.0;
   const float inv_scale = static_cast<float>(std::fmin(inv_scale_d, FLT_MAX));
 
   std::uint8_t* q = reinterpret_cast<std::uint8_t*>(out.data() + kLutBytes);
