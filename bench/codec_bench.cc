@@ -72,7 +72,7 @@ constexpr std::int64_t kSizes[] = {1 << 20, 1 << 24};
 
 void register_all() {
   for (std::int64_t n : kSizes) benchmark::RegisterBenchmark("memcpy", BM_Memcpy)->Arg(n);
-  for (CodecId id : {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime, CodecId::kInt8MinMax}) {
+  for (CodecId id : kAllCodecIds) {
     const std::string name(codec_name(id));
     for (auto [op, op_name] : {std::pair{Op::kEncode, "encode"}, std::pair{Op::kDecode, "decode"},
                                std::pair{Op::kDecodeAdd, "decode_add"}}) {
