@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -27,8 +28,7 @@ using testing::integer_inputs;
 using testing::run_round;
 
 // The codecs the conformance sweep covers: every codec built into the engine.
-const std::vector<CodecId> kCodecs = {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime,
-                                      CodecId::kInt8MinMax};
+const std::vector<CodecId> kCodecs(std::begin(kAllCodecIds), std::end(kAllCodecIds));
 
 // Error bound for lossy codecs, per element, for the non-negative integer inputs of
 // ring_harness.h. Derivation: with N ranks a value is quantized N times — once per
