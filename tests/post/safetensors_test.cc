@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "tests/post/temp_dir_test_base.h"
 #include "trainer/safetensors/float_convert.h"
 
 namespace fs = std::filesystem;
@@ -20,18 +21,7 @@ namespace st = meridian::safetensors;
 
 namespace {
 
-class SafetensorsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("meridian_st_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-            std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
-};
+class SafetensorsTest : public meridian::testing::TempDirTest {};
 
 template <typename T>
 std::span<const std::byte> as_bytes(const std::vector<T>& v) {
