@@ -138,9 +138,9 @@ std::vector<bool> select_top(const std::vector<MatrixSpectrum>& matrices, double
       if (matrices[a].snr != matrices[b].snr) return matrices[a].snr > matrices[b].snr;
       return matrices[a].name < matrices[b].name;
     });
-    // Rounded to nearest, and at least one per group when the fraction is not zero.
-    auto k = static_cast<std::size_t>(std::llround(top_fraction * static_cast<double>(idx.size())));
-    if (top_fraction > 0) k = std::max<std::size_t>(k, 1);
+    // Rounded to nearest (halves up): a group of one (embed, lm_head) is kept only from 50 %.
+    const auto k =
+        static_cast<std::size_t>(std::llround(top_fraction * static_cast<double>(idx.size())));
     for (std::size_t j = 0; j < std::min(k, idx.size()); ++j) selected[idx[j]] = true;
   }
   return selected;

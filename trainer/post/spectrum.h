@@ -54,7 +54,7 @@ MatrixSpectrum analyze_matrix(std::string name, std::span<const float> values, s
 std::string module_type_of(const std::string& tensor_name);
 
 struct SpectrumOptions {
-  double top_fraction = 0.25;  // share of matrices to train (at least one per ranked group)
+  double top_fraction = 0.25;  // share of matrices to train, per group, rounded to nearest
   bool by_type = false;        // rank within each module type instead of over all matrices
   bool train_vectors = true;   // 1-D tensors (norms, biases) are too small to rank: train them
 };
