@@ -23,7 +23,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: meridian finetune --config NAME|FILE.yaml --out DIR [--corpus general|domain]\n"
     "         [--init WEIGHTS] [--spectrum YAML] [--steps N] [--lr X] [--warmup N] [--seed S]\n"
-    "         [--eval-sequences N] [--domain-dir DIR] [--cache DIR]\n"
+    "         [--batch B] [--seq-len T] [--eval-sequences N] [--domain-dir DIR] [--cache DIR]\n"
     "\n"
     "Trains the trainer's model (from --init weights, a safetensors file or checkpoint directory,\n"
     "or the seeded init) for --steps on the general corpus (the fortune files, whose "
@@ -46,7 +46,7 @@ double median(std::vector<double> v) {
 int run_finetune(const std::vector<std::string>& args) {
   std::string config_name, out, corpus_name = "general", init, spectrum_yaml;
   std::string domain_dir = "/usr/share/common-licenses", cache = ".cache/meridian-data";
-  int steps = 100, eval_sequences = 32;
+  int steps = 100, eval_sequences = 32, batch = 0, seq_len = 0;
   std::uint64_t seed = 0;
   double lr = -1, warmup = -1;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -71,6 +71,10 @@ int run_finetune(const std::vector<std::string>& args) {
       seed = post_args::unsigned_integer(a, post_args::value(args, i));
     else if (a == "--eval-sequences")
       eval_sequences = static_cast<int>(post_args::unsigned_integer(a, post_args::value(args, i)));
+    else if (a == "--batch")
+      batch = static_cast<int>(post_args::unsigned_integer(a, post_args::value(args, i)));
+    else if (a == "--seq-len")
+      seq_len = static_cast<int>(post_args::unsigned_integer(a, post_args::value(args, i)));
     else if (a == "--domain-dir")
       domain_dir = post_args::value(args, i);
     else if (a == "--cache")
@@ -88,6 +92,13 @@ int run_finetune(const std::vector<std::string>& args) {
   o.config = trainer::load_named_config(config_name);
   if (lr >= 0) o.config.train.optim.lr = lr;
   if (warmup >= 0) o.config.train.optim.warmup_steps = static_cast<std::int64_t>(warmup);
+  if (batch > 0) o.config.train.batch = batch;
+  if (seq_len > 0) {
+    if (seq_len > o.config.model.seq_len)
+      throw ConfigError("--seq-len " + std::to_string(seq_len) + " exceeds the model's " +
+                        std::to_string(o.config.model.seq_len));
+    o.config.model.seq_len = seq_len;  // shorter sequences only: RoPE tables shrink, weights stay
+  }
   o.steps = steps;
   o.seed = seed;
 
