@@ -55,12 +55,7 @@ RankSetup join_epoch(std::uint16_t port, int rank, int world) {
   return r;
 }
 
-class GlooTransportTest : public ::testing::Test {
- protected:
-  void SetUp() override { server_ = start_store(&port_); }
-  std::uint16_t port_ = 0;
-  std::unique_ptr<TcpStoreServer> server_;
-};
+class GlooTransportTest : public WithStore<> {};
 
 TEST_F(GlooTransportTest, SendRecvExchangeAndConcurrentTagsBetweenThreeProcesses) {
   const int world = 3;

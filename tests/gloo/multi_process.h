@@ -3,6 +3,7 @@
 // (scripts/ has those).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,6 +56,15 @@ inline void store_barrier(Store& store, const std::string& name, int rank, int p
   for (int i = 0; i < parties; ++i) keys.push_back(name + "/" + std::to_string(i));
   store.wait(keys, timeout_s);
 }
+
+// A test fixture (over gtest's Base) owning a TCP store server on an ephemeral port.
+template <typename Base = ::testing::Test>
+class WithStore : public Base {
+ protected:
+  void SetUp() override { server_ = start_store(&port_); }
+  std::uint16_t port_ = 0;
+  std::unique_ptr<TcpStoreServer> server_;
+};
 
 // Forks one process per rank; each runs body(rank) and exits with its return value (or the
 // RankExit of the Meridian error that escaped it). Never returns in the child.
