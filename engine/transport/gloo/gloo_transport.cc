@@ -12,6 +12,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -21,7 +22,7 @@
 
 #include "engine/error.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
-#include "engine/util/sha256.h"
+#include "engine/util/epoch_keys.h"
 
 namespace meridian::gloo_transport {
 namespace {
@@ -47,10 +48,6 @@ std::chrono::milliseconds left_ms(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   // 0 would mean "no time at all" to Gloo; a negative value would mean "the context default".
   return std::max(left, std::chrono::milliseconds(1));
-}
-
-std::string tag_text(Tag tag) {
-  return "tag " + std::to_string(tag >> 56) + ":" + std::to_string(tag & ((Tag{1} << 56) - 1));
 }
 
 }  // namespace
@@ -360,10 +357,7 @@ std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) 
   }
   if (size == 1) return std::make_unique<SoloTransport>(spec.epoch);
 
-  Sha256 members_hash;
-  for (const auto id : spec.members) members_hash.update(std::to_string(id) + ",");
-  const std::string prefix = options_.store_prefix + "/e" + std::to_string(spec.epoch) + "/" +
-                             to_hex(members_hash.finish()).substr(0, 16) + "/";
+  const std::string prefix = epoch_store_prefix(options_.store_prefix, spec);
   StoreAdapter adapter(store_, prefix, spec.timeout_s);
   auto context = std::make_shared<::gloo::rendezvous::Context>(spec.rank, size);
   context->setTimeout(std::chrono::milliseconds(
