@@ -87,7 +87,7 @@ struct TcpStoreClientOptions {
   std::uint16_t port = 0;
   std::string client_id;           // names this node in the server's log
   StoreIdentity identity;
-  double connect_timeout_s = 10.0;  // connecting and joining
+  double connect_timeout_s = 10.0;  // connecting (retried while refused) and joining
   double io_timeout_s = 30.0;       // a request that does not wait (waits add their own timeout)
   StoreLimits limits;
 };

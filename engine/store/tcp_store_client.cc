@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstring>
 
@@ -30,8 +32,8 @@ std::uint32_t to_wire_ms(double timeout_s) {
   return static_cast<std::uint32_t>(std::min(timeout_s * 1000.0, 4.0e9));
 }
 
-// Connects with a deadline (non-blocking connect + poll); returns the socket.
-int dial(const std::string& host, std::uint16_t port, double deadline_s) {
+// One connection attempt with a deadline (non-blocking connect + poll); returns the socket.
+int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -69,6 +71,21 @@ int dial(const std::string& host, std::uint16_t port, double deadline_s) {
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
+}
+
+// Connects, retrying while the server is not up yet (refused or unreachable) until the
+// deadline: nodes may start before the store's process, in any order.
+int dial(const std::string& host, std::uint16_t port, double deadline_s) {
+  double backoff_s = 0.01;
+  for (;;) {
+    try {
+      return dial_once(host, port, deadline_s);
+    } catch (const PeerLostError& e) {
+      if (store_wire::now_s() + backoff_s >= deadline_s) throw;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
+      backoff_s = std::min(backoff_s * 2, 0.5);
+    }
+  }
 }
 
 }  // namespace

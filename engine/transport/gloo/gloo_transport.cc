@@ -1,9 +1,11 @@
-// GlooTransport: each logical message is a 16-byte header (magic, payload bytes) followed by the
-// payload, both on the Gloo slot equal to the tag. The receiver reads the header first and
-// posts the payload receive only after checking the size against its buffer: Gloo aborts the
-// process on a size mismatch, so it must never see one. Gloo errors become Meridian errors
-// here, and any failed operation aborts the epoch (Gloo cannot cancel a posted receive, and the
-// memory it targets belongs to the caller).
+// GlooTransport: each logical message is a credit (the receiver's buffer size, sent by the
+// receiver when it posts), then a 16-byte header (magic, payload bytes) and the payload, both on
+// the Gloo slot equal to the tag. The sender sends the payload only when it fits the credit:
+// Gloo aborts the process when a message exceeds the posted receive, so it must never see one;
+// an oversize message is a ProtocolError on both sides instead. Receives are posted up front, so
+// data flows as soon as the sender posts (as in Gloo's own collectives). Gloo errors become
+// Meridian errors here, and any failed operation aborts the epoch (Gloo cannot cancel a posted
+// receive, and the memory it targets belongs to the caller).
 #include "engine/transport/gloo/gloo_transport.h"
 
 #include <gloo/common/error.h>
@@ -31,6 +33,10 @@ using Clock = std::chrono::steady_clock;
 using Buffer = ::gloo::transport::UnboundBuffer;
 
 constexpr std::uint32_t kHeaderMagic = 0x4d474c4f;  // "MGLO"
+
+// Credits travel on the tag's slot with the top bit set (tag kinds are small numbers in bits
+// 56-63, so bit 63 is otherwise clear).
+constexpr std::uint64_t credit_slot(Tag tag) { return tag | (std::uint64_t{1} << 63); }
 
 struct Header {
   std::uint32_t magic = 0;
@@ -85,6 +91,7 @@ class GlooTransport final : public Transport {
     check_peer(to, "send to");
     const auto deadline = deadline_after(timeout_s);
     Outgoing out(*this, to, tag, msg);
+    out.post(deadline);
     out.wait(deadline);
   }
 
@@ -166,43 +173,71 @@ class GlooTransport final : public Transport {
     }
   }
 
-  // A message on its way out: header and payload posted at construction.
+  // A message on its way out. Posted at construction: the receive of the receiver's credit
+  // (its buffer size). post() waits for the credit, then sends the header and, when it fits,
+  // the payload; wait() completes the sends.
   class Outgoing {
    public:
     Outgoing(GlooTransport& t, int to, Tag tag, Payload msg)
-        : t_(t), to_(to), tag_(tag), header_{kHeaderMagic, 0, msg.bytes.size()},
-          header_buf_(t, &header_, sizeof(header_)) {
+        : t_(t), to_(to), tag_(tag), msg_(msg.bytes), credit_buf_(t, &credit_, sizeof(credit_)) {
+      t_.guarded(to_, "receive credit " + tag_text(tag_) + " from", [&] {
+        credit_buf_->recv(to_, credit_slot(tag_));
+        return 0;
+      });
+    }
+    void post(Clock::time_point deadline) {
+      t_.wait_op(*credit_buf_, false, to_, deadline, tag_);
+      header_ = {kHeaderMagic, 0, msg_.size()};
+      header_buf_.emplace(t_, &header_, sizeof(header_));
       t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
-        header_buf_->send(to_, tag_);
-        if (!msg.bytes.empty()) {
-          payload_buf_.emplace(t_, const_cast<std::byte*>(msg.bytes.data()), msg.bytes.size());
-          (*payload_buf_)->send(to_, tag_);
-        }
+        header_buf_.value()->send(to_, tag_);
+        return 0;
+      });
+      if (msg_.size() > credit_) {
+        // The header tells the receiver why; then the epoch ends on both sides.
+        t_.wait_op(**header_buf_, true, to_, deadline, tag_);
+        t_.abort();
+        throw ProtocolError("message of " + std::to_string(msg_.size()) + " bytes for rank " +
+                            std::to_string(to_) + " (" + tag_text(tag_) +
+                            ") exceeds its receive buffer of " + std::to_string(credit_) + " bytes");
+      }
+      payload_buf_.emplace(t_, msg_.empty() ? &dummy_ : const_cast<std::byte*>(msg_.data()),
+                           msg_.size());
+      t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
+        payload_buf_.value()->send(to_, tag_, 0, msg_.size());
         return 0;
       });
     }
     void wait(Clock::time_point deadline) {
-      t_.wait_op(*header_buf_, true, to_, deadline, tag_);
-      if (payload_buf_) t_.wait_op(**payload_buf_, true, to_, deadline, tag_);
+      t_.wait_op(**header_buf_, true, to_, deadline, tag_);
+      t_.wait_op(**payload_buf_, true, to_, deadline, tag_);
     }
 
    private:
     GlooTransport& t_;
     int to_;
     Tag tag_;
+    std::span<const std::byte> msg_;
+    std::uint64_t credit_ = 0;
+    TrackedBuffer credit_buf_;
     Header header_;
-    TrackedBuffer header_buf_;
-    std::optional<TrackedBuffer> payload_buf_;
+    std::byte dummy_{};
+    std::optional<TrackedBuffer> header_buf_, payload_buf_;
   };
 
-  // A message on its way in: the header receive is posted at construction, the payload
-  // receive once the header has been checked.
+  // A message on its way in. At construction: the credit (this buffer's size) goes to the
+  // sender and both receives (header, then payload of at most that size) are posted, so data
+  // flows as soon as the sender posts. The header's size is checked again on arrival.
   class Incoming {
    public:
     Incoming(GlooTransport& t, int from, Tag tag, std::span<std::byte> into)
-        : t_(t), from_(from), tag_(tag), into_(into), header_buf_(t, &header_, sizeof(header_)) {
+        : t_(t), from_(from), tag_(tag), into_(into), credit_(into.size()),
+          credit_buf_(t, &credit_, sizeof(credit_)), header_buf_(t, &header_, sizeof(header_)),
+          payload_buf_(t, into.empty() ? &dummy_ : into.data(), into.size()) {
       t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
+        credit_buf_->send(from_, credit_slot(tag_));
         header_buf_->recv(from_, tag_);
+        payload_buf_->recv(from_, tag_, 0, into_.size());
         return 0;
       });
     }
@@ -220,15 +255,9 @@ class GlooTransport final : public Transport {
                             " bytes, more than the receive buffer's " +
                             std::to_string(into_.size()));
       }
+      t_.wait_op(*payload_buf_, false, from_, deadline, tag_);
+      t_.wait_op(*credit_buf_, true, from_, deadline, tag_);
       const std::size_t n = header_.payload_bytes;
-      if (n > 0) {
-        TrackedBuffer payload(t_, into_.data(), n);
-        t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
-          payload->recv(from_, tag_, 0, n);
-          return 0;
-        });
-        t_.wait_op(*payload, false, from_, deadline, tag_);
-      }
       return {n, n};
     }
 
@@ -237,8 +266,10 @@ class GlooTransport final : public Transport {
     int from_;
     Tag tag_;
     std::span<std::byte> into_;
+    std::uint64_t credit_;
     Header header_;
-    TrackedBuffer header_buf_;
+    std::byte dummy_{};
+    TrackedBuffer credit_buf_, header_buf_, payload_buf_;
   };
 
  private:
@@ -280,6 +311,7 @@ class GlooExchange final : public PendingExchange {
   Received wait(double timeout_s) override {
     waited_ = true;
     const auto deadline = deadline_after(timeout_s);
+    outgoing_.post(deadline);  // our credit went out at start: no cycle of waits
     const Received r = incoming_.wait(deadline);
     outgoing_.wait(deadline);
     return r;
