@@ -19,8 +19,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "engine/error.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
@@ -299,29 +301,61 @@ TrackedBuffer::~TrackedBuffer() { transport_.untrack(buffer_.get()); }
 
 namespace {
 
+// An exchange: the receive side is posted at once (credit out, receives up); a helper thread
+// waits for the receiver's credit and posts the send the moment it arrives, so data flows while
+// the caller prepares its next message (the ring keeps two exchanges in flight), without
+// blocking start_exchange or letting a slow receiver on one tag hold up another.
 // Destroying an exchange that was never waited for aborts the epoch: its operations are still
 // posted, and Gloo must not touch their buffers afterwards.
 class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
-      : transport_(t), incoming_(t, from, tag, into), outgoing_(t, to, tag, out) {}
+      : transport_(t), to_(to), tag_(tag), incoming_(t, from, tag, into),
+        outgoing_(t, to, tag, out) {
+    posted_ = promise_.get_future();
+    poster_ = std::thread([this] {
+      try {
+        // A backstop only: wait() bounds the caller, and abort() wakes this thread.
+        outgoing_.post(deadline_after(kPosterBackstopS));
+        promise_.set_value();
+      } catch (...) {
+        promise_.set_exception(std::current_exception());
+      }
+    });
+  }
   ~GlooExchange() override {
-    if (!waited_) transport_.abort();
+    // valid() turns false once wait() has collected the poster's result.
+    if (!waited_ ||
+        (posted_.valid() && posted_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
+      transport_.abort();
+    }
+    poster_.join();
   }
   Received wait(double timeout_s) override {
     waited_ = true;
     const auto deadline = deadline_after(timeout_s);
-    outgoing_.post(deadline);  // our credit went out at start: no cycle of waits
+    if (posted_.wait_until(deadline) != std::future_status::ready) {
+      transport_.abort();
+      throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
+                         ": the receiver did not post its receive in time");
+    }
+    posted_.get();  // the poster's error, if any
     const Received r = incoming_.wait(deadline);
     outgoing_.wait(deadline);
     return r;
   }
 
  private:
+  static constexpr double kPosterBackstopS = 3600.0;
   GlooTransport& transport_;
+  int to_;
+  Tag tag_;
   bool waited_ = false;
   GlooTransport::Incoming incoming_;
   GlooTransport::Outgoing outgoing_;
+  std::promise<void> promise_;
+  std::future<void> posted_;
+  std::thread poster_;  // joined in the destructor, before the members it uses go
 };
 
 // The transport of an epoch with one member: no peers, so every operation is a usage error.
