@@ -8,6 +8,7 @@
 #        --store {store} --secret-file {secret}
 # Exit: the first non-zero node status.
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 meridian=build/bin/meridian
 secret=""
 while [[ $# -gt 0 && $1 == --* ]]; do
@@ -50,8 +51,4 @@ for ((i = 0; i < n; i++)); do
   "${args[@]}" &
   pids+=($!)
 done
-status=0
-for p in "${pids[@]}"; do
-  wait "$p" || { s=$?; [[ $status -eq 0 ]] && status=$s; }
-done
-exit "$status"
+wait_all_pids "${pids[@]}"

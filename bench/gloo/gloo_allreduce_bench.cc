@@ -188,6 +188,7 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
   spec.timeout_s = c.timeout_s;
   auto transport = factory.connect(spec);
   ThreadRuntime runtime;
+  RingWorkspace workspace;  // kept across rounds, as a trainer does (no per-round allocation)
 
   if (rank == 0) {
     std::printf("| MiB | method | time ms (median of %d) | algbw GB/s | busbw GB/s | vs Gloo fp32 | "
@@ -226,7 +227,7 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
           o.max_chunk_bytes = c.max_chunk_kib * 1024;
           o.outer_step = static_cast<std::uint64_t>(it + 1);
           o.bucket = static_cast<std::uint32_t>(mib);
-          ring_all_reduce(*transport, runtime, ReduceBuffer::of(buf), o);
+          ring_all_reduce(*transport, runtime, ReduceBuffer::of(buf), o, &workspace);
         }
         const double ms = (now_s() - t0) * 1000.0;
         store.set("t/" + name + "/" + std::to_string(rank), std::to_string(ms));
