@@ -285,6 +285,35 @@ TEST(TcpStoreServerTest, AStoppedServerSurfacesAsPeerLostError) {
   EXPECT_THROW(s.get("k", 1.0), PeerLostError);
 }
 
+TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
+  // Hold an ephemeral port without listening (connections to it are refused), start the client,
+  // then hand the port to the server: the client's refused attempts are retried until it joins.
+  const int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  TcpStoreClientOptions c;
+  c.port = ntohs(a.sin_port);
+  c.identity = {kSecret, "0.1.0", ""};
+  c.connect_timeout_s = 30.0;
+  std::string seen;
+  std::thread early([&] { seen = TcpStore(c).get("k", 30.0); });
+  TcpStoreServerOptions o;
+  o.port = c.port;
+  o.identity = {kSecret, "0.1.0", ""};
+  TcpStoreServer server(o);
+  ::close(holder);
+  ASSERT_EQ(server.start(), c.port);
+  TcpStore late(c);
+  late.set("k", "v");
+  early.join();
+  EXPECT_EQ(seen, "v");
+  EXPECT_EQ(server.stats().joined, 2u);
+}
+
 TEST(TcpStoreServerTest, AnEmptySecretIsAConfigurationError) {
   TcpStoreServerOptions o;
   EXPECT_THROW(TcpStoreServer server(o), ConfigError);
