@@ -36,7 +36,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: gloo_allreduce_bench [--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K]\n"
-    "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S] [--max-chunk-kib K]\n"
+    "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S]\n"
+    "                            [--max-chunk-kib K]\n"
     "       one rank per process (network namespaces):\n"
     "         ... --rank R --ranks N --store HOST:PORT --hostname ADDR [--serve-store]\n"
     "           --serve-store: rank 0 runs the store on 0.0.0.0:PORT itself.\n"
@@ -51,7 +52,7 @@ struct Config {
   std::vector<std::string> methods = {"gloo", "fp32", "int8"};
   double timeout_s = 600;
   std::size_t max_chunk_kib = 4096;  // RingOptions::max_chunk_bytes
-  int rank = -1;  // -1: fork every rank here
+  int rank = -1;                     // -1: fork every rank here
   std::string store_host = "127.0.0.1";
   std::uint16_t store_port = 0;
   std::string hostname = "127.0.0.1";
@@ -73,28 +74,39 @@ Config parse(int argc, char** argv) {
       if (i + 1 >= argc) throw ConfigError(a + ": expected a value\n" + kUsage);
       return argv[++i];
     };
-    if (a == "--ranks") c.ranks = std::stoi(value());
-    else if (a == "--sizes-mib") {
+    if (a == "--ranks") {
+      c.ranks = std::stoi(value());
+    } else if (a == "--sizes-mib") {
       c.sizes_mib.clear();
       for (const auto& s : split(value())) c.sizes_mib.push_back(std::stoul(s));
-    } else if (a == "--iters") c.iters = std::stoi(value());
-    else if (a == "--methods") c.methods = split(value());
-    else if (a == "--timeout-s") c.timeout_s = std::stod(value());
-    else if (a == "--max-chunk-kib") c.max_chunk_kib = std::stoul(value());
-    else if (a == "--rank") c.rank = std::stoi(value());
-    else if (a == "--hostname") c.hostname = value();
-    else if (a == "--serve-store") c.serve_store = true;
-    else if (a == "--store") {
+    } else if (a == "--iters") {
+      c.iters = std::stoi(value());
+    } else if (a == "--methods") {
+      c.methods = split(value());
+    } else if (a == "--timeout-s") {
+      c.timeout_s = std::stod(value());
+    } else if (a == "--max-chunk-kib") {
+      c.max_chunk_kib = std::stoul(value());
+    } else if (a == "--rank") {
+      c.rank = std::stoi(value());
+    } else if (a == "--hostname") {
+      c.hostname = value();
+    } else if (a == "--serve-store") {
+      c.serve_store = true;
+    } else if (a == "--store") {
       const std::string v = value();
       const auto colon = v.rfind(':');
-      if (colon == std::string::npos) throw ConfigError("--store: expected HOST:PORT, got '" + v + "'");
+      if (colon == std::string::npos) {
+        throw ConfigError("--store: expected HOST:PORT, got '" + v + "'");
+      }
       c.store_host = v.substr(0, colon);
       c.store_port = static_cast<std::uint16_t>(std::stoi(v.substr(colon + 1)));
     } else {
       throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
     }
   }
-  if (c.ranks < 2 || c.iters < 1) throw ConfigError(std::string("need --ranks >= 2 and --iters >= 1\n") + kUsage);
+  if (c.ranks < 2 || c.iters < 1)
+    throw ConfigError(std::string("need --ranks >= 2 and --iters >= 1\n") + kUsage);
   for (const auto& m : c.methods) {
     if (m != "gloo" && m != "fp32" && m != "int8" && m != "xfer") {
       throw ConfigError("unknown method '" + m + "' (gloo, fp32, int8, xfer)");
@@ -191,8 +203,10 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
   RingWorkspace workspace;  // kept across rounds, as a trainer does (no per-round allocation)
 
   if (rank == 0) {
-    std::printf("| MiB | method | time ms (median of %d) | algbw GB/s | busbw GB/s | vs Gloo fp32 | "
-                "rel. diff vs Gloo |\n|---:|---|---:|---:|---:|---:|---:|\n", c.iters);
+    std::printf(
+        "| MiB | method | time ms (median of %d) | algbw GB/s | busbw GB/s | vs Gloo fp32 | "
+        "rel. diff vs Gloo |\n|---:|---|---:|---:|---:|---:|---:|\n",
+        c.iters);
     std::fflush(stdout);
   }
   std::uint32_t gloo_tag = 1;
@@ -206,15 +220,17 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
       std::vector<double> times_ms;
       for (int it = -1; it < c.iters; ++it) {  // it = -1: warm-up, not reported
         buf = input;
-        const std::string name = "b/" + std::to_string(mib) + "/" + method + "/" + std::to_string(it);
+        const std::string name =
+            "b/" + std::to_string(mib) + "/" + method + "/" + std::to_string(it);
         barrier(name);
         const double t0 = now_s();
         if (method == "gloo") {
           ::gloo::AllreduceOptions opts(gloo_context);
           opts.setOutput(buf.data(), count);
           opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
-          opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
-              &::gloo::sum<float>));
+          opts.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+                  &::gloo::sum<float>));
           opts.setTag(gloo_tag++);
           opts.setTimeout(std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
           ::gloo::allreduce(opts);
@@ -234,7 +250,8 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
         if (it >= 0 && rank == 0) {
           double slowest = 0;
           for (int r = 0; r < c.ranks; ++r) {
-            slowest = std::max(slowest, std::stod(store.get("t/" + name + "/" + std::to_string(r), c.timeout_s)));
+            slowest = std::max(
+                slowest, std::stod(store.get("t/" + name + "/" + std::to_string(r), c.timeout_s)));
           }
           times_ms.push_back(slowest);
         }
@@ -261,13 +278,13 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
                   method == "gloo"   ? "Gloo ring fp32"
                   : method == "xfer" ? "Meridian transport only (ring traffic, no compute)"
                                      : ("Meridian ring " + method).c_str(),
-                  ms,
-                  algbw, busbw, vs.c_str(), diff.c_str());
+                  ms, algbw, busbw, vs.c_str(), diff.c_str());
       std::fflush(stdout);
     }
   }
   barrier("end");
-  if (wrong > 0) std::fprintf(stderr, "gloo_allreduce_bench: %d result(s) off (see the table)\n", wrong);
+  if (wrong > 0)
+    std::fprintf(stderr, "gloo_allreduce_bench: %d result(s) off (see the table)\n", wrong);
   return wrong > 0 ? 3 : 0;
 }
 

@@ -1,6 +1,8 @@
 // The TCP store over loopback: every operation, the join handshake (wrong secret, version and
 // configuration mismatches refused with their reason), and peers that send garbage or lie about
 // sizes being cut off while the server keeps serving others. Ephemeral ports, no sleeps.
+#include "engine/store/tcp_store.h"
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +11,6 @@
 #include <thread>
 
 #include "engine/error.h"
-#include "engine/store/tcp_store.h"
 #include "engine/store/tcp_store_wire.h"
 #include "engine/util/hmac.h"
 
