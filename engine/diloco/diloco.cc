@@ -100,8 +100,10 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       serve_joiners(r);
       if (r.attempt == 0) inner_steps(r);
       const bool ok = all_reduce(r);
+      const bool leaving = leave_requested();
+      if (leaving) mesh_->announce_leave();
       mesh_->report(r, ok);
-      if (leave_requested()) {
+      if (leaving) {
         result.exit = NodeExit::kLeft;
         break;
       }

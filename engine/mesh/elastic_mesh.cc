@@ -128,6 +128,8 @@ void ElasticMesh::stop() {
   }
 }
 
+void ElasticMesh::announce_leave() { store_.set(key_left(id_), "1"); }
+
 void ElasticMesh::leave() {
   try {
     store_.set(key_left(id_), "1");
@@ -305,6 +307,9 @@ bool ElasticMesh::resolve_once() {
   }
   const RoundRecord cur = RoundRecord::decode(store_.get(key_round(r), 1.0));
   if (options_.outer_steps > 0 && cur.outer_step >= options_.outer_steps) return false;
+  // Fresh observations first: a coordinator whose own activities were starved must not take
+  // its stale view for silence of the others.
+  observe_heartbeats();
 
   std::vector<std::int64_t> survivors, removed, missing_keys_ids;
   std::vector<std::string> missing_keys;

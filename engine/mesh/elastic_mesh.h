@@ -56,6 +56,9 @@ class ElasticMesh {
   void report(const RoundRecord& r, bool ok);
   // The record that follows `r` (TimeoutError after round_timeout_s).
   RoundRecord next_round(const RoundRecord& r);
+  // Announces a graceful exit before the node's last report, so the coordinator never places
+  // the node in another round (a leave costs no retry).
+  void announce_leave();
   // Graceful exit: writes the deathrattle so the coordinator drops this node at once, then stops.
   void leave();
   // Stops the activities (no deathrattle). Idempotent.

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -176,8 +177,8 @@ struct ClusterOptions {
   bool phantom = false;
   CodecId codec = CodecId::kFp32;
   OuterOptimizerOptions outer{};
-  double heartbeat_s = 0.05;
-  double dead_after_s = 0.15;
+  double heartbeat_s = 0.1;
+  double dead_after_s = 0.3;
 };
 
 // One applied outer step as a node saw it.
@@ -197,11 +198,18 @@ class Cluster {
   void start() {
     for (int i = 1; i <= o_.initial; ++i) launch(i, true);
   }
-  // Starts a joiner with a fresh id and returns it.
+  // Starts a joiner with a fresh id and returns it once the joiner is in the join queue (so a
+  // call from an at_step() action is admitted at the next outer-step boundary, deterministically).
   std::int64_t add_joiner() {
-    std::lock_guard<std::mutex> lock(mu_);
-    const std::int64_t id = next_id_++;
-    launch_locked(id, false);
+    std::int64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = next_id_++;
+      launch_locked(id, false);
+    }
+    char key[64];
+    std::snprintf(key, sizeof key, "mesh/join/%012lld", static_cast<long long>(id));
+    store_.wait({key}, 10.0);
     return id;
   }
   // Crashes a node: its store calls and transports fail from now on, its events stop.
@@ -309,6 +317,11 @@ class Cluster {
     return out;
   }
 
+  // Collective messages node `id` has sent so far.
+  std::uint64_t sends(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sends_[id];
+  }
   ThreadRuntime& runtime() { return runtime_; }
   MemoryStore& store() { return store_; }
 
@@ -375,6 +388,7 @@ class Cluster {
     std::function<void()> fire;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (!recovery) ++sends_[id];
       auto it = triggers_.find(id);
       if (it == triggers_.end() || it->second.recovery_only != recovery) return;
       if (--it->second.k > 0) return;
@@ -452,6 +466,7 @@ class Cluster {
   std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
   std::set<std::int64_t> killed_;
   std::map<std::int64_t, Trigger> triggers_;
+  std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
   std::map<std::int64_t, std::function<void()>> at_step_;
   std::map<std::int64_t, std::map<std::int64_t, StepRecord>> records_;
 };
