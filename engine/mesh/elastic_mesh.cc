@@ -78,14 +78,20 @@ void ElasticMesh::emit(const std::string& type, JsonObject fields) {
 
 std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
   MERIDIAN_CHECK(!heartbeat_);
+  // An id is claimed by compare-and-set from absent with a value unique to this claim, so a
+  // second claimant sees someone else's value and fails.
   const std::string claim = options_.prefix + "id/";
+  const std::string token = "claim-" + std::to_string(store_.add(options_.prefix + "claims", 1));
+  const auto claimed = [&](std::int64_t id) {
+    return store_.compare_set(claim + std::to_string(id), std::nullopt, token) == token;
+  };
   if (node_id >= 0) {
-    if (store_.compare_set(claim + std::to_string(node_id), std::nullopt, "1") != "1")
+    if (!claimed(node_id))
       throw ConfigError("mesh: node id " + std::to_string(node_id) + " is already in use");
   } else {
     do {
       node_id = store_.add(options_.prefix + "next_id", 1);
-    } while (store_.compare_set(claim + std::to_string(node_id), std::nullopt, "1") != "1");
+    } while (!claimed(node_id));
   }
   id_ = node_id;
   store_.add(key_heartbeat(id_), 1);

@@ -218,11 +218,17 @@ class SourceFetcher {
                           " private bytes, more than the bound " + std::to_string(max_private_));
   }
 
-  // Own chunks first, then a lost source's chunks, then the private part; waits while others
-  // still hold work that could come back; stops when nothing is left.
+  // Own chunks, then a lost source's chunks, then the private part if still unowned; waits
+  // while others still hold work that could come back; stops when nothing is left.
   Work take() {
     std::lock_guard<Mutex> lock(*plan_.mu);
     while (true) {
+      // The first source takes the private part first, so without failures the joiner's inner
+      // state always comes from the same peer (deterministic runs).
+      if (index_ == 0 && !plan_.private_done && plan_.private_owner < 0) {
+        plan_.private_owner = index_;
+        return {Work::kPrivate, 0};
+      }
       auto& mine = plan_.own[index_];
       if (!mine.empty()) {
         const auto c = mine.front();
