@@ -106,9 +106,10 @@ TEST(FaultMatrix, SourceFailsWhileServingARecovery) {
   Cluster c(matrix_options());
   std::int64_t joiner = -1;
   c.at_step(1, [&] {
-    // Node 1 is the joiner's first source (sources = survivors in ring order): it dies after
-    // serving the layout and two chunks; the joiner resumes its chunks from node 2.
-    c.on_send(1, 3, true, [&] { c.kill(1); });
+    // Node 1 is the joiner's first source (sources = survivors in ring order). It serves the
+    // layout, the private part (48 + 6 bytes: 4 chunks of 16) and its first shared chunk, then
+    // dies at its 7th message; the joiner resumes node 1's remaining chunks from node 2.
+    c.on_send(1, 7, true, [&] { c.kill(1); });
     joiner = c.add_joiner();
   });
   c.start();
