@@ -140,7 +140,7 @@ struct FetchPlan {
   std::deque<std::uint64_t> orphans;           // chunks of lost sources
   std::uint64_t shared_left = 0;               // shared chunks not yet received
   bool private_done = false;
-  int private_owner = -1;  // the source fetching the private part, -1 = nobody
+  int private_owner = 0;  // the source fetching the private part (reserved: 0), -1 = free
   int resumed = 0;
   std::vector<std::uint64_t> served;  // bytes per source
   RecoveryState state;
@@ -187,7 +187,7 @@ class SourceFetcher {
       if (held != kNone) plan_.orphans.push_back(held);
       plan_.orphans.insert(plan_.orphans.end(), mine.begin(), mine.end());
       mine.clear();
-      if (holds_private) plan_.private_owner = -1;
+      if (holds_private || plan_.private_owner == index_) plan_.private_owner = -1;  // free it
       if (had_work) ++plan_.resumed;
       plan_.cv->notify_all();
     }
@@ -223,10 +223,10 @@ class SourceFetcher {
   Work take() {
     std::lock_guard<Mutex> lock(*plan_.mu);
     while (true) {
-      // The first source takes the private part first, so without failures the joiner's inner
-      // state always comes from the same peer (deterministic runs).
-      if (index_ == 0 && !plan_.private_done && plan_.private_owner < 0) {
-        plan_.private_owner = index_;
+      // The private part is reserved for the first source, which fetches it first, so without
+      // failures the joiner's inner state always comes from the same peer (deterministic runs).
+      if (!plan_.private_done && plan_.private_owner == index_ && !private_taken_) {
+        private_taken_ = true;
         return {Work::kPrivate, 0};
       }
       auto& mine = plan_.own[index_];
@@ -242,6 +242,7 @@ class SourceFetcher {
       }
       if (!plan_.private_done && plan_.private_owner < 0) {
         plan_.private_owner = index_;
+        private_taken_ = true;
         return {Work::kPrivate, 0};
       }
       if (plan_.shared_left == 0 && plan_.private_done) return {};
@@ -303,6 +304,7 @@ class SourceFetcher {
   const RecoveryOptions& options_;
   std::unique_ptr<Transport> transport_;
   std::uint64_t private_bytes_ = 0;
+  bool private_taken_ = false;
   std::vector<std::byte> buf_;
 };
 
