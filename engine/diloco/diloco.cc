@@ -123,10 +123,17 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       }
       r = next;
     }
-  } catch (const Error& e) {
+  } catch (const PeerLostError& e) {  // this node is gone: its store or transports are dead
+    result.exit = NodeExit::kLost;
+    result.what = e.what();
+  } catch (const TimeoutError& e) {  // admission, a round record or a recovery did not come
+    result.exit = NodeExit::kLost;
+    result.what = e.what();
+  } catch (const ProtocolError& e) {  // a peer or the store sent something invalid
     result.exit = NodeExit::kLost;
     result.what = e.what();
   }
+  // ConfigError and CheckError propagate: they are the caller's or a bug, not churn.
   rings_.clear();
   join_servers();
   emit("node_left", JsonObject().add("graceful", result.exit == NodeExit::kFinished ||

@@ -283,6 +283,7 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
   if (store_.compare_set(key_round(next.round), std::nullopt, text) != text) return true;  // lost
   store_.set(options_.prefix + "latest", std::to_string(next.round));
   for (std::int64_t j : admitted) store_.erase(key_join(j));
+  for (std::int64_t gone : next.removed) store_.erase(key_heartbeat(gone));  // no longer watched
   for (std::int64_t gone : next.removed) {
     const bool rattled = store_.try_get(key_left(gone)).has_value();
     const bool by_allreduce = std::count(removed_by_allreduce.begin(),

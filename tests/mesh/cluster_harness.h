@@ -177,6 +177,7 @@ struct ClusterOptions {
   bool phantom = false;
   CodecId codec = CodecId::kFp32;
   OuterOptimizerOptions outer{};
+  std::function<double(std::int64_t, std::int64_t)> bandwidth_bps;  // null = uniform
   double heartbeat_s = 0.1;
   double dead_after_s = 0.3;
 };
@@ -429,6 +430,7 @@ class Cluster {
     d.mesh.heartbeat_interval_s = o_.heartbeat_s;
     d.mesh.dead_after_s = o_.dead_after_s;
     d.mesh.initial_world = o_.initial;
+    d.mesh.bandwidth_bps = o_.bandwidth_bps;
     d.mesh.admission_timeout_s = 20.0;
     d.mesh.round_timeout_s = 20.0;
     d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
