@@ -233,6 +233,24 @@ class Cluster {
     std::lock_guard<std::mutex> lock(mu_);
     at_step_[step] = std::move(fn);
   }
+  // A joiner that arrives when the first node applies `step`; its id is joiner_of(step).
+  void join_at(std::int64_t step) {
+    at_step(step, [this, step] {
+      const std::int64_t id = add_joiner();
+      std::lock_guard<std::mutex> lock(mu_);
+      joined_at_[step] = id;
+    });
+  }
+  std::int64_t joiner_of(std::int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return joined_at_.count(step) ? joined_at_[step] : -1;
+  }
+  // start(), join(), check_invariants().
+  void run_and_check() {
+    start();
+    join();
+    check_invariants();
+  }
   void leave(std::int64_t id) { node(id)->diloco->request_leave(); }
   SyntheticWorker& worker(std::int64_t id) { return *node(id)->worker; }
 
@@ -470,6 +488,7 @@ class Cluster {
   std::map<std::int64_t, Trigger> triggers_;
   std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
   std::map<std::int64_t, std::function<void()>> at_step_;
+  std::map<std::int64_t, std::int64_t> joined_at_;
   std::map<std::int64_t, std::map<std::int64_t, StepRecord>> records_;
 };
 

@@ -67,9 +67,7 @@ void expect_matches_reference(Cluster& c, const ClusterOptions& o) {
 TEST(Diloco, FourNodesMatchTheReferenceExactly) {
   const ClusterOptions o = exact_options();
   Cluster c(o);
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   expect_matches_reference(c, o);
   // One epoch throughout; one epoch_formed per node; an allreduce event per bucket and step.
   EXPECT_EQ(c.all_of_type("epoch_formed").size(), 4u);
@@ -82,9 +80,7 @@ TEST(Diloco, LocalRanksRunOneRingPerShardWithTheSameResult) {
   ClusterOptions o = exact_options();
   o.local_ranks = 3;
   Cluster c(o);
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   expect_matches_reference(c, o);
   std::set<std::string> shards;
   for (const Event& e : c.all_of_type("allreduce")) {
@@ -122,11 +118,9 @@ TEST(Diloco, RingOrderFollowsTheBandwidthMatrix) {
     return fast.count({from, to}) ? 1e10 : 1e8;
   };
   Cluster c(o);
-  std::int64_t joiner = -1;
-  c.at_step(0, [&] { joiner = c.add_joiner(); });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.join_at(0);
+  c.run_and_check();
+  const std::int64_t joiner = c.joiner_of(0);
   expect_matches_reference_for_steps(c, o, 1);
   EXPECT_EQ(c.steps().at(0).begin()->second.members, (std::vector<std::int64_t>{1, 3, 2, 4}));
   // The joiner (admitted at step 2) is slow on every link, so every ring is equally good and the
@@ -140,11 +134,9 @@ TEST(Diloco, BlockingRecoveryGivesTheSameResult) {
   o.blocking_recovery = true;
   o.recovery_sources = 3;
   Cluster c(o);
-  std::int64_t joiner = -1;
-  c.at_step(1, [&] { joiner = c.add_joiner(); });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.join_at(1);
+  c.run_and_check();
+  const std::int64_t joiner = c.joiner_of(1);
   ASSERT_GT(joiner, 0);
   const auto done = c.all_of_type("recovery_finished");
   ASSERT_EQ(done.size(), 1u);
@@ -159,9 +151,7 @@ TEST(Diloco, SingleNodeRunsAlone) {
   ClusterOptions o = exact_options();
   o.initial = 1;
   Cluster c(o);
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   expect_matches_reference(c, o);
 }
 

@@ -46,9 +46,7 @@ void expect_removed(Cluster& c, std::int64_t victim, const std::string& by) {
 TEST(FaultMatrix, NodeFailsDuringInnerSteps) {
   Cluster c(matrix_options());
   c.at_step(1, [&] { c.worker(3).before_inner = [&] { c.kill(3); }; });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   expect_removed(c, 3, "allreduce");
   EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{1, 2, 4}));
   EXPECT_FALSE(c.all_of_type("retry").empty());
@@ -57,9 +55,7 @@ TEST(FaultMatrix, NodeFailsDuringInnerSteps) {
 TEST(FaultMatrix, NodeFailsBeforeTheAllReduce) {
   Cluster c(matrix_options());
   c.at_step(1, [&] { c.worker(2).after_inner = [&] { c.kill(2); }; });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   expect_removed(c, 2, "allreduce");
   EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{1, 3, 4}));
 }
@@ -81,9 +77,7 @@ TEST(FaultMatrix, NodeFailsDuringReduceScatter) {
   ASSERT_GE(m, 4u);
   Cluster c(o);
   c.at_step(1, [&] { c.on_send(4, 2, false, [&] { c.kill(4); }); });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   expect_removed(c, 4, "allreduce");
   EXPECT_EQ(c.sends(4), 2 * m + 2);  // died at (and counted) its second message of step 2
 }
@@ -95,9 +89,7 @@ TEST(FaultMatrix, NodeFailsDuringAllGather) {
   ASSERT_EQ(m % 2, 0u);
   Cluster c(o);
   c.at_step(1, [&] { c.on_send(4, m / 2 + 1, false, [&] { c.kill(4); }); });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   expect_removed(c, 4, "allreduce");
   EXPECT_EQ(c.sends(4), 2 * m + m / 2 + 1);  // the first all-gather message of step 2
 }
@@ -112,9 +104,7 @@ TEST(FaultMatrix, SourceFailsWhileServingARecovery) {
     c.on_send(1, 7, true, [&] { c.kill(1); });
     joiner = c.add_joiner();
   });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   ASSERT_GT(joiner, 0);
   EXPECT_EQ(c.result(joiner).exit, NodeExit::kFinished);
   const auto done = c.all_of_type("recovery_finished");
@@ -134,9 +124,7 @@ TEST(FaultMatrix, CoordinatorFails) {
     old_leader = c.leader();
     c.kill(old_leader);
   });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   ASSERT_GT(old_leader, 0);
   expect_removed(c, old_leader, "allreduce");
   EXPECT_NE(c.leader(), old_leader);
@@ -145,11 +133,9 @@ TEST(FaultMatrix, CoordinatorFails) {
 
 TEST(FaultMatrix, JoinerArrivesDuringInnerSteps) {
   Cluster c(matrix_options());
-  std::int64_t joiner = -1;
-  c.at_step(1, [&] { joiner = c.add_joiner(); });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.join_at(1);
+  c.run_and_check();
+  const std::int64_t joiner = c.joiner_of(1);
   ASSERT_GT(joiner, 0);
   EXPECT_EQ(c.result(joiner).exit, NodeExit::kFinished);
   EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{1, 2, 3, 4, joiner}));
@@ -162,9 +148,7 @@ TEST(FaultMatrix, JoinerArrivesDuringAnAllReduce) {
   Cluster c(matrix_options());
   std::int64_t joiner = -1;
   c.at_step(1, [&] { c.on_send(2, 2, false, [&] { joiner = c.add_joiner(); }); });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   ASSERT_GT(joiner, 0);
   EXPECT_EQ(c.result(joiner).exit, NodeExit::kFinished);
   const auto last = members_at(c, 4);
@@ -178,9 +162,7 @@ TEST(FaultMatrix, TwoOfFourFailAtOnce) {
     c.kill(2);
     c.kill(4);
   });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{1, 3}));
 }
 
@@ -191,9 +173,7 @@ TEST(FaultMatrix, AllButOneFail) {
     c.kill(2);
     c.kill(4);
   });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{3}));
   EXPECT_EQ(c.result(3).exit, NodeExit::kFinished);
 }
@@ -201,9 +181,7 @@ TEST(FaultMatrix, AllButOneFail) {
 TEST(FaultMatrix, NodeLeavesGracefully) {
   Cluster c(matrix_options());
   c.at_step(1, [&] { c.leave(3); });
-  c.start();
-  c.join();
-  c.check_invariants();
+  c.run_and_check();
   EXPECT_EQ(c.result(3).exit, NodeExit::kLeft);
   expect_removed(c, 3, "deathrattle");
   EXPECT_TRUE(c.all_of_type("retry").empty());  // a graceful leave costs no retry
