@@ -358,7 +358,8 @@ bool ElasticMesh::resolve_once() {
   next.outer_step = retry ? cur.outer_step : cur.outer_step + 1;
   next.attempt = retry ? cur.attempt + 1 : 0;
   std::vector<std::int64_t> admitted;
-  if (!retry) {
+  const bool last = options_.outer_steps > 0 && next.outer_step >= options_.outer_steps;
+  if (!retry && !last) {  // nobody serves a recovery in the run's final record
     for (std::int64_t j : queued_joiners()) {
       if (std::count(cur.members.begin(), cur.members.end(), j)) continue;
       if (options_.max_joiners_per_round > 0 &&
