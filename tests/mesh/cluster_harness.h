@@ -110,8 +110,11 @@ class NodeStore final : public Store {
   }
   std::int64_t add(const std::string& k, std::int64_t d) override {
     check();
+    if (muted_ && k.find("/hb/") != std::string::npos) return 0;  // a starved heartbeat
     return inner_.add(k, d);
   }
+  // While muted, this node's heartbeats never reach the store (the node itself runs on).
+  void mute_heartbeat(bool muted) { muted_ = muted; }
   std::optional<std::string> compare_set(const std::string& k,
                                          const std::optional<std::string>& e,
                                          const std::string& d) override {
@@ -147,6 +150,7 @@ class NodeStore final : public Store {
   }
   Store& inner_;
   std::atomic<bool> dead_{false};
+  std::atomic<bool> muted_{false};
 };
 
 // Forwards events until the node is killed (a crashed node writes nothing more).
@@ -252,6 +256,12 @@ class Cluster {
     check_invariants();
   }
   void leave(std::int64_t id) { node(id)->diloco->request_leave(); }
+  void mute_heartbeat(std::int64_t id, bool muted) { node(id)->store.mute_heartbeat(muted); }
+  // `id` may end evicted (declared dead while alive): the invariants treat it like a crash.
+  void allow_eviction(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    evictable_.insert(id);
+  }
   SyntheticWorker& worker(std::int64_t id) { return *node(id)->worker; }
 
   void join() {
@@ -285,6 +295,10 @@ class Cluster {
     for (auto& [id, n] : nodes_) out.push_back(id);
     return out;
   }
+  bool evictable(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return evictable_.count(id) > 0;
+  }
   bool killed(std::int64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     return killed_.count(id) > 0;
@@ -300,7 +314,7 @@ class Cluster {
   void check_invariants(bool expect_no_fallback = true) {
     const auto recs = steps();
     for (std::int64_t id : ids()) {
-      if (killed(id)) continue;
+      if (killed(id) || evictable(id)) continue;
       const NodeResult r = result(id);
       EXPECT_TRUE(r.exit == NodeExit::kFinished || r.exit == NodeExit::kLeft)
           << "node " << id << " ended " << node_exit_name(r.exit) << ": " << r.what;
@@ -318,7 +332,7 @@ class Cluster {
       }
       // Every member of the committing round that finished normally recorded the step.
       for (std::int64_t m : ref.members) {
-        if (killed(m)) continue;
+        if (killed(m) || evictable(m)) continue;
         if (result(m).exit == NodeExit::kFinished) {
           EXPECT_TRUE(by_node.count(m)) << "node " << m << " missed step " << step;
         }
@@ -484,7 +498,7 @@ class Cluster {
   std::mutex mu_;
   std::int64_t next_id_ = 1;
   std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
-  std::set<std::int64_t> killed_;
+  std::set<std::int64_t> killed_, evictable_;
   std::map<std::int64_t, Trigger> triggers_;
   std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
   std::map<std::int64_t, std::function<void()>> at_step_;

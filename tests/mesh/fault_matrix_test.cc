@@ -189,6 +189,29 @@ TEST(FaultMatrix, NodeLeavesGracefully) {
   EXPECT_EQ(members_at(c, 3), (std::vector<std::int64_t>{1, 2, 4}));
 }
 
+TEST(FaultMatrix, ANodeDeclaredDeadWhileAliveIsEvicted) {
+  Cluster c(matrix_options());
+  // A member that is not the coordinator stalls in its inner steps of step 2 with its heartbeat
+  // silent: the others' rings time out, the coordinator declares it dead and retries without it
+  // (round 3). When the node wakes up, the next record does not name it: it stops as evicted.
+  std::int64_t v = -1;
+  c.at_step(1, [&] {
+    v = c.leader() == 4 ? 3 : 4;
+    c.allow_eviction(v);
+    c.mute_heartbeat(v, true);
+    c.worker(v).before_inner = [&c, &v] {
+      const std::string removed = "removed=" + std::to_string(v);
+      c.store().wait({"mesh/round/000000000003"}, 20.0);
+      ASSERT_NE(c.store().try_get("mesh/round/000000000003")->find(removed), std::string::npos);
+    };
+  });
+  c.run_and_check();
+  ASSERT_GT(v, 0);
+  EXPECT_EQ(c.result(v).exit, NodeExit::kEvicted);
+  expect_removed(c, v, "allreduce");
+  EXPECT_EQ(members_at(c, 4).size(), 3u);
+}
+
 TEST(FaultMatrix, RetriesExhaustedFallBackToTheLocalPseudoGradientWithAnEvent) {
   ClusterOptions o = matrix_options();
   Cluster c(o);
