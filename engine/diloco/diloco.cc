@@ -29,10 +29,14 @@ void append_floats(std::vector<std::byte>& out, std::span<const float> v) {
 
 const char* node_exit_name(NodeExit e) {
   switch (e) {
-    case NodeExit::kFinished: return "finished";
-    case NodeExit::kLeft: return "left";
-    case NodeExit::kEvicted: return "evicted";
-    case NodeExit::kLost: return "lost";
+    case NodeExit::kFinished:
+      return "finished";
+    case NodeExit::kLeft:
+      return "left";
+    case NodeExit::kEvicted:
+      return "evicted";
+    case NodeExit::kLost:
+      return "lost";
   }
   return "?";
 }
@@ -154,10 +158,9 @@ void DilocoNode::ensure_epoch(const RoundRecord& r) {
     rings_.push_back(transports_.connect(spec));
   }
   epoch_ = r.epoch;
-  emit("epoch_formed", JsonObject()
-                           .add("epoch", r.epoch)
-                           .add("outer_step", r.outer_step)
-                           .add("members", r.members));
+  emit(
+      "epoch_formed",
+      JsonObject().add("epoch", r.epoch).add("outer_step", r.outer_step).add("members", r.members));
 }
 
 void DilocoNode::inner_steps(const RoundRecord& r) {
@@ -194,8 +197,8 @@ bool DilocoNode::all_reduce(const RoundRecord& r) {
   } else {
     std::vector<std::unique_ptr<Activity>> rings;
     for (int k = 0; k < options_.local_ranks; ++k)
-      rings.push_back(runtime_.spawn("ring-shard-" + std::to_string(k),
-                                     [this, &r, k] { reduce_shard(r, k); }));
+      rings.push_back(
+          runtime_.spawn("ring-shard-" + std::to_string(k), [this, &r, k] { reduce_shard(r, k); }));
     for (auto& a : rings) a->join();
   }
   stats_.allreduce_s += runtime_.now_s() - start_s;

@@ -29,10 +29,10 @@ namespace meridian {
 // What a node saw when it finished an outer step (for tests, tools and checkpoints).
 struct OuterStepView {
   std::int64_t node = -1;
-  std::int64_t outer_step = 0;  // the step that was just applied
-  std::uint64_t epoch = 0;      // epoch of the round that committed it
-  std::vector<std::int64_t> members;  // that round's members, ring order
-  bool fallback = false;        // the local pseudo-gradient was applied
+  std::int64_t outer_step = 0;              // the step that was just applied
+  std::uint64_t epoch = 0;                  // epoch of the round that committed it
+  std::vector<std::int64_t> members;        // that round's members, ring order
+  bool fallback = false;                    // the local pseudo-gradient was applied
   std::span<const float> outer_parameters;  // empty for timing-only workers
   std::span<const float> momentum;
 };
@@ -46,9 +46,9 @@ struct DilocoOptions {
   double allreduce_timeout_s = 60.0;  // bound on every wait of the ring (a lost peer surfaces
                                       // within it on every node); also the epoch connect bound
   std::size_t max_chunk_bytes = std::size_t{4} << 20;  // ring message payload bound
-  bool measure_error = false;         // ring: report relative error of lossy codecs
-  RecoveryOptions recovery;           // chunking, sources, blocking mode
-  MeshOptions mesh;                   // heartbeats, retries (3), coordinator lease
+  bool measure_error = false;  // ring: report relative error of lossy codecs
+  RecoveryOptions recovery;    // chunking, sources, blocking mode
+  MeshOptions mesh;            // heartbeats, retries (3), coordinator lease
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
 };
@@ -110,9 +110,9 @@ class DilocoNode {
   bool phantom_ = false;
   std::uint64_t count_ = 0;
 
-  std::vector<float> outer_;     // theta_outer (fp32 outer copy)
-  std::vector<float> delta_;     // theta_outer - theta_local of the current step
-  std::vector<float> reduced_;   // delta / W, all-reduced
+  std::vector<float> outer_;    // theta_outer (fp32 outer copy)
+  std::vector<float> delta_;    // theta_outer - theta_local of the current step
+  std::vector<float> reduced_;  // delta / W, all-reduced
   std::unique_ptr<OuterOptimizer> optimizer_;
   std::vector<std::vector<Bucket>> shards_;
 

@@ -99,7 +99,8 @@ std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
   if (!initial) emit("join_requested");
   store_.set(key_join(id_), std::to_string(id_));
   beat_and_lease();
-  heartbeat_ = runtime_.spawn("mesh-heartbeat-" + std::to_string(id_), [this] { heartbeat_loop(); });
+  heartbeat_ =
+      runtime_.spawn("mesh-heartbeat-" + std::to_string(id_), [this] { heartbeat_loop(); });
   coordinator_ =
       runtime_.spawn("mesh-coordinator-" + std::to_string(id_), [this] { coordinator_loop(); });
   return id_;
@@ -286,11 +287,12 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
   for (std::int64_t gone : next.removed) store_.erase(key_heartbeat(gone));  // no longer watched
   for (std::int64_t gone : next.removed) {
     const bool rattled = store_.try_get(key_left(gone)).has_value();
-    const bool by_allreduce = std::count(removed_by_allreduce.begin(),
-                                         removed_by_allreduce.end(), gone) > 0;
+    const bool by_allreduce =
+        std::count(removed_by_allreduce.begin(), removed_by_allreduce.end(), gone) > 0;
     emit("fail_detected",
-         JsonObject().add("failed", gone).add(
-             "by", rattled ? "deathrattle" : (by_allreduce ? "allreduce" : "heartbeat")));
+         JsonObject()
+             .add("failed", gone)
+             .add("by", rattled ? "deathrattle" : (by_allreduce ? "allreduce" : "heartbeat")));
   }
   // Keep the last few rounds; older reports and records are garbage.
   if (next.round >= 3) {
@@ -326,8 +328,10 @@ bool ElasticMesh::resolve_once() {
     const bool dead = is_dead(m);
     if (rep) {
       any_fail = any_fail || *rep != "ok";
-      if (dead) removed.push_back(m);
-      else survivors.push_back(m);
+      if (dead)
+        removed.push_back(m);
+      else
+        survivors.push_back(m);
     } else if (dead) {
       removed.push_back(m);
     } else {

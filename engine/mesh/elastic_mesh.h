@@ -19,14 +19,14 @@
 namespace meridian {
 
 struct MeshOptions {
-  std::string prefix = "mesh/";        // every key of the protocol lives under it
-  double heartbeat_interval_s = 2.0;   // each node adds 1 to its heartbeat counter this often
-  double dead_after_s = 6.0;           // a counter that does not move this long (on the observer's
-                                       // own clock) means dead; also the coordinator lease
-  int initial_world = 1;               // round 0 forms once this many nodes are queued
-  int max_retries = 3;                 // a failed round is retried this often, then fallback
-  int max_joiners_per_round = 0;       // 0 = admit every queued joiner at a boundary
-  std::int64_t outer_steps = 0;        // rounds for outer steps >= this are never formed (0 = no end)
+  std::string prefix = "mesh/";       // every key of the protocol lives under it
+  double heartbeat_interval_s = 2.0;  // each node adds 1 to its heartbeat counter this often
+  double dead_after_s = 6.0;          // a counter that does not move this long (on the observer's
+                                      // own clock) means dead; also the coordinator lease
+  int initial_world = 1;              // round 0 forms once this many nodes are queued
+  int max_retries = 3;                // a failed round is retried this often, then fallback
+  int max_joiners_per_round = 0;      // 0 = admit every queued joiner at a boundary
+  std::int64_t outer_steps = 0;  // rounds for outer steps >= this are never formed (0 = no end)
   double admission_timeout_s = 600.0;  // bound on a joiner's wait to appear in a round
   double round_timeout_s = 600.0;      // bound on a member's wait for the next round record
   // Measured bandwidth of the link from -> to between two node ids, for the ring order;
@@ -104,11 +104,11 @@ class ElasticMesh {
 
   std::unique_ptr<Mutex> mu_;
   std::unique_ptr<CondVar> cv_;
-  bool stopping_ = false;                 // guarded by mu_
-  bool leader_ = false;                   // guarded by mu_
-  std::map<std::int64_t, Seen> seen_;     // guarded by mu_
-  std::string lease_seen_;                // heartbeat activity only
-  double lease_seen_s_ = 0.0;             // heartbeat activity only
+  bool stopping_ = false;              // guarded by mu_
+  bool leader_ = false;                // guarded by mu_
+  std::map<std::int64_t, Seen> seen_;  // guarded by mu_
+  std::string lease_seen_;             // heartbeat activity only
+  double lease_seen_s_ = 0.0;          // heartbeat activity only
   std::unique_ptr<Activity> heartbeat_;
   std::unique_ptr<Activity> coordinator_;
 };

@@ -3,13 +3,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/strong_components.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <string>
-
-#include <boost/graph/adjacency_list.hpp>
-#include <boost/graph/strong_components.hpp>
 
 #include "engine/error.h"
 

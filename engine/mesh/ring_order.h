@@ -13,7 +13,7 @@ inline constexpr int kExactRingOrderMaxNodes = 16;
 using BandwidthMatrix = std::vector<std::vector<double>>;
 
 struct RingOrder {
-  std::vector<int> order;       // a permutation of 0..n-1 starting with 0; order[k] sends to order[k+1]
+  std::vector<int> order;  // a permutation of 0..n-1 starting with 0; order[k] sends to order[k+1]
   double bottleneck_bps = 0.0;  // the slowest link of the ring (+inf for n <= 1)
   bool exact = false;           // true when `order` is proven optimal
 };

@@ -47,10 +47,14 @@ std::string sanitize(std::string s) {
 
 const char* round_prev_name(RoundPrev p) {
   switch (p) {
-    case RoundPrev::kStart: return "start";
-    case RoundPrev::kCommit: return "commit";
-    case RoundPrev::kRetry: return "retry";
-    case RoundPrev::kFallback: return "fallback";
+    case RoundPrev::kStart:
+      return "start";
+    case RoundPrev::kCommit:
+      return "commit";
+    case RoundPrev::kRetry:
+      return "retry";
+    case RoundPrev::kFallback:
+      return "fallback";
   }
   return "?";
 }
@@ -87,7 +91,8 @@ RoundRecord RoundRecord::decode(const std::string& text) {
   }
   const auto field = [&](const char* name) -> const std::string& {
     const auto it = fields.find(name);
-    if (it == fields.end()) throw ProtocolError(std::string("round record: missing field '") + name + "'");
+    if (it == fields.end())
+      throw ProtocolError(std::string("round record: missing field '") + name + "'");
     return it->second;
   };
   RoundRecord r;

@@ -20,9 +20,9 @@ enum class RoundPrev : std::uint8_t {
 
 struct RoundRecord {
   std::uint64_t round = 0;
-  std::uint64_t epoch = 0;          // a new epoch whenever members change or a round failed
-  std::int64_t outer_step = 0;      // the outer step this round computes
-  int attempt = 0;                  // 0 for a fresh step, k for its k-th retry
+  std::uint64_t epoch = 0;      // a new epoch whenever members change or a round failed
+  std::int64_t outer_step = 0;  // the outer step this round computes
+  int attempt = 0;              // 0 for a fresh step, k for its k-th retry
   RoundPrev prev = RoundPrev::kStart;
   std::vector<std::int64_t> members;  // node ids in ring order (rank i = members[i])
   std::vector<std::int64_t> joiners;  // members admitted in this round: they recover first

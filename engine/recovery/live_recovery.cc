@@ -161,7 +161,7 @@ class SourceFetcher {
         options_(options) {}
 
   void run() {
-    std::uint64_t held = kNone;   // the shared chunk in flight
+    std::uint64_t held = kNone;  // the shared chunk in flight
     bool holds_private = false;
     try {
       transport_ = factory_.connect(spec_);
@@ -206,7 +206,8 @@ class SourceFetcher {
     std::byte lay[kLayoutBytes];
     const Received got = transport_->recv(1, kReplyTag, lay, options_.timeout_s);
     if (got.bytes != kLayoutBytes || get<std::uint32_t>(lay) != kLayoutMagic ||
-        get<std::uint32_t>(lay + 4) != crc32c(std::span<const std::byte>(lay + 8, kLayoutBytes - 8)))
+        get<std::uint32_t>(lay + 4) !=
+            crc32c(std::span<const std::byte>(lay + 8, kLayoutBytes - 8)))
       throw ProtocolError("recovery: malformed layout reply");
     const auto shared = get<std::uint64_t>(lay + 8);
     private_bytes_ = get<std::uint64_t>(lay + 16);
@@ -271,8 +272,7 @@ class SourceFetcher {
   }
 
   void fetch_shared(std::uint64_t chunk) {
-    std::byte* into =
-        phantom_ ? nullptr : plan_.state.shared.data() + chunk * options_.chunk_bytes;
+    std::byte* into = phantom_ ? nullptr : plan_.state.shared.data() + chunk * options_.chunk_bytes;
     const std::uint64_t len = fetch(chunk, expected_shared_, into);  // disjoint ranges: no lock
     std::lock_guard<Mutex> lock(*plan_.mu);
     --plan_.shared_left;

@@ -17,10 +17,10 @@ namespace meridian {
 
 struct RecoveryOptions {
   std::size_t chunk_bytes = std::size_t{4} << 20;  // payload of one chunk message
-  double timeout_s = 60.0;   // bound on every connect, request and reply
-  int max_sources = 2;       // sources one joiner fetches from in parallel
-  bool blocking = false;     // PRIME's blocking mode: sources finish serving before their
-                             // inner steps (otherwise they train while they serve)
+  double timeout_s = 60.0;                         // bound on every connect, request and reply
+  int max_sources = 2;                             // sources one joiner fetches from in parallel
+  bool blocking = false;  // PRIME's blocking mode: sources finish serving before their
+                          // inner steps (otherwise they train while they serve)
 };
 
 // The state shipped to a joiner. `shared` is identical on every source (outer parameters and

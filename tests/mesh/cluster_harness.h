@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -106,7 +106,10 @@ class NodeStore final : public Store {
     return inner_.try_get(k);
   }
   void wait(const std::vector<std::string>& keys, double timeout_s) override {
-    sliced(timeout_s, [&](double s) { inner_.wait(keys, s); return 0; });
+    sliced(timeout_s, [&](double s) {
+      inner_.wait(keys, s);
+      return 0;
+    });
   }
   std::int64_t add(const std::string& k, std::int64_t d) override {
     check();
@@ -115,8 +118,7 @@ class NodeStore final : public Store {
   }
   // While muted, this node's heartbeats never reach the store (the node itself runs on).
   void mute_heartbeat(bool muted) { muted_ = muted; }
-  std::optional<std::string> compare_set(const std::string& k,
-                                         const std::optional<std::string>& e,
+  std::optional<std::string> compare_set(const std::string& k, const std::optional<std::string>& e,
                                          const std::string& d) override {
     check();
     return inner_.compare_set(k, e, d);

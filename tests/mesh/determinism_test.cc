@@ -38,8 +38,10 @@ RunData run_scripted_churn() {
       std::string f = std::regex_replace(e.fields.str(), time_field, "");
       if (f.size() > 1 && f[1] == ',') f.erase(1, 1);
       const std::string line = e.type + " " + f;
-      if (e.type == "fail_detected") d.fail_detected.insert(line);
-      else d.streams[id].push_back(line);
+      if (e.type == "fail_detected")
+        d.fail_detected.insert(line);
+      else
+        d.streams[id].push_back(line);
     }
   }
   d.steps = c.steps();

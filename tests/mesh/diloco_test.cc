@@ -87,8 +87,8 @@ TEST(Diloco, LocalRanksRunOneRingPerShardWithTheSameResult) {
     const std::string f = e.fields.str();
     shards.insert(f.substr(f.find("\"local_rank\":"), 14));
   }
-  EXPECT_EQ(shards, (std::set<std::string>{"\"local_rank\":0", "\"local_rank\":1",
-                                           "\"local_rank\":2"}));
+  EXPECT_EQ(shards,
+            (std::set<std::string>{"\"local_rank\":0", "\"local_rank\":1", "\"local_rank\":2"}));
 }
 
 TEST(Diloco, PhantomWorkersRunTheWholeLoop) {

@@ -20,9 +20,8 @@ std::string field(const Event& e, const std::string& name) {
   const std::string key = "\"" + name + "\":";
   const auto at = s.find(key);
   if (at == std::string::npos) return "";
-  const auto end = s[at + key.size()] == '['
-                       ? s.find(']', at + key.size()) + 1
-                       : s.find_first_of(",}", at + key.size());
+  const auto end = s[at + key.size()] == '[' ? s.find(']', at + key.size()) + 1
+                                             : s.find_first_of(",}", at + key.size());
   return s.substr(at + key.size(), end - at - key.size());
 }
 

@@ -39,8 +39,8 @@ struct Served {
 
 // Starts one server per source; `states[i]` is source i's state.
 void serve_all(Runtime& rt, TransportFactory& f, const RoundRecord& r, std::int64_t joiner,
-               const std::vector<std::shared_ptr<RecoveryState>>& states,
-               const RecoveryOptions& o, Served& out) {
+               const std::vector<std::shared_ptr<RecoveryState>>& states, const RecoveryOptions& o,
+               Served& out) {
   for (std::size_t i = 0; i < r.sources.size(); ++i) {
     const EpochSpec spec = recovery_spec(r, joiner, r.sources[i], true, o.timeout_s);
     out.servers.push_back(rt.spawn("serve", [&f, spec, st = states[i], o] {

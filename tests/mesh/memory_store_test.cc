@@ -74,9 +74,9 @@ TEST(MemoryStore, ConcurrentAddsAreAtomic) {
 TEST(MemoryStore, CompareSetSucceedsOnlyOnTheExpectedValue) {
   ThreadRuntime rt;
   MemoryStore store(rt);
-  EXPECT_EQ(store.compare_set("k", std::nullopt, "a"), "a");     // absent -> created
-  EXPECT_EQ(store.compare_set("k", std::nullopt, "b"), "a");     // exists: fails, returns current
-  EXPECT_EQ(store.compare_set("k", std::string("x"), "b"), "a"); // wrong expectation
+  EXPECT_EQ(store.compare_set("k", std::nullopt, "a"), "a");      // absent -> created
+  EXPECT_EQ(store.compare_set("k", std::nullopt, "b"), "a");      // exists: fails, returns current
+  EXPECT_EQ(store.compare_set("k", std::string("x"), "b"), "a");  // wrong expectation
   EXPECT_EQ(store.compare_set("k", std::string("a"), "b"), "b");
   EXPECT_EQ(store.get("k", 0), "b");
   EXPECT_EQ(store.compare_set("absent", std::string("a"), "b"), std::nullopt);

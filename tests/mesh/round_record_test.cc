@@ -48,8 +48,7 @@ TEST(RoundRecord, MalformedRecordsAreProtocolErrors) {
   EXPECT_THROW(RoundRecord::decode(text.replace(text.find("epoch=0"), 7, "epoch=x")),
                ProtocolError);
   text = r.encode();
-  EXPECT_THROW(RoundRecord::decode(text.replace(text.find("prev=0"), 6, "prev=9")),
-               ProtocolError);
+  EXPECT_THROW(RoundRecord::decode(text.replace(text.find("prev=0"), 6, "prev=9")), ProtocolError);
 }
 
 TEST(ElasticMesh, DefaultsAndOptionChecks) {
