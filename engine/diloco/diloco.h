@@ -118,7 +118,7 @@ class DilocoNode {
 
   std::uint64_t epoch_ = ~std::uint64_t{0};
   std::vector<std::unique_ptr<Transport>> rings_;  // one per local rank, of epoch_
-  std::vector<bool> shard_ok_;
+  std::vector<char> shard_ok_;  // one byte per shard: written by the shards' activities
   std::vector<std::unique_ptr<Activity>> servers_;
   RoundStats stats_;
 

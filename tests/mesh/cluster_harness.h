@@ -46,7 +46,13 @@ class SyntheticWorker final : public InnerWorker {
   }
 
   InnerStepsResult run_inner_steps(int steps) override {
-    if (before_inner) before_inner();
+    std::function<void()> before, after;
+    {
+      std::lock_guard<std::mutex> lock(hooks_mu_);
+      before = before_inner_;
+      after = after_inner_;
+    }
+    if (before) before();
     InnerStepsResult r;
     for (int s = 0; s < steps; ++s) {
       ++step_;
@@ -60,7 +66,7 @@ class SyntheticWorker final : public InnerWorker {
     r.tokens = 100 * steps;
     r.loss = static_cast<double>(step_);
     r.compute_s = step_compute_s_ * steps;
-    if (after_inner) after_inner();
+    if (after) after();
     return r;
   }
   std::uint64_t parameter_count() const override { return count_; }
@@ -77,7 +83,15 @@ class SyntheticWorker final : public InnerWorker {
 
   std::int64_t step() const { return step_; }
   std::span<const float> moment() const { return moment_; }
-  std::function<void()> before_inner, after_inner;  // set by tests (on the node's own thread)
+  // Hooks run by the node's own thread at the start / end of run_inner_steps (set from any).
+  void set_before_inner(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(hooks_mu_);
+    before_inner_ = std::move(f);
+  }
+  void set_after_inner(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(hooks_mu_);
+    after_inner_ = std::move(f);
+  }
 
  private:
   std::int64_t id_;
@@ -88,6 +102,8 @@ class SyntheticWorker final : public InnerWorker {
   bool phantom_;
   std::int64_t step_ = 0;
   std::vector<float> params_, moment_;
+  std::mutex hooks_mu_;
+  std::function<void()> before_inner_, after_inner_;
 };
 
 // A node's view of the shared store: after kill() every call fails with PeerLostError, and
