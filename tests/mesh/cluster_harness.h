@@ -195,6 +195,7 @@ struct ClusterOptions {
   bool blocking_recovery = false;
   int recovery_sources = 2;
   std::size_t recovery_chunk_bytes = 16;
+  std::size_t max_chunk_bytes = 32;  // ring pieces: several per bucket even for tiny models
   double inner_step_s = 0.001;
   bool phantom = false;
   CodecId codec = CodecId::kFp32;
@@ -472,7 +473,7 @@ class Cluster {
     d.outer = o_.outer;
     d.local_ranks = o_.local_ranks;
     d.allreduce_timeout_s = 2.0;
-    d.max_chunk_bytes = 32;
+    d.max_chunk_bytes = o_.max_chunk_bytes;
     d.recovery.chunk_bytes = o_.recovery_chunk_bytes;
     d.recovery.timeout_s = 2.0;
     d.recovery.max_sources = o_.recovery_sources;
@@ -487,8 +488,14 @@ class Cluster {
     n->diloco = std::make_unique<DilocoNode>(*n->worker, n->store, faults_, runtime_, n->sink, d);
     Node* raw = n.get();
     nodes_[id] = std::move(n);
-    raw->thread = std::make_unique<std::thread>(
-        [raw, id, initial] { raw->result = raw->diloco->run(initial, id); });
+    raw->thread = std::make_unique<std::thread>([raw, id, initial] {
+      try {
+        raw->result = raw->diloco->run(initial, id);
+      } catch (const std::exception& e) {  // ConfigError, CheckError: fail the test, not abort
+        raw->result.exit = NodeExit::kLost;
+        raw->result.what = std::string("uncaught: ") + e.what();
+      }
+    });
   }
 
   void observe(const OuterStepView& v) {
