@@ -103,7 +103,13 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       ensure_epoch(r);
       serve_joiners(r);
       if (r.attempt == 0) inner_steps(r);
-      const bool ok = all_reduce(r);
+      bool ok;
+      if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
+        ok = false;  // a member is gone: fail the round without starting the ring
+        for (auto& t : rings_) t->abort();  // peers that passed the barrier fail fast
+      } else {
+        ok = all_reduce(r);
+      }
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
       mesh_->report(r, ok);

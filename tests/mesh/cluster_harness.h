@@ -196,6 +196,8 @@ struct ClusterOptions {
   int recovery_sources = 2;
   std::size_t recovery_chunk_bytes = 16;
   std::size_t max_chunk_bytes = 32;  // ring pieces: several per bucket even for tiny models
+  double allreduce_timeout_s = 2.0;
+  bool barrier = true;
   double inner_step_s = 0.001;
   bool phantom = false;
   CodecId codec = CodecId::kFp32;
@@ -472,7 +474,8 @@ class Cluster {
     d.codec = o_.codec;
     d.outer = o_.outer;
     d.local_ranks = o_.local_ranks;
-    d.allreduce_timeout_s = 2.0;
+    d.allreduce_timeout_s = o_.allreduce_timeout_s;
+    d.barrier_before_allreduce = o_.barrier;
     d.max_chunk_bytes = o_.max_chunk_bytes;
     d.recovery.chunk_bytes = o_.recovery_chunk_bytes;
     d.recovery.timeout_s = 2.0;

@@ -211,6 +211,29 @@ TEST(FaultMatrix, ANodeDeclaredDeadWhileAliveIsEvicted) {
   EXPECT_EQ(members_at(c, 4).size(), 3u);
 }
 
+// A straggler: node 2's inner steps of step 2 take 0.5 s of (modelled) compute, more than the
+// ring's 0.2 s timeout. With the ready barrier the others wait for it (it is alive) and nothing
+// fails; without it their rings time out and the step is retried.
+std::size_t retries_with_a_straggler(bool barrier) {
+  ClusterOptions o = matrix_options();
+  o.allreduce_timeout_s = 0.2;
+  o.barrier = barrier;
+  Cluster c(o);
+  c.at_step(1, [&] {
+    c.worker(2).set_before_inner([&c] {
+      c.worker(2).set_before_inner(nullptr);
+      c.runtime().compute_s(0.5);
+    });
+  });
+  c.run_and_check();
+  return c.all_of_type("retry").size();
+}
+
+TEST(FaultMatrix, AStragglerIsWaitedForNotFailed) {
+  EXPECT_EQ(retries_with_a_straggler(true), 0u);
+  EXPECT_GT(retries_with_a_straggler(false), 0u);
+}
+
 TEST(FaultMatrix, RetriesExhaustedFallBackToTheLocalPseudoGradientWithAnEvent) {
   ClusterOptions o = matrix_options();
   Cluster c(o);
