@@ -208,6 +208,7 @@ void ElasticMesh::observe_heartbeats() {
   }
   const double now = runtime_.now_s();
   std::lock_guard<Mutex> lock(*mu_);
+  observed_s_ = now;
   for (const auto& [id, counter] : counters) {
     Seen& s = seen_[id];
     if (s.counter != counter) {
@@ -322,8 +323,13 @@ bool ElasticMesh::resolve_once() {
   const RoundRecord cur = RoundRecord::decode(store_.get(key_round(r), 1.0));
   if (options_.outer_steps > 0 && cur.outer_step >= options_.outer_steps) return false;
   // Fresh observations first: a coordinator whose own activities were starved must not take
-  // its stale view for silence of the others.
-  observe_heartbeats();
+  // its stale view for silence of the others (the heartbeat activity observes every beat).
+  bool stale;
+  {
+    std::lock_guard<Mutex> lock(*mu_);
+    stale = runtime_.now_s() - observed_s_ > options_.heartbeat_interval_s / 2;
+  }
+  if (stale) observe_heartbeats();
 
   std::vector<std::int64_t> survivors, removed, missing_keys_ids;
   std::vector<std::string> missing_keys;
@@ -345,7 +351,7 @@ bool ElasticMesh::resolve_once() {
   }
   if (!missing_keys.empty()) {
     try {
-      store_.wait(missing_keys, options_.heartbeat_interval_s / 2);
+      store_.wait(missing_keys, options_.heartbeat_interval_s);
       return true;  // every report is in: resolve at once
     } catch (const TimeoutError&) {
       return false;
