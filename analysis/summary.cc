@@ -78,6 +78,7 @@ Summary summarize(const std::vector<EventRecord>& events) {
   std::map<std::int64_t, double> by_step_t;
   double inner_steps_total = 0, inner_compute_total = 0, inner_tokens_total = 0;
   bool any_inner = false;
+  std::set<std::pair<std::int64_t, std::int64_t>> retried;  // (outer step, attempt)
 
   for (const EventRecord& e : events) {
     last_t = std::max(last_t, e.t_s);
@@ -141,12 +142,13 @@ Summary summarize(const std::vector<EventRecord>& events) {
       n.allreduce_s += r->allreduce_s;
       n.outer_opt_s += r->outer_opt_s;
       ++n.outer_steps;
-    } else if (e.as<RetryRecord>()) {
-      ++s.retries;
+    } else if (const auto* r = e.as<RetryRecord>()) {
+      retried.insert({r->outer_step, r->attempt});  // every node reports the same retry
     } else if (e.as<FallbackRecord>()) {
       ++s.fallbacks;
     }
   }
+  s.retries = static_cast<std::int64_t>(retried.size());
   if (!config) throw ConfigError("events: no 'config' record (the first line of events.jsonl)");
 
   s.mode = config->mode;

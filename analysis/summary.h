@@ -90,6 +90,8 @@ struct Summary {
     double total_s = 0, mean_s = 0, max_s = 0, bytes = 0;
   } recovery;
   double idle_s = 0;  // Σ NodeStats::idle_s
+  // retries: distinct (outer step, attempt) retried; fallbacks: fallback records;
+  // failures: nodes whose life ended by a fail_detected.
   std::int64_t retries = 0, fallbacks = 0, failures = 0, joins = 0, graceful_leaves = 0;
 
   std::optional<double> loss;        // last outer step with a loss
