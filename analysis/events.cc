@@ -117,8 +117,8 @@ EventBody parse_body(const std::string& type, const Fields& f) {
     return EpochFormedRecord{f.integer("epoch"), f.integer("outer_step"), f.ids("members")};
   if (type == "inner_steps")
     return InnerStepsRecord{f.integer("outer_step"), f.integer("steps"),
-                            f.number("tokens"),     f.number("start_s"),
-                            f.number("compute_s"),  f.nullable_number("loss")};
+                            f.number("tokens"),      f.number("start_s"),
+                            f.number("compute_s"),   f.nullable_number("loss")};
   if (type == "allreduce") {
     AllreduceRecord r;
     r.outer_step = f.integer("outer_step");
@@ -135,7 +135,8 @@ EventBody parse_body(const std::string& type, const Fields& f) {
     r.relative_error = f.nullable_number("relative_error");
     return r;
   }
-  if (type == "retry") return RetryRecord{f.integer("outer_step"), f.integer("attempt"), f.string("reason")};
+  if (type == "retry")
+    return RetryRecord{f.integer("outer_step"), f.integer("attempt"), f.string("reason")};
   if (type == "fallback") return FallbackRecord{f.integer("outer_step"), f.string("reason")};
   if (type == "outer_step") {
     OuterStepRecord r;
@@ -151,7 +152,8 @@ EventBody parse_body(const std::string& type, const Fields& f) {
   }
   if (type == "checkpoint")
     return CheckpointRecord{f.integer("outer_step"), f.number("bytes"), f.number("elapsed_s")};
-  if (type == "run_finished") return RunFinishedRecord{f.number("simulated_s"), f.integer("outer_steps")};
+  if (type == "run_finished")
+    return RunFinishedRecord{f.number("simulated_s"), f.integer("outer_steps")};
   return UnknownRecord{};
 }
 
@@ -164,7 +166,8 @@ EventRecord parse_event_line(const std::string& line, const std::string& where) 
   } catch (const json::parse_error& e) {
     throw ConfigError(where + ": not valid JSON (" + e.what() + ")");
   }
-  if (!obj.is_object()) throw ConfigError(where + ": a record must be a JSON object, got " + obj.dump());
+  if (!obj.is_object())
+    throw ConfigError(where + ": a record must be a JSON object, got " + obj.dump());
   Fields common(obj, where, "record");
   EventRecord r;
   r.type = common.string("type");
@@ -191,14 +194,16 @@ std::vector<EventRecord> read_events(std::istream& in, const std::string& source
 
 std::string events_path(const std::string& run_dir_or_file) {
   namespace fs = std::filesystem;
-  if (fs::is_directory(run_dir_or_file)) return (fs::path(run_dir_or_file) / "events.jsonl").string();
+  if (fs::is_directory(run_dir_or_file))
+    return (fs::path(run_dir_or_file) / "events.jsonl").string();
   return run_dir_or_file;
 }
 
 std::vector<EventRecord> read_events_file(const std::string& path) {
   const std::string file = events_path(path);
   std::ifstream in(file);
-  if (!in) throw ConfigError(file + ": cannot open the events file (expected RUN_DIR/events.jsonl)");
+  if (!in)
+    throw ConfigError(file + ": cannot open the events file (expected RUN_DIR/events.jsonl)");
   return read_events(in, file);
 }
 

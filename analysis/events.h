@@ -5,12 +5,11 @@
 
 #include <cstdint>
 #include <istream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <variant>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace meridian::analysis {
 
@@ -22,7 +21,7 @@ struct RunMetrics {
   double gpus_per_node = 1;
   double peak_flops_per_gpu = 0;
   std::int64_t H = 0;
-  std::string codec;        // optional in the reader ("" when absent)
+  std::string codec;             // optional in the reader ("" when absent)
   std::int64_t local_ranks = 1;  // optional (1 when absent)
 };
 
@@ -119,10 +118,9 @@ struct UnknownRecord {};
 
 using EventBody =
     std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
-                 RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord,
-                 NodeLeftRecord, EpochFormedRecord, InnerStepsRecord, AllreduceRecord,
-                 RetryRecord, FallbackRecord, OuterStepRecord, CheckpointRecord,
-                 RunFinishedRecord, UnknownRecord>;
+                 RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord, NodeLeftRecord,
+                 EpochFormedRecord, InnerStepsRecord, AllreduceRecord, RetryRecord, FallbackRecord,
+                 OuterStepRecord, CheckpointRecord, RunFinishedRecord, UnknownRecord>;
 
 struct EventRecord {
   double t_s = 0;

@@ -31,6 +31,10 @@ void gp_figure(std::ostream& script, const std::string& dir, const std::string& 
                const std::string& body, const PlotOptions& options, int height_px,
                std::vector<std::string>& files);
 
+// The i-th colour of the series palette (8 colours that stay distinct in print and for the
+// common colour-blindnesses), as "#rrggbb".
+const char* series_color(std::size_t i);
+
 // A readable time unit for a span: seconds, minutes or hours.
 struct TimeUnit {
   double divisor_s;

@@ -100,7 +100,8 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
     std::vector<std::vector<int>> counts(runs.size(), std::vector<int>(bins, 0));
     for (std::size_t i = 0; i < runs.size(); ++i)
       for (const OuterStepStats& st : runs[i]->summary.steps) {
-        int& c = counts[i][std::clamp(static_cast<int>((st.allreduce_s - lo) / width), 0, bins - 1)];
+        int& c =
+            counts[i][std::clamp(static_cast<int>((st.allreduce_s - lo) / width), 0, bins - 1)];
         max_count = std::max(max_count, ++c);
       }
     for (int b = 0; b < bins; ++b) {
@@ -164,21 +165,25 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
           << pct(st.compute_utilization) << " " << pct(st.mfu) << "\n";
     const std::string f = gp_quote(sc.data(file).string());
     const std::string tag = runs.size() > 1 ? runs[i]->label + ": " : "";
-    util << (util.tellp() > 0 ? ", " : "plot ") << f << " using 1:2 with linespoints pt 7 ps 0.6 lc rgb '"
-         << color(i) << "' title " << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", " << f
+    util << (util.tellp() > 0 ? ", " : "plot ") << f
+         << " using 1:2 with linespoints pt 7 ps 0.6 lc rgb '" << color(i) << "' title "
+         << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", " << f
          << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' title "
          << gp_quote(tag + "inner compute / outer-step wall time");
-    mfu << (mfu.tellp() > 0 ? ", " : "plot ") << f << " using 1:4 with linespoints pt 7 ps 0.6 lc rgb '"
-        << color(i) << "' title " << gp_quote(runs[i]->label);
+    mfu << (mfu.tellp() > 0 ? ", " : "plot ") << f
+        << " using 1:4 with linespoints pt 7 ps 0.6 lc rgb '" << color(i) << "' title "
+        << gp_quote(runs[i]->label);
   }
   if (util.tellp() == 0) return;
   std::ostringstream body;
   body << "set multiplot layout 1,2\nset grid\nset key bottom left font ',10'\n"
        << "set xlabel 'time since start [" << u.name << "]'\n"
        << "set title 'Compute utilization per outer step'\nset ylabel 'utilization [%]'\n"
-       << "set yrange [0:105]\n" << util.str() << "\n"
+       << "set yrange [0:105]\n"
+       << util.str() << "\n"
        << "set title 'MFU per outer step'\nset ylabel 'model FLOPs utilization [%]'\n"
-       << "set yrange [0:*]\n" << mfu.str() << "\n";
+       << "set yrange [0:*]\n"
+       << mfu.str() << "\n";
   sc.figure(name, body.str());
 }
 
@@ -234,8 +239,10 @@ void fig_timeline(Script& sc, const RunData& run, std::int64_t step) {
       const NodeStats& n = *rows[y];
       std::vector<Interval> ivs;
       if (kind == 0) ivs.push_back({n.start_s, n.end_s});
-      const auto* m = kind == 1 ? &compute : kind == 2 ? &allreduce_bucket : kind == 3 ? &outer_opt
-                                                                              : &recovery;
+      const auto* m = kind == 1   ? &compute
+                      : kind == 2 ? &allreduce_bucket
+                      : kind == 3 ? &outer_opt
+                                  : &recovery;
       if (kind > 0)
         if (auto it = m->find(n.node); it != m->end()) ivs = it->second;
       const double h = kind == 0 ? 0.4 : 0.3;
@@ -260,7 +267,7 @@ void fig_timeline(Script& sc, const RunData& run, std::int64_t step) {
        << "set ylabel 'node'\nset ytics (" << tics.str() << ")\n"
        << "set yrange [" << rows.size() - 0.4 << ":-0.6]\n"
        << "set xrange [0:" << (t1 - t0) / u.divisor_s << "]\nset grid xtics\n"
-       << "set key outside top center horizontal\nplot ";
+       << "set key outside right top vertical\nplot ";
   for (std::size_t i = 0; i < used.size(); ++i)
     body << (i ? ", " : "") << gp_quote(sc.data(file).string()) << " index " << i
          << " using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '" << colors[used[i]]
@@ -273,9 +280,10 @@ void fig_bytes(Script& sc, const RunData& run) {
   std::ostringstream rows;
   for (const NodeStats& n : s.per_node) {
     if (n.bytes_sent <= 0 && n.bytes_received <= 0) continue;
-    const double bw = n.allreduce_record_s > 0 ? n.bytes_sent * 8.0 / n.allreduce_record_s / 1e6 : NAN;
-    rows << "\"node " << n.node << "\" " << n.bytes_sent / 1e9 << " " << n.bytes_received / 1e9 << " "
-         << bw << "\n";
+    const double bw =
+        n.allreduce_record_s > 0 ? n.bytes_sent * 8.0 / n.allreduce_record_s / 1e6 : NAN;
+    rows << "\"node " << n.node << "\" " << n.bytes_sent / 1e9 << " " << n.bytes_received / 1e9
+         << " " << bw << "\n";
   }
   if (rows.tellp() == 0) return;
   {
@@ -309,13 +317,14 @@ void fig_loss(Script& sc, const RunData& run) {
   if (rows.tellp() == 0) return;
   {
     auto out = open_data(sc.data("loss.dat"));
-    out << "# tokens time_" << u.name << " loss perplexity (mean over the step's nodes)\n" << rows.str();
+    out << "# tokens time_" << u.name << " loss perplexity (mean over the step's nodes)\n"
+        << rows.str();
   }
   const std::string f = gp_quote(sc.data("loss.dat").string());
   auto body = [&](const std::string& x_label, int col, const std::string& fmt) {
     std::ostringstream b;
-    b << "set multiplot layout 1,2\nset grid\nset key off\n" << fmt
-      << "set xlabel " << gp_quote(x_label) << "\n"
+    b << "set multiplot layout 1,2\nset grid\nset key off\n"
+      << fmt << "set xlabel " << gp_quote(x_label) << "\n"
       << "set title 'Loss'\nset ylabel 'training loss [nats/token]'\n"
       << "plot " << f << " using " << col << ":3 with linespoints pt 7 ps 0.5 lc rgb '" << color(0)
       << "'\n"
@@ -333,8 +342,8 @@ std::vector<std::string> finish(Script& sc, const std::string& script_name) {
   {
     std::ofstream out(script);
     if (!out) throw ConfigError(script.string() + ": cannot write");
-    out << "# Generated by `meridian plot`; run `gnuplot " << script_name
-        << "` here to redraw.\n" << sc.text.str();
+    out << "# Generated by `meridian plot`; run `gnuplot " << script_name << "` here to redraw.\n"
+        << sc.text.str();
   }
   if (!sc.files.empty()) run_gnuplot(script.string(), sc.options);
   return sc.files;
@@ -361,6 +370,7 @@ RunData load_run(const std::string& run_dir_or_file) {
   fs::path name = fs::absolute(r.dir).lexically_normal();
   if (name.filename().empty()) name = name.parent_path();
   r.label = name.filename().string();
+  if (!fs::is_directory(p) && p.filename() != "events.jsonl") r.label = p.stem().string();
   r.events = read_events_file(run_dir_or_file);
   try {
     r.summary = summarize(r.events);

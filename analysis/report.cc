@@ -42,11 +42,20 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -97,12 +106,14 @@ const char* caption(const std::string& name) {
   if (name == "allreduce_box") return "Distribution of the all-reduce time per outer step.";
   if (name == "utilization")
     return "Left: compute utilization per outer step, in the report's form T_inner / (T_inner + "
-           "T_allreduce) and as inner compute over the step's wall time. Right: MFU per outer step.";
+           "T_allreduce) and as inner compute over the step's wall time. Right: MFU per outer "
+           "step.";
   if (name == "timeline")
     return "What each node did during one outer step: compute, all-reduce, outer optimizer, "
            "recovery; grey is alive but idle (waiting for the slowest node, membership).";
-  if (name == "bytes") return "All-reduce bytes per node over the run, and the send bandwidth "
-                              "while in all-reduce.";
+  if (name == "bytes")
+    return "All-reduce bytes per node over the run, and the send bandwidth "
+           "while in all-reduce.";
   if (name == "loss_vs_tokens") return "Loss and perplexity (mean over nodes) against tokens.";
   if (name == "loss_vs_time") return "Loss and perplexity against wall-clock time.";
   return "";
@@ -185,10 +196,12 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
       std::to_string(s.nodes.min) + " / " + fmt(s.nodes.mean, "%.2f") + " / " +
           std::to_string(s.nodes.max),
       "alive nodes; the mean is time-weighted");
-  row("recoveries", std::to_string(s.recovery.count) + " (" + seconds(s.recovery.total_s) +
-                        " total, " + seconds(s.recovery.max_s) + " max)",
+  row("recoveries",
+      std::to_string(s.recovery.count) + " (" + seconds(s.recovery.total_s) + " total, " +
+          seconds(s.recovery.max_s) + " max)",
       "recovery_finished.elapsed_s");
-  row("idle time", seconds(s.idle_s), "alive but not computing, reducing, optimizing or recovering");
+  row("idle time", seconds(s.idle_s),
+      "alive but not computing, reducing, optimizing or recovering");
   row("retries / fallbacks / failures",
       std::to_string(s.retries) + " / " + std::to_string(s.fallbacks) + " / " +
           std::to_string(s.failures),

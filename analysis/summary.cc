@@ -201,8 +201,10 @@ Summary summarize(const std::vector<EventRecord>& events) {
         s.nodes.max = std::max(s.nodes.max, count);
       }
       while (i < deltas.size() && deltas[i].first == t) count += deltas[i++].second;
-      if (s.node_count.back().first == t) s.node_count.back().second = count;
-      else s.node_count.push_back({t, count});
+      if (s.node_count.back().first == t)
+        s.node_count.back().second = count;
+      else
+        s.node_count.push_back({t, count});
       t_prev = t;
     }
     if (s.nodes.min == std::numeric_limits<std::int64_t>::max()) s.nodes.min = 0;
@@ -215,12 +217,14 @@ Summary summarize(const std::vector<EventRecord>& events) {
   for (auto& [id, n] : nodes) {
     compute_total += n.compute_s;
     n.compute_utilization = safe_div(n.compute_s, n.alive_s);
-    n.idle_s = std::max(0.0, n.alive_s - n.compute_s - n.allreduce_s - n.outer_opt_s - n.recovery_s);
+    n.idle_s =
+        std::max(0.0, n.alive_s - n.compute_s - n.allreduce_s - n.outer_opt_s - n.recovery_s);
     s.idle_s += n.idle_s;
   }
   s.compute_utilization = safe_div(compute_total, alive_total);
   s.inner_step_s = safe_div(inner_compute_total, inner_steps_total);
-  if (s.recovery.count > 0) s.recovery.mean_s = s.recovery.total_s / static_cast<double>(s.recovery.count);
+  if (s.recovery.count > 0)
+    s.recovery.mean_s = s.recovery.total_s / static_cast<double>(s.recovery.count);
 
   // Tokens: Σ inner_steps.tokens; runs without inner_steps records fall back to outer_step.tokens.
   s.tokens = inner_tokens_total;
@@ -287,7 +291,8 @@ Summary summarize(const std::vector<EventRecord>& events) {
     n.allreduce_record_s += w.elapsed_s();
     sent_total += w.sent();
     auto p = step_participants.find(key);
-    const double ranks = static_cast<double>(p != step_participants.end() ? p->second : w.participants);
+    const double ranks =
+        static_cast<double>(p != step_participants.end() ? p->second : w.participants);
     if (ranks > 1)
       ddp_total += 2.0 * (ranks - 1.0) / ranks * 4.0 * s.metrics.param_count *
                    static_cast<double>(s.metrics.H);
@@ -317,7 +322,8 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["tokens"] = num(s.tokens);
   j["compute_utilization"] = num(s.compute_utilization);
   J per_node = J::object();
-  for (const NodeStats& n : s.per_node) per_node[std::to_string(n.node)] = num(n.compute_utilization);
+  for (const NodeStats& n : s.per_node)
+    per_node[std::to_string(n.node)] = num(n.compute_utilization);
   j["compute_utilization_per_node"] = per_node;
   j["outer_step_utilization"] = num(s.outer_step_utilization);
   j["mfu"] = num(s.mfu);

@@ -4,11 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "analysis/events.h"
 
@@ -47,16 +46,16 @@ struct NodeStats {
 // One outer step, across the nodes that completed it (its `outer_step` records).
 struct OuterStepStats {
   std::int64_t outer_step = 0;
-  double t_end_s = 0;      // latest outer_step record's t
-  double duration_s = 0;   // t_end_s minus the previous step's t_end_s (or the run's start)
+  double t_end_s = 0;             // latest outer_step record's t
+  double duration_s = 0;          // t_end_s minus the previous step's t_end_s (or the run's start)
   std::int64_t participants = 0;  // largest `participants` reported
-  double inner_s = 0;      // mean outer_step.inner_s (T_inner)
-  double allreduce_s = 0;  // largest outer_step.allreduce_s (T_allreduce, slowest node)
-  double tokens = 0;       // Σ outer_step.tokens
+  double inner_s = 0;             // mean outer_step.inner_s (T_inner)
+  double allreduce_s = 0;         // largest outer_step.allreduce_s (T_allreduce, slowest node)
+  double tokens = 0;              // Σ outer_step.tokens
   double cumulative_tokens = 0;
-  double utilization = 0;  // T_inner / (T_inner + T_allreduce)
+  double utilization = 0;          // T_inner / (T_inner + T_allreduce)
   double compute_utilization = 0;  // inner_s / duration_s
-  double mfu = 0;          // flops_per_token × tokens / (duration × participants × GPUs × peak)
+  double mfu = 0;  // flops_per_token × tokens / (duration × participants × GPUs × peak)
   std::optional<double> loss;  // mean of the nodes' non-null losses
 };
 
@@ -97,8 +96,8 @@ struct Summary {
   std::optional<double> loss;        // last outer step with a loss
   std::optional<double> perplexity;  // exp(loss)
 
-  std::vector<NodeStats> per_node;        // by node id
-  std::vector<OuterStepStats> steps;      // by outer step
+  std::vector<NodeStats> per_node;    // by node id
+  std::vector<OuterStepStats> steps;  // by outer step
   // Alive-node count as a step function: (time, count from that time on), starting at
   // run_start_s.
   std::vector<std::pair<double, std::int64_t>> node_count;

@@ -15,8 +15,9 @@ constexpr const char* kUsage =
     "  Draws each run's plots (PNG and SVG) into RUN_DIR/plots: active nodes, all-reduce time\n"
     "  histogram and box plot, utilization and MFU over time, a per-node timeline of one outer\n"
     "  step, bytes and bandwidth per node, loss and perplexity (when the run has losses).\n"
-    "  With several runs, also draws them side by side (compare_*.png) into --out\n"
-    "  (default: the first run's plots folder).\n"
+    "  RUN_DIR may also be an events.jsonl file (its folder is the run's folder).\n"
+    "  --out DIR    one run: its plots go to DIR instead; several runs: the side-by-side\n"
+    "               figures (compare_*.png) go to DIR (default: the first run's plots folder)\n"
     "  --step N     the outer step of the timeline (default: the first with a recovery, else\n"
     "               the middle one)\n"
     "  --size WxH   image size in pixels (default 1200x700)\n"
@@ -58,13 +59,20 @@ int run_plot(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
       return args[++i];
     };
-    if (a == "--out") out = value();
-    else if (a == "--step") options.timeline_step = parse_step(value());
-    else if (a == "--size") std::tie(options.plot.width_px, options.plot.height_px) = parse_size(value());
-    else if (a == "--no-svg") options.plot.svg = false;
-    else if (a == "-h" || a == "--help") return std::cout << kUsage, kExitOk;
-    else if (!a.empty() && a[0] == '-') throw ConfigError("unknown option '" + a + "'\n" + kUsage);
-    else dirs.push_back(a);
+    if (a == "--out")
+      out = value();
+    else if (a == "--step")
+      options.timeline_step = parse_step(value());
+    else if (a == "--size")
+      std::tie(options.plot.width_px, options.plot.height_px) = parse_size(value());
+    else if (a == "--no-svg")
+      options.plot.svg = false;
+    else if (a == "-h" || a == "--help")
+      return std::cout << kUsage, kExitOk;
+    else if (!a.empty() && a[0] == '-')
+      throw ConfigError("unknown option '" + a + "'\n" + kUsage);
+    else
+      dirs.push_back(a);
   }
   if (dirs.empty()) throw ConfigError(std::string("no run directory given\n") + kUsage);
   analysis::find_gnuplot(options.plot.gnuplot);
@@ -72,16 +80,17 @@ int run_plot(const std::vector<std::string>& args) {
   std::vector<analysis::RunData> runs;
   for (const std::string& d : dirs) runs.push_back(analysis::load_run(d));
   for (const analysis::RunData& r : runs) {
-    const auto plots_dir = std::filesystem::path(r.dir) / "plots";
-    const auto files = analysis::plot_run(r, plots_dir.string(), options);
-    std::cout << r.label << ": " << files.size() << " files in " << plots_dir.string() << "\n";
+    const std::string plots_dir =
+        runs.size() == 1 && !out.empty() ? out : (std::filesystem::path(r.dir) / "plots").string();
+    const auto files = analysis::plot_run(r, plots_dir, options);
+    std::cout << r.label << ": " << files.size() << " files in " << plots_dir << "\n";
     for (const std::string& f : files) std::cout << "  " << f << "\n";
   }
   if (runs.size() > 1) {
     if (out.empty()) out = (std::filesystem::path(runs[0].dir) / "plots").string();
     const auto files = analysis::plot_comparison(runs, out, options.plot);
-    std::cout << "comparison of " << runs.size() << " runs: " << files.size() << " files in "
-              << out << "\n";
+    std::cout << "comparison of " << runs.size() << " runs: " << files.size() << " files in " << out
+              << "\n";
     for (const std::string& f : files) std::cout << "  " << f << "\n";
   }
   return kExitOk;

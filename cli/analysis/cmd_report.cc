@@ -21,7 +21,8 @@ int run_report(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--out") {
-      if (i + 1 >= args.size()) throw ConfigError("--out needs a file name\n" + std::string(kUsage));
+      if (i + 1 >= args.size())
+        throw ConfigError("--out needs a file name\n" + std::string(kUsage));
       options.output = args[++i];
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;

@@ -73,9 +73,9 @@ TEST(Events, MalformedJsonNamesFileAndLine) {
 }
 
 TEST(Events, MissingFieldIsNamed) {
-  const std::string msg = error_of(
-      kConfig + "\n" + R"({"t":1,"node":0,"type":"outer_step","outer_step":0,"epoch":0,)" +
-      R"("participants":2,"inner_s":1,"outer_opt_s":0,"tokens":1,"loss":null})" + "\n");
+  const std::string msg =
+      error_of(kConfig + "\n" + R"({"t":1,"node":0,"type":"outer_step","outer_step":0,"epoch":0,)" +
+               R"("participants":2,"inner_s":1,"outer_opt_s":0,"tokens":1,"loss":null})" + "\n");
   EXPECT_NE(msg.find("run/events.jsonl:2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'outer_step' record"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'allreduce_s' is missing"), std::string::npos) << msg;
@@ -99,8 +99,8 @@ TEST(Events, WrongTypesAreNamed) {
 }
 
 TEST(Events, MissingMetricInConfigIsNamed) {
-  const std::string msg = error_of(
-      R"({"t":0,"node":-1,"type":"config","mode":"real","metrics":{"param_count":1}})");
+  const std::string msg =
+      error_of(R"({"t":0,"node":-1,"type":"config","mode":"real","metrics":{"param_count":1}})");
   EXPECT_NE(msg.find("run/events.jsonl:1"), std::string::npos) << msg;
   EXPECT_NE(msg.find("'config.metrics' record: field 'flops_per_token' is missing"),
             std::string::npos)

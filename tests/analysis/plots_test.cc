@@ -137,8 +137,8 @@ TEST(Report, SelfContainedHtml) {
   text << in.rdbuf();
   const std::string html = text.str();
   std::size_t images = 0;
-  for (std::size_t at = 0; (at = html.find("src=\"data:image/png;base64,", at)) != std::string::npos;
-       ++at)
+  for (std::size_t at = 0;
+       (at = html.find("src=\"data:image/png;base64,", at)) != std::string::npos; ++at)
     ++images;
   EXPECT_EQ(images, 8u);
   EXPECT_EQ(html.find("src=\"http"), std::string::npos);

@@ -145,10 +145,10 @@ TEST(Summary, LossAndPerplexityFromTheLastStepWithLosses) {
 
 TEST(Summary, JsonHasTheSchemaKeys) {
   const nlohmann::ordered_json j = to_json(small_run());
-  for (const char* key : {"compute_utilization", "outer_step_utilization", "mfu", "allreduce_s",
-                          "inner_step_s", "wire_bytes_per_node_per_outer_step",
-                          "bandwidth_reduction_vs_ddp", "tokens", "simulated_s", "nodes",
-                          "outer_steps", "recovery", "idle_s", "loss", "perplexity"})
+  for (const char* key :
+       {"compute_utilization", "outer_step_utilization", "mfu", "allreduce_s", "inner_step_s",
+        "wire_bytes_per_node_per_outer_step", "bandwidth_reduction_vs_ddp", "tokens", "simulated_s",
+        "nodes", "outer_steps", "recovery", "idle_s", "loss", "perplexity"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_DOUBLE_EQ(j["allreduce_s"]["p90"].get<double>(), 3.8);
   EXPECT_DOUBLE_EQ(j["compute_utilization_per_node"]["1"].get<double>(), 0.5);

@@ -15,7 +15,8 @@ namespace {
 
 class Noise {  // deterministic uniform noise in [-1, 1]
  public:
-  explicit Noise(std::uint64_t seed) : state_(seed * 6364136223846793005ULL + 1442695040888963407ULL) {}
+  explicit Noise(std::uint64_t seed)
+      : state_(seed * 6364136223846793005ULL + 1442695040888963407ULL) {}
   double next() {
     state_ = state_ * 6364136223846793005ULL + 1442695040888963407ULL;
     return static_cast<double>(state_ >> 11) / static_cast<double>(1ULL << 53) * 2.0 - 1.0;
@@ -46,19 +47,29 @@ std::vector<Event> synthetic_run(const SyntheticOptions& o) {
   const double bucket_elements = kParamCount / 2;
 
   JsonObject metrics;
-  metrics.add("param_count", kParamCount).add("flops_per_token", 6 * kParamCount)
-      .add("tokens_per_inner_step", kTokensPerInnerStep).add("gpus_per_node", 1)
-      .add("peak_flops_per_gpu", 1e14).add("H", o.H).add("codec", o.codec).add("local_ranks", 1);
+  metrics.add("param_count", kParamCount)
+      .add("flops_per_token", 6 * kParamCount)
+      .add("tokens_per_inner_step", kTokensPerInnerStep)
+      .add("gpus_per_node", 1)
+      .add("peak_flops_per_gpu", 1e14)
+      .add("H", o.H)
+      .add("codec", o.codec)
+      .add("local_ranks", 1);
   JsonObject diloco, config;
   diloco.add("H", o.H).add("codec", o.codec).add("buckets", 2);
-  config.add("run", JsonObject().add("seed", static_cast<std::int64_t>(o.seed))
-                        .add("mode", o.with_loss ? "emulate" : "simulate"))
+  config
+      .add("run", JsonObject()
+                      .add("seed", static_cast<std::int64_t>(o.seed))
+                      .add("mode", o.with_loss ? "emulate" : "simulate"))
       .add("diloco", diloco)
       .add("model", JsonObject().add("layers", 12).add("hidden", 768).add("vocab", 50257));
   emit(0, -1, "config",
-       JsonObject().add("mode", o.with_loss ? "emulate" : "simulate")
-           .add("seed", static_cast<std::int64_t>(o.seed)).add("command", "synthetic_run (tests)")
-           .add("versions", JsonObject().add("meridian", "test")).add("metrics", metrics)
+       JsonObject()
+           .add("mode", o.with_loss ? "emulate" : "simulate")
+           .add("seed", static_cast<std::int64_t>(o.seed))
+           .add("command", "synthetic_run (tests)")
+           .add("versions", JsonObject().add("meridian", "test"))
+           .add("metrics", metrics)
            .add("config", config));
 
   std::vector<Node> members;
@@ -95,9 +106,13 @@ std::vector<Event> synthetic_run(const SyntheticOptions& o) {
       form_epoch(step_start, k);
       const std::vector<std::int64_t> sources = {members[0].id, members[1].id};
       const double bytes = kParamCount * 4 * 3, recovery_s = 45 + 10 * noise.next();
-      emit(step_start, id, "recovery_started", JsonObject().add("sources", sources).add("bytes", bytes));
+      emit(step_start, id, "recovery_started",
+           JsonObject().add("sources", sources).add("bytes", bytes));
       emit(step_start + recovery_s, id, "recovery_finished",
-           JsonObject().add("bytes", bytes).add("elapsed_s", recovery_s).add("sources", sources)
+           JsonObject()
+               .add("bytes", bytes)
+               .add("elapsed_s", recovery_s)
+               .add("sources", sources)
                .add("resumed", 0));
       members.back().ready_s = step_start + recovery_s;
     }
@@ -109,10 +124,15 @@ std::vector<Event> synthetic_run(const SyntheticOptions& o) {
       const double start = std::max(n.ready_s, step_start);
       compute_s[n.id] = o.H * n.step_s * (1 + 0.03 * noise.next());
       JsonObject f;
-      f.add("outer_step", k).add("steps", o.H).add("tokens", o.H * kTokensPerInnerStep)
-          .add("start_s", start).add("compute_s", compute_s[n.id]);
-      if (o.with_loss) f.add("loss", loss_k + 0.05 * noise.next());
-      else f.add_raw("loss", "null");
+      f.add("outer_step", k)
+          .add("steps", o.H)
+          .add("tokens", o.H * kTokensPerInnerStep)
+          .add("start_s", start)
+          .add("compute_s", compute_s[n.id]);
+      if (o.with_loss)
+        f.add("loss", loss_k + 0.05 * noise.next());
+      else
+        f.add_raw("loss", "null");
       emit(start + compute_s[n.id], n.id, "inner_steps", f);
       ring_start = std::max(ring_start, start + compute_s[n.id]);
     }
@@ -130,13 +150,21 @@ std::vector<Event> synthetic_run(const SyntheticOptions& o) {
           const double bucket_s = elapsed / 2;
           const double sent = fraction * 2 * (N - 1) / N * bucket_elements * bytes_per_element;
           JsonObject f;
-          f.add("outer_step", k).add("bucket", b).add("epoch", epoch).add("attempt", attempt)
-              .add("codec", o.codec).add("elements", bucket_elements)
+          f.add("outer_step", k)
+              .add("bucket", b)
+              .add("epoch", epoch)
+              .add("attempt", attempt)
+              .add("codec", o.codec)
+              .add("elements", bucket_elements)
               .add("participants", static_cast<std::int64_t>(members.size()))
-              .add("bytes_sent", sent).add("bytes_received", sent).add("start_s", start)
+              .add("bytes_sent", sent)
+              .add("bytes_received", sent)
+              .add("start_s", start)
               .add("elapsed_s", bucket_s);
-          if (o.codec == "fp32") f.add("relative_error", 0.0);
-          else f.add("relative_error", 0.004 + 0.001 * noise.next());
+          if (o.codec == "fp32")
+            f.add("relative_error", 0.0);
+          else
+            f.add("relative_error", 0.004 + 0.001 * noise.next());
           emit(start + bucket_s, n.id, "allreduce", f);
           start += bucket_s;
         }
@@ -154,7 +182,8 @@ std::vector<Event> synthetic_run(const SyntheticOptions& o) {
       ar_s.erase(fail_node);
       ++epoch;
       for (const Node& n : members) {
-        emit(t_fail, n.id, "fail_detected", JsonObject().add("failed", fail_node).add("by", "allreduce"));
+        emit(t_fail, n.id, "fail_detected",
+             JsonObject().add("failed", fail_node).add("by", "allreduce"));
         emit(t_fail, n.id, "retry",
              JsonObject().add("outer_step", k).add("attempt", 1).add("reason", "peer lost"));
       }
@@ -168,19 +197,25 @@ std::vector<Event> synthetic_run(const SyntheticOptions& o) {
       const double opt_s = 0.4;
       const double t = attempt_start + (ar_s[n.id] - (attempt ? 5.0 : 0.0)) + opt_s;
       JsonObject f;
-      f.add("outer_step", k).add("epoch", epoch)
+      f.add("outer_step", k)
+          .add("epoch", epoch)
           .add("participants", static_cast<std::int64_t>(members.size()))
-          .add("inner_s", compute_s[n.id]).add("allreduce_s", ar_s[n.id]).add("outer_opt_s", opt_s)
+          .add("inner_s", compute_s[n.id])
+          .add("allreduce_s", ar_s[n.id])
+          .add("outer_opt_s", opt_s)
           .add("tokens", o.H * kTokensPerInnerStep);
-      if (o.with_loss) f.add("loss", loss_k - 0.1 + 0.05 * noise.next());
-      else f.add_raw("loss", "null");
+      if (o.with_loss)
+        f.add("loss", loss_k - 0.1 + 0.05 * noise.next());
+      else
+        f.add_raw("loss", "null");
       emit(t, n.id, "outer_step", f);
       n.ready_s = t;
       t_end = std::max(t_end, t);
     }
     if (k == leave_step) {
       for (const Node& n : members)
-        if (n.id == leave_node) emit(n.ready_s, n.id, "node_left", JsonObject().add("graceful", true));
+        if (n.id == leave_node)
+          emit(n.ready_s, n.id, "node_left", JsonObject().add("graceful", true));
       members.erase(std::remove_if(members.begin(), members.end(),
                                    [&](const Node& n) { return n.id == leave_node; }),
                     members.end());

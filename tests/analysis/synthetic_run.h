@@ -15,10 +15,10 @@ namespace meridian::analysis::testing {
 struct SyntheticOptions {
   int outer_steps = 12;
   int H = 50;
-  std::string codec = "int8";        // int8 (1 byte per element on the wire) or fp32 (4)
-  double allreduce_base_s = 20.0;    // ring time of a full bucket set at 4 nodes
-  double inner_step_s = 2.0;         // mean time of one inner step
-  bool with_loss = true;             // emulate-mode losses, else null (simulate mode)
+  std::string codec = "int8";      // int8 (1 byte per element on the wire) or fp32 (4)
+  double allreduce_base_s = 20.0;  // ring time of a full bucket set at 4 nodes
+  double inner_step_s = 2.0;       // mean time of one inner step
+  bool with_loss = true;           // emulate-mode losses, else null (simulate mode)
   std::uint64_t seed = 1;
 };
 
