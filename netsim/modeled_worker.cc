@@ -1,6 +1,7 @@
 // ModeledWorker: modelled inner-step time (see modeled_worker.h).
 #include "netsim/modeled_worker.h"
 
+#include <limits>
 #include <string>
 
 #include "engine/error.h"

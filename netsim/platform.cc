@@ -140,7 +140,8 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc) {
             kVariabilityPeriods * sc.network.variability_period_s));
       }
     }
-    access.push_back(l->seal());
+    l->seal();
+    access.push_back(l);
   }
   p.coordinator = world->create_host("coordinator", kHostFlops)->seal();
   auto* coord_link = world->create_split_duplex_link(

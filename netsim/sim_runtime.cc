@@ -2,6 +2,9 @@
 #include "netsim/sim_runtime.h"
 
 #include <exception>
+#include <utility>
+
+#include "engine/error.h"
 #include <mutex>
 #include <simgrid/s4u.hpp>
 

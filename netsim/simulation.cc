@@ -54,6 +54,13 @@ struct Assignment {
   int resumed = 0;
 };
 
+template <typename T>
+T finished_result() {
+  T r;
+  r.finished = true;
+  return r;
+}
+
 // Membership: the store-side state of the mesh (members, epochs, joiners, barriers). Nodes call
 // it from their actors; every barrier arrival also costs a store round trip (charged by the
 // caller). Single OS thread: the s4u mutex only orders actors across waits.
@@ -102,7 +109,7 @@ class Coordinator {
         finalize(node, boundary);
         return result_for(node);
       }
-      cv_->wait_until(lk, complete ? ready_at : kForever);
+      wait_until(lk, complete ? ready_at : kForever);
     }
   }
 
@@ -111,7 +118,7 @@ class Coordinator {
     std::unique_lock<sg4::Mutex> lk(*mu_);
     waiting_.insert(node);
     for (;;) {
-      if (finished_) return {.finished = true};
+      if (finished_) return finished_result<Assignment>();
       auto a = assigned_.find(node);
       if (a != assigned_.end()) {
         Assignment r = a->second;
@@ -123,7 +130,9 @@ class Coordinator {
         waiting_.erase(node);
         members_ = {node};
         new_epoch();
-        return {.founder = true};
+        Assignment a;
+        a.founder = true;
+        return a;
       }
       cv_->wait(lk);
     }
@@ -150,7 +159,7 @@ class Coordinator {
         admitted_.erase(it);
         return r;
       }
-      if (finished_) return {.finished = true};
+      if (finished_) return finished_result<SyncResult>();
       cv_->wait(lk);
     }
   }
@@ -172,7 +181,7 @@ class Coordinator {
       if (finished_) return false;
       if (inner_step >= 0 ? inner_progress() >= inner_step : sg4::Engine::get_clock() >= time_s)
         return true;
-      cv_->wait_until(lk, inner_step >= 0 ? kForever : time_s);
+      wait_until(lk, inner_step >= 0 ? kForever : time_s);
     }
   }
 
@@ -196,6 +205,11 @@ class Coordinator {
       return sa != sb ? sa < sb : a < b;
     });
     return m;
+  }
+
+  void wait_until(std::unique_lock<sg4::Mutex>& lk, double deadline) {
+    if (deadline == kForever) cv_->wait(lk);
+    else cv_->wait_until(lk, deadline);
   }
 
   void new_epoch() {
@@ -259,8 +273,11 @@ class Coordinator {
         if (src < 0) break;
         ++k;
         const std::uint64_t rep = kRecoveryEpochBase + (++recovery_epochs_);
-        assigned_[j] = {.source = src, .recovery_epoch = rep, .done_bytes = progress_[j],
-                        .resumed = resumed_[j]};
+        Assignment& a = assigned_[j];
+        a.source = src;
+        a.recovery_epoch = rep;
+        a.done_bytes = progress_[j];
+        a.resumed = resumed_[j];
         serve_[src].push_back({j, rep});
       }
       for (auto& [j, a] : assigned_) waiting_.erase(j);
