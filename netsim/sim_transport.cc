@@ -233,16 +233,23 @@ std::unique_ptr<Transport> SimNetwork::connect(const EpochSpec& spec) {
   MERIDIAN_CHECK(spec.rank >= 0 && spec.rank < static_cast<int>(spec.members.size()));
   std::shared_ptr<EpochState> ep = state_->epochs[spec.epoch].lock();
   if (!ep) {
-    ep = std::make_shared<EpochState>();
-    ep->epoch = spec.epoch;
-    ep->members = spec.members;
+    auto fresh = std::make_shared<EpochState>();
+    fresh->epoch = spec.epoch;
+    fresh->members = spec.members;
     for (auto m : spec.members) {
-      ep->hosts.push_back(host_of(m));
-      ep->inboxes.push_back(std::make_unique<Inbox>());
+      fresh->hosts.push_back(host_of(m));
+      // Creating s4u synchronisation objects is a simcall: other actors run meanwhile, and
+      // one of them may connect to the same epoch. Hence the second look below.
+      fresh->inboxes.push_back(std::make_unique<Inbox>());
     }
-    ep->aborted.assign(spec.members.size(), false);
-    state_->epochs[spec.epoch] = ep;
-  } else if (ep->members != spec.members) {
+    fresh->aborted.assign(spec.members.size(), false);
+    ep = state_->epochs[spec.epoch].lock();
+    if (!ep) {
+      ep = fresh;
+      state_->epochs[spec.epoch] = ep;
+    }
+  }
+  if (ep->members != spec.members) {
     throw ProtocolError("netsim: epoch " + std::to_string(spec.epoch) +
                         " connected with two different member lists");
   }

@@ -347,6 +347,7 @@ struct World {
   int lane_scale = 1;        // local ranks folded into one flow
   CodecId codec = CodecId::kInt8Prime;
   std::uint64_t recovery_bytes = 0;
+  std::exception_ptr error;  // first unexpected error of any actor
 
   void emit(std::int64_t node, const char* type, JsonObject f) {
     sink.emit(Event{sg4::Engine::get_clock(), node, type, std::move(f)});
@@ -576,13 +577,25 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
   member_loop(w, me, rt, worker, *store, std::move(res));
 }
 
+// Runs an actor body; an unexpected error ends the whole simulation and is rethrown by
+// run_simulation (ForcefulKillException is not a std::exception and passes through).
+template <typename F>
+void guarded(World& w, F&& body) {
+  try {
+    body();
+  } catch (const std::exception&) {
+    if (!w.error) w.error = std::current_exception();
+    sg4::Actor::kill_all();
+  }
+}
+
 std::int64_t start_node(World& w, int slot, bool initial) {
   const std::int64_t id = w.next_node_id++;
   w.node_on_slot[slot] = id;
   w.coord->register_node(id, slot);
   w.net.add_node(id, w.pf.hosts[slot]);
   sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot],
-                     [&w, id, slot, initial] { node_main(w, id, slot, initial); });
+                     [&w, id, slot, initial] { guarded(w, [&] { node_main(w, id, slot, initial); }); });
   return id;
 }
 
@@ -689,9 +702,10 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   }
   w.coord->set_initial(initial, slot_of);
   for (auto slot : initial_slots) start_node(w, slot, true);
-  sg4::Actor::create("churn", w.pf.coordinator, [&w, &trace] { replay_churn(w, trace); });
+  sg4::Actor::create("churn", w.pf.coordinator, [&w, &trace] { guarded(w, [&] { replay_churn(w, trace); }); });
 
   e.run();
+  if (w.error) std::rethrow_exception(w.error);
   const double end = sg4::Engine::get_clock();
   JsonObject f;
   f.add("simulated_s", end).add("outer_steps", w.coord->outer_done());
