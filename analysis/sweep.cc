@@ -146,6 +146,7 @@ void write_sweep_tables(const SweepResult& result, const std::string& out_dir,
                  md_path = fs::path(out_dir) / "sweep.md";
   std::ofstream csv(csv_path), md(md_path);
   if (!csv || !md) throw ConfigError(out_dir + ": cannot write sweep.csv / sweep.md");
+  if (!result.command.empty()) md << "Command: `" << result.command << "`\n\n";
   std::vector<std::string> header = {"point"};
   for (const SweepAxis& a : result.axes) header.push_back(a.key);
   header.push_back("status");
@@ -187,7 +188,8 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
     if (axis.values.size() < 2) continue;
     const bool numeric = all_numeric(axis.values);
     // Lines: the other axes' values; x: this axis' value (its index when not numeric).
-    std::map<std::string, std::vector<std::pair<double, const Summary*>>> lines;
+    // In grid order, so that the legend lists the other axes' values as they were given.
+    std::vector<std::pair<std::string, std::vector<std::pair<double, const Summary*>>>> lines;
     for (const SweepPointResult& p : result.points) {
       if (!p.summary) continue;
       std::string line;
@@ -200,7 +202,9 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
           numeric ? std::strtod(v.c_str(), nullptr)
                   : static_cast<double>(std::find(axis.values.begin(), axis.values.end(), v) -
                                         axis.values.begin());
-      lines[line].push_back({x, &*p.summary});
+      auto it = std::find_if(lines.begin(), lines.end(), [&](auto& l) { return l.first == line; });
+      if (it == lines.end()) it = lines.insert(lines.end(), {line, {}});
+      it->second.push_back({x, &*p.summary});
     }
     if (lines.empty()) continue;
     std::string safe = axis.key;
@@ -275,6 +279,7 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
   if (options.plots) find_gnuplot(options.plot.gnuplot);  // before hours of simulation
   SweepResult result;
   result.axes = axes;
+  result.command = options.command;
   const std::vector<SweepPoint> points = expand_grid(axes);
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);

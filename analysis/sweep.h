@@ -45,6 +45,7 @@ struct SweepOptions {
   std::optional<std::int64_t> seed;
   PlotOptions plot;
   bool plots = true;
+  std::string command;  // the command line, written above the Markdown table
 };
 
 struct SweepPointResult {
@@ -59,6 +60,7 @@ struct SweepResult {
   std::vector<SweepAxis> axes;
   std::vector<SweepPointResult> points;
   std::vector<std::string> files;  // the table and the plots
+  std::string command;
   int failed() const;
 };
 

@@ -71,6 +71,8 @@ int run_sweep_command(const std::vector<std::string>& args) {
   if (axes.empty())
     throw ConfigError(std::string("nothing to sweep: give --set KEY=V1,V2\n") + kUsage);
 
+  options.command = "meridian sweep";
+  for (const std::string& a : args) options.command += " " + a;
   const analysis::SweepResult result =
       analysis::run_sweep(options, axes, analysis::self_runner(), std::cout);
   std::cout << "\n"

@@ -78,6 +78,7 @@ TEST(Sweep, RunsEveryPointAndWritesTheTable) {
   options.out_dir = out.string();
   options.seed = 9;
   options.plots = false;
+  options.command = "meridian sweep x.yaml ...";
   std::ostringstream progress;
   const SweepResult r = run_sweep(
       options, {parse_sweep_axis("diloco.H=50,500"), parse_sweep_axis("diloco.codec=fp32,int8")},
@@ -106,10 +107,11 @@ TEST(Sweep, RunsEveryPointAndWritesTheTable) {
   EXPECT_NE(csv[2].find(std::string(",") + mfu + ","), std::string::npos) << csv[2];
 
   const auto md = lines_of((out / "sweep.md").string());
-  ASSERT_EQ(md.size(), 6u);  // header, rule, 4 points
-  EXPECT_EQ(md[0].rfind("| point | diloco.H | diloco.codec | status | compute_utilization |", 0),
+  ASSERT_EQ(md.size(), 8u);  // command, blank, header, rule, 4 points
+  EXPECT_EQ(md[0], "Command: `meridian sweep x.yaml ...`");
+  EXPECT_EQ(md[2].rfind("| point | diloco.H | diloco.codec | status | compute_utilization |", 0),
             0u);
-  EXPECT_EQ(md[1].rfind("|---|---|---|---|--:|", 0), 0u) << md[1];
+  EXPECT_EQ(md[3].rfind("|---|---|---|---|--:|", 0), 0u) << md[3];
 }
 
 TEST(Sweep, PlotsAgainstEachSweptValue) {
