@@ -147,6 +147,22 @@ TEST(Report, SelfContainedHtml) {
   EXPECT_NE(html.find("&quot;codec&quot;: &quot;int8&quot;"), std::string::npos);  // the config
 }
 
+TEST(Report, RunThatNeverReachedAnOuterStep) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string dir = fresh_dir("empty");
+  std::vector<Event> events = testing::synthetic_run({});
+  events.resize(3);  // config and two node_started: the run died before any step
+  {
+    std::ofstream out(dir + "/events.jsonl");
+    for (const Event& e : events) out << e.to_json() << "\n";
+  }
+  EXPECT_TRUE(plot_run(load_run(dir), dir + "/plots", {}).empty());
+  std::ifstream in(write_report(dir, {}));
+  std::stringstream html;
+  html << in.rdbuf();
+  EXPECT_NE(html.str().find("No plots: the run has no outer steps."), std::string::npos);
+}
+
 TEST(Report, Base64AndEscaping) {
   EXPECT_EQ(base64_encode(""), "");
   EXPECT_EQ(base64_encode("f"), "Zg==");
