@@ -89,11 +89,12 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
   }
   if (most == 0) return;
   // Histogram: the same bins for every run, bars of the runs side by side in each bin.
-  const int bins = static_cast<int>(std::clamp<std::size_t>(most / 2, 5, 20));
-  if (hi - lo <= 1e-6 * std::max(1.0, std::abs(hi))) {  // one value: bins around it
+  int bins = static_cast<int>(std::clamp<std::size_t>(most / 2, 5, 20));
+  if (hi - lo <= 1e-6 * std::max(1.0, std::abs(hi))) {  // one value: in the middle bin
     const double pad = std::max(std::abs(hi) * 0.05, 1e-3);
     lo -= pad;
     hi += pad;
+    bins |= 1;
   }
   const double width = (hi - lo) / bins;
   int max_count = 0;
