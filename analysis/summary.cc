@@ -33,6 +33,7 @@ struct WireTally {
 struct NodeLife {
   std::optional<double> started, admitted, left, failed, first_event;
   bool initial = false;
+  bool crashed = false;  // node_left with graceful = false
 };
 
 }  // namespace
@@ -104,7 +105,10 @@ Summary summarize(const std::vector<EventRecord>& events) {
     } else if (e.as<NodeLeftRecord>()) {
       NodeLife& life = lives[e.node];
       if (!life.left) life.left = e.t_s;
-      if (e.as<NodeLeftRecord>()->graceful) ++s.graceful_leaves;
+      if (e.as<NodeLeftRecord>()->graceful)
+        ++s.graceful_leaves;
+      else
+        life.crashed = true;
     } else if (const auto* r = e.as<FailDetectedRecord>()) {
       NodeLife& life = lives[r->failed];
       if (!life.failed || e.t_s < *life.failed) life.failed = e.t_s;
@@ -169,13 +173,15 @@ Summary summarize(const std::vector<EventRecord>& events) {
   for (auto& [id, n] : nodes) {
     const NodeLife& life = lives[id];
     n.initial = life.initial;
-    std::optional<double> start = life.initial ? life.started : life.admitted;
-    if (!start && !life.started && !life.admitted) start = life.first_event;  // no lifecycle events
-    if (!start) continue;  // a joiner never admitted: never part of the run
+    // A joiner's wall time counts from its start: waiting for admission and recovering are
+    // time its GPUs are held without computing (the simulator's summary counts the same way).
+    std::optional<double> start = life.started ? life.started : life.admitted;
+    if (!start) start = life.first_event;  // a writer without lifecycle records
     n.start_s = *start;
     n.end_s = s.run_end_s;
     n.end_reason = "run_end";
-    if (life.left && *life.left <= n.end_s) n.end_s = *life.left, n.end_reason = "left";
+    if (life.left && *life.left <= n.end_s)
+      n.end_s = *life.left, n.end_reason = life.crashed ? "failed" : "left";
     if (life.failed && *life.failed < n.end_s) n.end_s = *life.failed, n.end_reason = "failed";
     n.end_s = std::max(n.end_s, n.start_s);
     n.alive_s = n.end_s - n.start_s;

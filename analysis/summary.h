@@ -24,13 +24,14 @@ struct Distribution {
 };
 Distribution distribution(const std::vector<double>& values);
 
-// One node's life in the run. Alive = from node_started (initial members) or admitted (joiners)
-// to node_left, the first fail_detected naming it, or the run's end, whichever is first.
+// One node's life in the run. Alive = from node_started (joiners too: waiting for admission
+// and recovery are held, idle time) to node_left, the first fail_detected naming it, or the
+// run's end, whichever is first.
 struct NodeStats {
   std::int64_t node = -1;
   bool initial = false;
   double start_s = 0, end_s = 0, alive_s = 0;
-  std::string end_reason;  // "left", "failed" or "run_end"
+  std::string end_reason;  // "left", "failed" (crash or fail_detected) or "run_end"
   double compute_s = 0;    // Σ inner_steps.compute_s
   double allreduce_s = 0;  // Σ outer_step.allreduce_s
   double outer_opt_s = 0;  // Σ outer_step.outer_opt_s
@@ -90,7 +91,7 @@ struct Summary {
   } recovery;
   double idle_s = 0;  // Σ NodeStats::idle_s
   // retries: distinct (outer step, attempt) retried; fallbacks: fallback records;
-  // failures: nodes whose life ended by a fail_detected.
+  // failures: nodes whose life ended by a fail_detected or a node_left with graceful = false.
   std::int64_t retries = 0, fallbacks = 0, failures = 0, joins = 0, graceful_leaves = 0;
 
   std::optional<double> loss;        // last outer step with a loss

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "analysis/events.h"
 #include "engine/error.h"
@@ -46,17 +47,18 @@ TEST(Summary, AliveTimeAndComputeUtilization) {
   const Summary s = small_run();
   ASSERT_EQ(s.per_node.size(), 3u);
   // Alive: node 0 from node_started 0 to the run's end 30 = 30; node 1 from 0 to the
-  // fail_detected naming it at 24 = 24; node 2 (a joiner) from admitted 10 to 30 = 20.
+  // fail_detected naming it at 24 = 24; node 2 (a joiner) from its node_started at 5 (not its
+  // admission at 10: waiting and recovering count as held, idle time) to 30 = 25.
   EXPECT_DOUBLE_EQ(s.per_node[0].alive_s, 30.0);
   EXPECT_DOUBLE_EQ(s.per_node[1].alive_s, 24.0);
   EXPECT_EQ(s.per_node[1].end_reason, "failed");
-  EXPECT_DOUBLE_EQ(s.per_node[2].alive_s, 20.0);
-  EXPECT_DOUBLE_EQ(s.per_node[2].start_s, 10.0);
-  // Compute: node 0 8+8+6 = 22, node 1 6+6 = 12, node 2 4+6 = 10; total 44 over 74 alive.
+  EXPECT_DOUBLE_EQ(s.per_node[2].alive_s, 25.0);
+  EXPECT_DOUBLE_EQ(s.per_node[2].start_s, 5.0);
+  // Compute: node 0 8+8+6 = 22, node 1 6+6 = 12, node 2 4+6 = 10; total 44 over 79 alive.
   EXPECT_DOUBLE_EQ(s.per_node[0].compute_utilization, 22.0 / 30.0);
   EXPECT_DOUBLE_EQ(s.per_node[1].compute_utilization, 12.0 / 24.0);
-  EXPECT_DOUBLE_EQ(s.per_node[2].compute_utilization, 10.0 / 20.0);
-  EXPECT_DOUBLE_EQ(s.compute_utilization, 44.0 / 74.0);
+  EXPECT_DOUBLE_EQ(s.per_node[2].compute_utilization, 10.0 / 25.0);
+  EXPECT_DOUBLE_EQ(s.compute_utilization, 44.0 / 79.0);
 }
 
 TEST(Summary, OuterStepUtilization) {
@@ -75,9 +77,9 @@ TEST(Summary, OuterStepUtilization) {
 
 TEST(Summary, Mfu) {
   const Summary s = small_run();
-  // Mean nodes = 74 alive-seconds / 30 s; mean GPUs = that x 2; tokens/s = 140 / 30.
-  // MFU = 100 FLOP/token x 140/30 / (74/30 x 2 x 500) = 14000 / 74000.
-  EXPECT_NEAR(s.mfu, 14000.0 / 74000.0, 1e-15);
+  // Mean nodes = 79 alive-seconds / 30 s; mean GPUs = that x 2; tokens/s = 140 / 30.
+  // MFU = 100 FLOP/token x 140/30 / (79/30 x 2 x 500) = 14000 / 79000.
+  EXPECT_NEAR(s.mfu, 14000.0 / 79000.0, 1e-15);
   // Step 2 alone: 100 x 40 tokens / (10 s x 2 participants x 2 GPUs x 500) = 4000/20000.
   EXPECT_DOUBLE_EQ(s.steps[2].mfu, 0.2);
 }
@@ -112,12 +114,12 @@ TEST(Summary, WireBytesAndReductionVersusDdp) {
 
 TEST(Summary, NodeCountTimeWeighted) {
   const Summary s = small_run();
-  // 2 nodes on [0,10), 3 on [10,24), 2 on [24,30]: mean = (20 + 42 + 12) / 30 = 74/30.
+  // 2 nodes on [0,5), 3 on [5,24), 2 on [24,30]: mean = (10 + 57 + 12) / 30 = 79/30.
   EXPECT_EQ(s.nodes.min, 2);
   EXPECT_EQ(s.nodes.max, 3);
-  EXPECT_DOUBLE_EQ(s.nodes.mean, 74.0 / 30.0);
+  EXPECT_DOUBLE_EQ(s.nodes.mean, 79.0 / 30.0);
   ASSERT_EQ(s.node_count.size(), 4u);
-  EXPECT_EQ(s.node_count[1], (std::pair<double, std::int64_t>{10.0, 3}));
+  EXPECT_EQ(s.node_count[1], (std::pair<double, std::int64_t>{5.0, 3}));
   EXPECT_EQ(s.node_count[2], (std::pair<double, std::int64_t>{24.0, 2}));
 }
 
@@ -127,11 +129,12 @@ TEST(Summary, RecoveryAndIdle) {
   EXPECT_DOUBLE_EQ(s.recovery.total_s, 4.0);
   EXPECT_DOUBLE_EQ(s.recovery.bytes, 4000.0);
   // Idle = alive - compute - allreduce_s - outer_opt_s - recovery:
-  // node 0: 30 - 22 - (2+2+4) = 0; node 1: 24 - 12 - (3+2) = 7; node 2: 20 - 10 - (2+3) - 4 = 1.
+  // node 0: 30 - 22 - (2+2+4) = 0; node 1: 24 - 12 - (3+2) = 7;
+  // node 2: 25 - 10 - (2+3) - 4 = 6 (5 s of it waiting for admission).
   EXPECT_DOUBLE_EQ(s.per_node[0].idle_s, 0.0);
   EXPECT_DOUBLE_EQ(s.per_node[1].idle_s, 7.0);
-  EXPECT_DOUBLE_EQ(s.per_node[2].idle_s, 1.0);
-  EXPECT_DOUBLE_EQ(s.idle_s, 8.0);
+  EXPECT_DOUBLE_EQ(s.per_node[2].idle_s, 6.0);
+  EXPECT_DOUBLE_EQ(s.idle_s, 13.0);
 }
 
 TEST(Summary, LossAndPerplexityFromTheLastStepWithLosses) {
@@ -155,6 +158,22 @@ TEST(Summary, JsonHasTheSchemaKeys) {
   EXPECT_EQ(j["nodes"]["max"].get<int>(), 3);
 }
 
+TEST(Summary, ACrashReportedByTheNodeItselfIsAFailure) {
+  // node_left with graceful = false (a crash the writer knows of) ends the node's life as a
+  // failure even before anyone detects it.
+  std::vector<EventRecord> events = read_events_file(kData + "/small_run.jsonl");
+  EventRecord crash;
+  crash.t_s = 22;
+  crash.node = 1;
+  crash.type = "node_left";
+  crash.body = NodeLeftRecord{false};
+  events.insert(events.end() - 1, crash);
+  const Summary s = summarize(events);
+  EXPECT_EQ(s.per_node[1].end_reason, "failed");
+  EXPECT_DOUBLE_EQ(s.per_node[1].alive_s, 22.0);
+  EXPECT_EQ(s.failures, 1);
+}
+
 TEST(Summary, NoConfigRecordIsAnError) {
   std::vector<EventRecord> events = read_events_file(kData + "/small_run.jsonl");
   events.erase(events.begin());
@@ -167,6 +186,35 @@ TEST(Summary, UnfinishedRunEndsAtItsLastEvent) {
   const Summary s = summarize(events);
   EXPECT_DOUBLE_EQ(s.simulated_s, 30.0);
   EXPECT_EQ(s.outer_steps, 3);  // counted from the outer_step records
+}
+
+// A run written by the simulator (data/netsim_churn: a join with recovery, a crash during an
+// all-reduce, a graceful leave) and the simulator's own summary.json: the two implementations of
+// SCHEMA.md's metrics must agree.
+TEST(Summary, AgreesWithTheSimulatorsOwnSummary) {
+  const Summary s = summarize(read_events_file(kData + "/netsim_churn"));
+  std::ifstream in(kData + "/netsim_churn/summary.json");
+  const nlohmann::json sim = nlohmann::json::parse(in);
+  auto near = [](double a, double b) {
+    return std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(b));
+  };
+  EXPECT_TRUE(near(s.compute_utilization, sim["compute_utilization"])) << s.compute_utilization;
+  EXPECT_TRUE(near(s.outer_step_utilization, sim["outer_step_utilization"]));
+  EXPECT_TRUE(near(s.mfu, sim["mfu"])) << s.mfu;
+  EXPECT_TRUE(near(s.allreduce_s.p10, sim["allreduce_s"]["p10"]));
+  EXPECT_TRUE(near(s.allreduce_s.p50, sim["allreduce_s"]["p50"]));
+  EXPECT_TRUE(near(s.allreduce_s.p90, sim["allreduce_s"]["p90"]));
+  EXPECT_TRUE(near(s.allreduce_s.mean, sim["allreduce_s"]["mean"]));
+  EXPECT_TRUE(near(s.inner_step_s, sim["inner_step_s"]));
+  EXPECT_TRUE(
+      near(s.wire_bytes_per_node_per_outer_step, sim["wire_bytes_per_node_per_outer_step"]));
+  EXPECT_TRUE(near(*s.bandwidth_reduction_vs_ddp, sim["bandwidth_reduction_vs_ddp"]));
+  EXPECT_TRUE(near(s.tokens, sim["tokens"]));
+  EXPECT_TRUE(near(s.simulated_s, sim["simulated_s"]));
+  EXPECT_TRUE(near(s.nodes.mean, sim["nodes"]["time_averaged_alive"])) << s.nodes.mean;
+  EXPECT_EQ(s.outer_steps, sim["outer_steps"].get<std::int64_t>());
+  EXPECT_EQ(s.recovery.count, 1);
+  EXPECT_EQ(s.failures, 1);  // the crash (the graceful leave is not a failure)
 }
 
 }  // namespace
