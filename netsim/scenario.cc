@@ -198,6 +198,7 @@ void parse_network(Reader r, NetworkSpec& n) {
   r.scalar<double>("tcp_gamma_bytes", n.tcp_gamma_bytes, "bytes > 0", positive<double>());
   r.scalar<bool>("crosstraffic", n.crosstraffic, "true or false");
   r.scalar<std::string>("platform_xml", n.platform_xml, "a file path");
+  r.scalar<std::string>("sites_from", n.sites_from, "a file path");
   r.scalar<std::string>("coordinator_site", n.coordinator_site, "a site name");
   r.scalar<double>("coordinator_bandwidth_gbps", n.coordinator_bandwidth_gbps, "Gb/s > 0",
                    positive<double>());
@@ -331,7 +332,34 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.finish();
 }
 
-Scenario parse_root(const YAML::Node& root, const std::string& file) {
+// network.sites_from: FILE (relative to the scenario) supplies network.sites and network.rtt,
+// so that several scenarios share one measured latency table. Keys given inline win.
+void merge_sites_from(YAML::Node& root, const std::string& file, const std::string& base_dir) {
+  if (!root.IsMap() || !root["network"] || !root["network"].IsMap()) return;
+  YAML::Node net = root["network"];
+  YAML::Node from = net["sites_from"];
+  if (!from) return;
+  const std::string key = "network.sites_from";
+  if (!from.IsScalar()) throw ConfigError(file + ": key '" + key + "': expected a file path");
+  std::filesystem::path p = from.as<std::string>();
+  if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
+  YAML::Node other;
+  try {
+    other = YAML::LoadFile(p.string());
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file + ": key '" + key + "': cannot read '" + p.string() + "': " + e.what());
+  }
+  if (!other.IsMap()) throw ConfigError(p.string() + ": expected a mapping with sites and rtt");
+  for (auto it = other.begin(); it != other.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (k != "sites" && k != "rtt")
+      throw ConfigError(p.string() + ": unknown key '" + k + "' (a sites file holds sites and rtt)");
+    if (!net[k]) net[k] = it->second;
+  }
+}
+
+Scenario parse_root(YAML::Node root, const std::string& file, const std::string& base_dir) {
+  merge_sites_from(root, file, base_dir);
   Scenario sc;
   sc.file = file;
   Reader r(root, file, "");
@@ -383,7 +411,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& name,
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   for (auto& ov : overrides) apply_override(root, ov, name);
-  return parse_root(root, name);
+  return parse_root(root, name, "");
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
@@ -397,7 +425,7 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   for (auto& ov : overrides) apply_override(root, ov, path);
-  Scenario sc = parse_root(root, path);
+  Scenario sc = parse_root(root, path, std::filesystem::path(path).parent_path().string());
   sc.base_dir = std::filesystem::path(path).parent_path().string();
   return sc;
 }
@@ -418,6 +446,7 @@ JsonObject Scenario::to_json() const {
   JsonObject net;
   net.add("model", network.model).add("tcp_gamma_bytes", network.tcp_gamma_bytes)
       .add("crosstraffic", network.crosstraffic).add("platform_xml", network.platform_xml)
+      .add("sites_from", network.sites_from)
       .add("coordinator_site", network.coordinator_site)
       .add("coordinator_bandwidth_gbps", network.coordinator_bandwidth_gbps)
       .add("intra_site_rtt_ms", network.intra_site_rtt_ms)

@@ -63,6 +63,7 @@ struct NetworkSpec {
   double tcp_gamma_bytes = 4194304.0;    // per-flow window cap: Linux tcp_wmem max default
   bool crosstraffic = true;              // SimGrid network/crosstraffic
   std::string platform_xml;              // if set, the platform comes from this file
+  std::string sites_from;                // YAML file supplying sites and rtt (shared tables)
   std::string coordinator_site;          // default: first site
   double coordinator_bandwidth_gbps = 10.0;
   double intra_site_rtt_ms = 1.0;

@@ -24,6 +24,7 @@
 #include "netsim/sim_runtime.h"
 #include "netsim/sim_store.h"
 #include "netsim/sim_transport.h"
+#include "netsim/wait_list.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -63,7 +64,8 @@ T finished_result() {
 
 // Membership: the store-side state of the mesh (members, epochs, joiners, barriers). Nodes call
 // it from their actors; every barrier arrival also costs a store round trip (charged by the
-// caller). Single OS thread: the s4u mutex only orders actors across waits.
+// caller). Actors run cooperatively in one OS thread and nothing here yields except the waits,
+// so no lock is needed (and none could be left held by an actor killed with its host).
 class Coordinator {
  public:
   Coordinator(const Scenario& sc, const Platform& pf, EventSink& sink, SimOptions opts)
@@ -87,7 +89,6 @@ class Coordinator {
 
   // Barrier at an outer-step boundary (boundary = true) or after an all-reduce attempt (vote).
   SyncResult sync(std::int64_t node, bool boundary, bool ok) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     const std::uint64_t gen = gen_;
     arrived_.insert(node);
     barrier_ok_ = barrier_ok_ && ok;
@@ -109,13 +110,12 @@ class Coordinator {
         finalize(node, boundary);
         return result_for(node);
       }
-      wait_until(lk, complete ? ready_at : kForever);
+      waiters_.wait_until(complete ? ready_at : kForever, [&] { return gen_ != gen; });
     }
   }
 
   // A joiner waits for a recovery source (or the end of the run).
   Assignment join_wait(std::int64_t node) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     waiting_.insert(node);
     for (;;) {
       if (finished_) return finished_result<Assignment>();
@@ -134,7 +134,10 @@ class Coordinator {
         a.founder = true;
         return a;
       }
-      cv_->wait(lk);
+      const std::uint64_t gen = gen_;
+      waiters_.wait_until(kForever, [&] {
+        return gen_ != gen || finished_ || (members_.empty() && arrived_.empty());
+      });
     }
   }
 
@@ -143,15 +146,13 @@ class Coordinator {
 
   void recovery_failed(std::int64_t node) {
     resumed_[node]++;
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     waiting_.insert(node);
   }
 
   // After recovery: waits until a boundary admits the node.
   SyncResult await_admission(std::int64_t node) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     ready_.insert(node);
-    cv_->notify_all();
+    waiters_.notify_all();
     for (;;) {
       auto it = admitted_.find(node);
       if (it != admitted_.end()) {
@@ -160,36 +161,32 @@ class Coordinator {
         return r;
       }
       if (finished_) return finished_result<SyncResult>();
-      cv_->wait(lk);
+      waiters_.wait_until(kForever, [&] { return admitted_.count(node) > 0 || finished_; });
     }
   }
 
   void node_failed(std::int64_t node, bool graceful) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     dead_[node] = {sg4::Engine::get_clock(), graceful};
     waiting_.erase(node);
     ready_.erase(node);
     assigned_.erase(node);
-    cv_->notify_all();
+    waiters_.notify_all();
   }
 
   // The churn controller waits here: until `time_s`, until progress reaches `inner_step`, or
   // until the run finishes. Returns false when the run finished.
   bool wait_for_event(double time_s, std::int64_t inner_step) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
-    for (;;) {
-      if (finished_) return false;
-      if (inner_step >= 0 ? inner_progress() >= inner_step : sg4::Engine::get_clock() >= time_s)
-        return true;
-      wait_until(lk, inner_step >= 0 ? kForever : time_s);
-    }
+    auto due = [&] {
+      return inner_step >= 0 ? inner_progress() >= inner_step : sg4::Engine::get_clock() >= time_s;
+    };
+    waiters_.wait_until(inner_step >= 0 ? kForever : time_s, [&] { return finished_ || due(); });
+    return !finished_;
   }
 
   // Ends the run early (nobody left and nobody to come).
   void finish() {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     finished_ = true;
-    cv_->notify_all();
+    waiters_.notify_all();
   }
 
   // Outer steps completed (all but the one running, unless the run is over).
@@ -205,11 +202,6 @@ class Coordinator {
       return sa != sb ? sa < sb : a < b;
     });
     return m;
-  }
-
-  void wait_until(std::unique_lock<sg4::Mutex>& lk, double deadline) {
-    if (deadline == kForever) cv_->wait(lk);
-    else cv_->wait_until(lk, deadline);
   }
 
   void new_epoch() {
@@ -297,7 +289,7 @@ class Coordinator {
     arrived_.clear();
     barrier_ok_ = true;
     ++gen_;
-    cv_->notify_all();
+    waiters_.notify_all();
     if (boundary && opts_.on_progress) opts_.on_progress(now, outer_done(), target_);
   }
 
@@ -309,8 +301,7 @@ class Coordinator {
   std::map<std::string, std::size_t> site_rank_;
   std::map<std::int64_t, int> slot_;
 
-  sg4::MutexPtr mu_ = sg4::Mutex::create();
-  sg4::ConditionVariablePtr cv_ = sg4::ConditionVariable::create();
+  WaitList waiters_;  // every state change notifies; waiters re-check their predicate
   std::uint64_t epoch_ = 0;
   std::vector<std::int64_t> members_;
   int outer_started_ = 0;
@@ -652,15 +643,16 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   const CodecId codec = parse_codec(sc.diloco.codec);
 
   int argc = 2;
+  std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
   char arg0[] = "meridian";
-  char arg1[] = "--log=root.thresh:critical";
-  char* argv[] = {arg0, arg1, nullptr};
+  char* argv[] = {arg0, log_arg.data(), nullptr};
   sg4::Engine e(&argc, argv);
   const int L = sc.diloco.local_ranks;
   configure_network(e, sc, sc.diloco.aggregate ? L : 1);
 
   World w(sc, sink, build_platform(e, sc));
   w.codec = codec;
+  start_notifier(w.pf.coordinator);
   w.store = std::make_unique<SimStoreServer>(w.pf.coordinator);
   w.coord = std::make_unique<Coordinator>(sc, w.pf, sink, options);
   w.buckets = scenario_buckets(sc);
