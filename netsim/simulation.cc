@@ -674,6 +674,12 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     versions.add("meridian", "0.1.0").add("simgrid", SIMGRID_VERSION_STRING);
     JsonObject cfg = sc.to_json();
     cfg.add("platform", w.pf.to_json());
+    // What SimGrid was actually given: aggregated lanes carry L flows' bytes and window.
+    JsonObject simulated;
+    simulated.add("network_model", sc.network.model)
+        .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
+        .add("ring_flows_per_node", w.lanes).add("local_ranks_per_flow", w.lane_scale);
+    cfg.add("simulated", simulated);
     JsonObject f;
     f.add("mode", "simulate").add("seed", sc.run.seed).add("command", options.command)
         .add("versions", versions).add("metrics", metrics).add("config", cfg);
