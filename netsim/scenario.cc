@@ -373,6 +373,8 @@ Scenario parse_root(YAML::Node root, const std::string& file, const std::string&
     run.scalar<int>("outer_steps", sc.run.outer_steps, "a positive integer", positive<int>());
     run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps, "an integer >= 0 (0: use outer_steps)",
                              non_negative<std::int64_t>());
+    run.scalar<std::string>("driver", sc.run.driver, "netsim or engine",
+                            [](const std::string& v) { return v == "netsim" || v == "engine"; });
     run.finish();
   }
   parse_model(r.child("model"), sc.model);
@@ -433,7 +435,8 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 JsonObject Scenario::to_json() const {
   JsonObject run_j;
   run_j.add("name", run.name).add("seed", run.seed).add("mode", run.mode)
-      .add("outer_steps", outer_steps()).add("inner_steps", run.inner_steps);
+      .add("outer_steps", outer_steps()).add("inner_steps", run.inner_steps)
+      .add("driver", run.driver);
   JsonObject model_j;
   model_j.add("layers", model.layers).add("hidden", model.hidden).add("heads", model.heads)
       .add("kv_heads", model.kv_heads).add("ffn", model.ffn).add("vocab", model.vocab)

@@ -17,6 +17,7 @@
 
 #include "engine/codec/codec.h"
 #include "engine/collective/ring_allreduce.h"
+#include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "netsim/churn.h"
 #include "netsim/modeled_worker.h"
@@ -321,6 +322,27 @@ class Coordinator {
   std::uint64_t recovery_epochs_ = 0;
 };
 
+// Passes events through and remembers the highest outer step completed (engine driver: the
+// engine's nodes end the run, so the simulator learns the count from their events).
+class OuterStepCounter final : public EventSink {
+ public:
+  explicit OuterStepCounter(EventSink& inner) : inner_(inner) {}
+  void emit(const Event& e) override {
+    if (e.type == "outer_step") {
+      const std::string body = e.fields.str();
+      const auto pos = body.find("\"outer_step\":");
+      if (pos != std::string::npos)
+        max_step_ = std::max(max_step_, std::atoi(body.c_str() + pos + 13));
+    }
+    inner_.emit(e);
+  }
+  int outer_steps() const { return max_step_ + 1; }
+
+ private:
+  EventSink& inner_;
+  int max_step_ = -1;
+};
+
 // Everything the node actors share.
 struct World {
   World(const Scenario& s, EventSink& k, Platform p) : sc(s), sink(k), pf(std::move(p)) {}
@@ -339,6 +361,7 @@ struct World {
   CodecId codec = CodecId::kInt8Prime;
   std::uint64_t recovery_bytes = 0;
   std::exception_ptr error;  // first unexpected error of any actor
+  int initial_world = 0;     // nodes running at t = 0
 
   void emit(std::int64_t node, const char* type, JsonObject f) {
     sink.emit(Event{sg4::Engine::get_clock(), node, type, std::move(f)});
@@ -580,11 +603,42 @@ void guarded(World& w, F&& body) {
   }
 }
 
+// The engine's own node (run.driver: engine): ElasticMesh membership with heartbeats through
+// the simulated store, the engine's live recovery and its ring all-reduce. Aggregation folds
+// the L local ranks into one ring (local_ranks 1, L× window and chunk) as in the netsim driver.
+void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int initial_world) {
+  SimRuntime rt(w.pf.hosts[slot]);
+  ModeledWorker worker(w.sc, rt, w.speed[slot]);
+  auto store = w.store->client(w.pf.hosts[slot]);
+  DilocoOptions o;
+  o.inner_steps = w.sc.diloco.H;
+  o.outer_steps = w.sc.outer_steps();
+  o.codec = w.codec;
+  o.local_ranks = w.lanes;
+  o.allreduce_timeout_s = w.sc.diloco.timeout_s;
+  o.max_chunk_bytes = w.sc.diloco.max_chunk_bytes * w.lane_scale;
+  o.recovery.chunk_bytes = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
+  o.recovery.timeout_s = w.sc.diloco.timeout_s;
+  o.mesh.heartbeat_interval_s = w.sc.diloco.heartbeat_s;
+  o.mesh.dead_after_s = w.sc.diloco.dead_after_s;
+  o.mesh.max_retries = w.sc.diloco.retries;
+  o.mesh.initial_world = initial_world;
+  o.mesh.outer_steps = w.sc.outer_steps();
+  DilocoNode node(worker, *store, w.net, rt, w.sink, o);
+  node.run(initial, me);
+}
+
 std::int64_t start_node(World& w, int slot, bool initial) {
   const std::int64_t id = w.next_node_id++;
   w.node_on_slot[slot] = id;
   w.coord->register_node(id, slot);
   w.net.add_node(id, w.pf.hosts[slot]);
+  if (w.sc.run.driver == "engine") {
+    sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot], [&w, id, slot, initial] {
+      guarded(w, [&] { engine_node_main(w, id, slot, initial, w.initial_world); });
+    });
+    return id;
+  }
   sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot],
                      [&w, id, slot, initial] { guarded(w, [&] { node_main(w, id, slot, initial); }); });
   return id;
@@ -641,6 +695,10 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     trace = load_churn(p.string(), slots, running);
   }
   const CodecId codec = parse_codec(sc.diloco.codec);
+  const bool engine_driver = sc.run.driver == "engine";
+  if (engine_driver && trace.by_step)
+    throw ConfigError(sc.file + ": key 'run.driver': the engine driver replays time_s traces only "
+                      "(step traces need the netsim driver's view of progress)");
 
   int argc = 2;
   std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
@@ -650,7 +708,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   const int L = sc.diloco.local_ranks;
   configure_network(e, sc, sc.diloco.aggregate ? L : 1);
 
-  World w(sc, sink, build_platform(e, sc));
+  OuterStepCounter counting(sink);
+  World w(sc, counting, build_platform(e, sc));
   w.codec = codec;
   start_notifier(w.pf.coordinator);
   w.store = std::make_unique<SimStoreServer>(w.pf.coordinator);
@@ -699,16 +758,21 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     }
   }
   w.coord->set_initial(initial, slot_of);
+  w.initial_world = static_cast<int>(initial.size());
   for (auto slot : initial_slots) start_node(w, slot, true);
-  sg4::Actor::create("churn", w.pf.coordinator, [&w, &trace] { guarded(w, [&] { replay_churn(w, trace); }); });
+  auto churn = sg4::Actor::create("churn", w.pf.coordinator,
+                                  [&w, &trace] { guarded(w, [&] { replay_churn(w, trace); }); });
+  // The engine's nodes end the run themselves; pending churn events then no longer matter.
+  if (engine_driver) churn->daemonize();
 
   e.run();
   if (w.error) std::rethrow_exception(w.error);
   const double end = sg4::Engine::get_clock();
+  const int outer_done = engine_driver ? counting.outer_steps() : w.coord->outer_done();
   JsonObject f;
-  f.add("simulated_s", end).add("outer_steps", w.coord->outer_done());
+  f.add("simulated_s", end).add("outer_steps", outer_done);
   sink.emit(Event{end, -1, "run_finished", f});
-  return {end, w.coord->outer_done(), w.net.messages(), w.net.wire_bytes()};
+  return {end, outer_done, w.net.messages(), w.net.wire_bytes()};
 }
 
 }  // namespace meridian::netsim

@@ -92,6 +92,28 @@ TEST(SimRun, HostFailingMidAllReduceLeavesSurvivorsFinishingWithNMinusOne) {
   EXPECT_EQ(fin[0]["outer_steps"], 2);
 }
 
+// The same failure with the engine's own DilocoNode (ElasticMesh heartbeats through the
+// simulated store, engine retries) driving the nodes.
+TEST(SimRun, EngineDriverSurvivesAHostFailingMidAllReduce) {
+  const std::string trace = write_temp("efail.csv", "time_s,node,event\n40,eu-0,fail\n");
+  const auto events =
+      testing::read_events(simulate(four_nodes(trace, 2), "efail", {"run.driver=engine"}));
+  int finished0 = 0;
+  for (auto& o : testing::of_type(events, "outer_step")) {
+    EXPECT_NE(o["node"], 2);
+    EXPECT_EQ(o["participants"], 3);
+    if (o["outer_step"] == 0) {
+      ++finished0;
+      EXPECT_GT(o["allreduce_s"].get<double>(), 40.0 - 10.0);  // holds the failed attempt
+    }
+  }
+  EXPECT_EQ(finished0, 3);
+  EXPECT_FALSE(testing::of_type(events, "retry").empty());
+  const auto fin = testing::of_type(events, "run_finished");
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0]["outer_steps"], 2);
+}
+
 TEST(SimRun, JoinerRecoversAndIsAdmitted) {
   const std::string trace = write_temp("join.csv", "time_s,node,event\n5,eu-1,join\n");
   const auto events = testing::read_events(simulate(four_nodes(trace, 4), "join"));
