@@ -32,7 +32,8 @@ double ModelSpec::flops_per_token() const {
 
 std::vector<std::uint64_t> ModelSpec::bucket_boundaries() const {
   const std::uint64_t h = hidden, emb = std::uint64_t(vocab) * h;
-  const std::uint64_t per_layer = (non_embedding_params() - h - (tied_embeddings ? 0 : emb)) / layers;
+  const std::uint64_t per_layer =
+      (non_embedding_params() - h - (tied_embeddings ? 0 : emb)) / layers;
   std::vector<std::uint64_t> b{0, emb};
   for (int l = 0; l < layers; ++l) b.push_back(b.back() + per_layer);
   b.push_back(param_count());  // output head + final norm
@@ -111,7 +112,8 @@ class Reader {
         std::string known;
         for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
         throw ConfigError(file_ + ": unknown key '" + key_path(k) + "' (line " +
-                          std::to_string(it->first.Mark().line + 1) + "); known keys here: " + known);
+                          std::to_string(it->first.Mark().line + 1) +
+                          "); known keys here: " + known);
       }
     }
   }
@@ -294,8 +296,8 @@ void parse_network(Reader r, NetworkSpec& n) {
           found |= (e.a == n.sites[i].name && e.b == n.sites[j].name) ||
                    (e.b == n.sites[i].name && e.a == n.sites[j].name);
         if (!found)
-          r.fail(r.key_path("rtt"), "an entry for the site pair " + n.sites[i].name + " / " +
-                                        n.sites[j].name);
+          r.fail(r.key_path("rtt"),
+                 "an entry for the site pair " + n.sites[i].name + " / " + n.sites[j].name);
       }
   }
   if (n.nodes.empty()) r.fail(r.key_path("nodes"), "at least one node group");
@@ -353,7 +355,8 @@ void merge_sites_from(YAML::Node& root, const std::string& file, const std::stri
   for (auto it = other.begin(); it != other.end(); ++it) {
     const std::string k = it->first.as<std::string>();
     if (k != "sites" && k != "rtt")
-      throw ConfigError(p.string() + ": unknown key '" + k + "' (a sites file holds sites and rtt)");
+      throw ConfigError(p.string() + ": unknown key '" + k +
+                        "' (a sites file holds sites and rtt)");
     if (!net[k]) net[k] = it->second;
   }
 }
@@ -371,8 +374,8 @@ Scenario parse_root(YAML::Node root, const std::string& file, const std::string&
     run.scalar<std::string>("mode", sc.run.mode, "simulate",
                             [](const std::string& v) { return v == "simulate"; });
     run.scalar<int>("outer_steps", sc.run.outer_steps, "a positive integer", positive<int>());
-    run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps, "an integer >= 0 (0: use outer_steps)",
-                             non_negative<std::int64_t>());
+    run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps,
+                             "an integer >= 0 (0: use outer_steps)", non_negative<std::int64_t>());
     run.scalar<std::string>("driver", sc.run.driver, "netsim or engine",
                             [](const std::string& v) { return v == "netsim" || v == "engine"; });
     run.finish();
@@ -434,21 +437,33 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
 
 JsonObject Scenario::to_json() const {
   JsonObject run_j;
-  run_j.add("name", run.name).add("seed", run.seed).add("mode", run.mode)
-      .add("outer_steps", outer_steps()).add("inner_steps", run.inner_steps)
+  run_j.add("name", run.name)
+      .add("seed", run.seed)
+      .add("mode", run.mode)
+      .add("outer_steps", outer_steps())
+      .add("inner_steps", run.inner_steps)
       .add("driver", run.driver);
   JsonObject model_j;
-  model_j.add("layers", model.layers).add("hidden", model.hidden).add("heads", model.heads)
-      .add("kv_heads", model.kv_heads).add("ffn", model.ffn).add("vocab", model.vocab)
-      .add("seq_len", model.seq_len).add("tied_embeddings", model.tied_embeddings);
+  model_j.add("layers", model.layers)
+      .add("hidden", model.hidden)
+      .add("heads", model.heads)
+      .add("kv_heads", model.kv_heads)
+      .add("ffn", model.ffn)
+      .add("vocab", model.vocab)
+      .add("seq_len", model.seq_len)
+      .add("tied_embeddings", model.tied_embeddings);
   JsonObject hw;
   hw.add("gpus_per_node", hardware.gpus_per_node)
-      .add("peak_flops_per_gpu", hardware.peak_flops_per_gpu).add("mfu", hardware.mfu)
-      .add("step_time_s", hardware.step_time_s).add("batch_sequences", hardware.batch_sequences)
+      .add("peak_flops_per_gpu", hardware.peak_flops_per_gpu)
+      .add("mfu", hardware.mfu)
+      .add("step_time_s", hardware.step_time_s)
+      .add("batch_sequences", hardware.batch_sequences)
       .add("inner_step_s", inner_step_s());
   JsonObject net;
-  net.add("model", network.model).add("tcp_gamma_bytes", network.tcp_gamma_bytes)
-      .add("crosstraffic", network.crosstraffic).add("platform_xml", network.platform_xml)
+  net.add("model", network.model)
+      .add("tcp_gamma_bytes", network.tcp_gamma_bytes)
+      .add("crosstraffic", network.crosstraffic)
+      .add("platform_xml", network.platform_xml)
       .add("sites_from", network.sites_from)
       .add("coordinator_site", network.coordinator_site)
       .add("coordinator_bandwidth_gbps", network.coordinator_bandwidth_gbps)
@@ -472,26 +487,42 @@ JsonObject Scenario::to_json() const {
   }
   for (auto& g : network.nodes) {
     JsonObject o;
-    o.add("site", g.site).add("count", g.count).add("start", g.start)
-        .add("bandwidth_gbps", g.bandwidth_gbps).add("speed_factor", g.speed_factor);
+    o.add("site", g.site)
+        .add("count", g.count)
+        .add("start", g.start)
+        .add("bandwidth_gbps", g.bandwidth_gbps)
+        .add("speed_factor", g.speed_factor);
     nodes += (nodes.size() > 1 ? "," : "") + o.str();
   }
   net.add_raw("sites", sites + "]").add_raw("rtt", rtts + "]").add_raw("nodes", nodes + "]");
   JsonObject dl;
-  dl.add("H", diloco.H).add("codec", diloco.codec).add("buckets", diloco.buckets)
-      .add("local_ranks", diloco.local_ranks).add("aggregate", diloco.aggregate)
-      .add("max_chunk_bytes", diloco.max_chunk_bytes).add("timeout_s", diloco.timeout_s)
-      .add("retries", diloco.retries).add("outer_opt_s", diloco.outer_opt_s)
-      .add("checkpoint_s", diloco.checkpoint_s).add("dead_after_s", diloco.dead_after_s)
-      .add("heartbeat_s", diloco.heartbeat_s).add("state_copies", diloco.state_copies)
+  dl.add("H", diloco.H)
+      .add("codec", diloco.codec)
+      .add("buckets", diloco.buckets)
+      .add("local_ranks", diloco.local_ranks)
+      .add("aggregate", diloco.aggregate)
+      .add("max_chunk_bytes", diloco.max_chunk_bytes)
+      .add("timeout_s", diloco.timeout_s)
+      .add("retries", diloco.retries)
+      .add("outer_opt_s", diloco.outer_opt_s)
+      .add("checkpoint_s", diloco.checkpoint_s)
+      .add("dead_after_s", diloco.dead_after_s)
+      .add("heartbeat_s", diloco.heartbeat_s)
+      .add("state_copies", diloco.state_copies)
       .add("recovery_chunk_bytes", diloco.recovery_chunk_bytes);
   JsonObject churn;
   churn.add("trace", churn_trace);
   JsonObject out;
   out.add("dir", output_dir);
   JsonObject all;
-  all.add("file", file).add("run", run_j).add("model", model_j).add("hardware", hw)
-      .add("network", net).add("diloco", dl).add("churn", churn).add("output", out);
+  all.add("file", file)
+      .add("run", run_j)
+      .add("model", model_j)
+      .add("hardware", hw)
+      .add("network", net)
+      .add("diloco", dl)
+      .add("churn", churn)
+      .add("output", out);
   return all;
 }
 

@@ -135,8 +135,14 @@ class SimExchange final : public PendingExchange {
  public:
   SimExchange(std::shared_ptr<SimNetwork::State> net, std::shared_ptr<EpochState> ep, int me,
               int to, Payload out, int from, std::span<std::byte> into, Tag tag)
-      : net_(std::move(net)), ep_(std::move(ep)), me_(me), to_(to), out_(out), from_(from),
-        into_(into), tag_(tag) {
+      : net_(std::move(net)),
+        ep_(std::move(ep)),
+        me_(me),
+        to_(to),
+        out_(out),
+        from_(from),
+        into_(into),
+        tag_(tag) {
     if (!net_->dead.count(ep_->members[to_]) && !ep_->aborted[to_])
       comm_ = sg4::Comm::sendto_async(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
   }

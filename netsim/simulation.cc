@@ -4,16 +4,16 @@
 // dead_after_s after its crash, a leaving one at once (deathrattle).
 #include "netsim/simulation.h"
 
-#include <simgrid/s4u.hpp>
-#include <simgrid/version.h>
-#include <xbt/log.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <simgrid/s4u.hpp>
+
+// After s4u.hpp (its own block, so include sorting keeps it there): it needs SimGrid's macros.
+#include <simgrid/version.h>
 
 #include "engine/codec/codec.h"
 #include "engine/collective/ring_allreduce.h"
@@ -49,7 +49,7 @@ struct SyncResult {
 
 struct Assignment {
   bool finished = false;
-  bool founder = false;     // no members were left: the joiner starts the run again alone
+  bool founder = false;  // no members were left: the joiner starts the run again alone
   std::int64_t source = -1;
   std::uint64_t recovery_epoch = 0;
   std::uint64_t done_bytes = 0;
@@ -71,7 +71,8 @@ class Coordinator {
  public:
   Coordinator(const Scenario& sc, const Platform& pf, EventSink& sink, SimOptions opts)
       : sc_(sc), pf_(pf), sink_(sink), opts_(std::move(opts)), target_(sc.outer_steps()) {
-    for (std::size_t i = 0; i < sc.network.sites.size(); ++i) site_rank_[sc.network.sites[i].name] = i;
+    for (std::size_t i = 0; i < sc.network.sites.size(); ++i)
+      site_rank_[sc.network.sites[i].name] = i;
   }
 
   void set_initial(std::vector<std::int64_t> members, const std::map<std::int64_t, int>& slot) {
@@ -104,7 +105,8 @@ class Coordinator {
           complete = false;
           break;
         }
-        ready_at = std::max(ready_at, d->second.first + (d->second.second ? 0 : sc_.diloco.dead_after_s));
+        ready_at =
+            std::max(ready_at, d->second.first + (d->second.second ? 0 : sc_.diloco.dead_after_s));
       }
       const double now = sg4::Engine::get_clock();
       if (complete && now >= ready_at) {
@@ -205,9 +207,7 @@ class Coordinator {
     return m;
   }
 
-  void new_epoch() {
-    ++epoch_;
-  }
+  void new_epoch() { ++epoch_; }
 
   SyncResult make_result(std::int64_t node) const {
     SyncResult r;
@@ -353,11 +353,11 @@ struct World {
   std::unique_ptr<SimStoreServer> store;
   std::unique_ptr<Coordinator> coord;
   std::vector<std::shared_ptr<double>> speed;  // per host slot
-  std::map<int, std::int64_t> node_on_slot;     // running node id per slot
+  std::map<int, std::int64_t> node_on_slot;    // running node id per slot
   std::int64_t next_node_id = 0;
   std::vector<std::uint64_t> buckets;
-  int lanes = 1;             // simulated ring flows per node
-  int lane_scale = 1;        // local ranks folded into one flow
+  int lanes = 1;       // simulated ring flows per node
+  int lane_scale = 1;  // local ranks folded into one flow
   CodecId codec = CodecId::kInt8Prime;
   std::uint64_t recovery_bytes = 0;
   std::exception_ptr error;  // first unexpected error of any actor
@@ -382,8 +382,7 @@ bool run_allreduce(World& w, Transport& t, SimRuntime& rt, int outer_step, RingS
       for (std::uint32_t b = 0; b < nb; ++b) {
         // Each local rank holds 1/L of the bucket (FSDP shard); a folded lane carries lane_scale.
         const std::uint64_t elems = w.buckets[b + 1] - w.buckets[b];
-        const std::uint64_t count =
-            (elems * w.lane_scale + L - 1) / L;
+        const std::uint64_t count = (elems * w.lane_scale + L - 1) / L;
         RingOptions o;
         o.codec = w.codec;
         o.max_chunk_bytes = w.sc.diloco.max_chunk_bytes * w.lane_scale;
@@ -427,7 +426,8 @@ void serve_recovery(World& w, std::int64_t me, std::int64_t joiner, std::uint64_
   try {
     for (std::uint64_t off = from_byte; off < w.recovery_bytes; off += chunk) {
       const std::uint64_t n = std::min(chunk, w.recovery_bytes - off);
-      t->send(1, make_tag(TagKind::kRecovery, off / chunk), Payload::phantom(n), w.sc.diloco.timeout_s);
+      t->send(1, make_tag(TagKind::kRecovery, off / chunk), Payload::phantom(n),
+              w.sc.diloco.timeout_s);
     }
   } catch (const PeerLostError&) {
   } catch (const TimeoutError&) {
@@ -459,17 +459,21 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
     join_epoch(res);
     for (auto& [joiner, rep] : res.serve) {
       const std::uint64_t from = w.coord->recovery_done_bytes(joiner);
-      serving.push_back(rt.spawn("serve" + std::to_string(joiner), [&w, me, joiner = joiner,
-                                                                    rep = rep, from] {
-        serve_recovery(w, me, joiner, rep, from);
-      }));
+      serving.push_back(
+          rt.spawn("serve" + std::to_string(joiner), [&w, me, joiner = joiner, rep = rep, from] {
+            serve_recovery(w, me, joiner, rep, from);
+          }));
     }
     const double t_inner = rt.now_s();
     InnerStepsResult inner = worker.run_inner_steps(H);
     {
       JsonObject f;
-      f.add("outer_step", k).add("steps", inner.steps).add("tokens", inner.tokens)
-          .add("start_s", t_inner).add("compute_s", inner.compute_s).add_raw("loss", "null");
+      f.add("outer_step", k)
+          .add("steps", inner.steps)
+          .add("tokens", inner.tokens)
+          .add("start_s", t_inner)
+          .add("compute_s", inner.compute_s)
+          .add_raw("loss", "null");
       w.emit(me, "inner_steps", f);
     }
     const double t_ar = rt.now_s();
@@ -482,11 +486,18 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
       bool ok = run_allreduce(w, *t, rt, k, st, reason);
       participants = static_cast<int>(t->size());
       JsonObject f;
-      f.add("outer_step", k).add("bucket", -1).add("epoch", epoch).add("attempt", attempt)
-          .add("codec", w.sc.diloco.codec).add("elements", worker.parameter_count())
-          .add("participants", participants).add("bytes_sent", st.bytes_sent)
-          .add("bytes_received", st.bytes_received).add("start_s", t0)
-          .add("elapsed_s", rt.now_s() - t0).add("ok", ok);
+      f.add("outer_step", k)
+          .add("bucket", -1)
+          .add("epoch", epoch)
+          .add("attempt", attempt)
+          .add("codec", w.sc.diloco.codec)
+          .add("elements", worker.parameter_count())
+          .add("participants", participants)
+          .add("bytes_sent", st.bytes_sent)
+          .add("bytes_received", st.bytes_received)
+          .add("start_s", t0)
+          .add("elapsed_s", rt.now_s() - t0)
+          .add("ok", ok);
       w.emit(me, "allreduce", null_error(f));
       SyncResult vote = barrier(false, ok, k);
       if (vote.finished) return;
@@ -496,13 +507,15 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
       }
       ++attempt;
       JsonObject rf;
-      rf.add("outer_step", k).add("attempt", attempt)
+      rf.add("outer_step", k)
+          .add("attempt", attempt)
           .add("reason", ok ? std::string("a peer's round failed") : reason);
       w.emit(me, "retry", rf);
       join_epoch(vote);
       if (attempt > w.sc.diloco.retries) {
         JsonObject ff;
-        ff.add("outer_step", k).add("reason", "all-reduce failed " + std::to_string(attempt) + " times");
+        ff.add("outer_step", k)
+            .add("reason", "all-reduce failed " + std::to_string(attempt) + " times");
         w.emit(me, "fallback", ff);
         break;
       }
@@ -512,16 +525,22 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
     rt.compute_s(w.sc.diloco.outer_opt_s);
     {
       JsonObject f;
-      f.add("outer_step", k).add("epoch", epoch).add("participants", participants)
-          .add("inner_s", inner.compute_s).add("allreduce_s", allreduce_s)
-          .add("outer_opt_s", rt.now_s() - t_opt).add("tokens", inner.tokens).add_raw("loss", "null");
+      f.add("outer_step", k)
+          .add("epoch", epoch)
+          .add("participants", participants)
+          .add("inner_s", inner.compute_s)
+          .add("allreduce_s", allreduce_s)
+          .add("outer_opt_s", rt.now_s() - t_opt)
+          .add("tokens", inner.tokens)
+          .add_raw("loss", "null");
       w.emit(me, "outer_step", f);
     }
     if (w.sc.diloco.checkpoint_s > 0) {
       const double t_ck = rt.now_s();
       rt.compute_s(w.sc.diloco.checkpoint_s);
       JsonObject f;
-      f.add("outer_step", k).add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
+      f.add("outer_step", k)
+          .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
           .add("elapsed_s", rt.now_s() - t_ck);
       w.emit(me, "checkpoint", f);
     }
@@ -567,7 +586,8 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
     const std::uint64_t chunk = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
     try {
       for (std::uint64_t off = a.done_bytes; off < w.recovery_bytes; off += chunk) {
-        Received r = t->recv(0, make_tag(TagKind::kRecovery, off / chunk), {}, w.sc.diloco.timeout_s);
+        Received r =
+            t->recv(0, make_tag(TagKind::kRecovery, off / chunk), {}, w.sc.diloco.timeout_s);
         w.coord->recovery_progress(me, r.wire_bytes);
       }
     } catch (const PeerLostError&) {
@@ -578,8 +598,10 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
       continue;
     }
     JsonObject f;
-    f.add("bytes", todo).add("elapsed_s", rt.now_s() - t0)
-        .add("sources", std::vector<std::int64_t>{a.source}).add("resumed", a.resumed);
+    f.add("bytes", todo)
+        .add("elapsed_s", rt.now_s() - t0)
+        .add("sources", std::vector<std::int64_t>{a.source})
+        .add("resumed", a.resumed);
     w.emit(me, "recovery_finished", f);
     break;
   }
@@ -639,8 +661,9 @@ std::int64_t start_node(World& w, int slot, bool initial) {
     });
     return id;
   }
-  sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot],
-                     [&w, id, slot, initial] { guarded(w, [&] { node_main(w, id, slot, initial); }); });
+  sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot], [&w, id, slot, initial] {
+    guarded(w, [&] { node_main(w, id, slot, initial); });
+  });
   return id;
 }
 
@@ -697,7 +720,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   const CodecId codec = parse_codec(sc.diloco.codec);
   const bool engine_driver = sc.run.driver == "engine";
   if (engine_driver && trace.by_step)
-    throw ConfigError(sc.file + ": key 'run.driver': the engine driver replays time_s traces only "
+    throw ConfigError(sc.file +
+                      ": key 'run.driver': the engine driver replays time_s traces only "
                       "(step traces need the netsim driver's view of progress)");
 
   int argc = 2;
@@ -727,8 +751,10 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
         .add("flops_per_token", sc.model.flops_per_token())
         .add("tokens_per_inner_step", sc.tokens_per_inner_step())
         .add("gpus_per_node", sc.hardware.gpus_per_node)
-        .add("peak_flops_per_gpu", sc.hardware.peak_flops_per_gpu).add("H", sc.diloco.H)
-        .add("codec", sc.diloco.codec).add("local_ranks", L);
+        .add("peak_flops_per_gpu", sc.hardware.peak_flops_per_gpu)
+        .add("H", sc.diloco.H)
+        .add("codec", sc.diloco.codec)
+        .add("local_ranks", L);
     JsonObject versions;
     versions.add("meridian", "0.1.0").add("simgrid", SIMGRID_VERSION_STRING);
     JsonObject cfg = sc.to_json();
@@ -737,11 +763,16 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     JsonObject simulated;
     simulated.add("network_model", sc.network.model)
         .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
-        .add("ring_flows_per_node", w.lanes).add("local_ranks_per_flow", w.lane_scale);
+        .add("ring_flows_per_node", w.lanes)
+        .add("local_ranks_per_flow", w.lane_scale);
     cfg.add("simulated", simulated);
     JsonObject f;
-    f.add("mode", "simulate").add("seed", sc.run.seed).add("command", options.command)
-        .add("versions", versions).add("metrics", metrics).add("config", cfg);
+    f.add("mode", "simulate")
+        .add("seed", sc.run.seed)
+        .add("command", options.command)
+        .add("versions", versions)
+        .add("metrics", metrics)
+        .add("config", cfg);
     sink.emit(Event{0.0, -1, "config", f});
   }
 

@@ -8,11 +8,10 @@
 // thread, and the predicate is re-checked after every simcall.
 #pragma once
 
-#include <simgrid/s4u/Engine.hpp>
-#include <simgrid/s4u/Semaphore.hpp>
-
 #include <algorithm>
 #include <limits>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Semaphore.hpp>
 #include <vector>
 
 namespace simgrid::s4u {

@@ -59,7 +59,8 @@ void BM_Scenario(benchmark::State& state, const std::string& name) {
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     last = run_scenario_in_child(name);
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     wall_total += wall;
     state.SetIterationTime(wall);
     if (!last.ok) state.SkipWithError("simulation failed");
@@ -71,9 +72,13 @@ void BM_Scenario(benchmark::State& state, const std::string& name) {
 }
 
 BENCHMARK_CAPTURE(BM_Scenario, intellect1_global, std::string("intellect1-global"))
-    ->UseManualTime()->Unit(benchmark::kSecond)->Iterations(3);
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond)
+    ->Iterations(3);
 BENCHMARK_CAPTURE(BM_Scenario, intellect1_full, std::string("intellect1-full"))
-    ->UseManualTime()->Unit(benchmark::kSecond)->Iterations(1);
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
 
 }  // namespace
 

@@ -37,17 +37,22 @@ int run_sim(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
       return args[++i];
     };
-    if (a == "--out") out = value();
-    else if (a == "--seed") overrides.push_back("run.seed=" + value());
-    else if (a == "--set") overrides.push_back(value());
-    else if (a == "--simgrid-log") simgrid_log = value();
+    if (a == "--out")
+      out = value();
+    else if (a == "--seed")
+      overrides.push_back("run.seed=" + value());
+    else if (a == "--set")
+      overrides.push_back(value());
+    else if (a == "--simgrid-log")
+      simgrid_log = value();
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "meridian sim: unknown option '" << a << "'\n" << kUsage;
       return kExitUsage;
-    } else if (path.empty()) path = a;
+    } else if (path.empty())
+      path = a;
     else {
       std::cerr << "meridian sim: more than one scenario given\n" << kUsage;
       return kExitUsage;
@@ -89,8 +94,8 @@ int run_sim(const std::vector<std::string>& args) {
   events.close();
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  std::fprintf(stderr, "\n%.0f simulated s in %.2f wall s (%.0fx), %llu messages\n",
-               r.simulated_s, wall, wall > 0 ? r.simulated_s / wall : 0.0,
+  std::fprintf(stderr, "\n%.0f simulated s in %.2f wall s (%.0fx), %llu messages\n", r.simulated_s,
+               wall, wall > 0 ? r.simulated_s / wall : 0.0,
                static_cast<unsigned long long>(r.messages));
 
   std::ifstream in(events_path);
