@@ -12,10 +12,14 @@ namespace meridian::netsim {
 
 const char* churn_kind_name(ChurnKind k) {
   switch (k) {
-    case ChurnKind::kJoin: return "join";
-    case ChurnKind::kLeave: return "leave";
-    case ChurnKind::kFail: return "fail";
-    case ChurnKind::kSlow: return "slow";
+    case ChurnKind::kJoin:
+      return "join";
+    case ChurnKind::kLeave:
+      return "leave";
+    case ChurnKind::kFail:
+      return "fail";
+    case ChurnKind::kSlow:
+      return "slow";
   }
   return "?";
 }
@@ -47,7 +51,8 @@ bool parse_double(const std::string& s, double& v) {
 }  // namespace
 
 ChurnTrace parse_churn(const std::string& text, const std::string& file,
-                       const std::vector<std::string>& hosts, const std::set<std::string>& running) {
+                       const std::vector<std::string>& hosts,
+                       const std::set<std::string>& running) {
   ChurnTrace trace;
   std::stringstream in(text);
   std::string line;
@@ -62,16 +67,19 @@ ChurnTrace parse_churn(const std::string& text, const std::string& file,
     if (t.empty() || t[0] == '#') continue;
     auto f = split(t);
     if (!header) {
-      if (f.size() < 3 || f.size() > 4 || (f[0] != "time_s" && f[0] != "step") ||
-          f[1] != "node" || f[2] != "event" || (f.size() == 4 && f[3] != "arg"))
-        throw fail(line_no, "expected the header 'time_s,node,event[,arg]' or "
-                            "'step,node,event[,arg]', got '" + t + "'");
+      if (f.size() < 3 || f.size() > 4 || (f[0] != "time_s" && f[0] != "step") || f[1] != "node" ||
+          f[2] != "event" || (f.size() == 4 && f[3] != "arg"))
+        throw fail(line_no,
+                   "expected the header 'time_s,node,event[,arg]' or "
+                   "'step,node,event[,arg]', got '" +
+                       t + "'");
       trace.by_step = f[0] == "step";
       header = true;
       continue;
     }
     if (f.size() < 3 || f.size() > 4)
-      throw fail(line_no, "expected 3 or 4 comma-separated fields, got " + std::to_string(f.size()));
+      throw fail(line_no,
+                 "expected 3 or 4 comma-separated fields, got " + std::to_string(f.size()));
     ChurnEvent e;
     e.line = line_no;
     if (!parse_double(f[0], e.at) || e.at < 0)
@@ -85,16 +93,21 @@ ChurnTrace parse_churn(const std::string& text, const std::string& file,
                               "' in the scenario (hosts are <site>-<index>, e.g. " +
                               (hosts.empty() ? std::string("none") : hosts.front()) + ")");
     const std::string& ev = f[2];
-    if (ev == "join") e.kind = ChurnKind::kJoin;
-    else if (ev == "leave") e.kind = ChurnKind::kLeave;
-    else if (ev == "fail") e.kind = ChurnKind::kFail;
-    else if (ev == "slow") e.kind = ChurnKind::kSlow;
-    else throw fail(line_no, "column 'event': expected join, leave, fail or slow, got '" + ev + "'");
+    if (ev == "join")
+      e.kind = ChurnKind::kJoin;
+    else if (ev == "leave")
+      e.kind = ChurnKind::kLeave;
+    else if (ev == "fail")
+      e.kind = ChurnKind::kFail;
+    else if (ev == "slow")
+      e.kind = ChurnKind::kSlow;
+    else
+      throw fail(line_no, "column 'event': expected join, leave, fail or slow, got '" + ev + "'");
     const std::string arg = f.size() == 4 ? f[3] : "";
     if (e.kind == ChurnKind::kSlow) {
       if (!parse_double(arg, e.arg) || e.arg <= 0 || e.arg > 1)
-        throw fail(line_no, "column 'arg': a slow event needs a speed factor in (0, 1], got '" +
-                                arg + "'");
+        throw fail(line_no,
+                   "column 'arg': a slow event needs a speed factor in (0, 1], got '" + arg + "'");
     } else if (!arg.empty()) {
       throw fail(line_no, "column 'arg': only slow events take an argument, got '" + arg + "'");
     }

@@ -21,7 +21,7 @@ struct ChurnEvent {
 };
 
 struct ChurnTrace {
-  bool by_step = false;  // `at` is an inner step, not a time
+  bool by_step = false;            // `at` is an inner step, not a time
   std::vector<ChurnEvent> events;  // sorted by `at` (stable: file order among equal `at`)
 };
 

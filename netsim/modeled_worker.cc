@@ -18,9 +18,12 @@ std::vector<std::uint64_t> scenario_buckets(const Scenario& sc) {
 
 ModeledWorker::ModeledWorker(const Scenario& sc, Runtime& runtime,
                              std::shared_ptr<const double> speed_factor)
-    : runtime_(runtime), speed_factor_(std::move(speed_factor)),
-      step_time_s_(sc.inner_step_s()), tokens_per_step_(sc.tokens_per_inner_step()),
-      param_count_(sc.model.param_count()), boundaries_(scenario_buckets(sc)),
+    : runtime_(runtime),
+      speed_factor_(std::move(speed_factor)),
+      step_time_s_(sc.inner_step_s()),
+      tokens_per_step_(sc.tokens_per_inner_step()),
+      param_count_(sc.model.param_count()),
+      boundaries_(scenario_buckets(sc)),
       extra_state_copies_(sc.diloco.state_copies - 1) {}
 
 InnerStepsResult ModeledWorker::run_inner_steps(int steps) {

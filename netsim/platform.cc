@@ -1,10 +1,10 @@
 // Platform construction from a scenario (see platform.h).
 #include "netsim/platform.h"
 
-#include <simgrid/kernel/ProfileBuilder.hpp>
-#include <simgrid/s4u.hpp>
 #include <filesystem>
 #include <map>
+#include <simgrid/kernel/ProfileBuilder.hpp>
+#include <simgrid/s4u.hpp>
 #include <sstream>
 
 #include "engine/error.h"
@@ -13,9 +13,9 @@ namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
 
 namespace {
-constexpr double kHostFlops = 1e9;      // nominal host speed; compute is charged in seconds
-constexpr double kBackboneBps = 1e12;   // site-to-site pipes are not the bottleneck
-constexpr int kVariabilityPeriods = 64; // length of the looped bandwidth profile
+constexpr double kHostFlops = 1e9;       // nominal host speed; compute is charged in seconds
+constexpr double kBackboneBps = 1e12;    // site-to-site pipes are not the bottleneck
+constexpr int kVariabilityPeriods = 64;  // length of the looped bandwidth profile
 }  // namespace
 
 double unit_draw(std::uint64_t& state) {
@@ -30,7 +30,8 @@ std::vector<std::string> host_slot_names(const Scenario& sc) {
   std::map<std::string, int> per_site;
   std::vector<std::string> names;
   for (auto& g : sc.network.nodes)
-    for (int i = 0; i < g.count; ++i) names.push_back(g.site + "-" + std::to_string(per_site[g.site]++));
+    for (int i = 0; i < g.count; ++i)
+      names.push_back(g.site + "-" + std::to_string(per_site[g.site]++));
   return names;
 }
 
@@ -44,8 +45,11 @@ JsonObject Platform::to_json() const {
   std::string hosts_j = "[";
   for (std::size_t i = 0; i < names.size(); ++i) {
     JsonObject o;
-    o.add("host", names[i]).add("site", sites[i]).add("access_gbps", access_gbps[i])
-        .add("speed_factor", speed_factor[i]).add("start", bool(start[i]));
+    o.add("host", names[i])
+        .add("site", sites[i])
+        .add("access_gbps", access_gbps[i])
+        .add("speed_factor", speed_factor[i])
+        .add("start", bool(start[i]));
     hosts_j += (i ? "," : "") + o.str();
   }
   JsonObject j;
@@ -153,10 +157,9 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc) {
   auto route = [&](sg4::Host* a, sg4::SplitDuplexLink* la, const std::string& sa, sg4::Host* b,
                    sg4::SplitDuplexLink* lb, const std::string& sb) {
     sg4::Link* bb = backbone.at(pair_key(sa, sb));
-    world->add_route(a->get_netpoint(), b->get_netpoint(), nullptr, nullptr,
-                     {sg4::LinkInRoute(la, D::UP), sg4::LinkInRoute(bb),
-                      sg4::LinkInRoute(lb, D::DOWN)},
-                     true);
+    world->add_route(
+        a->get_netpoint(), b->get_netpoint(), nullptr, nullptr,
+        {sg4::LinkInRoute(la, D::UP), sg4::LinkInRoute(bb), sg4::LinkInRoute(lb, D::DOWN)}, true);
   };
   for (std::size_t i = 0; i < p.hosts.size(); ++i) {
     for (std::size_t j = i + 1; j < p.hosts.size(); ++j)

@@ -22,10 +22,10 @@ namespace meridian::netsim {
 std::vector<std::string> host_slot_names(const Scenario& sc);
 
 struct Platform {
-  std::vector<std::string> names;       // one per host slot
+  std::vector<std::string> names;  // one per host slot
   std::vector<std::string> sites;
   std::vector<simgrid::s4u::Host*> hosts;
-  std::vector<double> access_gbps;      // resolved (drawn) access bandwidth
+  std::vector<double> access_gbps;  // resolved (drawn) access bandwidth
   std::vector<double> speed_factor;
   std::vector<bool> start;
   simgrid::s4u::Host* coordinator = nullptr;

@@ -32,7 +32,8 @@ double ModelSpec::flops_per_token() const {
 
 std::vector<std::uint64_t> ModelSpec::bucket_boundaries() const {
   const std::uint64_t h = hidden, emb = std::uint64_t(vocab) * h;
-  const std::uint64_t per_layer = (non_embedding_params() - h - (tied_embeddings ? 0 : emb)) / layers;
+  const std::uint64_t per_layer =
+      (non_embedding_params() - h - (tied_embeddings ? 0 : emb)) / layers;
   std::vector<std::uint64_t> b{0, emb};
   for (int l = 0; l < layers; ++l) b.push_back(b.back() + per_layer);
   b.push_back(param_count());  // output head + final norm
@@ -111,7 +112,8 @@ class Reader {
         std::string known;
         for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
         throw ConfigError(file_ + ": unknown key '" + key_path(k) + "' (line " +
-                          std::to_string(it->first.Mark().line + 1) + "); known keys here: " + known);
+                          std::to_string(it->first.Mark().line + 1) +
+                          "); known keys here: " + known);
       }
     }
   }
@@ -198,6 +200,7 @@ void parse_network(Reader r, NetworkSpec& n) {
   r.scalar<double>("tcp_gamma_bytes", n.tcp_gamma_bytes, "bytes > 0", positive<double>());
   r.scalar<bool>("crosstraffic", n.crosstraffic, "true or false");
   r.scalar<std::string>("platform_xml", n.platform_xml, "a file path");
+  r.scalar<std::string>("sites_from", n.sites_from, "a file path");
   r.scalar<std::string>("coordinator_site", n.coordinator_site, "a site name");
   r.scalar<double>("coordinator_bandwidth_gbps", n.coordinator_bandwidth_gbps, "Gb/s > 0",
                    positive<double>());
@@ -293,8 +296,8 @@ void parse_network(Reader r, NetworkSpec& n) {
           found |= (e.a == n.sites[i].name && e.b == n.sites[j].name) ||
                    (e.b == n.sites[i].name && e.a == n.sites[j].name);
         if (!found)
-          r.fail(r.key_path("rtt"), "an entry for the site pair " + n.sites[i].name + " / " +
-                                        n.sites[j].name);
+          r.fail(r.key_path("rtt"),
+                 "an entry for the site pair " + n.sites[i].name + " / " + n.sites[j].name);
       }
   }
   if (n.nodes.empty()) r.fail(r.key_path("nodes"), "at least one node group");
@@ -331,7 +334,35 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.finish();
 }
 
-Scenario parse_root(const YAML::Node& root, const std::string& file) {
+// network.sites_from: FILE (relative to the scenario) supplies network.sites and network.rtt,
+// so that several scenarios share one measured latency table. Keys given inline win.
+void merge_sites_from(YAML::Node& root, const std::string& file, const std::string& base_dir) {
+  if (!root.IsMap() || !root["network"] || !root["network"].IsMap()) return;
+  YAML::Node net = root["network"];
+  YAML::Node from = net["sites_from"];
+  if (!from) return;
+  const std::string key = "network.sites_from";
+  if (!from.IsScalar()) throw ConfigError(file + ": key '" + key + "': expected a file path");
+  std::filesystem::path p = from.as<std::string>();
+  if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
+  YAML::Node other;
+  try {
+    other = YAML::LoadFile(p.string());
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file + ": key '" + key + "': cannot read '" + p.string() + "': " + e.what());
+  }
+  if (!other.IsMap()) throw ConfigError(p.string() + ": expected a mapping with sites and rtt");
+  for (auto it = other.begin(); it != other.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (k != "sites" && k != "rtt")
+      throw ConfigError(p.string() + ": unknown key '" + k +
+                        "' (a sites file holds sites and rtt)");
+    if (!net[k]) net[k] = it->second;
+  }
+}
+
+Scenario parse_root(YAML::Node root, const std::string& file, const std::string& base_dir) {
+  merge_sites_from(root, file, base_dir);
   Scenario sc;
   sc.file = file;
   Reader r(root, file, "");
@@ -343,8 +374,10 @@ Scenario parse_root(const YAML::Node& root, const std::string& file) {
     run.scalar<std::string>("mode", sc.run.mode, "simulate",
                             [](const std::string& v) { return v == "simulate"; });
     run.scalar<int>("outer_steps", sc.run.outer_steps, "a positive integer", positive<int>());
-    run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps, "an integer >= 0 (0: use outer_steps)",
-                             non_negative<std::int64_t>());
+    run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps,
+                             "an integer >= 0 (0: use outer_steps)", non_negative<std::int64_t>());
+    run.scalar<std::string>("driver", sc.run.driver, "netsim or engine",
+                            [](const std::string& v) { return v == "netsim" || v == "engine"; });
     run.finish();
   }
   parse_model(r.child("model"), sc.model);
@@ -383,7 +416,7 @@ Scenario parse_scenario(const std::string& yaml_text, const std::string& name,
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   for (auto& ov : overrides) apply_override(root, ov, name);
-  return parse_root(root, name);
+  return parse_root(root, name, "");
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
@@ -397,27 +430,41 @@ Scenario load_scenario(const std::string& path, const std::vector<std::string>& 
   }
   if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   for (auto& ov : overrides) apply_override(root, ov, path);
-  Scenario sc = parse_root(root, path);
+  Scenario sc = parse_root(root, path, std::filesystem::path(path).parent_path().string());
   sc.base_dir = std::filesystem::path(path).parent_path().string();
   return sc;
 }
 
 JsonObject Scenario::to_json() const {
   JsonObject run_j;
-  run_j.add("name", run.name).add("seed", run.seed).add("mode", run.mode)
-      .add("outer_steps", outer_steps()).add("inner_steps", run.inner_steps);
+  run_j.add("name", run.name)
+      .add("seed", run.seed)
+      .add("mode", run.mode)
+      .add("outer_steps", outer_steps())
+      .add("inner_steps", run.inner_steps)
+      .add("driver", run.driver);
   JsonObject model_j;
-  model_j.add("layers", model.layers).add("hidden", model.hidden).add("heads", model.heads)
-      .add("kv_heads", model.kv_heads).add("ffn", model.ffn).add("vocab", model.vocab)
-      .add("seq_len", model.seq_len).add("tied_embeddings", model.tied_embeddings);
+  model_j.add("layers", model.layers)
+      .add("hidden", model.hidden)
+      .add("heads", model.heads)
+      .add("kv_heads", model.kv_heads)
+      .add("ffn", model.ffn)
+      .add("vocab", model.vocab)
+      .add("seq_len", model.seq_len)
+      .add("tied_embeddings", model.tied_embeddings);
   JsonObject hw;
   hw.add("gpus_per_node", hardware.gpus_per_node)
-      .add("peak_flops_per_gpu", hardware.peak_flops_per_gpu).add("mfu", hardware.mfu)
-      .add("step_time_s", hardware.step_time_s).add("batch_sequences", hardware.batch_sequences)
+      .add("peak_flops_per_gpu", hardware.peak_flops_per_gpu)
+      .add("mfu", hardware.mfu)
+      .add("step_time_s", hardware.step_time_s)
+      .add("batch_sequences", hardware.batch_sequences)
       .add("inner_step_s", inner_step_s());
   JsonObject net;
-  net.add("model", network.model).add("tcp_gamma_bytes", network.tcp_gamma_bytes)
-      .add("crosstraffic", network.crosstraffic).add("platform_xml", network.platform_xml)
+  net.add("model", network.model)
+      .add("tcp_gamma_bytes", network.tcp_gamma_bytes)
+      .add("crosstraffic", network.crosstraffic)
+      .add("platform_xml", network.platform_xml)
+      .add("sites_from", network.sites_from)
       .add("coordinator_site", network.coordinator_site)
       .add("coordinator_bandwidth_gbps", network.coordinator_bandwidth_gbps)
       .add("intra_site_rtt_ms", network.intra_site_rtt_ms)
@@ -440,26 +487,42 @@ JsonObject Scenario::to_json() const {
   }
   for (auto& g : network.nodes) {
     JsonObject o;
-    o.add("site", g.site).add("count", g.count).add("start", g.start)
-        .add("bandwidth_gbps", g.bandwidth_gbps).add("speed_factor", g.speed_factor);
+    o.add("site", g.site)
+        .add("count", g.count)
+        .add("start", g.start)
+        .add("bandwidth_gbps", g.bandwidth_gbps)
+        .add("speed_factor", g.speed_factor);
     nodes += (nodes.size() > 1 ? "," : "") + o.str();
   }
   net.add_raw("sites", sites + "]").add_raw("rtt", rtts + "]").add_raw("nodes", nodes + "]");
   JsonObject dl;
-  dl.add("H", diloco.H).add("codec", diloco.codec).add("buckets", diloco.buckets)
-      .add("local_ranks", diloco.local_ranks).add("aggregate", diloco.aggregate)
-      .add("max_chunk_bytes", diloco.max_chunk_bytes).add("timeout_s", diloco.timeout_s)
-      .add("retries", diloco.retries).add("outer_opt_s", diloco.outer_opt_s)
-      .add("checkpoint_s", diloco.checkpoint_s).add("dead_after_s", diloco.dead_after_s)
-      .add("heartbeat_s", diloco.heartbeat_s).add("state_copies", diloco.state_copies)
+  dl.add("H", diloco.H)
+      .add("codec", diloco.codec)
+      .add("buckets", diloco.buckets)
+      .add("local_ranks", diloco.local_ranks)
+      .add("aggregate", diloco.aggregate)
+      .add("max_chunk_bytes", diloco.max_chunk_bytes)
+      .add("timeout_s", diloco.timeout_s)
+      .add("retries", diloco.retries)
+      .add("outer_opt_s", diloco.outer_opt_s)
+      .add("checkpoint_s", diloco.checkpoint_s)
+      .add("dead_after_s", diloco.dead_after_s)
+      .add("heartbeat_s", diloco.heartbeat_s)
+      .add("state_copies", diloco.state_copies)
       .add("recovery_chunk_bytes", diloco.recovery_chunk_bytes);
   JsonObject churn;
   churn.add("trace", churn_trace);
   JsonObject out;
   out.add("dir", output_dir);
   JsonObject all;
-  all.add("file", file).add("run", run_j).add("model", model_j).add("hardware", hw)
-      .add("network", net).add("diloco", dl).add("churn", churn).add("output", out);
+  all.add("file", file)
+      .add("run", run_j)
+      .add("model", model_j)
+      .add("hardware", hw)
+      .add("network", net)
+      .add("diloco", dl)
+      .add("churn", churn)
+      .add("output", out);
   return all;
 }
 

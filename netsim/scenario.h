@@ -14,7 +14,7 @@
 namespace meridian::netsim {
 
 struct ModelSpec {
-  int layers = 42;             // INTELLECT-1 (intellect1.md §2.1)
+  int layers = 42;  // INTELLECT-1 (intellect1.md §2.1)
   int hidden = 4096;
   int heads = 32;
   int kv_heads = 8;
@@ -23,7 +23,7 @@ struct ModelSpec {
   int seq_len = 8192;
   bool tied_embeddings = false;
 
-  std::uint64_t param_count() const;      // all parameters
+  std::uint64_t param_count() const;  // all parameters
   std::uint64_t non_embedding_params() const;
   // PRIME's formula: 6·N_non-embedding + 12·L·H·d_head·T.
   double flops_per_token() const;
@@ -53,22 +53,23 @@ struct RttSpec {
 struct NodeGroup {
   std::string site;
   int count = 1;
-  bool start = true;                 // running at t = 0 (else waits for a churn `join`)
-  double bandwidth_gbps = 0.0;       // 0: drawn (seeded) from network.access_bandwidth_gbps
-  double speed_factor = 1.0;         // < 1: straggler
+  bool start = true;            // running at t = 0 (else waits for a churn `join`)
+  double bandwidth_gbps = 0.0;  // 0: drawn (seeded) from network.access_bandwidth_gbps
+  double speed_factor = 1.0;    // < 1: straggler
 };
 
 struct NetworkSpec {
-  std::string model = "CM02";            // SimGrid network/model
-  double tcp_gamma_bytes = 4194304.0;    // per-flow window cap: Linux tcp_wmem max default
-  bool crosstraffic = true;              // SimGrid network/crosstraffic
-  std::string platform_xml;              // if set, the platform comes from this file
-  std::string coordinator_site;          // default: first site
+  std::string model = "CM02";          // SimGrid network/model
+  double tcp_gamma_bytes = 4194304.0;  // per-flow window cap: Linux tcp_wmem max default
+  bool crosstraffic = true;            // SimGrid network/crosstraffic
+  std::string platform_xml;            // if set, the platform comes from this file
+  std::string sites_from;              // YAML file supplying sites and rtt (shared tables)
+  std::string coordinator_site;        // default: first site
   double coordinator_bandwidth_gbps = 10.0;
   double intra_site_rtt_ms = 1.0;
   std::pair<double, double> access_bandwidth_gbps = {0.5, 4.0};  // intellect1.md §1.4
-  double variability_period_s = 0.0;     // 0: constant bandwidth
-  double variability_min_fraction = 1.0; // each period, bandwidth × U[min_fraction, 1]
+  double variability_period_s = 0.0;                             // 0: constant bandwidth
+  double variability_min_fraction = 1.0;  // each period, bandwidth × U[min_fraction, 1]
   std::vector<SiteSpec> sites;
   std::vector<RttSpec> rtt;
   std::vector<NodeGroup> nodes;
@@ -77,17 +78,17 @@ struct NetworkSpec {
 struct DilocoSpec {
   int H = 100;
   std::string codec = "int8";
-  std::string buckets = "layers";   // "layers" (embedding, each layer, head) or an integer count
-  int local_ranks = 8;              // L parallel rings per node (one flow each)
-  bool aggregate = true;            // model the L rings as one flow of L× bytes and L× window
+  std::string buckets = "layers";  // "layers" (embedding, each layer, head) or an integer count
+  int local_ranks = 8;             // L parallel rings per node (one flow each)
+  bool aggregate = true;           // model the L rings as one flow of L× bytes and L× window
   std::uint64_t max_chunk_bytes = 4u << 20;
   double timeout_s = 60.0;
   int retries = 3;
-  double outer_opt_s = 0.0;         // CPU time of the outer step (not given by the sources)
-  double checkpoint_s = 60.0;       // blocking save per outer step (intellect1.md §2.4)
-  double dead_after_s = 6.0;        // heartbeat eviction delay (paper)
+  double outer_opt_s = 0.0;    // CPU time of the outer step (not given by the sources)
+  double checkpoint_s = 60.0;  // blocking save per outer step (intellect1.md §2.4)
+  double dead_after_s = 6.0;   // heartbeat eviction delay (paper)
   double heartbeat_s = 2.0;
-  int state_copies = 4;             // recovery payload: params, momentum, AdamW m and v (fp32)
+  int state_copies = 4;  // recovery payload: params, momentum, AdamW m and v (fp32)
   std::uint64_t recovery_chunk_bytes = 64u << 20;
 };
 
@@ -95,8 +96,12 @@ struct RunSpec {
   std::string name;
   std::uint64_t seed = 1;
   std::string mode = "simulate";
-  int outer_steps = 20;             // or inner_steps / H when inner_steps is given
+  int outer_steps = 20;  // or inner_steps / H when inner_steps is given
   std::int64_t inner_steps = 0;
+  // Who runs the nodes: "netsim" (this library's timeline model, with aggregation, checkpoint
+  // and outer-step CPU time) or "engine" (the engine's DilocoNode: its ElasticMesh with real
+  // heartbeats through the simulated store, its live recovery and ring all-reduce).
+  std::string driver = "netsim";
 };
 
 struct Scenario {

@@ -2,11 +2,11 @@
 #include "netsim/sim_runtime.h"
 
 #include <exception>
+#include <mutex>
+#include <simgrid/s4u.hpp>
 #include <utility>
 
 #include "engine/error.h"
-#include <mutex>
-#include <simgrid/s4u.hpp>
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;

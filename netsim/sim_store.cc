@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "netsim/wait_list.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -15,8 +16,7 @@ namespace sg4 = simgrid::s4u;
 struct SimStoreServer::State {
   sg4::Host* coordinator = nullptr;
   std::map<std::string, std::string> table;
-  sg4::MutexPtr mu = sg4::Mutex::create();
-  sg4::ConditionVariablePtr changed = sg4::ConditionVariable::create();
+  WaitList changed;  // no lock: see wait_list.h
 };
 
 namespace {
@@ -32,7 +32,7 @@ class SimStoreClient final : public Store {
   void set(const std::string& key, const std::string& value) override {
     request(key.size() + value.size());
     s_->table[key] = value;
-    s_->changed->notify_all();
+    s_->changed.notify_all();
     reply(0);
   }
 
@@ -74,7 +74,7 @@ class SimStoreClient final : public Store {
     }
     v += delta;
     s_->table[key] = std::to_string(v);
-    s_->changed->notify_all();
+    s_->changed.notify_all();
     reply(8);
     return v;
   }
@@ -89,7 +89,7 @@ class SimStoreClient final : public Store {
     if (cur == expected) {
       s_->table[key] = desired;
       cur = desired;
-      s_->changed->notify_all();
+      s_->changed.notify_all();
     }
     reply(cur ? cur->size() : 0);
     return cur;
@@ -128,13 +128,12 @@ class SimStoreClient final : public Store {
 
   void wait_keys(const std::vector<std::string>& keys, double timeout_s) {
     const double deadline = sg4::Engine::get_clock() + timeout_s;
-    std::unique_lock<sg4::Mutex> lk(*s_->mu);
     auto all_present = [&] {
       for (auto& k : keys)
         if (!s_->table.count(k)) return false;
       return true;
     };
-    if (!s_->changed->wait_until(lk, deadline, all_present))
+    if (!s_->changed.wait_until(deadline, all_present))
       throw TimeoutError("store: waited " + std::to_string(timeout_s) + " s for key '" +
                          (keys.empty() ? std::string() : keys.front()) + "'");
   }

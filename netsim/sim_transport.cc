@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "netsim/wait_list.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -23,9 +24,9 @@ struct Message {
 };
 
 // One rank's receive side in one epoch.
+// No lock: actors are cooperative, and a lock could be left held by an actor killed with its host.
 struct Inbox {
-  sg4::MutexPtr mu = sg4::Mutex::create();
-  sg4::ConditionVariablePtr cv = sg4::ConditionVariable::create();
+  WaitList waiters;
   std::map<std::pair<int, Tag>, std::deque<Message>> queues;
 };
 
@@ -37,7 +38,7 @@ struct EpochState {
   std::vector<bool> aborted;
 
   void notify_all() {
-    for (auto& in : inboxes) in->cv->notify_all();
+    for (auto& in : inboxes) in->waiters.notify_all();
   }
 };
 
@@ -95,17 +96,13 @@ void deliver(EpochState& ep, int from, int to, Tag tag, const Payload& msg) {
   Message m;
   m.content.assign(msg.bytes.begin(), msg.bytes.end());
   m.wire_bytes = msg.wire_bytes;
-  {
-    std::unique_lock<sg4::Mutex> lk(*in.mu);
-    in.queues[{from, tag}].push_back(std::move(m));
-  }
-  in.cv->notify_all();
+  in.queues[{from, tag}].push_back(std::move(m));
+  in.waiters.notify_all();
 }
 
 Received receive(SimNetwork::State& net, EpochState& ep, int me, int from, Tag tag,
                  std::span<std::byte> into, double deadline_s) {
   Inbox& in = *ep.inboxes[me];
-  std::unique_lock<sg4::Mutex> lk(*in.mu);
   for (;;) {
     auto it = in.queues.find({from, tag});
     if (it != in.queues.end() && !it->second.empty()) {
@@ -123,13 +120,14 @@ Received receive(SimNetwork::State& net, EpochState& ep, int me, int from, Tag t
       throw PeerLostError(from, "netsim: rank " + std::to_string(from) + " (node " +
                                     std::to_string(ep.members[from]) + ") of epoch " +
                                     std::to_string(ep.epoch) + " is lost");
-    if (in.cv->wait_until(lk, deadline_s) == std::cv_status::timeout &&
-        sg4::Engine::get_clock() >= deadline_s) {
-      auto again = in.queues.find({from, tag});
-      if (again == in.queues.end() || again->second.empty())
-        throw TimeoutError("netsim: receive from rank " + std::to_string(from) + " of epoch " +
-                           std::to_string(ep.epoch) + " timed out");
-    }
+    const bool woken = in.waiters.wait_until(deadline_s, [&] {
+      auto q = in.queues.find({from, tag});
+      return (q != in.queues.end() && !q->second.empty()) || net.dead.count(ep.members[from]) ||
+             ep.aborted[from] || ep.aborted[me];
+    });
+    if (!woken)
+      throw TimeoutError("netsim: receive from rank " + std::to_string(from) + " of epoch " +
+                         std::to_string(ep.epoch) + " timed out");
   }
 }
 
@@ -137,8 +135,14 @@ class SimExchange final : public PendingExchange {
  public:
   SimExchange(std::shared_ptr<SimNetwork::State> net, std::shared_ptr<EpochState> ep, int me,
               int to, Payload out, int from, std::span<std::byte> into, Tag tag)
-      : net_(std::move(net)), ep_(std::move(ep)), me_(me), to_(to), out_(out), from_(from),
-        into_(into), tag_(tag) {
+      : net_(std::move(net)),
+        ep_(std::move(ep)),
+        me_(me),
+        to_(to),
+        out_(out),
+        from_(from),
+        into_(into),
+        tag_(tag) {
     if (!net_->dead.count(ep_->members[to_]) && !ep_->aborted[to_])
       comm_ = sg4::Comm::sendto_async(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
   }
@@ -238,11 +242,11 @@ std::unique_ptr<Transport> SimNetwork::connect(const EpochSpec& spec) {
     fresh->members = spec.members;
     for (auto m : spec.members) {
       fresh->hosts.push_back(host_of(m));
-      // Creating s4u synchronisation objects is a simcall: other actors run meanwhile, and
-      // one of them may connect to the same epoch. Hence the second look below.
       fresh->inboxes.push_back(std::make_unique<Inbox>());
     }
     fresh->aborted.assign(spec.members.size(), false);
+    // host_of() and allocation never yield, but keep the second look cheap and explicit: an
+    // epoch must have one state object whoever connects first.
     ep = state_->epochs[spec.epoch].lock();
     if (!ep) {
       ep = fresh;

@@ -4,19 +4,20 @@
 // dead_after_s after its crash, a leaving one at once (deathrattle).
 #include "netsim/simulation.h"
 
-#include <simgrid/s4u.hpp>
-#include <simgrid/version.h>
-#include <xbt/log.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <set>
+#include <simgrid/s4u.hpp>
+
+// After s4u.hpp (its own block, so include sorting keeps it there): it needs SimGrid's macros.
+#include <simgrid/version.h>
 
 #include "engine/codec/codec.h"
 #include "engine/collective/ring_allreduce.h"
+#include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "netsim/churn.h"
 #include "netsim/modeled_worker.h"
@@ -24,6 +25,7 @@
 #include "netsim/sim_runtime.h"
 #include "netsim/sim_store.h"
 #include "netsim/sim_transport.h"
+#include "netsim/wait_list.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -47,7 +49,7 @@ struct SyncResult {
 
 struct Assignment {
   bool finished = false;
-  bool founder = false;     // no members were left: the joiner starts the run again alone
+  bool founder = false;  // no members were left: the joiner starts the run again alone
   std::int64_t source = -1;
   std::uint64_t recovery_epoch = 0;
   std::uint64_t done_bytes = 0;
@@ -63,12 +65,14 @@ T finished_result() {
 
 // Membership: the store-side state of the mesh (members, epochs, joiners, barriers). Nodes call
 // it from their actors; every barrier arrival also costs a store round trip (charged by the
-// caller). Single OS thread: the s4u mutex only orders actors across waits.
+// caller). Actors run cooperatively in one OS thread and nothing here yields except the waits,
+// so no lock is needed (and none could be left held by an actor killed with its host).
 class Coordinator {
  public:
   Coordinator(const Scenario& sc, const Platform& pf, EventSink& sink, SimOptions opts)
       : sc_(sc), pf_(pf), sink_(sink), opts_(std::move(opts)), target_(sc.outer_steps()) {
-    for (std::size_t i = 0; i < sc.network.sites.size(); ++i) site_rank_[sc.network.sites[i].name] = i;
+    for (std::size_t i = 0; i < sc.network.sites.size(); ++i)
+      site_rank_[sc.network.sites[i].name] = i;
   }
 
   void set_initial(std::vector<std::int64_t> members, const std::map<std::int64_t, int>& slot) {
@@ -87,7 +91,6 @@ class Coordinator {
 
   // Barrier at an outer-step boundary (boundary = true) or after an all-reduce attempt (vote).
   SyncResult sync(std::int64_t node, bool boundary, bool ok) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     const std::uint64_t gen = gen_;
     arrived_.insert(node);
     barrier_ok_ = barrier_ok_ && ok;
@@ -102,20 +105,20 @@ class Coordinator {
           complete = false;
           break;
         }
-        ready_at = std::max(ready_at, d->second.first + (d->second.second ? 0 : sc_.diloco.dead_after_s));
+        ready_at =
+            std::max(ready_at, d->second.first + (d->second.second ? 0 : sc_.diloco.dead_after_s));
       }
       const double now = sg4::Engine::get_clock();
       if (complete && now >= ready_at) {
         finalize(node, boundary);
         return result_for(node);
       }
-      wait_until(lk, complete ? ready_at : kForever);
+      waiters_.wait_until(complete ? ready_at : kForever, [&] { return gen_ != gen; });
     }
   }
 
   // A joiner waits for a recovery source (or the end of the run).
   Assignment join_wait(std::int64_t node) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     waiting_.insert(node);
     for (;;) {
       if (finished_) return finished_result<Assignment>();
@@ -134,7 +137,10 @@ class Coordinator {
         a.founder = true;
         return a;
       }
-      cv_->wait(lk);
+      const std::uint64_t gen = gen_;
+      waiters_.wait_until(kForever, [&] {
+        return gen_ != gen || finished_ || (members_.empty() && arrived_.empty());
+      });
     }
   }
 
@@ -143,15 +149,13 @@ class Coordinator {
 
   void recovery_failed(std::int64_t node) {
     resumed_[node]++;
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     waiting_.insert(node);
   }
 
   // After recovery: waits until a boundary admits the node.
   SyncResult await_admission(std::int64_t node) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     ready_.insert(node);
-    cv_->notify_all();
+    waiters_.notify_all();
     for (;;) {
       auto it = admitted_.find(node);
       if (it != admitted_.end()) {
@@ -160,36 +164,32 @@ class Coordinator {
         return r;
       }
       if (finished_) return finished_result<SyncResult>();
-      cv_->wait(lk);
+      waiters_.wait_until(kForever, [&] { return admitted_.count(node) > 0 || finished_; });
     }
   }
 
   void node_failed(std::int64_t node, bool graceful) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     dead_[node] = {sg4::Engine::get_clock(), graceful};
     waiting_.erase(node);
     ready_.erase(node);
     assigned_.erase(node);
-    cv_->notify_all();
+    waiters_.notify_all();
   }
 
   // The churn controller waits here: until `time_s`, until progress reaches `inner_step`, or
   // until the run finishes. Returns false when the run finished.
   bool wait_for_event(double time_s, std::int64_t inner_step) {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
-    for (;;) {
-      if (finished_) return false;
-      if (inner_step >= 0 ? inner_progress() >= inner_step : sg4::Engine::get_clock() >= time_s)
-        return true;
-      wait_until(lk, inner_step >= 0 ? kForever : time_s);
-    }
+    auto due = [&] {
+      return inner_step >= 0 ? inner_progress() >= inner_step : sg4::Engine::get_clock() >= time_s;
+    };
+    waiters_.wait_until(inner_step >= 0 ? kForever : time_s, [&] { return finished_ || due(); });
+    return !finished_;
   }
 
   // Ends the run early (nobody left and nobody to come).
   void finish() {
-    std::unique_lock<sg4::Mutex> lk(*mu_);
     finished_ = true;
-    cv_->notify_all();
+    waiters_.notify_all();
   }
 
   // Outer steps completed (all but the one running, unless the run is over).
@@ -207,14 +207,7 @@ class Coordinator {
     return m;
   }
 
-  void wait_until(std::unique_lock<sg4::Mutex>& lk, double deadline) {
-    if (deadline == kForever) cv_->wait(lk);
-    else cv_->wait_until(lk, deadline);
-  }
-
-  void new_epoch() {
-    ++epoch_;
-  }
+  void new_epoch() { ++epoch_; }
 
   SyncResult make_result(std::int64_t node) const {
     SyncResult r;
@@ -297,7 +290,7 @@ class Coordinator {
     arrived_.clear();
     barrier_ok_ = true;
     ++gen_;
-    cv_->notify_all();
+    waiters_.notify_all();
     if (boundary && opts_.on_progress) opts_.on_progress(now, outer_done(), target_);
   }
 
@@ -309,8 +302,7 @@ class Coordinator {
   std::map<std::string, std::size_t> site_rank_;
   std::map<std::int64_t, int> slot_;
 
-  sg4::MutexPtr mu_ = sg4::Mutex::create();
-  sg4::ConditionVariablePtr cv_ = sg4::ConditionVariable::create();
+  WaitList waiters_;  // every state change notifies; waiters re-check their predicate
   std::uint64_t epoch_ = 0;
   std::vector<std::int64_t> members_;
   int outer_started_ = 0;
@@ -330,6 +322,27 @@ class Coordinator {
   std::uint64_t recovery_epochs_ = 0;
 };
 
+// Passes events through and remembers the highest outer step completed (engine driver: the
+// engine's nodes end the run, so the simulator learns the count from their events).
+class OuterStepCounter final : public EventSink {
+ public:
+  explicit OuterStepCounter(EventSink& inner) : inner_(inner) {}
+  void emit(const Event& e) override {
+    if (e.type == "outer_step") {
+      const std::string body = e.fields.str();
+      const auto pos = body.find("\"outer_step\":");
+      if (pos != std::string::npos)
+        max_step_ = std::max(max_step_, std::atoi(body.c_str() + pos + 13));
+    }
+    inner_.emit(e);
+  }
+  int outer_steps() const { return max_step_ + 1; }
+
+ private:
+  EventSink& inner_;
+  int max_step_ = -1;
+};
+
 // Everything the node actors share.
 struct World {
   World(const Scenario& s, EventSink& k, Platform p) : sc(s), sink(k), pf(std::move(p)) {}
@@ -340,14 +353,15 @@ struct World {
   std::unique_ptr<SimStoreServer> store;
   std::unique_ptr<Coordinator> coord;
   std::vector<std::shared_ptr<double>> speed;  // per host slot
-  std::map<int, std::int64_t> node_on_slot;     // running node id per slot
+  std::map<int, std::int64_t> node_on_slot;    // running node id per slot
   std::int64_t next_node_id = 0;
   std::vector<std::uint64_t> buckets;
-  int lanes = 1;             // simulated ring flows per node
-  int lane_scale = 1;        // local ranks folded into one flow
+  int lanes = 1;       // simulated ring flows per node
+  int lane_scale = 1;  // local ranks folded into one flow
   CodecId codec = CodecId::kInt8Prime;
   std::uint64_t recovery_bytes = 0;
   std::exception_ptr error;  // first unexpected error of any actor
+  int initial_world = 0;     // nodes running at t = 0
 
   void emit(std::int64_t node, const char* type, JsonObject f) {
     sink.emit(Event{sg4::Engine::get_clock(), node, type, std::move(f)});
@@ -368,8 +382,7 @@ bool run_allreduce(World& w, Transport& t, SimRuntime& rt, int outer_step, RingS
       for (std::uint32_t b = 0; b < nb; ++b) {
         // Each local rank holds 1/L of the bucket (FSDP shard); a folded lane carries lane_scale.
         const std::uint64_t elems = w.buckets[b + 1] - w.buckets[b];
-        const std::uint64_t count =
-            (elems * w.lane_scale + L - 1) / L;
+        const std::uint64_t count = (elems * w.lane_scale + L - 1) / L;
         RingOptions o;
         o.codec = w.codec;
         o.max_chunk_bytes = w.sc.diloco.max_chunk_bytes * w.lane_scale;
@@ -413,7 +426,8 @@ void serve_recovery(World& w, std::int64_t me, std::int64_t joiner, std::uint64_
   try {
     for (std::uint64_t off = from_byte; off < w.recovery_bytes; off += chunk) {
       const std::uint64_t n = std::min(chunk, w.recovery_bytes - off);
-      t->send(1, make_tag(TagKind::kRecovery, off / chunk), Payload::phantom(n), w.sc.diloco.timeout_s);
+      t->send(1, make_tag(TagKind::kRecovery, off / chunk), Payload::phantom(n),
+              w.sc.diloco.timeout_s);
     }
   } catch (const PeerLostError&) {
   } catch (const TimeoutError&) {
@@ -445,17 +459,21 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
     join_epoch(res);
     for (auto& [joiner, rep] : res.serve) {
       const std::uint64_t from = w.coord->recovery_done_bytes(joiner);
-      serving.push_back(rt.spawn("serve" + std::to_string(joiner), [&w, me, joiner = joiner,
-                                                                    rep = rep, from] {
-        serve_recovery(w, me, joiner, rep, from);
-      }));
+      serving.push_back(
+          rt.spawn("serve" + std::to_string(joiner), [&w, me, joiner = joiner, rep = rep, from] {
+            serve_recovery(w, me, joiner, rep, from);
+          }));
     }
     const double t_inner = rt.now_s();
     InnerStepsResult inner = worker.run_inner_steps(H);
     {
       JsonObject f;
-      f.add("outer_step", k).add("steps", inner.steps).add("tokens", inner.tokens)
-          .add("start_s", t_inner).add("compute_s", inner.compute_s).add_raw("loss", "null");
+      f.add("outer_step", k)
+          .add("steps", inner.steps)
+          .add("tokens", inner.tokens)
+          .add("start_s", t_inner)
+          .add("compute_s", inner.compute_s)
+          .add_raw("loss", "null");
       w.emit(me, "inner_steps", f);
     }
     const double t_ar = rt.now_s();
@@ -468,11 +486,18 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
       bool ok = run_allreduce(w, *t, rt, k, st, reason);
       participants = static_cast<int>(t->size());
       JsonObject f;
-      f.add("outer_step", k).add("bucket", -1).add("epoch", epoch).add("attempt", attempt)
-          .add("codec", w.sc.diloco.codec).add("elements", worker.parameter_count())
-          .add("participants", participants).add("bytes_sent", st.bytes_sent)
-          .add("bytes_received", st.bytes_received).add("start_s", t0)
-          .add("elapsed_s", rt.now_s() - t0).add("ok", ok);
+      f.add("outer_step", k)
+          .add("bucket", -1)
+          .add("epoch", epoch)
+          .add("attempt", attempt)
+          .add("codec", w.sc.diloco.codec)
+          .add("elements", worker.parameter_count())
+          .add("participants", participants)
+          .add("bytes_sent", st.bytes_sent)
+          .add("bytes_received", st.bytes_received)
+          .add("start_s", t0)
+          .add("elapsed_s", rt.now_s() - t0)
+          .add("ok", ok);
       w.emit(me, "allreduce", null_error(f));
       SyncResult vote = barrier(false, ok, k);
       if (vote.finished) return;
@@ -482,13 +507,15 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
       }
       ++attempt;
       JsonObject rf;
-      rf.add("outer_step", k).add("attempt", attempt)
+      rf.add("outer_step", k)
+          .add("attempt", attempt)
           .add("reason", ok ? std::string("a peer's round failed") : reason);
       w.emit(me, "retry", rf);
       join_epoch(vote);
       if (attempt > w.sc.diloco.retries) {
         JsonObject ff;
-        ff.add("outer_step", k).add("reason", "all-reduce failed " + std::to_string(attempt) + " times");
+        ff.add("outer_step", k)
+            .add("reason", "all-reduce failed " + std::to_string(attempt) + " times");
         w.emit(me, "fallback", ff);
         break;
       }
@@ -498,16 +525,22 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
     rt.compute_s(w.sc.diloco.outer_opt_s);
     {
       JsonObject f;
-      f.add("outer_step", k).add("epoch", epoch).add("participants", participants)
-          .add("inner_s", inner.compute_s).add("allreduce_s", allreduce_s)
-          .add("outer_opt_s", rt.now_s() - t_opt).add("tokens", inner.tokens).add_raw("loss", "null");
+      f.add("outer_step", k)
+          .add("epoch", epoch)
+          .add("participants", participants)
+          .add("inner_s", inner.compute_s)
+          .add("allreduce_s", allreduce_s)
+          .add("outer_opt_s", rt.now_s() - t_opt)
+          .add("tokens", inner.tokens)
+          .add_raw("loss", "null");
       w.emit(me, "outer_step", f);
     }
     if (w.sc.diloco.checkpoint_s > 0) {
       const double t_ck = rt.now_s();
       rt.compute_s(w.sc.diloco.checkpoint_s);
       JsonObject f;
-      f.add("outer_step", k).add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
+      f.add("outer_step", k)
+          .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
           .add("elapsed_s", rt.now_s() - t_ck);
       w.emit(me, "checkpoint", f);
     }
@@ -553,7 +586,8 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
     const std::uint64_t chunk = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
     try {
       for (std::uint64_t off = a.done_bytes; off < w.recovery_bytes; off += chunk) {
-        Received r = t->recv(0, make_tag(TagKind::kRecovery, off / chunk), {}, w.sc.diloco.timeout_s);
+        Received r =
+            t->recv(0, make_tag(TagKind::kRecovery, off / chunk), {}, w.sc.diloco.timeout_s);
         w.coord->recovery_progress(me, r.wire_bytes);
       }
     } catch (const PeerLostError&) {
@@ -564,8 +598,10 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
       continue;
     }
     JsonObject f;
-    f.add("bytes", todo).add("elapsed_s", rt.now_s() - t0)
-        .add("sources", std::vector<std::int64_t>{a.source}).add("resumed", a.resumed);
+    f.add("bytes", todo)
+        .add("elapsed_s", rt.now_s() - t0)
+        .add("sources", std::vector<std::int64_t>{a.source})
+        .add("resumed", a.resumed);
     w.emit(me, "recovery_finished", f);
     break;
   }
@@ -589,13 +625,45 @@ void guarded(World& w, F&& body) {
   }
 }
 
+// The engine's own node (run.driver: engine): ElasticMesh membership with heartbeats through
+// the simulated store, the engine's live recovery and its ring all-reduce. Aggregation folds
+// the L local ranks into one ring (local_ranks 1, L× window and chunk) as in the netsim driver.
+void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int initial_world) {
+  SimRuntime rt(w.pf.hosts[slot]);
+  ModeledWorker worker(w.sc, rt, w.speed[slot]);
+  auto store = w.store->client(w.pf.hosts[slot]);
+  DilocoOptions o;
+  o.inner_steps = w.sc.diloco.H;
+  o.outer_steps = w.sc.outer_steps();
+  o.codec = w.codec;
+  o.local_ranks = w.lanes;
+  o.allreduce_timeout_s = w.sc.diloco.timeout_s;
+  o.max_chunk_bytes = w.sc.diloco.max_chunk_bytes * w.lane_scale;
+  o.recovery.chunk_bytes = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
+  o.recovery.timeout_s = w.sc.diloco.timeout_s;
+  o.mesh.heartbeat_interval_s = w.sc.diloco.heartbeat_s;
+  o.mesh.dead_after_s = w.sc.diloco.dead_after_s;
+  o.mesh.max_retries = w.sc.diloco.retries;
+  o.mesh.initial_world = initial_world;
+  o.mesh.outer_steps = w.sc.outer_steps();
+  DilocoNode node(worker, *store, w.net, rt, w.sink, o);
+  node.run(initial, me);
+}
+
 std::int64_t start_node(World& w, int slot, bool initial) {
   const std::int64_t id = w.next_node_id++;
   w.node_on_slot[slot] = id;
   w.coord->register_node(id, slot);
   w.net.add_node(id, w.pf.hosts[slot]);
-  sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot],
-                     [&w, id, slot, initial] { guarded(w, [&] { node_main(w, id, slot, initial); }); });
+  if (w.sc.run.driver == "engine") {
+    sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot], [&w, id, slot, initial] {
+      guarded(w, [&] { engine_node_main(w, id, slot, initial, w.initial_world); });
+    });
+    return id;
+  }
+  sg4::Actor::create("node" + std::to_string(id), w.pf.hosts[slot], [&w, id, slot, initial] {
+    guarded(w, [&] { node_main(w, id, slot, initial); });
+  });
   return id;
 }
 
@@ -650,17 +718,24 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     trace = load_churn(p.string(), slots, running);
   }
   const CodecId codec = parse_codec(sc.diloco.codec);
+  const bool engine_driver = sc.run.driver == "engine";
+  if (engine_driver && trace.by_step)
+    throw ConfigError(sc.file +
+                      ": key 'run.driver': the engine driver replays time_s traces only "
+                      "(step traces need the netsim driver's view of progress)");
 
   int argc = 2;
+  std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
   char arg0[] = "meridian";
-  char arg1[] = "--log=root.thresh:critical";
-  char* argv[] = {arg0, arg1, nullptr};
+  char* argv[] = {arg0, log_arg.data(), nullptr};
   sg4::Engine e(&argc, argv);
   const int L = sc.diloco.local_ranks;
   configure_network(e, sc, sc.diloco.aggregate ? L : 1);
 
-  World w(sc, sink, build_platform(e, sc));
+  OuterStepCounter counting(sink);
+  World w(sc, counting, build_platform(e, sc));
   w.codec = codec;
+  start_notifier(w.pf.coordinator);
   w.store = std::make_unique<SimStoreServer>(w.pf.coordinator);
   w.coord = std::make_unique<Coordinator>(sc, w.pf, sink, options);
   w.buckets = scenario_buckets(sc);
@@ -676,15 +751,28 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
         .add("flops_per_token", sc.model.flops_per_token())
         .add("tokens_per_inner_step", sc.tokens_per_inner_step())
         .add("gpus_per_node", sc.hardware.gpus_per_node)
-        .add("peak_flops_per_gpu", sc.hardware.peak_flops_per_gpu).add("H", sc.diloco.H)
-        .add("codec", sc.diloco.codec).add("local_ranks", L);
+        .add("peak_flops_per_gpu", sc.hardware.peak_flops_per_gpu)
+        .add("H", sc.diloco.H)
+        .add("codec", sc.diloco.codec)
+        .add("local_ranks", L);
     JsonObject versions;
     versions.add("meridian", "0.1.0").add("simgrid", SIMGRID_VERSION_STRING);
     JsonObject cfg = sc.to_json();
     cfg.add("platform", w.pf.to_json());
+    // What SimGrid was actually given: aggregated lanes carry L flows' bytes and window.
+    JsonObject simulated;
+    simulated.add("network_model", sc.network.model)
+        .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
+        .add("ring_flows_per_node", w.lanes)
+        .add("local_ranks_per_flow", w.lane_scale);
+    cfg.add("simulated", simulated);
     JsonObject f;
-    f.add("mode", "simulate").add("seed", sc.run.seed).add("command", options.command)
-        .add("versions", versions).add("metrics", metrics).add("config", cfg);
+    f.add("mode", "simulate")
+        .add("seed", sc.run.seed)
+        .add("command", options.command)
+        .add("versions", versions)
+        .add("metrics", metrics)
+        .add("config", cfg);
     sink.emit(Event{0.0, -1, "config", f});
   }
 
@@ -701,16 +789,21 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     }
   }
   w.coord->set_initial(initial, slot_of);
+  w.initial_world = static_cast<int>(initial.size());
   for (auto slot : initial_slots) start_node(w, slot, true);
-  sg4::Actor::create("churn", w.pf.coordinator, [&w, &trace] { guarded(w, [&] { replay_churn(w, trace); }); });
+  auto churn = sg4::Actor::create("churn", w.pf.coordinator,
+                                  [&w, &trace] { guarded(w, [&] { replay_churn(w, trace); }); });
+  // The engine's nodes end the run themselves; pending churn events then no longer matter.
+  if (engine_driver) churn->daemonize();
 
   e.run();
   if (w.error) std::rethrow_exception(w.error);
   const double end = sg4::Engine::get_clock();
+  const int outer_done = engine_driver ? counting.outer_steps() : w.coord->outer_done();
   JsonObject f;
-  f.add("simulated_s", end).add("outer_steps", w.coord->outer_done());
+  f.add("simulated_s", end).add("outer_steps", outer_done);
   sink.emit(Event{end, -1, "run_finished", f});
-  return {end, w.coord->outer_done(), w.net.messages(), w.net.wire_bytes()};
+  return {end, outer_done, w.net.messages(), w.net.wire_bytes()};
 }
 
 }  // namespace meridian::netsim

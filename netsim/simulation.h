@@ -15,6 +15,9 @@ namespace meridian::netsim {
 
 struct SimOptions {
   std::string command;  // echoed in the config record
+  // SimGrid's own log threshold (critical, error, warning, info, debug): info lists the blocked
+  // actors if the simulation ever deadlocks.
+  std::string simgrid_log = "critical";
   // Called at every outer-step boundary with simulated seconds and outer steps done.
   std::function<void(double simulated_s, int outer_done, int outer_total)> on_progress;
 };

@@ -2,12 +2,11 @@
 // Percentiles use linear interpolation between closest ranks (numpy's default).
 #include "netsim/summary.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <istream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -128,21 +127,27 @@ std::string summarize_events(std::istream& in) {
   s["compute_utilization"] = alive_total > 0 ? compute_s / alive_total : 0.0;
   s["outer_step_utilization"] = mean(util);
   s["mfu"] = alive_total > 0 ? fpt * double(tokens) / (alive_total * gpus * peak) : 0.0;
-  s["allreduce_s"] = {{"p10", percentile(ar, 0.1)}, {"p50", percentile(ar, 0.5)},
-                      {"p90", percentile(ar, 0.9)}, {"mean", mean(ar)}};
+  s["allreduce_s"] = {{"p10", percentile(ar, 0.1)},
+                      {"p50", percentile(ar, 0.5)},
+                      {"p90", percentile(ar, 0.9)},
+                      {"mean", mean(ar)}};
   s["inner_step_s"] = inner_steps > 0 ? compute_s / double(inner_steps) : 0.0;
   s["wire_bytes_per_node_per_outer_step"] = mean(per_node_step);
   s["bandwidth_reduction_vs_ddp"] = measured > 0 ? ddp / measured : 0.0;
   s["tokens"] = tokens;
   s["simulated_s"] = end_s;
   s["simulated_days"] = end_s / 86400.0;
-  s["nodes"] = {{"min", participants.empty() ? 0.0 : *std::min_element(participants.begin(), participants.end())},
-                {"max", participants.empty() ? 0.0 : *std::max_element(participants.begin(), participants.end())},
-                {"mean", mean(participants)},
-                {"time_averaged_alive", end_s > 0 ? alive_total / end_s : 0.0}};
+  s["nodes"] = {
+      {"min",
+       participants.empty() ? 0.0 : *std::min_element(participants.begin(), participants.end())},
+      {"max",
+       participants.empty() ? 0.0 : *std::max_element(participants.begin(), participants.end())},
+      {"mean", mean(participants)},
+      {"time_averaged_alive", end_s > 0 ? alive_total / end_s : 0.0}};
   s["outer_steps"] = outer_steps;
   const json& net = config.at("config").at("network");
-  s["network"] = {{"model", net.at("model")}, {"tcp_gamma_bytes", net.at("tcp_gamma_bytes")},
+  s["network"] = {{"model", net.at("model")},
+                  {"tcp_gamma_bytes", net.at("tcp_gamma_bytes")},
                   {"crosstraffic", net.at("crosstraffic")}};
   s["scenario"] = config.at("config").at("run").at("name");
   s["seed"] = config.at("seed");
@@ -164,19 +169,22 @@ std::string summary_table(const std::string& summary_json) {
   os << "scenario " << s["scenario"].get<std::string>() << " (seed " << s["seed"] << ", "
      << s["network"]["model"].get<std::string>() << ", TCP window "
      << num(s["network"]["tcp_gamma_bytes"].get<double>() / 1048576.0, "%.1f MiB") << ")\n";
-  row("simulated time", num(s["simulated_s"], "%.0f s") + " (" + num(s["simulated_days"], "%.2f days") + ")");
+  row("simulated time",
+      num(s["simulated_s"], "%.0f s") + " (" + num(s["simulated_days"], "%.2f days") + ")");
   row("outer steps", std::to_string(s["outer_steps"].get<int>()));
   row("nodes min / mean / max", num(s["nodes"]["min"], "%.0f") + " / " +
-                                    num(s["nodes"]["mean"], "%.2f") + " / " + num(s["nodes"]["max"], "%.0f"));
+                                    num(s["nodes"]["mean"], "%.2f") + " / " +
+                                    num(s["nodes"]["max"], "%.0f"));
   row("inner step", num(s["inner_step_s"], "%.2f s"));
-  row("all-reduce p10 / p50 / p90 / mean", num(s["allreduce_s"]["p10"], "%.1f") + " / " +
-                                               num(s["allreduce_s"]["p50"], "%.1f") + " / " +
-                                               num(s["allreduce_s"]["p90"], "%.1f") + " / " +
-                                               num(s["allreduce_s"]["mean"], "%.1f s"));
-  row("outer-step utilization (report form)", num(100 * s["outer_step_utilization"].get<double>(), "%.1f %%"));
+  row("all-reduce p10 / p50 / p90 / mean",
+      num(s["allreduce_s"]["p10"], "%.1f") + " / " + num(s["allreduce_s"]["p50"], "%.1f") + " / " +
+          num(s["allreduce_s"]["p90"], "%.1f") + " / " + num(s["allreduce_s"]["mean"], "%.1f s"));
+  row("outer-step utilization (report form)",
+      num(100 * s["outer_step_utilization"].get<double>(), "%.1f %%"));
   row("compute utilization", num(100 * s["compute_utilization"].get<double>(), "%.1f %%"));
   row("MFU", num(100 * s["mfu"].get<double>(), "%.1f %%"));
-  row("wire bytes / node / outer step", num(s["wire_bytes_per_node_per_outer_step"].get<double>() / 1e9, "%.2f GB"));
+  row("wire bytes / node / outer step",
+      num(s["wire_bytes_per_node_per_outer_step"].get<double>() / 1e9, "%.2f GB"));
   row("bandwidth reduction vs DDP", num(s["bandwidth_reduction_vs_ddp"], "%.0fx"));
   row("tokens", num(s["tokens"].get<double>() / 1e9, "%.2f B"));
   return os.str();

@@ -24,27 +24,35 @@ constexpr const char* kUsage =
     "  --out DIR      output folder (default: the scenario's output.dir, else results/<name>)\n"
     "  --seed N       overrides run.seed\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
+    "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
     "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
 
 int run_sim(const std::vector<std::string>& args) {
   std::string path, out;
   std::vector<std::string> overrides;
+  std::string simgrid_log = "critical";
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&]() -> const std::string& {
       if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
       return args[++i];
     };
-    if (a == "--out") out = value();
-    else if (a == "--seed") overrides.push_back("run.seed=" + value());
-    else if (a == "--set") overrides.push_back(value());
+    if (a == "--out")
+      out = value();
+    else if (a == "--seed")
+      overrides.push_back("run.seed=" + value());
+    else if (a == "--set")
+      overrides.push_back(value());
+    else if (a == "--simgrid-log")
+      simgrid_log = value();
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "meridian sim: unknown option '" << a << "'\n" << kUsage;
       return kExitUsage;
-    } else if (path.empty()) path = a;
+    } else if (path.empty())
+      path = a;
     else {
       std::cerr << "meridian sim: more than one scenario given\n" << kUsage;
       return kExitUsage;
@@ -69,6 +77,7 @@ int run_sim(const std::vector<std::string>& args) {
   double last_print = -1;
   netsim::SimOptions opts;
   opts.command = command;
+  opts.simgrid_log = simgrid_log;
   opts.on_progress = [&](double sim_s, int done, int total) {
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
@@ -85,8 +94,8 @@ int run_sim(const std::vector<std::string>& args) {
   events.close();
   const double wall =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  std::fprintf(stderr, "\n%.0f simulated s in %.2f wall s (%.0fx), %llu messages\n",
-               r.simulated_s, wall, wall > 0 ? r.simulated_s / wall : 0.0,
+  std::fprintf(stderr, "\n%.0f simulated s in %.2f wall s (%.0fx), %llu messages\n", r.simulated_s,
+               wall, wall > 0 ? r.simulated_s / wall : 0.0,
                static_cast<unsigned long long>(r.messages));
 
   std::ifstream in(events_path);

@@ -12,10 +12,9 @@
 // The test checks the simulated time (last rank to finish) against T_ring within 1 %.
 #include <gtest/gtest.h>
 
-#include <simgrid/s4u.hpp>
-
 #include <algorithm>
 #include <fstream>
+#include <simgrid/s4u.hpp>
 
 #include "engine/codec/codec.h"
 #include "engine/collective/ring_allreduce.h"
@@ -31,8 +30,8 @@ namespace {
 
 namespace sg4 = simgrid::s4u;
 
-constexpr double kRttMs = 40.0;          // α = 20 ms one way
-constexpr double kBandwidthGbps = 2.0;   // B = 250 MB/s
+constexpr double kRttMs = 40.0;         // α = 20 ms one way
+constexpr double kBandwidthGbps = 2.0;  // B = 250 MB/s
 
 Scenario platform_scenario(int nodes) {
   const std::string yaml =
@@ -40,10 +39,12 @@ Scenario platform_scenario(int nodes) {
       "  model: CM02\n"
       "  crosstraffic: false\n"
       "  tcp_gamma_bytes: 1.0e12\n"
-      "  intra_site_rtt_ms: " + std::to_string(kRttMs) + "\n"
+      "  intra_site_rtt_ms: " +
+      std::to_string(kRttMs) +
+      "\n"
       "  sites: [{name: s}]\n"
-      "  nodes: [{site: s, count: " + std::to_string(nodes) +
-      ", bandwidth_gbps: " + std::to_string(kBandwidthGbps) + "}]\n";
+      "  nodes: [{site: s, count: " +
+      std::to_string(nodes) + ", bandwidth_gbps: " + std::to_string(kBandwidthGbps) + "}]\n";
   return parse_scenario(yaml, "alpha_beta.yaml");
 }
 

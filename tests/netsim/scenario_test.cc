@@ -1,11 +1,12 @@
 // Scenario YAML and churn CSV parsing: defaults, derived model numbers, and errors that name
 // the file, the key (or line and column) and the expectation.
+#include "netsim/scenario.h"
+
 #include <gtest/gtest.h>
 
 #include "engine/error.h"
 #include "netsim/churn.h"
 #include "netsim/platform.h"
-#include "netsim/scenario.h"
 
 namespace meridian::netsim {
 namespace {
@@ -102,9 +103,10 @@ std::string churn_error(const std::string& csv) {
 }
 
 TEST(Churn, ParsesAndSorts) {
-  ChurnTrace t = parse_churn("time_s,node,event,arg\n30,b-0,join,\n10,a-1,slow,0.5\n"
-                             "# comment\n40,a-0,fail\n",
-                             "trace.csv", kHosts, kRunning);
+  ChurnTrace t = parse_churn(
+      "time_s,node,event,arg\n30,b-0,join,\n10,a-1,slow,0.5\n"
+      "# comment\n40,a-0,fail\n",
+      "trace.csv", kHosts, kRunning);
   EXPECT_FALSE(t.by_step);
   ASSERT_EQ(t.events.size(), 3u);
   EXPECT_EQ(t.events[0].kind, ChurnKind::kSlow);
@@ -119,8 +121,9 @@ TEST(Churn, ErrorsNameLineColumnAndExpectation) {
   EXPECT_NE(churn_error("time_s,node,event\nsoon,a-0,fail\n")
                 .find("trace.csv:2: column 'time_s': expected a number >= 0, got 'soon'"),
             std::string::npos);
-  EXPECT_NE(churn_error("time_s,node,event\n1,z-9,fail\n").find("column 'node': no host named 'z-9'"),
-            std::string::npos);
+  EXPECT_NE(
+      churn_error("time_s,node,event\n1,z-9,fail\n").find("column 'node': no host named 'z-9'"),
+      std::string::npos);
   EXPECT_NE(churn_error("time_s,node,event\n1,a-0,explode\n")
                 .find("column 'event': expected join, leave, fail or slow"),
             std::string::npos);

@@ -1,0 +1,159 @@
+// DiLoCo over the elastic mesh without faults: the outer parameters equal an independent
+// reference computation exactly, on every node, for every outer step; local ranks; phantom mode.
+#include <gtest/gtest.h>
+
+#include "tests/mesh/cluster_harness.h"
+
+namespace meridian::testing {
+namespace {
+
+// The reference: W nodes with ids 1..W, no faults, dyadic lr and momentum so that every value
+// is exact in fp32 and the summation order of the ring cannot matter.
+std::map<std::int64_t, std::vector<double>> reference(const ClusterOptions& o) {
+  const int w = o.initial;
+  std::vector<double> theta(o.params), buf(o.params, 0.0);
+  for (std::uint64_t i = 0; i < o.params; ++i) theta[i] = static_cast<double>(i);
+  std::map<std::int64_t, std::vector<double>> out;
+  for (std::int64_t s = 0; s < o.outer_steps; ++s) {
+    std::vector<double> g(o.params, 0.0);
+    for (std::int64_t id = 1; id <= w; ++id) {
+      for (std::uint64_t i = 0; i < o.params; ++i) {
+        double delta = 0;  // theta - local = sum of this outer step's inner updates
+        for (int k = 1; k <= o.inner_steps; ++k) {
+          const std::int64_t step = s * o.inner_steps + k;
+          delta += static_cast<double>((id + step + static_cast<std::int64_t>(i)) % 5 - 2);
+        }
+        g[i] += delta / w;
+      }
+    }
+    for (std::uint64_t i = 0; i < o.params; ++i) {
+      buf[i] = o.outer.momentum * buf[i] + g[i];
+      theta[i] -= o.outer.lr * (g[i] + o.outer.momentum * buf[i]);
+    }
+    out[s] = theta;
+  }
+  return out;
+}
+
+ClusterOptions exact_options() {
+  ClusterOptions o;
+  o.initial = 4;
+  o.outer_steps = 5;
+  o.outer = {0.5f, 0.5f};
+  return o;
+}
+
+// Steps [0, steps) of `c` equal the reference (ring order cannot matter: the math is exact).
+void expect_matches_reference_for_steps(Cluster& c, const ClusterOptions& o, std::int64_t steps) {
+  const auto ref = reference(o);
+  const auto recs = c.steps();
+  for (const auto& [step, by_node] : recs) {
+    if (step >= steps) break;
+    ASSERT_EQ(by_node.size(), static_cast<std::size_t>(o.initial)) << "step " << step;
+    for (const auto& [id, rec] : by_node) {
+      ASSERT_EQ(rec.params.size(), o.params);
+      for (std::uint64_t i = 0; i < o.params; ++i)
+        EXPECT_EQ(static_cast<double>(rec.params[i]), ref.at(step)[i])
+            << "step " << step << " node " << id << " element " << i;
+    }
+  }
+}
+
+void expect_matches_reference(Cluster& c, const ClusterOptions& o) {
+  ASSERT_EQ(c.steps().size(), static_cast<std::size_t>(o.outer_steps));
+  expect_matches_reference_for_steps(c, o, o.outer_steps);
+}
+
+TEST(Diloco, FourNodesMatchTheReferenceExactly) {
+  const ClusterOptions o = exact_options();
+  Cluster c(o);
+  c.run_and_check();
+  expect_matches_reference(c, o);
+  // One epoch throughout; one epoch_formed per node; an allreduce event per bucket and step.
+  EXPECT_EQ(c.all_of_type("epoch_formed").size(), 4u);
+  EXPECT_EQ(c.all_of_type("allreduce").size(), 4u * 5u * 3u);
+  EXPECT_EQ(c.all_of_type("outer_step").size(), 4u * 5u);
+  EXPECT_TRUE(c.all_of_type("retry").empty());
+}
+
+TEST(Diloco, LocalRanksRunOneRingPerShardWithTheSameResult) {
+  ClusterOptions o = exact_options();
+  o.local_ranks = 3;
+  Cluster c(o);
+  c.run_and_check();
+  expect_matches_reference(c, o);
+  std::set<std::string> shards;
+  for (const Event& e : c.all_of_type("allreduce")) {
+    const std::string f = e.fields.str();
+    shards.insert(f.substr(f.find("\"local_rank\":"), 14));
+  }
+  EXPECT_EQ(shards, (std::set<std::string>{"\"local_rank\":0", "\"local_rank\":1",
+                                           "\"local_rank\":2"}));
+}
+
+TEST(Diloco, PhantomWorkersRunTheWholeLoop) {
+  ClusterOptions o = exact_options();
+  o.phantom = true;
+  o.outer_steps = 3;
+  Cluster c(o);
+  c.start();
+  std::int64_t joiner = -1;
+  c.at_step(0, [&] { joiner = c.add_joiner(); });
+  c.join();
+  c.check_invariants();
+  ASSERT_GT(joiner, 0);
+  EXPECT_EQ(c.result(joiner).exit, NodeExit::kFinished);
+  ASSERT_EQ(c.all_of_type("recovery_finished").size(), 1u);
+  for (const Event& e : c.all_of_type("allreduce"))
+    EXPECT_NE(e.fields.str().find("\"bytes_sent\":"), std::string::npos);
+}
+
+TEST(Diloco, RingOrderFollowsTheBandwidthMatrix) {
+  ClusterOptions o = exact_options();
+  o.outer_steps = 3;
+  // Only the directed links 1->3->2->4->1 are fast.
+  o.bandwidth_bps = [](std::int64_t from, std::int64_t to) {
+    static const std::set<std::pair<std::int64_t, std::int64_t>> fast = {
+        {1, 3}, {3, 2}, {2, 4}, {4, 1}};
+    return fast.count({from, to}) ? 1e10 : 1e8;
+  };
+  Cluster c(o);
+  c.join_at(0);
+  c.run_and_check();
+  const std::int64_t joiner = c.joiner_of(0);
+  expect_matches_reference_for_steps(c, o, 1);
+  EXPECT_EQ(c.steps().at(0).begin()->second.members, (std::vector<std::int64_t>{1, 3, 2, 4}));
+  // The joiner (admitted at step 2) is slow on every link, so every ring is equally good and the
+  // solver keeps the lexicographically first: survivors in their order, the joiner appended.
+  EXPECT_EQ(c.steps().at(2).begin()->second.members,
+            (std::vector<std::int64_t>{1, 3, 2, 4, joiner}));
+}
+
+TEST(Diloco, BlockingRecoveryGivesTheSameResult) {
+  ClusterOptions o = exact_options();
+  o.blocking_recovery = true;
+  o.recovery_sources = 3;
+  Cluster c(o);
+  c.join_at(1);
+  c.run_and_check();
+  const std::int64_t joiner = c.joiner_of(1);
+  ASSERT_GT(joiner, 0);
+  const auto done = c.all_of_type("recovery_finished");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_NE(done[0].fields.str().find("\"sources\":[1,2,3]"), std::string::npos);
+  // The joiner's inner state and progress are its first source's (node 1).
+  EXPECT_EQ(c.worker(joiner).step(), c.worker(1).step());
+  EXPECT_TRUE(std::equal(c.worker(joiner).moment().begin(), c.worker(joiner).moment().end(),
+                         c.worker(1).moment().begin()));
+}
+
+TEST(Diloco, SingleNodeRunsAlone) {
+  ClusterOptions o = exact_options();
+  o.initial = 1;
+  Cluster c(o);
+  c.run_and_check();
+  expect_matches_reference(c, o);
+}
+
+}  // namespace
+}  // namespace meridian::testing
