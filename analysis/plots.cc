@@ -132,11 +132,12 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
          << "' title columnheader(" << i + 2 << ")";
   sc.figure(prefix + "allreduce_hist", hist.str() + "\n");
 
-  // Box plot: one box per run (quartiles, whiskers at 1.5 IQR, outliers as points).
+  // Box plot: one box per run (quartiles, whiskers at 1.5 IQR), every outer step as a dot beside
+  // it, spread sideways by a fixed low-discrepancy offset so that equal values stay visible.
   std::ostringstream box, tics;
   box << "set title 'All-reduce time per outer step (slowest node): distribution'\n"
       << "set ylabel 'all-reduce time per outer step [s]'\nset xlabel 'run'\n"
-      << "set style fill solid 0.5 border -1\nset style boxplot outliers pointtype 7\n"
+      << "set style fill solid 0.5 border -1\nset style boxplot nooutliers\n"
       << "set boxwidth 0.5\nset grid ytics\nset key off\nset yrange [0:*]\n"
       << "set xrange [0.4:" << runs.size() + 0.6 << "]\n";
   std::ostringstream plot;
@@ -145,10 +146,16 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
     const std::string file = prefix + "allreduce_box_" + std::to_string(i) + ".dat";
     auto out = open_data(sc.data(file));
     out << "# slowest node's outer_step.allreduce_s, one outer step per line\n";
-    for (const OuterStepStats& st : runs[i]->summary.steps) out << st.allreduce_s << "\n";
+    out << "# columns: allreduce_s, sideways offset of its dot\n";
+    for (std::size_t k = 0; k < runs[i]->summary.steps.size(); ++k) {
+      const double spread = std::fmod(static_cast<double>(k) * 0.6180339887, 1.0) - 0.5;
+      out << runs[i]->summary.steps[k].allreduce_s << " " << 0.36 + 0.2 * spread << "\n";
+    }
     tics << (tics.tellp() > 0 ? ", " : "") << gp_quote(runs[i]->label) << " " << i + 1;
     plot << (plot.tellp() > 0 ? ", " : "plot ") << gp_quote(sc.data(file).string()) << " using ("
-         << i + 1 << "):1 with boxplot lc rgb '" << color(i) << "'";
+         << i + 1 << "):1 with boxplot lc rgb '" << color(i) << "', "
+         << gp_quote(sc.data(file).string()) << " using (" << i + 1
+         << " + $2):1 with points pt 7 ps 0.5 lc rgb '#60" << color(i) + 1 << "'";
   }
   box << "set xtics (" << tics.str() << ")\n" << plot.str() << "\n";
   sc.figure(prefix + "allreduce_box", box.str());
@@ -171,14 +178,13 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
           << pct(st.compute_utilization) << " " << pct(st.mfu) << "\n";
     const std::string f = gp_quote(sc.data(file).string());
     const std::string tag = runs.size() > 1 ? runs[i]->label + ": " : "";
-    util << (util.tellp() > 0 ? ", " : "plot ") << f
-         << " using 1:2 with linespoints pt 7 ps 0.6 lc rgb '" << color(i) << "' title "
-         << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", " << f
-         << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' title "
+    const char* style = s.steps.size() > 100 ? "lines lw 1.5" : "linespoints pt 7 ps 0.6";
+    util << (util.tellp() > 0 ? ", " : "plot ") << f << " using 1:2 with " << style << " lc rgb '"
+         << color(i) << "' title " << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", "
+         << f << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' title "
          << gp_quote(tag + "inner compute / outer-step wall time");
-    mfu << (mfu.tellp() > 0 ? ", " : "plot ") << f
-        << " using 1:4 with linespoints pt 7 ps 0.6 lc rgb '" << color(i) << "' title "
-        << gp_quote(runs[i]->label);
+    mfu << (mfu.tellp() > 0 ? ", " : "plot ") << f << " using 1:4 with " << style << " lc rgb '"
+        << color(i) << "' title " << gp_quote(runs[i]->label);
   }
   if (util.tellp() == 0) return;
   std::ostringstream body;

@@ -74,14 +74,14 @@ set title 'All-reduce time per outer step (slowest node): distribution'
 set ylabel 'all-reduce time per outer step [s]'
 set xlabel 'run'
 set style fill solid 0.5 border -1
-set style boxplot outliers pointtype 7
+set style boxplot nooutliers
 set boxwidth 0.5
 set grid ytics
 set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('diloco.H=100_diloco.codec=int8' 1)
-plot '/work/wt/analysis/results/sweep-intellect1-global-H-codec/diloco.H=100_diloco.codec=int8/plots/data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2'
+plot '/work/wt/analysis/results/sweep-intellect1-global-H-codec/diloco.H=100_diloco.codec=int8/plots/data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', '/work/wt/analysis/results/sweep-intellect1-global-H-codec/diloco.H=100_diloco.codec=int8/plots/data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
 
 unset multiplot
 set output
@@ -92,14 +92,14 @@ set title 'All-reduce time per outer step (slowest node): distribution'
 set ylabel 'all-reduce time per outer step [s]'
 set xlabel 'run'
 set style fill solid 0.5 border -1
-set style boxplot outliers pointtype 7
+set style boxplot nooutliers
 set boxwidth 0.5
 set grid ytics
 set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('diloco.H=100_diloco.codec=int8' 1)
-plot '/work/wt/analysis/results/sweep-intellect1-global-H-codec/diloco.H=100_diloco.codec=int8/plots/data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2'
+plot '/work/wt/analysis/results/sweep-intellect1-global-H-codec/diloco.H=100_diloco.codec=int8/plots/data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', '/work/wt/analysis/results/sweep-intellect1-global-H-codec/diloco.H=100_diloco.codec=int8/plots/data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
 
 unset multiplot
 set output
