@@ -1,0 +1,210 @@
+// Parsing of events.jsonl into typed records. Required fields are the ones SCHEMA.md lists;
+// `loss` and `relative_error` may be null (or absent); unknown fields and types are ignored.
+// Not a validator of the run's logic (e.g. that outer steps increase): the statistics do that.
+#include "analysis/events.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/error.h"
+
+namespace meridian::analysis {
+namespace {
+
+using nlohmann::json;
+
+// Typed access to one record's fields; every failure names the record and the field.
+class Fields {
+ public:
+  Fields(const json& obj, const std::string& where, const std::string& type)
+      : obj_(obj), where_(where), type_(type) {}
+
+  const json& required(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end()) fail(key, "is missing");
+    return *it;
+  }
+  double number(const char* key) const {
+    const json& v = required(key);
+    if (!v.is_number()) fail(key, "must be a number, got " + std::string(v.type_name()));
+    return v.get<double>();
+  }
+  std::int64_t integer(const char* key) const {
+    const json& v = required(key);
+    if (!v.is_number_integer()) fail(key, "must be an integer, got " + v.dump());
+    return v.get<std::int64_t>();
+  }
+  bool boolean(const char* key) const {
+    const json& v = required(key);
+    if (!v.is_boolean()) fail(key, "must be true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+  std::string string(const char* key) const {
+    const json& v = required(key);
+    if (!v.is_string()) fail(key, "must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+  std::vector<std::int64_t> ids(const char* key) const {
+    const json& v = required(key);
+    if (!v.is_array()) fail(key, "must be an array of node ids, got " + v.dump());
+    std::vector<std::int64_t> out;
+    for (const json& e : v) {
+      if (!e.is_number_integer()) fail(key, "must hold integer node ids, got " + e.dump());
+      out.push_back(e.get<std::int64_t>());
+    }
+    return out;
+  }
+  // A number or null; an absent key reads as null.
+  std::optional<double> nullable_number(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) fail(key, "must be a number or null, got " + it->dump());
+    return it->get<double>();
+  }
+  Fields object(const char* key) const {
+    const json& v = required(key);
+    if (!v.is_object()) fail(key, "must be an object, got " + v.dump());
+    return Fields(v, where_, type_ + "." + key);
+  }
+  bool has(const char* key) const { return obj_.contains(key); }
+  const json& raw() const { return obj_; }
+
+  [[noreturn]] void fail(const char* key, const std::string& what) const {
+    throw ConfigError(where_ + ": '" + type_ + "' record: field '" + key + "' " + what);
+  }
+
+ private:
+  const json& obj_;
+  const std::string& where_;
+  std::string type_;
+};
+
+ConfigRecord parse_config(const Fields& f) {
+  ConfigRecord r;
+  r.mode = f.string("mode");
+  if (r.mode != "simulate" && r.mode != "emulate" && r.mode != "real")
+    f.fail("mode", "must be simulate, emulate or real, got '" + r.mode + "'");
+  if (f.has("seed")) r.seed = f.integer("seed");
+  if (f.has("command")) r.command = f.string("command");
+  r.versions = f.raw().value("versions", json::object());
+  r.config = f.raw().value("config", json());
+  Fields m = f.object("metrics");
+  r.metrics.param_count = m.number("param_count");
+  r.metrics.flops_per_token = m.number("flops_per_token");
+  r.metrics.tokens_per_inner_step = m.number("tokens_per_inner_step");
+  r.metrics.gpus_per_node = m.number("gpus_per_node");
+  r.metrics.peak_flops_per_gpu = m.number("peak_flops_per_gpu");
+  r.metrics.H = m.integer("H");
+  if (m.has("codec")) r.metrics.codec = m.string("codec");
+  if (m.has("local_ranks")) r.metrics.local_ranks = m.integer("local_ranks");
+  if (r.metrics.gpus_per_node <= 0) m.fail("gpus_per_node", "must be > 0");
+  if (r.metrics.H <= 0) m.fail("H", "must be > 0");
+  return r;
+}
+
+EventBody parse_body(const std::string& type, const Fields& f) {
+  if (type == "config") return parse_config(f);
+  if (type == "node_started") return NodeStartedRecord{f.boolean("initial")};
+  if (type == "join_requested") return JoinRequestedRecord{};
+  if (type == "admitted") return AdmittedRecord{f.integer("epoch"), f.integer("outer_step")};
+  if (type == "recovery_started") return RecoveryStartedRecord{f.ids("sources"), f.number("bytes")};
+  if (type == "recovery_finished")
+    return RecoveryFinishedRecord{f.number("bytes"), f.number("elapsed_s"), f.ids("sources"),
+                                  f.integer("resumed")};
+  if (type == "fail_detected") return FailDetectedRecord{f.integer("failed"), f.string("by")};
+  if (type == "node_left") return NodeLeftRecord{f.boolean("graceful")};
+  if (type == "epoch_formed")
+    return EpochFormedRecord{f.integer("epoch"), f.integer("outer_step"), f.ids("members")};
+  if (type == "inner_steps")
+    return InnerStepsRecord{f.integer("outer_step"), f.integer("steps"),
+                            f.number("tokens"),      f.number("start_s"),
+                            f.number("compute_s"),   f.nullable_number("loss")};
+  if (type == "allreduce") {
+    AllreduceRecord r;
+    r.outer_step = f.integer("outer_step");
+    r.bucket = f.integer("bucket");
+    r.epoch = f.integer("epoch");
+    r.attempt = f.integer("attempt");
+    r.codec = f.string("codec");
+    r.elements = f.number("elements");
+    r.participants = f.integer("participants");
+    r.bytes_sent = f.number("bytes_sent");
+    r.bytes_received = f.number("bytes_received");
+    r.start_s = f.number("start_s");
+    r.elapsed_s = f.number("elapsed_s");
+    r.relative_error = f.nullable_number("relative_error");
+    return r;
+  }
+  if (type == "retry")
+    return RetryRecord{f.integer("outer_step"), f.integer("attempt"), f.string("reason")};
+  if (type == "fallback") return FallbackRecord{f.integer("outer_step"), f.string("reason")};
+  if (type == "outer_step") {
+    OuterStepRecord r;
+    r.outer_step = f.integer("outer_step");
+    r.epoch = f.integer("epoch");
+    r.participants = f.integer("participants");
+    r.inner_s = f.number("inner_s");
+    r.allreduce_s = f.number("allreduce_s");
+    r.outer_opt_s = f.number("outer_opt_s");
+    r.tokens = f.number("tokens");
+    r.loss = f.nullable_number("loss");
+    return r;
+  }
+  if (type == "checkpoint")
+    return CheckpointRecord{f.integer("outer_step"), f.number("bytes"), f.number("elapsed_s")};
+  if (type == "run_finished")
+    return RunFinishedRecord{f.number("simulated_s"), f.integer("outer_steps")};
+  return UnknownRecord{};
+}
+
+}  // namespace
+
+EventRecord parse_event_line(const std::string& line, const std::string& where) {
+  json obj;
+  try {
+    obj = json::parse(line);
+  } catch (const json::parse_error& e) {
+    throw ConfigError(where + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!obj.is_object())
+    throw ConfigError(where + ": a record must be a JSON object, got " + obj.dump());
+  Fields common(obj, where, "record");
+  EventRecord r;
+  r.type = common.string("type");
+  Fields f(obj, where, r.type);
+  r.t_s = f.number("t");
+  r.node = f.integer("node");
+  r.body = parse_body(r.type, f);
+  return r;
+}
+
+std::vector<EventRecord> read_events(std::istream& in, const std::string& source_name) {
+  std::vector<EventRecord> out;
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    EventRecord r = parse_event_line(line, source_name + ":" + std::to_string(line_no));
+    r.line = line_no;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string events_path(const std::string& run_dir_or_file) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(run_dir_or_file))
+    return (fs::path(run_dir_or_file) / "events.jsonl").string();
+  return run_dir_or_file;
+}
+
+std::vector<EventRecord> read_events_file(const std::string& path) {
+  const std::string file = events_path(path);
+  std::ifstream in(file);
+  if (!in)
+    throw ConfigError(file + ": cannot open the events file (expected RUN_DIR/events.jsonl)");
+  return read_events(in, file);
+}
+
+}  // namespace meridian::analysis

@@ -1,0 +1,151 @@
+// Typed reader of events.jsonl (schema: engine/events/SCHEMA.md): one record per line, parsed
+// with nlohmann_json and checked field by field. Reading only: writing is engine/events/.
+// A malformed line or a missing required field is a ConfigError naming file, line and field.
+#pragma once
+
+#include <cstdint>
+#include <istream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace meridian::analysis {
+
+// `config` record's `metrics`: what MFU and the DDP comparison need.
+struct RunMetrics {
+  double param_count = 0;
+  double flops_per_token = 0;
+  double tokens_per_inner_step = 0;  // per node
+  double gpus_per_node = 1;
+  double peak_flops_per_gpu = 0;
+  std::int64_t H = 0;
+  std::string codec;             // optional in the reader ("" when absent)
+  std::int64_t local_ranks = 1;  // optional (1 when absent)
+};
+
+struct ConfigRecord {
+  std::string mode;  // simulate, emulate, real
+  std::int64_t seed = 0;
+  std::string command;
+  nlohmann::json versions;  // object; empty when absent
+  RunMetrics metrics;
+  nlohmann::json config;  // the fully resolved configuration; null when absent
+};
+struct NodeStartedRecord {
+  bool initial = false;
+};
+struct JoinRequestedRecord {};
+struct AdmittedRecord {
+  std::int64_t epoch = 0;
+  std::int64_t outer_step = 0;
+};
+struct RecoveryStartedRecord {
+  std::vector<std::int64_t> sources;
+  double bytes = 0;
+};
+struct RecoveryFinishedRecord {
+  double bytes = 0;
+  double elapsed_s = 0;
+  std::vector<std::int64_t> sources;
+  std::int64_t resumed = 0;
+};
+struct FailDetectedRecord {
+  std::int64_t failed = -1;
+  std::string by;
+};
+struct NodeLeftRecord {
+  bool graceful = false;
+};
+struct EpochFormedRecord {
+  std::int64_t epoch = 0;
+  std::int64_t outer_step = 0;
+  std::vector<std::int64_t> members;
+};
+struct InnerStepsRecord {
+  std::int64_t outer_step = 0;
+  std::int64_t steps = 0;
+  double tokens = 0;
+  double start_s = 0;
+  double compute_s = 0;
+  std::optional<double> loss;
+};
+struct AllreduceRecord {
+  std::int64_t outer_step = 0;
+  std::int64_t bucket = 0;  // -1: aggregated over all buckets
+  std::int64_t epoch = 0;
+  std::int64_t attempt = 0;
+  std::string codec;
+  double elements = 0;
+  std::int64_t participants = 0;
+  double bytes_sent = 0;
+  double bytes_received = 0;
+  double start_s = 0;
+  double elapsed_s = 0;
+  std::optional<double> relative_error;
+};
+struct RetryRecord {
+  std::int64_t outer_step = 0;
+  std::int64_t attempt = 0;
+  std::string reason;
+};
+struct FallbackRecord {
+  std::int64_t outer_step = 0;
+  std::string reason;
+};
+struct OuterStepRecord {
+  std::int64_t outer_step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t participants = 0;
+  double inner_s = 0;
+  double allreduce_s = 0;
+  double outer_opt_s = 0;
+  double tokens = 0;
+  std::optional<double> loss;
+};
+struct CheckpointRecord {
+  std::int64_t outer_step = 0;
+  double bytes = 0;
+  double elapsed_s = 0;
+};
+struct RunFinishedRecord {
+  double simulated_s = 0;
+  std::int64_t outer_steps = 0;
+};
+// A type this reader does not know (a newer writer): kept, ignored by the statistics.
+struct UnknownRecord {};
+
+using EventBody =
+    std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
+                 RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord, NodeLeftRecord,
+                 EpochFormedRecord, InnerStepsRecord, AllreduceRecord, RetryRecord, FallbackRecord,
+                 OuterStepRecord, CheckpointRecord, RunFinishedRecord, UnknownRecord>;
+
+struct EventRecord {
+  double t_s = 0;
+  std::int64_t node = -1;
+  std::string type;
+  int line = 0;  // 1-based line in the file it came from
+  EventBody body;
+
+  template <typename T>
+  const T* as() const {
+    return std::get_if<T>(&body);
+  }
+};
+
+// Parses one JSON line. `where` ("events.jsonl:12") prefixes every error message.
+EventRecord parse_event_line(const std::string& line, const std::string& where);
+
+// Reads a whole stream; blank lines are skipped. Errors name `source_name` and the line.
+std::vector<EventRecord> read_events(std::istream& in, const std::string& source_name);
+
+// Reads a file; a missing file is a ConfigError. Accepts a run directory (reads
+// DIR/events.jsonl) or the events file itself.
+std::vector<EventRecord> read_events_file(const std::string& path);
+
+// The events.jsonl path for a run directory or an events file.
+std::string events_path(const std::string& run_dir_or_file);
+
+}  // namespace meridian::analysis

@@ -1,0 +1,88 @@
+// gnuplot as a child process (analysis/process.h; its output in a log next to the script).
+// Not a gnuplot binding: figures are text scripts, kept on disk so a user can tweak them.
+#include "analysis/gnuplot.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "analysis/process.h"
+#include "engine/error.h"
+
+namespace meridian::analysis {
+
+std::string find_gnuplot(const std::string& program) {
+  namespace fs = std::filesystem;
+  auto runnable = [](const fs::path& p) {
+    return ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p);
+  };
+  if (program.find('/') != std::string::npos) {
+    if (runnable(program)) return program;
+  } else if (const char* path = std::getenv("PATH")) {
+    std::stringstream dirs(path);
+    std::string dir;
+    while (std::getline(dirs, dir, ':'))
+      if (!dir.empty() && runnable(fs::path(dir) / program))
+        return (fs::path(dir) / program).string();
+  }
+  throw ConfigError("gnuplot ('" + program +
+                    "') was not found on PATH; plots need it. Fix: apt-get install -y gnuplot-nox");
+}
+
+void run_gnuplot(const std::string& script_path, const PlotOptions& options) {
+  const std::string exe = find_gnuplot(options.gnuplot);
+  const std::string log_path = script_path + ".log";
+  if (run_process(exe, {script_path}, log_path) != 0)
+    throw Error("gnuplot failed on " + script_path + " (log: " + log_path + "):\n" +
+                file_tail(log_path, 1500));
+}
+
+std::string gp_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'')
+      out += "''";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+void gp_figure(std::ostream& script, const std::string& dir, const std::string& name,
+               const std::string& body, const PlotOptions& options, int height_px,
+               std::vector<std::string>& files) {
+  namespace fs = std::filesystem;
+  const std::string png = (fs::path(dir) / (name + ".png")).string();
+  script << "\n# ---- " << name << "\nreset\n"
+         << "set terminal pngcairo size " << options.width_px << "," << height_px
+         << " noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'\n"
+         << "set output " << gp_quote(png) << "\n"
+         << body << "\nunset multiplot\nset output\n";
+  files.push_back(png);
+  if (options.svg) {
+    const std::string svg = (fs::path(dir) / (name + ".svg")).string();
+    script << "reset\nset terminal svg size " << options.width_px << "," << height_px
+           << " noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'\n"
+           << "set output " << gp_quote(svg) << "\n"
+           << body << "\nunset multiplot\nset output\n";
+    files.push_back(svg);
+  }
+}
+
+const char* series_color(std::size_t i) {
+  static const char* const kColors[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7",
+                                        "#e69f00", "#56b4e9", "#000000", "#f0e442"};
+  return kColors[i % 8];
+}
+
+TimeUnit time_unit_for(double span_s) {
+  if (span_s >= 3 * 3600.0) return {3600.0, "h"};
+  if (span_s >= 3 * 60.0) return {60.0, "min"};
+  return {1.0, "s"};
+}
+
+}  // namespace meridian::analysis

@@ -1,0 +1,45 @@
+// Running gnuplot on a generated script, and the small helpers every figure shares (quoting,
+// one figure drawn to both PNG and SVG, time units). Not the figures themselves: plots.h.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace meridian::analysis {
+
+struct PlotOptions {
+  std::string gnuplot = "gnuplot";  // program name (looked up on PATH) or path
+  int width_px = 1200;
+  int height_px = 700;
+  bool svg = true;  // also write an SVG next to each PNG
+};
+
+// The gnuplot executable, or a ConfigError that says how to install it.
+std::string find_gnuplot(const std::string& program);
+
+// Runs `gnuplot script` with stderr captured to script + ".log"; a non-zero exit is an Error
+// quoting the log's last lines.
+void run_gnuplot(const std::string& script_path, const PlotOptions& options);
+
+// A gnuplot single-quoted string literal ('' stands for ').
+std::string gp_quote(const std::string& s);
+
+// Writes `body` twice into the script: once to NAME.png (pngcairo), once to NAME.svg. `body`
+// may use multiplot. Appends the written file paths to `files`.
+void gp_figure(std::ostream& script, const std::string& dir, const std::string& name,
+               const std::string& body, const PlotOptions& options, int height_px,
+               std::vector<std::string>& files);
+
+// The i-th colour of the series palette (8 colours that stay distinct in print and for the
+// common colour-blindnesses), as "#rrggbb".
+const char* series_color(std::size_t i);
+
+// A readable time unit for a span: seconds, minutes or hours.
+struct TimeUnit {
+  double divisor_s;
+  const char* name;  // "s", "min", "h"
+};
+TimeUnit time_unit_for(double span_s);
+
+}  // namespace meridian::analysis

@@ -1,0 +1,437 @@
+// The figures: each writes its data files under OUT/data/ and appends a section to OUT/plots.gp
+// (or compare.gp), then gnuplot runs once per script. Figures that compare runs take a list
+// of runs; a single run's plots use the same code with a list of one.
+#include "analysis/plots.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace meridian::analysis {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Eight colours that stay distinct in print and for the common colour-blindnesses.
+const char* const kColors[] = {"#0072b2", "#d55e00", "#009e73", "#cc79a7",
+                               "#e69f00", "#56b4e9", "#000000", "#f0e442"};
+const char* color(std::size_t i) { return kColors[i % 8]; }
+
+std::ofstream open_data(const fs::path& path) {
+  std::ofstream out(path);
+  if (!out) throw ConfigError(path.string() + ": cannot write (is the folder writable?)");
+  out.precision(10);
+  return out;
+}
+
+// Context shared by one script's figures.
+struct Script {
+  fs::path dir;
+  std::ostringstream text;
+  std::vector<std::string> files;
+  PlotOptions options;
+
+  fs::path data(const std::string& name) const { return dir / "data" / name; }
+  void figure(const std::string& name, const std::string& body) {
+    gp_figure(text, dir.string(), name, body, options, options.height_px, files);
+  }
+};
+
+double run_span_s(const RunData& r) { return r.summary.run_end_s - r.summary.run_start_s; }
+
+// ---- figures shared by one run and several
+
+void fig_nodes(Script& sc, const std::vector<const RunData*>& runs, const std::string& name) {
+  std::ostringstream plot;
+  std::int64_t max_nodes = 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Summary& s = runs[i]->summary;
+    if (s.steps.empty()) continue;
+    const std::string file = name + "_" + std::to_string(i) + ".dat";
+    auto out = open_data(sc.data(file));
+    out << "# inner_step active_nodes (participants of the outer step starting there)\n";
+    const double H = static_cast<double>(s.metrics.H);
+    for (const OuterStepStats& st : s.steps) {
+      out << static_cast<double>(st.outer_step) * H << " " << st.participants << "\n";
+      max_nodes = std::max(max_nodes, st.participants);
+    }
+    out << static_cast<double>(s.steps.back().outer_step + 1) * H << " "
+        << s.steps.back().participants << "\n";
+    plot << (plot.tellp() > 0 ? ", " : "plot ") << gp_quote(sc.data(file).string())
+         << " using 1:2 with steps lw 2.5 lc rgb '" << color(i) << "' title "
+         << gp_quote(runs[i]->label);
+  }
+  if (plot.tellp() == 0) return;
+  std::ostringstream body;
+  body << "set title 'Active nodes over training'\n"
+       << "set xlabel 'inner step'\nset ylabel 'active nodes (participants of the outer step)'\n"
+       << "set yrange [0:" << max_nodes + 1 << "]\n"
+       << (max_nodes <= 20 ? "set ytics 1\n" : "") << "set grid\nset key bottom right\n"
+       << plot.str() << "\n";
+  sc.figure(name, body.str());
+}
+
+void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const std::string& prefix) {
+  double lo = INFINITY, hi = -INFINITY;
+  std::size_t most = 0;
+  for (const RunData* r : runs) {
+    for (const OuterStepStats& st : r->summary.steps) {
+      lo = std::min(lo, st.allreduce_s);
+      hi = std::max(hi, st.allreduce_s);
+    }
+    most = std::max(most, r->summary.steps.size());
+  }
+  if (most == 0) return;
+  // Histogram: the same bins for every run, bars of the runs side by side in each bin.
+  int bins = static_cast<int>(std::clamp<std::size_t>(most / 2, 5, 20));
+  if (hi - lo <= 1e-6 * std::max(1.0, std::abs(hi))) {  // one value: in the middle bin
+    const double pad = std::max(std::abs(hi) * 0.05, 1e-3);
+    lo -= pad;
+    hi += pad;
+    bins |= 1;
+  }
+  const double width = (hi - lo) / bins;
+  int max_count = 0;
+  {
+    auto out = open_data(sc.data(prefix + "allreduce_hist.dat"));
+    out << "bin_center_s";
+    for (const RunData* r : runs) out << " \"" << r->label << "\"";
+    out << "\n";
+    std::vector<std::vector<int>> counts(runs.size(), std::vector<int>(bins, 0));
+    for (std::size_t i = 0; i < runs.size(); ++i)
+      for (const OuterStepStats& st : runs[i]->summary.steps) {
+        int& c =
+            counts[i][std::clamp(static_cast<int>((st.allreduce_s - lo) / width), 0, bins - 1)];
+        max_count = std::max(max_count, ++c);
+      }
+    for (int b = 0; b < bins; ++b) {
+      char center[32];
+      std::snprintf(center, sizeof center, "%.3g", lo + (b + 0.5) * width);
+      out << center;
+      for (std::size_t i = 0; i < runs.size(); ++i) out << " " << counts[i][b];
+      out << "\n";
+    }
+  }
+  std::ostringstream hist;
+  hist << "set title 'All-reduce time per outer step (slowest node): histogram'\n"
+       << "set xlabel 'all-reduce time per outer step, bin centre [s]'\n"
+       << "set ylabel 'outer steps'\nset style data histograms\n"
+       << "set style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
+       << "set xtics rotate by -45 nomirror\nset grid ytics\nset key top right\n"
+       << "set yrange [0:" << max_count * 1.15 + 0.5 << "]\n"
+       << (max_count <= 10 ? "set ytics 1\n" : "") << "plot ";
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    hist << (i ? ", " : "") << gp_quote(sc.data(prefix + "allreduce_hist.dat").string())
+         << " using " << i + 2 << (i == 0 ? ":xtic(1)" : "") << " lc rgb '" << color(i)
+         << "' title columnheader(" << i + 2 << ")";
+  sc.figure(prefix + "allreduce_hist", hist.str() + "\n");
+
+  // Box plot: one box per run (quartiles, whiskers at 1.5 IQR), every outer step as a dot beside
+  // it, spread sideways by a fixed low-discrepancy offset so that equal values stay visible.
+  std::ostringstream box, tics;
+  box << "set title 'All-reduce time per outer step (slowest node): distribution'\n"
+      << "set ylabel 'all-reduce time per outer step [s]'\nset xlabel 'run'\n"
+      << "set style fill solid 0.5 border -1\nset style boxplot nooutliers\n"
+      << "set boxwidth 0.5\nset grid ytics\nset key off\nset yrange [0:*]\n"
+      << "set xrange [0.4:" << runs.size() + 0.6 << "]\n";
+  std::ostringstream plot;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    if (runs[i]->summary.steps.empty()) continue;
+    const std::string file = prefix + "allreduce_box_" + std::to_string(i) + ".dat";
+    auto out = open_data(sc.data(file));
+    out << "# slowest node's outer_step.allreduce_s, one outer step per line\n";
+    out << "# columns: allreduce_s, sideways offset of its dot\n";
+    for (std::size_t k = 0; k < runs[i]->summary.steps.size(); ++k) {
+      const double spread = std::fmod(static_cast<double>(k) * 0.6180339887, 1.0) - 0.5;
+      out << runs[i]->summary.steps[k].allreduce_s << " " << 0.36 + 0.2 * spread << "\n";
+    }
+    tics << (tics.tellp() > 0 ? ", " : "") << gp_quote(runs[i]->label) << " " << i + 1;
+    plot << (plot.tellp() > 0 ? ", " : "plot ") << gp_quote(sc.data(file).string()) << " using ("
+         << i + 1 << "):1 with boxplot lc rgb '" << color(i) << "', "
+         << gp_quote(sc.data(file).string()) << " using (" << i + 1
+         << " + $2):1 with points pt 7 ps 0.5 lc rgb '#60" << color(i) + 1 << "'";
+  }
+  box << "set xtics (" << tics.str() << ")\n" << plot.str() << "\n";
+  sc.figure(prefix + "allreduce_box", box.str());
+}
+
+void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const std::string& name) {
+  double span = 0;
+  for (const RunData* r : runs) span = std::max(span, run_span_s(*r));
+  const TimeUnit u = time_unit_for(span);
+  std::ostringstream util, mfu;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Summary& s = runs[i]->summary;
+    if (s.steps.empty()) continue;
+    const std::string file = name + "_" + std::to_string(i) + ".dat";
+    auto out = open_data(sc.data(file));
+    out << "# time_" << u.name << " outer_step_utilization_pct compute_utilization_pct mfu_pct\n";
+    auto pct = [](double v) { return std::isfinite(v) ? v * 100.0 : NAN; };
+    for (const OuterStepStats& st : s.steps)
+      out << (st.t_end_s - s.run_start_s) / u.divisor_s << " " << pct(st.utilization) << " "
+          << pct(st.compute_utilization) << " " << pct(st.mfu) << "\n";
+    const std::string f = gp_quote(sc.data(file).string());
+    const std::string tag = runs.size() > 1 ? runs[i]->label + ": " : "";
+    const char* style = s.steps.size() > 100 ? "lines lw 1.5" : "linespoints pt 7 ps 0.6";
+    util << (util.tellp() > 0 ? ", " : "plot ") << f << " using 1:2 with " << style << " lc rgb '"
+         << color(i) << "' title " << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", "
+         << f << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' title "
+         << gp_quote(tag + "inner compute / outer-step wall time");
+    mfu << (mfu.tellp() > 0 ? ", " : "plot ") << f << " using 1:4 with " << style << " lc rgb '"
+        << color(i) << "' title " << gp_quote(runs[i]->label);
+  }
+  if (util.tellp() == 0) return;
+  std::ostringstream body;
+  body << "set multiplot layout 1,2\nset grid\nset key bottom left font ',10'\n"
+       << "set xlabel 'time since start [" << u.name << "]'\n"
+       << "set title 'Compute utilization per outer step'\nset ylabel 'utilization [%]'\n"
+       << "set yrange [0:105]\n"
+       << util.str() << "\n"
+       << "set title 'MFU per outer step'\nset ylabel 'model FLOPs utilization [%]'\n"
+       << "set yrange [0:*]\n"
+       << mfu.str() << "\n";
+  sc.figure(name, body.str());
+}
+
+// ---- one-run figures
+
+struct Interval {
+  double from_s, to_s;
+};
+
+void fig_timeline(Script& sc, const RunData& run, std::int64_t step) {
+  const Summary& s = run.summary;
+  double t0 = INFINITY, t1 = -INFINITY;
+  std::map<std::int64_t, std::vector<Interval>> compute, allreduce_agg, allreduce_bucket, outer_opt,
+      recovery;
+  std::map<std::int64_t, double> recovery_open;
+  for (const EventRecord& e : run.events) {
+    if (const auto* r = e.as<InnerStepsRecord>(); r && r->outer_step == step) {
+      compute[e.node].push_back({r->start_s, r->start_s + r->compute_s});
+      t0 = std::min(t0, r->start_s);
+    } else if (const auto* r = e.as<AllreduceRecord>(); r && r->outer_step == step) {
+      (r->bucket < 0 ? allreduce_agg : allreduce_bucket)[e.node].push_back(
+          {r->start_s, r->start_s + r->elapsed_s});
+      t1 = std::max(t1, r->start_s + r->elapsed_s);
+    } else if (const auto* r = e.as<OuterStepRecord>(); r && r->outer_step == step) {
+      outer_opt[e.node].push_back({e.t_s - r->outer_opt_s, e.t_s});
+      t1 = std::max(t1, e.t_s);
+    } else if (e.as<RecoveryStartedRecord>()) {
+      recovery_open[e.node] = e.t_s;
+    } else if (const auto* r = e.as<RecoveryFinishedRecord>()) {
+      recovery[e.node].push_back({e.t_s - r->elapsed_s, e.t_s});
+      recovery_open.erase(e.node);
+    }
+  }
+  if (!std::isfinite(t0) || !std::isfinite(t1) || t1 <= t0) return;
+  for (const auto& [node, from] : recovery_open) recovery[node].push_back({from, t1});
+  for (auto& [node, iv] : allreduce_agg) allreduce_bucket[node] = iv;  // aggregated wins
+
+  // Rows: nodes alive at some point in the window, by id.
+  std::vector<const NodeStats*> rows;
+  for (const NodeStats& n : s.per_node)
+    if (n.alive_s > 0 && n.start_s < t1 && n.end_s > t0) rows.push_back(&n);
+  if (rows.empty()) return;
+  const TimeUnit u = time_unit_for(t1 - t0);
+  const std::string file = "timeline.dat";
+  auto out = open_data(sc.data(file));
+  const char* names[] = {"idle", "compute", "all-reduce", "outer optimizer", "recovery"};
+  const char* colors[] = {"#d9d9d9", "#009e73", "#0072b2", "#cc79a7", "#e69f00"};
+  int blocks = 0;
+  std::vector<int> used;
+  for (int kind = 0; kind < 5; ++kind) {
+    std::ostringstream block;
+    for (std::size_t y = 0; y < rows.size(); ++y) {
+      const NodeStats& n = *rows[y];
+      std::vector<Interval> ivs;
+      if (kind == 0) ivs.push_back({n.start_s, n.end_s});
+      const auto* m = kind == 1   ? &compute
+                      : kind == 2 ? &allreduce_bucket
+                      : kind == 3 ? &outer_opt
+                                  : &recovery;
+      if (kind > 0)
+        if (auto it = m->find(n.node); it != m->end()) ivs = it->second;
+      const double h = kind == 0 ? 0.4 : 0.3;
+      for (const Interval& iv : ivs) {
+        const double a = std::max(iv.from_s, t0), b = std::min(iv.to_s, t1);
+        if (b <= a) continue;
+        const double xa = (a - t0) / u.divisor_s, xb = (b - t0) / u.divisor_s;
+        block << (xa + xb) / 2 << " " << y << " " << xa << " " << xb << " " << y - h << " " << y + h
+              << "\n";
+      }
+    }
+    if (block.tellp() == 0) continue;
+    if (blocks++) out << "\n\n";
+    out << "# " << names[kind] << "\n" << block.str();
+    used.push_back(kind);
+  }
+  std::ostringstream body, tics;
+  for (std::size_t y = 0; y < rows.size(); ++y)
+    tics << (y ? ", " : "") << "'node " << rows[y]->node << "' " << y;
+  body << "set title 'Per-node timeline of outer step " << step << "'\n"
+       << "set xlabel 'time since the step''s first inner step [" << u.name << "]'\n"
+       << "set ylabel 'node'\nset ytics (" << tics.str() << ")\n"
+       << "set yrange [" << rows.size() - 0.4 << ":-0.6]\n"
+       << "set xrange [0:" << (t1 - t0) / u.divisor_s << "]\nset grid xtics\n"
+       << "set key outside right top vertical\nplot ";
+  for (std::size_t i = 0; i < used.size(); ++i)
+    body << (i ? ", " : "") << gp_quote(sc.data(file).string()) << " index " << i
+         << " using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '" << colors[used[i]]
+         << "' title '" << names[used[i]] << "'";
+  sc.figure("timeline", body.str() + "\n");
+}
+
+void fig_bytes(Script& sc, const RunData& run) {
+  const Summary& s = run.summary;
+  std::ostringstream rows;
+  for (const NodeStats& n : s.per_node) {
+    if (n.bytes_sent <= 0 && n.bytes_received <= 0) continue;
+    const double bw =
+        n.allreduce_record_s > 0 ? n.bytes_sent * 8.0 / n.allreduce_record_s / 1e6 : NAN;
+    rows << "\"node " << n.node << "\" " << n.bytes_sent / 1e9 << " " << n.bytes_received / 1e9
+         << " " << bw << "\n";
+  }
+  if (rows.tellp() == 0) return;
+  {
+    auto out = open_data(sc.data("bytes.dat"));
+    out << "# node GB_sent GB_received send_bandwidth_Mbps (bytes_sent / time in all-reduce)\n"
+        << rows.str();
+  }
+  const std::string f = gp_quote(sc.data("bytes.dat").string());
+  std::ostringstream body;
+  body << "set multiplot layout 1,2\nset style data histograms\n"
+       << "set style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
+       << "set grid ytics\nset xtics rotate by -45 nomirror\nset yrange [0:*]\n"
+       << "set title 'All-reduce bytes per node (whole run)'\nset ylabel 'data [GB]'\n"
+       << "set key top right\n"
+       << "plot " << f << " using 2:xtic(1) lc rgb '" << color(0) << "' title 'sent', " << f
+       << " using 3 lc rgb '" << color(1) << "' title 'received'\n"
+       << "set title 'All-reduce send bandwidth per node'\n"
+       << "set ylabel 'bytes sent / time in all-reduce [Mb/s]'\nset key off\n"
+       << "plot " << f << " using 4:xtic(1) lc rgb '" << color(2) << "'\n";
+  sc.figure("bytes", body.str());
+}
+
+void fig_loss(Script& sc, const RunData& run) {
+  const Summary& s = run.summary;
+  const TimeUnit u = time_unit_for(run_span_s(run));
+  std::ostringstream rows;
+  for (const OuterStepStats& st : s.steps)
+    if (st.loss)
+      rows << st.cumulative_tokens << " " << (st.t_end_s - s.run_start_s) / u.divisor_s << " "
+           << *st.loss << " " << std::exp(*st.loss) << "\n";
+  if (rows.tellp() == 0) return;
+  {
+    auto out = open_data(sc.data("loss.dat"));
+    out << "# tokens time_" << u.name << " loss perplexity (mean over the step's nodes)\n"
+        << rows.str();
+  }
+  const std::string f = gp_quote(sc.data("loss.dat").string());
+  auto body = [&](const std::string& x_label, int col, const std::string& fmt) {
+    std::ostringstream b;
+    b << "set multiplot layout 1,2\nset grid\nset key off\n"
+      << fmt << "set xlabel " << gp_quote(x_label) << "\n"
+      << "set title 'Loss'\nset ylabel 'training loss [nats/token]'\n"
+      << "plot " << f << " using " << col << ":3 with linespoints pt 7 ps 0.5 lc rgb '" << color(0)
+      << "'\n"
+      << "set title 'Perplexity'\nset ylabel 'perplexity = exp(loss)'\nset logscale y\n"
+      << "plot " << f << " using " << col << ":4 with linespoints pt 7 ps 0.5 lc rgb '" << color(1)
+      << "'\n";
+    return b.str();
+  };
+  sc.figure("loss_vs_tokens", body("tokens (all nodes)", 1, "set format x '%.0s%c'\n"));
+  sc.figure("loss_vs_time", body(std::string("time since start [") + u.name + "]", 2, ""));
+}
+
+std::vector<std::string> finish(Script& sc, const std::string& script_name) {
+  const fs::path script = sc.dir / script_name;
+  {
+    std::ofstream out(script);
+    if (!out) throw ConfigError(script.string() + ": cannot write");
+    out << "# Generated by `meridian plot`; run `gnuplot " << script_name << "` here to redraw.\n"
+        << sc.text.str();
+  }
+  if (!sc.files.empty()) run_gnuplot(script.string(), sc.options);
+  return sc.files;
+}
+
+Script start(const std::string& out_dir, const PlotOptions& options) {
+  find_gnuplot(options.gnuplot);  // fail before writing anything
+  Script sc;
+  sc.dir = fs::absolute(out_dir);
+  sc.options = options;
+  std::error_code ec;
+  fs::create_directories(sc.dir / "data", ec);
+  if (ec) throw ConfigError(out_dir + ": cannot create the plots folder: " + ec.message());
+  return sc;
+}
+
+}  // namespace
+
+RunData load_run(const std::string& run_dir_or_file) {
+  RunData r;
+  fs::path p(run_dir_or_file);
+  r.dir = fs::is_directory(p) ? p.string() : p.parent_path().string();
+  if (r.dir.empty()) r.dir = ".";
+  fs::path name = fs::absolute(r.dir).lexically_normal();
+  if (name.filename().empty()) name = name.parent_path();
+  r.label = name.filename().string();
+  if (!fs::is_directory(p) && p.filename() != "events.jsonl") r.label = p.stem().string();
+  r.events = read_events_file(run_dir_or_file);
+  try {
+    r.summary = summarize(r.events);
+  } catch (const ConfigError& e) {
+    throw ConfigError(events_path(run_dir_or_file) + ": " + e.what());
+  }
+  return r;
+}
+
+std::int64_t default_timeline_step(const RunData& run) {
+  const auto& steps = run.summary.steps;
+  if (steps.empty()) return -1;
+  for (const EventRecord& e : run.events)
+    if (e.as<RecoveryFinishedRecord>())
+      for (const OuterStepStats& st : steps)
+        if (st.t_end_s >= e.t_s) return st.outer_step;
+  return steps[steps.size() / 2].outer_step;
+}
+
+std::vector<std::string> plot_run(const RunData& run, const std::string& out_dir,
+                                  const RunPlotOptions& options) {
+  Script sc = start(out_dir, options.plot);
+  const std::vector<const RunData*> one = {&run};
+  fig_nodes(sc, one, "nodes");
+  fig_allreduce(sc, one, "");
+  fig_utilization(sc, one, "utilization");
+  const std::int64_t step = options.timeline_step.value_or(default_timeline_step(run));
+  if (options.timeline_step) {
+    bool found = false;
+    for (const OuterStepStats& st : run.summary.steps) found |= st.outer_step == step;
+    if (!found)
+      throw ConfigError("--step " + std::to_string(step) + ": run " + run.label +
+                        " has no outer step with that number");
+  }
+  if (step >= 0) fig_timeline(sc, run, step);
+  fig_bytes(sc, run);
+  fig_loss(sc, run);
+  return finish(sc, "plots.gp");
+}
+
+std::vector<std::string> plot_comparison(const std::vector<RunData>& runs,
+                                         const std::string& out_dir, const PlotOptions& options) {
+  Script sc = start(out_dir, options);
+  std::vector<const RunData*> all;
+  for (const RunData& r : runs) all.push_back(&r);
+  fig_nodes(sc, all, "compare_nodes");
+  fig_allreduce(sc, all, "compare_");
+  fig_utilization(sc, all, "compare_utilization");
+  return finish(sc, "compare.gp");
+}
+
+}  // namespace meridian::analysis

@@ -1,0 +1,268 @@
+// report.html: static HTML and CSS only; images as data URIs so the file can be mailed or
+// opened from disk. Every number shown comes from summarize(); nothing is recomputed here.
+#include "analysis/report.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace meridian::analysis {
+namespace fs = std::filesystem;
+
+std::string base64_encode(const std::string& in) {
+  static const char* const kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
+                       (static_cast<unsigned char>(in[i + 1]) << 8) |
+                       static_cast<unsigned char>(in[i + 2]);
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += kAlphabet[(v >> 6) & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i < in.size()) {
+    unsigned v = static_cast<unsigned char>(in[i]) << 16;
+    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[(v >> 12) & 63];
+    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+std::string fmt(double v, const char* format = "%.4g") {
+  if (!std::isfinite(v)) return "n/a";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+std::string pct(double v) { return std::isfinite(v) ? fmt(v * 100.0, "%.1f") + " %" : "n/a"; }
+std::string bytes(double v) {
+  if (!std::isfinite(v)) return "n/a";
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (std::abs(v) >= 1000 && u < 5) v /= 1000, ++u;
+  return fmt(v, "%.3g") + " " + units[u];
+}
+std::string count(double v) {
+  if (!std::isfinite(v)) return "n/a";
+  const char* units[] = {"", " k", " M", " G", " T"};
+  int u = 0;
+  while (std::abs(v) >= 1000 && u < 4) v /= 1000, ++u;
+  return fmt(v, "%.4g") + units[u];
+}
+std::string seconds(double v) {
+  if (!std::isfinite(v)) return "n/a";
+  if (std::abs(v) >= 3 * 3600) return fmt(v / 3600, "%.2f") + " h";
+  if (std::abs(v) >= 180) return fmt(v / 60, "%.1f") + " min";
+  return fmt(v, "%.3g") + " s";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot read the plot");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const char* caption(const std::string& name) {
+  if (name == "nodes") return "Active nodes (participants of each outer step) over inner steps.";
+  if (name == "allreduce_hist")
+    return "Histogram of the all-reduce time per outer step (the slowest node's, all attempts).";
+  if (name == "allreduce_box") return "Distribution of the all-reduce time per outer step.";
+  if (name == "utilization")
+    return "Left: compute utilization per outer step, in the report's form T_inner / (T_inner + "
+           "T_allreduce) and as inner compute over the step's wall time. Right: MFU per outer "
+           "step.";
+  if (name == "timeline")
+    return "What each node did during one outer step: compute, all-reduce, outer optimizer, "
+           "recovery; grey is alive but idle (waiting for the slowest node, membership).";
+  if (name == "bytes")
+    return "All-reduce bytes per node over the run, and the send bandwidth "
+           "while in all-reduce.";
+  if (name == "loss_vs_tokens") return "Loss and perplexity (mean over nodes) against tokens.";
+  if (name == "loss_vs_time") return "Loss and perplexity against wall-clock time.";
+  return "";
+}
+
+const char* kStyle = R"(
+body { font-family: 'DejaVu Sans', Arial, sans-serif; margin: 2em auto; max-width: 1250px;
+       color: #222; line-height: 1.4; padding: 0 1em; }
+h1 { font-size: 1.7em; margin-bottom: 0.2em; }
+h2 { border-bottom: 2px solid #0072b2; padding-bottom: 0.2em; margin-top: 1.6em; }
+.meta { color: #555; }
+table { border-collapse: collapse; margin: 0.8em 0; }
+th, td { border: 1px solid #ccc; padding: 0.3em 0.7em; text-align: right; }
+th { background: #eef3f8; } td.l, th.l { text-align: left; }
+.headline { display: flex; flex-wrap: wrap; gap: 1em; margin: 1em 0; }
+.card { border: 1px solid #ccc; border-radius: 6px; padding: 0.6em 1em; min-width: 9em;
+        background: #f8fafc; }
+.card .v { font-size: 1.6em; font-weight: bold; color: #0072b2; }
+.card .k { color: #555; font-size: 0.9em; }
+figure { margin: 1.2em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
+figcaption { color: #444; font-size: 0.95em; }
+pre { background: #f6f6f6; border: 1px solid #ddd; padding: 0.8em; overflow-x: auto;
+      font-size: 0.85em; }
+)";
+
+}  // namespace
+
+std::string report_html(const RunData& run, const std::vector<std::string>& png_files) {
+  const Summary& s = run.summary;
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    << "<title>Meridian run report: " << html_escape(run.label) << "</title>\n<style>" << kStyle
+    << "</style>\n</head>\n<body>\n";
+  h << "<h1>Meridian run report: " << html_escape(run.label) << "</h1>\n<p class=\"meta\">mode <b>"
+    << html_escape(s.mode) << "</b> &middot; seed " << s.seed << " &middot; H " << s.metrics.H
+    << " &middot; codec " << html_escape(s.metrics.codec.empty() ? "n/a" : s.metrics.codec)
+    << (s.command.empty() ? "" : " &middot; command <code>" + html_escape(s.command) + "</code>")
+    << "</p>\n";
+
+  auto card = [&](const std::string& value, const std::string& key) {
+    h << "<div class=\"card\"><div class=\"v\">" << html_escape(value) << "</div><div class=\"k\">"
+      << html_escape(key) << "</div></div>\n";
+  };
+  h << "<div class=\"headline\">\n";
+  card(pct(s.compute_utilization), "compute utilization");
+  card(pct(s.outer_step_utilization), "outer-step utilization");
+  card(pct(s.mfu), "MFU");
+  card(seconds(s.allreduce_s.p50), "all-reduce p50");
+  card(s.bandwidth_reduction_vs_ddp ? fmt(*s.bandwidth_reduction_vs_ddp, "%.0f") + "x" : "n/a",
+       "fewer bytes than fp32 DDP");
+  if (s.loss) card(fmt(*s.loss, "%.3f"), "final loss");
+  h << "</div>\n";
+
+  h << "<h2>Summary</h2>\n<table>\n<tr><th class=\"l\">metric</th><th>value</th>"
+    << "<th class=\"l\">definition</th></tr>\n";
+  auto row = [&](const std::string& k, const std::string& v, const std::string& def) {
+    h << "<tr><td class=\"l\">" << html_escape(k) << "</td><td>" << html_escape(v)
+      << "</td><td class=\"l\">" << html_escape(def) << "</td></tr>\n";
+  };
+  row("run time", seconds(s.simulated_s),
+      s.mode == "real" ? "wall-clock seconds" : "simulated seconds (run_finished)");
+  row("outer steps", std::to_string(s.outer_steps), "");
+  row("tokens", count(s.tokens), "sum over nodes of inner_steps.tokens");
+  row("compute utilization", pct(s.compute_utilization), "inner compute / node alive time");
+  row("outer-step utilization", pct(s.outer_step_utilization),
+      "mean over outer steps of T_inner / (T_inner + T_allreduce)");
+  row("MFU", pct(s.mfu), "FLOPs/token x tokens/s / (mean GPUs x peak FLOP/s)");
+  row("all-reduce p10 / p50 / p90",
+      seconds(s.allreduce_s.p10) + " / " + seconds(s.allreduce_s.p50) + " / " +
+          seconds(s.allreduce_s.p90),
+      "per outer step, slowest node; linear interpolation between order statistics");
+  row("all-reduce mean", seconds(s.allreduce_s.mean), "");
+  row("inner step", seconds(s.inner_step_s), "compute time per inner step");
+  row("wire bytes per node per outer step", bytes(s.wire_bytes_per_node_per_outer_step),
+      "all-reduce bytes sent, all buckets and attempts");
+  row("bandwidth reduction vs fp32 DDP",
+      s.bandwidth_reduction_vs_ddp ? fmt(*s.bandwidth_reduction_vs_ddp, "%.1f") + "x" : "n/a",
+      "2(N-1)/N x 4 x params x H / measured bytes");
+  row("nodes min / mean / max",
+      std::to_string(s.nodes.min) + " / " + fmt(s.nodes.mean, "%.2f") + " / " +
+          std::to_string(s.nodes.max),
+      "alive nodes; the mean is time-weighted");
+  row("recoveries",
+      std::to_string(s.recovery.count) + " (" + seconds(s.recovery.total_s) + " total, " +
+          seconds(s.recovery.max_s) + " max)",
+      "recovery_finished.elapsed_s");
+  row("idle time", seconds(s.idle_s),
+      "alive but not computing, reducing, optimizing or recovering");
+  row("retries / fallbacks / failures",
+      std::to_string(s.retries) + " / " + std::to_string(s.fallbacks) + " / " +
+          std::to_string(s.failures),
+      "");
+  if (s.loss) {
+    row("final loss", fmt(*s.loss, "%.4f"), "mean over nodes, last outer step with a loss");
+    row("final perplexity", fmt(*s.perplexity, "%.4g"), "exp(loss)");
+  }
+  h << "</table>\n";
+
+  h << "<h2>Nodes</h2>\n<table>\n<tr><th>node</th><th class=\"l\">joined</th><th>alive</th>"
+    << "<th class=\"l\">end</th><th>compute util.</th><th>compute</th><th>all-reduce</th>"
+    << "<th>recovery</th><th>idle</th><th>tokens</th><th>bytes sent</th></tr>\n";
+  for (const NodeStats& n : s.per_node)
+    h << "<tr><td>" << n.node << "</td><td class=\"l\">"
+      << (n.initial ? "initial" : "at " + seconds(n.start_s)) << "</td><td>" << seconds(n.alive_s)
+      << "</td><td class=\"l\">" << html_escape(n.end_reason) << "</td><td>"
+      << pct(n.compute_utilization) << "</td><td>" << seconds(n.compute_s) << "</td><td>"
+      << seconds(n.allreduce_s) << "</td><td>" << seconds(n.recovery_s) << "</td><td>"
+      << seconds(n.idle_s) << "</td><td>" << count(n.tokens) << "</td><td>" << bytes(n.bytes_sent)
+      << "</td></tr>\n";
+  h << "</table>\n";
+
+  h << "<h2>Plots</h2>\n";
+  for (const std::string& png : png_files) {
+    const std::string name = fs::path(png).stem().string();
+    h << "<figure id=\"" << html_escape(name) << "\"><img alt=\"" << html_escape(name)
+      << "\" src=\"data:image/png;base64," << base64_encode(read_file(png)) << "\">\n<figcaption>"
+      << html_escape(caption(name)) << "</figcaption></figure>\n";
+  }
+  if (png_files.empty()) h << "<p>No plots: the run has no outer steps.</p>\n";
+
+  nlohmann::ordered_json metrics = {{"param_count", s.metrics.param_count},
+                                    {"flops_per_token", s.metrics.flops_per_token},
+                                    {"tokens_per_inner_step", s.metrics.tokens_per_inner_step},
+                                    {"gpus_per_node", s.metrics.gpus_per_node},
+                                    {"peak_flops_per_gpu", s.metrics.peak_flops_per_gpu},
+                                    {"H", s.metrics.H},
+                                    {"codec", s.metrics.codec},
+                                    {"local_ranks", s.metrics.local_ranks}};
+  h << "<h2>Configuration</h2>\n<p>The resolved configuration from the run's config record"
+    << (s.versions.empty() ? "" : " (versions: " + html_escape(s.versions.dump()) + ")")
+    << ".</p>\n<pre>" << html_escape(s.config.is_null() ? "(not recorded)" : s.config.dump(2))
+    << "</pre>\n<p>Metric inputs:</p>\n<pre>" << html_escape(metrics.dump(2)) << "</pre>\n";
+  h << "</body>\n</html>\n";
+  return h.str();
+}
+
+std::string write_report(const std::string& run_dir, const ReportOptions& options) {
+  const RunData run = load_run(run_dir);
+  std::vector<std::string> pngs;
+  for (const std::string& f : plot_run(run, (fs::path(run.dir) / "plots").string(), options.plots))
+    if (fs::path(f).extension() == ".png") pngs.push_back(f);
+  const std::string out =
+      options.output.empty() ? (fs::path(run.dir) / "report.html").string() : options.output;
+  const std::string html = report_html(run, pngs);
+  std::ofstream file(out, std::ios::binary);
+  if (!file) throw ConfigError(out + ": cannot write the report");
+  file << html;
+  if (!file.flush()) throw ConfigError(out + ": write failed");
+  return out;
+}
+
+}  // namespace meridian::analysis

@@ -1,0 +1,380 @@
+// summarize(): one pass to group the events by node and by outer step, then the SCHEMA.md
+// formulas. Every choice the schema leaves open is written next to the code that makes it.
+#include "analysis/summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "engine/error.h"
+
+namespace meridian::analysis {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double safe_div(double a, double b) { return b > 0 ? a / b : kNaN; }
+
+// Bytes of one (node, outer step): aggregated records (bucket -1) win over per-bucket ones
+// so that a writer emitting both is not counted twice. All attempts count: retried bytes
+// were on the wire too.
+struct WireTally {
+  double bucket_sent = 0, bucket_received = 0, bucket_s = 0;
+  double agg_sent = 0, agg_received = 0, agg_s = 0;
+  bool has_agg = false;
+  std::int64_t participants = 0;
+  double sent() const { return has_agg ? agg_sent : bucket_sent; }
+  double received() const { return has_agg ? agg_received : bucket_received; }
+  double elapsed_s() const { return has_agg ? agg_s : bucket_s; }
+};
+
+struct NodeLife {
+  std::optional<double> started, admitted, left, failed, first_event;
+  bool initial = false;
+  bool crashed = false;  // node_left with graceful = false
+};
+
+}  // namespace
+
+double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return kNaN;
+  std::sort(values.begin(), values.end());
+  const double h = (static_cast<double>(values.size()) - 1.0) * std::clamp(p, 0.0, 1.0);
+  const auto lo = static_cast<std::size_t>(std::floor(h));
+  const std::size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (h - static_cast<double>(lo)) * (values[hi] - values[lo]);
+}
+
+Distribution distribution(const std::vector<double>& values) {
+  Distribution d;
+  d.count = values.size();
+  if (values.empty()) {
+    d.p10 = d.p50 = d.p90 = d.mean = d.min = d.max = kNaN;
+    return d;
+  }
+  d.p10 = percentile(values, 0.10);
+  d.p50 = percentile(values, 0.50);
+  d.p90 = percentile(values, 0.90);
+  double sum = 0;
+  for (double v : values) sum += v;
+  d.mean = sum / static_cast<double>(values.size());
+  d.min = *std::min_element(values.begin(), values.end());
+  d.max = *std::max_element(values.begin(), values.end());
+  return d;
+}
+
+Summary summarize(const std::vector<EventRecord>& events) {
+  Summary s;
+  const ConfigRecord* config = nullptr;
+  const RunFinishedRecord* finished = nullptr;
+  double finished_t = 0, last_t = 0, first_t = std::numeric_limits<double>::infinity();
+
+  std::map<std::int64_t, NodeLife> lives;
+  std::map<std::int64_t, NodeStats> nodes;
+  std::map<std::pair<std::int64_t, std::int64_t>, WireTally> wire;  // (node, outer step)
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> step_participants;
+  std::map<std::int64_t, std::vector<const OuterStepRecord*>> by_step;
+  std::map<std::int64_t, double> by_step_t;
+  double inner_steps_total = 0, inner_compute_total = 0, inner_tokens_total = 0;
+  bool any_inner = false;
+  std::set<std::pair<std::int64_t, std::int64_t>> retried;  // (outer step, attempt)
+
+  for (const EventRecord& e : events) {
+    last_t = std::max(last_t, e.t_s);
+    if (e.node >= 0) {
+      first_t = std::min(first_t, e.t_s);
+      NodeLife& life = lives[e.node];
+      if (!life.first_event) life.first_event = e.t_s;
+      nodes[e.node].node = e.node;
+    }
+    if (const auto* r = e.as<ConfigRecord>()) {
+      if (!config) config = r;
+    } else if (const auto* r = e.as<RunFinishedRecord>()) {
+      finished = r;
+      finished_t = e.t_s;
+    } else if (const auto* r = e.as<NodeStartedRecord>()) {
+      NodeLife& life = lives[e.node];
+      if (!life.started) life.started = e.t_s;
+      life.initial = r->initial;
+    } else if (e.as<AdmittedRecord>()) {
+      NodeLife& life = lives[e.node];
+      if (!life.admitted) life.admitted = e.t_s;
+      ++s.joins;
+    } else if (e.as<NodeLeftRecord>()) {
+      NodeLife& life = lives[e.node];
+      if (!life.left) life.left = e.t_s;
+      if (e.as<NodeLeftRecord>()->graceful)
+        ++s.graceful_leaves;
+      else
+        life.crashed = true;
+    } else if (const auto* r = e.as<FailDetectedRecord>()) {
+      NodeLife& life = lives[r->failed];
+      if (!life.failed || e.t_s < *life.failed) life.failed = e.t_s;
+    } else if (const auto* r = e.as<RecoveryFinishedRecord>()) {
+      nodes[e.node].recovery_s += r->elapsed_s;
+      ++s.recovery.count;
+      s.recovery.total_s += r->elapsed_s;
+      s.recovery.max_s = std::max(s.recovery.max_s, r->elapsed_s);
+      s.recovery.bytes += r->bytes;
+    } else if (const auto* r = e.as<InnerStepsRecord>()) {
+      any_inner = true;
+      nodes[e.node].compute_s += r->compute_s;
+      nodes[e.node].tokens += r->tokens;
+      inner_steps_total += static_cast<double>(r->steps);
+      inner_compute_total += r->compute_s;
+      inner_tokens_total += r->tokens;
+    } else if (const auto* r = e.as<AllreduceRecord>()) {
+      WireTally& w = wire[{e.node, r->outer_step}];
+      if (r->bucket < 0) {
+        w.has_agg = true;
+        w.agg_sent += r->bytes_sent;
+        w.agg_received += r->bytes_received;
+        w.agg_s += r->elapsed_s;
+      } else {
+        w.bucket_sent += r->bytes_sent;
+        w.bucket_received += r->bytes_received;
+        w.bucket_s += r->elapsed_s;
+      }
+      w.participants = std::max(w.participants, r->participants);
+    } else if (const auto* r = e.as<OuterStepRecord>()) {
+      by_step[r->outer_step].push_back(r);
+      by_step_t[r->outer_step] = std::max(by_step_t[r->outer_step], e.t_s);
+      step_participants[{e.node, r->outer_step}] = r->participants;
+      NodeStats& n = nodes[e.node];
+      n.allreduce_s += r->allreduce_s;
+      n.outer_opt_s += r->outer_opt_s;
+      ++n.outer_steps;
+    } else if (const auto* r = e.as<RetryRecord>()) {
+      retried.insert({r->outer_step, r->attempt});  // every node reports the same retry
+    } else if (e.as<FallbackRecord>()) {
+      ++s.fallbacks;
+    }
+  }
+  s.retries = static_cast<std::int64_t>(retried.size());
+  if (!config) throw ConfigError("events: no 'config' record (the first line of events.jsonl)");
+
+  s.mode = config->mode;
+  s.metrics = config->metrics;
+  s.config = config->config;
+  s.versions = config->versions;
+  s.command = config->command;
+  s.seed = config->seed;
+
+  // The run spans from its first node event to run_finished (or its last event if it crashed).
+  s.run_start_s = std::isfinite(first_t) ? first_t : 0.0;
+  s.run_end_s = finished ? std::max(finished_t, s.run_start_s) : last_t;
+  s.simulated_s = finished ? finished->simulated_s : s.run_end_s - s.run_start_s;
+
+  // Alive intervals, and from them the node count as a step function.
+  std::vector<std::pair<double, int>> deltas;
+  double alive_total = 0;
+  for (auto& [id, n] : nodes) {
+    const NodeLife& life = lives[id];
+    n.initial = life.initial;
+    // A joiner's wall time counts from its start: waiting for admission and recovering are
+    // time its GPUs are held without computing (the simulator's summary counts the same way).
+    std::optional<double> start = life.started ? life.started : life.admitted;
+    if (!start) start = life.first_event;  // a writer without lifecycle records
+    n.start_s = *start;
+    n.end_s = s.run_end_s;
+    n.end_reason = "run_end";
+    if (life.left && *life.left <= n.end_s)
+      n.end_s = *life.left, n.end_reason = life.crashed ? "failed" : "left";
+    if (life.failed && *life.failed < n.end_s) n.end_s = *life.failed, n.end_reason = "failed";
+    n.end_s = std::max(n.end_s, n.start_s);
+    n.alive_s = n.end_s - n.start_s;
+    alive_total += n.alive_s;
+    if (n.alive_s > 0) {
+      deltas.push_back({n.start_s, +1});
+      deltas.push_back({n.end_s, -1});
+    }
+    if (n.end_reason == "failed") ++s.failures;
+  }
+  std::sort(deltas.begin(), deltas.end());
+  {
+    std::int64_t count = 0;
+    double t_prev = s.run_start_s;
+    s.nodes.min = std::numeric_limits<std::int64_t>::max();
+    s.nodes.max = 0;
+    std::size_t i = 0;
+    s.node_count.push_back({s.run_start_s, 0});
+    while (i < deltas.size()) {
+      const double t = deltas[i].first;
+      if (t > t_prev) {  // only intervals of positive length count towards min/max
+        s.nodes.min = std::min(s.nodes.min, count);
+        s.nodes.max = std::max(s.nodes.max, count);
+      }
+      while (i < deltas.size() && deltas[i].first == t) count += deltas[i++].second;
+      if (s.node_count.back().first == t)
+        s.node_count.back().second = count;
+      else
+        s.node_count.push_back({t, count});
+      t_prev = t;
+    }
+    if (s.nodes.min == std::numeric_limits<std::int64_t>::max()) s.nodes.min = 0;
+  }
+  const double span_s = s.run_end_s - s.run_start_s;
+  s.nodes.mean = safe_div(alive_total, span_s);
+
+  // Per node: utilization and idle time.
+  double compute_total = 0;
+  for (auto& [id, n] : nodes) {
+    compute_total += n.compute_s;
+    n.compute_utilization = safe_div(n.compute_s, n.alive_s);
+    n.idle_s =
+        std::max(0.0, n.alive_s - n.compute_s - n.allreduce_s - n.outer_opt_s - n.recovery_s);
+    s.idle_s += n.idle_s;
+  }
+  s.compute_utilization = safe_div(compute_total, alive_total);
+  s.inner_step_s = safe_div(inner_compute_total, inner_steps_total);
+  if (s.recovery.count > 0)
+    s.recovery.mean_s = s.recovery.total_s / static_cast<double>(s.recovery.count);
+
+  // Tokens: Σ inner_steps.tokens; runs without inner_steps records fall back to outer_step.tokens.
+  s.tokens = inner_tokens_total;
+  if (!any_inner)
+    for (const EventRecord& e : events)
+      if (const auto* r = e.as<OuterStepRecord>()) {
+        s.tokens += r->tokens;
+        nodes[e.node].tokens += r->tokens;
+      }
+
+  // MFU = flops_per_token × tokens/s / (mean GPUs × peak), mean GPUs = mean nodes × GPUs/node.
+  // With mean nodes = Σ alive / span this is flops_per_token × tokens / (Σ alive × GPUs × peak).
+  s.mfu = safe_div(s.metrics.flops_per_token * s.tokens,
+                   alive_total * s.metrics.gpus_per_node * s.metrics.peak_flops_per_gpu);
+
+  // Per outer step.
+  std::vector<double> slowest_allreduce;
+  double prev_end = s.run_start_s, cumulative = 0, util_sum = 0;
+  for (const auto& [step, recs] : by_step) {
+    OuterStepStats st;
+    st.outer_step = step;
+    st.t_end_s = by_step_t[step];
+    st.duration_s = st.t_end_s - prev_end;
+    prev_end = st.t_end_s;
+    double inner_sum = 0, loss_sum = 0;
+    int loss_n = 0;
+    for (const OuterStepRecord* r : recs) {
+      inner_sum += r->inner_s;
+      st.allreduce_s = std::max(st.allreduce_s, r->allreduce_s);
+      st.participants = std::max(st.participants, r->participants);
+      st.tokens += r->tokens;
+      if (r->loss) loss_sum += *r->loss, ++loss_n;
+    }
+    st.inner_s = inner_sum / static_cast<double>(recs.size());
+    st.utilization = safe_div(st.inner_s, st.inner_s + st.allreduce_s);
+    st.compute_utilization = safe_div(st.inner_s, st.duration_s);
+    cumulative += st.tokens;
+    st.cumulative_tokens = cumulative;
+    st.mfu = safe_div(s.metrics.flops_per_token * st.tokens,
+                      st.duration_s * static_cast<double>(st.participants) *
+                          s.metrics.gpus_per_node * s.metrics.peak_flops_per_gpu);
+    if (loss_n > 0) st.loss = loss_sum / loss_n;
+    slowest_allreduce.push_back(st.allreduce_s);
+    util_sum += std::isfinite(st.utilization) ? st.utilization : 0.0;
+    s.steps.push_back(st);
+  }
+  s.outer_step_utilization = safe_div(util_sum, static_cast<double>(s.steps.size()));
+  s.allreduce_s = distribution(slowest_allreduce);
+  s.outer_steps = finished ? finished->outer_steps : static_cast<std::int64_t>(s.steps.size());
+  for (auto it = s.steps.rbegin(); it != s.steps.rend(); ++it)
+    if (it->loss) {
+      s.loss = it->loss;
+      s.perplexity = std::exp(*it->loss);
+      break;
+    }
+
+  // Wire bytes and the fp32 data-parallel comparison, over the same (node, outer step) pairs.
+  double sent_total = 0, ddp_total = 0;
+  for (const auto& [key, w] : wire) {
+    NodeStats& n = nodes[key.first];
+    n.node = key.first;
+    n.bytes_sent += w.sent();
+    n.bytes_received += w.received();
+    n.allreduce_record_s += w.elapsed_s();
+    sent_total += w.sent();
+    auto p = step_participants.find(key);
+    const double ranks =
+        static_cast<double>(p != step_participants.end() ? p->second : w.participants);
+    if (ranks > 1)
+      ddp_total += 2.0 * (ranks - 1.0) / ranks * 4.0 * s.metrics.param_count *
+                   static_cast<double>(s.metrics.H);
+  }
+  s.wire_bytes_per_node_per_outer_step = safe_div(sent_total, static_cast<double>(wire.size()));
+  if (sent_total > 0) s.bandwidth_reduction_vs_ddp = ddp_total / sent_total;
+
+  for (auto& [id, n] : nodes) s.per_node.push_back(n);
+  return s;
+}
+
+namespace {
+nlohmann::ordered_json num(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+}
+nlohmann::ordered_json num(const std::optional<double>& v) {
+  return v ? num(*v) : nlohmann::ordered_json(nullptr);
+}
+}  // namespace
+
+nlohmann::ordered_json to_json(const Summary& s) {
+  using J = nlohmann::ordered_json;
+  J j;
+  j["mode"] = s.mode;
+  j["simulated_s"] = num(s.simulated_s);
+  j["outer_steps"] = s.outer_steps;
+  j["tokens"] = num(s.tokens);
+  j["compute_utilization"] = num(s.compute_utilization);
+  J per_node = J::object();
+  for (const NodeStats& n : s.per_node)
+    per_node[std::to_string(n.node)] = num(n.compute_utilization);
+  j["compute_utilization_per_node"] = per_node;
+  j["outer_step_utilization"] = num(s.outer_step_utilization);
+  j["mfu"] = num(s.mfu);
+  j["allreduce_s"] = {{"p10", num(s.allreduce_s.p10)},
+                      {"p50", num(s.allreduce_s.p50)},
+                      {"p90", num(s.allreduce_s.p90)},
+                      {"mean", num(s.allreduce_s.mean)},
+                      {"count", s.allreduce_s.count}};
+  j["inner_step_s"] = num(s.inner_step_s);
+  j["wire_bytes_per_node_per_outer_step"] = num(s.wire_bytes_per_node_per_outer_step);
+  j["bandwidth_reduction_vs_ddp"] = num(s.bandwidth_reduction_vs_ddp);
+  j["nodes"] = {{"min", s.nodes.min}, {"max", s.nodes.max}, {"mean", num(s.nodes.mean)}};
+  j["recovery"] = {{"count", s.recovery.count},
+                   {"total_s", num(s.recovery.total_s)},
+                   {"mean_s", num(s.recovery.mean_s)},
+                   {"max_s", num(s.recovery.max_s)},
+                   {"bytes", num(s.recovery.bytes)}};
+  j["idle_s"] = num(s.idle_s);
+  j["retries"] = s.retries;
+  j["fallbacks"] = s.fallbacks;
+  j["failures"] = s.failures;
+  j["joins"] = s.joins;
+  j["loss"] = num(s.loss);
+  j["perplexity"] = num(s.perplexity);
+  J nodes = J::array();
+  for (const NodeStats& n : s.per_node) {
+    nodes.push_back({{"node", n.node},
+                     {"initial", n.initial},
+                     {"start_s", num(n.start_s)},
+                     {"end_s", num(n.end_s)},
+                     {"end", n.end_reason},
+                     {"alive_s", num(n.alive_s)},
+                     {"compute_s", num(n.compute_s)},
+                     {"allreduce_s", num(n.allreduce_s)},
+                     {"outer_opt_s", num(n.outer_opt_s)},
+                     {"recovery_s", num(n.recovery_s)},
+                     {"idle_s", num(n.idle_s)},
+                     {"compute_utilization", num(n.compute_utilization)},
+                     {"tokens", num(n.tokens)},
+                     {"bytes_sent", num(n.bytes_sent)},
+                     {"bytes_received", num(n.bytes_received)},
+                     {"outer_steps", n.outer_steps}});
+  }
+  j["per_node"] = nodes;
+  return j;
+}
+
+}  // namespace meridian::analysis

@@ -1,0 +1,113 @@
+// The run statistics of engine/events/SCHEMA.md ("Metrics derived from it"), computed once here
+// from typed events, plus the per-outer-step and per-node series the plots draw.
+// Not a plotter and not a reader: see plots.h and events.h.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/events.h"
+
+namespace meridian::analysis {
+
+// Percentile p in [0, 1] of `values` (any order) by linear interpolation between order
+// statistics: with x sorted and h = (n - 1) p, x[floor h] + (h - floor h)(x[floor h + 1] -
+// x[floor h]) (Hyndman-Fan type 7, numpy's default). NaN for no values.
+double percentile(std::vector<double> values, double p);
+
+struct Distribution {
+  std::size_t count = 0;
+  double p10 = 0, p50 = 0, p90 = 0, mean = 0, min = 0, max = 0;  // NaN when count == 0
+};
+Distribution distribution(const std::vector<double>& values);
+
+// One node's life in the run. Alive = from node_started (joiners too: waiting for admission
+// and recovery are held, idle time) to node_left, the first fail_detected naming it, or the
+// run's end, whichever is first.
+struct NodeStats {
+  std::int64_t node = -1;
+  bool initial = false;
+  double start_s = 0, end_s = 0, alive_s = 0;
+  std::string end_reason;  // "left", "failed" (crash or fail_detected) or "run_end"
+  double compute_s = 0;    // Σ inner_steps.compute_s
+  double allreduce_s = 0;  // Σ outer_step.allreduce_s
+  double outer_opt_s = 0;  // Σ outer_step.outer_opt_s
+  double recovery_s = 0;   // Σ recovery_finished.elapsed_s
+  double idle_s = 0;       // alive time not in any of the four above (clamped at 0)
+  double tokens = 0;
+  double bytes_sent = 0, bytes_received = 0;  // Σ allreduce records (see wire bytes rule)
+  double allreduce_record_s = 0;  // Σ elapsed_s of the same allreduce records (bandwidth)
+  std::int64_t outer_steps = 0;
+  double compute_utilization = 0;  // compute_s / alive_s
+};
+
+// One outer step, across the nodes that completed it (its `outer_step` records).
+struct OuterStepStats {
+  std::int64_t outer_step = 0;
+  double t_end_s = 0;             // latest outer_step record's t
+  double duration_s = 0;          // t_end_s minus the previous step's t_end_s (or the run's start)
+  std::int64_t participants = 0;  // largest `participants` reported
+  double inner_s = 0;             // mean outer_step.inner_s (T_inner)
+  double allreduce_s = 0;         // largest outer_step.allreduce_s (T_allreduce, slowest node)
+  double tokens = 0;              // Σ outer_step.tokens
+  double cumulative_tokens = 0;
+  double utilization = 0;          // T_inner / (T_inner + T_allreduce)
+  double compute_utilization = 0;  // inner_s / duration_s
+  double mfu = 0;  // flops_per_token × tokens / (duration × participants × GPUs × peak)
+  std::optional<double> loss;  // mean of the nodes' non-null losses
+};
+
+struct Summary {
+  std::string mode;
+  RunMetrics metrics;
+  nlohmann::json config;  // the resolved configuration from the config record (null if none)
+  nlohmann::json versions;
+  std::string command;
+  std::int64_t seed = 0;
+
+  double run_start_s = 0, run_end_s = 0;
+  double simulated_s = 0;  // run_finished.simulated_s, else run_end_s - run_start_s
+  std::int64_t outer_steps = 0;
+  double tokens = 0;
+
+  double compute_utilization = 0;
+  double outer_step_utilization = 0;
+  double mfu = 0;
+  Distribution allreduce_s;  // per outer step, the slowest node's outer_step.allreduce_s
+  double inner_step_s = 0;   // Σ compute_s / Σ steps over inner_steps records
+  double wire_bytes_per_node_per_outer_step = 0;
+  std::optional<double> bandwidth_reduction_vs_ddp;
+
+  struct {
+    std::int64_t min = 0, max = 0;
+    double mean = 0;  // time-weighted over [run_start_s, run_end_s]
+  } nodes;
+  struct {
+    std::int64_t count = 0;
+    double total_s = 0, mean_s = 0, max_s = 0, bytes = 0;
+  } recovery;
+  double idle_s = 0;  // Σ NodeStats::idle_s
+  // retries: distinct (outer step, attempt) retried; fallbacks: fallback records;
+  // failures: nodes whose life ended by a fail_detected or a node_left with graceful = false.
+  std::int64_t retries = 0, fallbacks = 0, failures = 0, joins = 0, graceful_leaves = 0;
+
+  std::optional<double> loss;        // last outer step with a loss
+  std::optional<double> perplexity;  // exp(loss)
+
+  std::vector<NodeStats> per_node;    // by node id
+  std::vector<OuterStepStats> steps;  // by outer step
+  // Alive-node count as a step function: (time, count from that time on), starting at
+  // run_start_s.
+  std::vector<std::pair<double, std::int64_t>> node_count;
+};
+
+// Computes every statistic. Throws ConfigError when the events lack a config record.
+Summary summarize(const std::vector<EventRecord>& events);
+
+// summary.json: the SCHEMA.md keys plus per-node and recovery details; NaN becomes null.
+nlohmann::ordered_json to_json(const Summary& s);
+
+}  // namespace meridian::analysis

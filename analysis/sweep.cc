@@ -1,0 +1,322 @@
+// The sweep: grid expansion, one child run per point, the table and the per-axis plots.
+// A failing point is recorded (status and the tail of its log) and the sweep goes on.
+#include "analysis/sweep.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <ostream>
+#include <sstream>
+
+#include "analysis/events.h"
+#include "analysis/process.h"
+#include "engine/error.h"
+
+namespace meridian::analysis {
+namespace fs = std::filesystem;
+
+SweepAxis parse_sweep_axis(const std::string& set_arg) {
+  const auto eq = set_arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set '" + set_arg +
+                      "': expected key=value[,value...], e.g. diloco.H=50,100");
+  SweepAxis axis;
+  axis.key = set_arg.substr(0, eq);
+  std::stringstream values(set_arg.substr(eq + 1));
+  std::string v;
+  while (std::getline(values, v, ',')) {
+    if (v.empty()) throw ConfigError("--set '" + set_arg + "': an empty value in the list");
+    axis.values.push_back(v);
+  }
+  if (axis.values.empty() || set_arg.back() == ',')
+    throw ConfigError("--set '" + set_arg + "': an empty value in the list");
+  return axis;
+}
+
+std::vector<SweepPoint> expand_grid(const std::vector<SweepAxis>& axes) {
+  for (std::size_t i = 0; i < axes.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (axes[i].key == axes[j].key)
+        throw ConfigError("--set " + axes[i].key +
+                          " is given twice; list its values once: " + axes[i].key + "=v1,v2,...");
+  std::vector<SweepPoint> points(1);
+  for (const SweepAxis& axis : axes) {
+    std::vector<SweepPoint> next;
+    for (const SweepPoint& p : points)
+      for (const std::string& v : axis.values) {
+        SweepPoint q = p;
+        q.settings.push_back({axis.key, v});
+        next.push_back(std::move(q));
+      }
+    points = std::move(next);
+  }
+  for (SweepPoint& p : points) {
+    for (const auto& [k, v] : p.settings) p.name += (p.name.empty() ? "" : "_") + k + "=" + v;
+    if (p.name.empty()) p.name = "default";
+    for (char& c : p.name)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '=' && c != '_' &&
+          c != '-')
+        c = '-';
+  }
+  return points;
+}
+
+SweepRunner self_runner() {
+  const std::string exe = self_executable();
+  return [exe](const std::vector<std::string>& args, const std::string& log_path) {
+    return run_process(exe, args, log_path);
+  };
+}
+
+int SweepResult::failed() const {
+  int n = 0;
+  for (const SweepPointResult& p : points) n += p.summary ? 0 : 1;
+  return n;
+}
+
+namespace {
+
+struct Column {
+  const char* name;
+  std::function<double(const Summary&)> value;
+};
+
+const std::vector<Column>& metric_columns() {
+  static const std::vector<Column> columns = {
+      {"compute_utilization", [](const Summary& s) { return s.compute_utilization; }},
+      {"outer_step_utilization", [](const Summary& s) { return s.outer_step_utilization; }},
+      {"mfu", [](const Summary& s) { return s.mfu; }},
+      {"allreduce_p50_s", [](const Summary& s) { return s.allreduce_s.p50; }},
+      {"allreduce_p90_s", [](const Summary& s) { return s.allreduce_s.p90; }},
+      {"inner_step_s", [](const Summary& s) { return s.inner_step_s; }},
+      {"wire_bytes_per_node_per_outer_step",
+       [](const Summary& s) { return s.wire_bytes_per_node_per_outer_step; }},
+      {"bandwidth_reduction_vs_ddp",
+       [](const Summary& s) { return s.bandwidth_reduction_vs_ddp.value_or(NAN); }},
+      {"tokens", [](const Summary& s) { return s.tokens; }},
+      {"simulated_s", [](const Summary& s) { return s.simulated_s; }},
+      {"outer_steps", [](const Summary& s) { return static_cast<double>(s.outer_steps); }},
+      {"nodes_mean", [](const Summary& s) { return s.nodes.mean; }},
+      {"loss", [](const Summary& s) { return s.loss.value_or(NAN); }},
+  };
+  return columns;
+}
+
+std::string number(double v) {
+  if (!std::isfinite(v)) return "";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::string md_field(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string status_of(const SweepPointResult& p) {
+  if (p.summary) return "ok";
+  return p.exit_code != 0 ? "failed (exit " + std::to_string(p.exit_code) + ")" : "failed";
+}
+
+bool all_numeric(const std::vector<std::string>& values) {
+  for (const std::string& v : values) {
+    char* end = nullptr;
+    std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void write_sweep_tables(const SweepResult& result, const std::string& out_dir,
+                        std::vector<std::string>& files) {
+  const fs::path csv_path = fs::path(out_dir) / "sweep.csv",
+                 md_path = fs::path(out_dir) / "sweep.md";
+  std::ofstream csv(csv_path), md(md_path);
+  if (!csv || !md) throw ConfigError(out_dir + ": cannot write sweep.csv / sweep.md");
+  if (!result.command.empty()) md << "Command: `" << result.command << "`\n\n";
+  std::vector<std::string> header = {"point"};
+  for (const SweepAxis& a : result.axes) header.push_back(a.key);
+  header.push_back("status");
+  for (const Column& c : metric_columns()) header.push_back(c.name);
+  for (std::size_t i = 0; i < header.size(); ++i) {
+    csv << (i ? "," : "") << csv_field(header[i]);
+    md << "| " << md_field(header[i]) << " ";
+  }
+  csv << "\n";
+  md << "|\n";
+  for (std::size_t i = 0; i < header.size(); ++i)
+    md << (i <= result.axes.size() + 1 ? "|---" : "|--:");
+  md << "|\n";
+  for (const SweepPointResult& p : result.points) {
+    std::vector<std::string> row = {p.point.name};
+    for (const auto& kv : p.point.settings) row.push_back(kv.second);
+    row.push_back(status_of(p));
+    for (const Column& c : metric_columns())
+      row.push_back(p.summary ? number(c.value(*p.summary)) : "");
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      csv << (i ? "," : "") << csv_field(row[i]);
+      md << "| " << md_field(row[i]) << " ";
+    }
+    csv << "\n";
+    md << "|\n";
+  }
+  files.push_back(csv_path.string());
+  files.push_back(md_path.string());
+}
+
+void plot_sweep(const SweepResult& result, const std::string& out_dir, const PlotOptions& options,
+                std::vector<std::string>& files) {
+  const fs::path dir = fs::absolute(out_dir);
+  fs::create_directories(dir / "plots" / "data");
+  std::ostringstream script;
+  std::vector<std::string> drawn;
+  for (std::size_t a = 0; a < result.axes.size(); ++a) {
+    const SweepAxis& axis = result.axes[a];
+    if (axis.values.size() < 2) continue;
+    const bool numeric = all_numeric(axis.values);
+    // Lines: the other axes' values; x: this axis' value (its index when not numeric).
+    // In grid order, so that the legend lists the other axes' values as they were given.
+    std::vector<std::pair<std::string, std::vector<std::pair<double, const Summary*>>>> lines;
+    for (const SweepPointResult& p : result.points) {
+      if (!p.summary) continue;
+      std::string line;
+      for (std::size_t b = 0; b < p.point.settings.size(); ++b)
+        if (b != a)
+          line += (line.empty() ? "" : " ") + p.point.settings[b].first + "=" +
+                  p.point.settings[b].second;
+      const std::string& v = p.point.settings[a].second;
+      const double x =
+          numeric ? std::strtod(v.c_str(), nullptr)
+                  : static_cast<double>(std::find(axis.values.begin(), axis.values.end(), v) -
+                                        axis.values.begin());
+      auto it = std::find_if(lines.begin(), lines.end(), [&](auto& l) { return l.first == line; });
+      if (it == lines.end()) it = lines.insert(lines.end(), {line, {}});
+      it->second.push_back({x, &*p.summary});
+    }
+    if (lines.empty()) continue;
+    std::string safe = axis.key;
+    for (char& c : safe)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    const std::string name = "sweep_" + safe;
+    const fs::path data = dir / "plots" / "data" / (name + ".dat");
+    std::ofstream out(data);
+    out << "# " << axis.key << " compute_utilization_pct outer_step_utilization_pct mfu_pct\n";
+    std::ostringstream util, mfu;
+    int index = 0;
+    for (auto& [line, pts] : lines) {
+      std::sort(pts.begin(), pts.end(), [](auto& l, auto& r) { return l.first < r.first; });
+      if (index) out << "\n\n";
+      out << "# " << (line.empty() ? "all" : line) << "\n";
+      for (const auto& [x, s] : pts)
+        out << x << " " << s->compute_utilization * 100 << " " << s->outer_step_utilization * 100
+            << " " << s->mfu * 100 << "\n";
+      const std::string f = gp_quote(data.string()) + " index " + std::to_string(index);
+      const std::string label = line.empty() ? "" : line + ": ";
+      util << (index ? ", " : "plot ") << f << " using 1:2 with linespoints pt 7 lw 2 lc rgb '"
+           << series_color(index) << "'"
+           << " title " << gp_quote(label + "compute / alive time") << ", " << f
+           << " using 1:3 with linespoints pt 5 dt 2 lc rgb '" << series_color(index) << "' title "
+           << gp_quote(label + "T_inner / (T_inner + T_allreduce)");
+      mfu << (index ? ", " : "plot ") << f << " using 1:4 with linespoints pt 7 lw 2 lc rgb '"
+          << series_color(index) << "'"
+          << " title " << gp_quote(line.empty() ? "MFU" : line);
+      ++index;
+    }
+    std::ostringstream body;
+    body << "set multiplot layout 1,2\nset grid\nset key bottom left font ',10'\n"
+         << "set xlabel " << gp_quote(axis.key) << "\n";
+    if (numeric) {
+      body << "set xtics (";
+      for (std::size_t i = 0; i < axis.values.size(); ++i)
+        body << (i ? ", " : "") << gp_quote(axis.values[i]) << " " << axis.values[i];
+      body << ")\nset offsets graph 0.05, graph 0.05, 0, 0\n";
+      double lo = INFINITY, hi = 0;
+      for (const std::string& v : axis.values) {
+        lo = std::min(lo, std::strtod(v.c_str(), nullptr));
+        hi = std::max(hi, std::strtod(v.c_str(), nullptr));
+      }
+      if (lo > 0 && hi >= 10 * lo) body << "set logscale x\n";  // e.g. H = 50, 100, 500
+    } else {
+      body << "set xtics (";
+      for (std::size_t i = 0; i < axis.values.size(); ++i)
+        body << (i ? ", " : "") << gp_quote(axis.values[i]) << " " << i;
+      body << ")\nset xrange [-0.5:" << axis.values.size() - 0.5 << "]\n";
+    }
+    body << "set title " << gp_quote("Compute utilization vs " + axis.key)
+         << "\nset ylabel 'utilization [%]'\nset yrange [0:105]\n"
+         << util.str() << "\n"
+         << "set title " << gp_quote("MFU vs " + axis.key)
+         << "\nset ylabel 'model FLOPs utilization [%]'\nset yrange [0:*]\n"
+         << mfu.str() << "\n";
+    gp_figure(script, (dir / "plots").string(), name, body.str(), options, options.height_px,
+              drawn);
+  }
+  if (drawn.empty()) return;
+  const fs::path script_path = dir / "plots" / "sweep.gp";
+  {
+    std::ofstream s(script_path);
+    s << "# Generated by `meridian sweep`.\n" << script.str();
+  }
+  run_gnuplot(script_path.string(), options);
+  files.insert(files.end(), drawn.begin(), drawn.end());
+}
+
+SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>& axes,
+                      const SweepRunner& runner, std::ostream& progress) {
+  if (options.plots) find_gnuplot(options.plot.gnuplot);  // before hours of simulation
+  SweepResult result;
+  result.axes = axes;
+  result.command = options.command;
+  const std::vector<SweepPoint> points = expand_grid(axes);
+  std::error_code ec;
+  fs::create_directories(options.out_dir, ec);
+  if (ec) throw ConfigError(options.out_dir + ": cannot create the sweep folder: " + ec.message());
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    SweepPointResult r;
+    r.point = points[i];
+    r.dir = (fs::path(options.out_dir) / r.point.name).string();
+    std::vector<std::string> args = {"sim", options.scenario, "--out", r.dir};
+    if (options.seed) args.insert(args.end(), {"--seed", std::to_string(*options.seed)});
+    for (const auto& [k, v] : r.point.settings) args.insert(args.end(), {"--set", k + "=" + v});
+    const std::string log = r.dir + ".log";
+    progress << "[" << i + 1 << "/" << points.size() << "] " << r.point.name << " ... "
+             << std::flush;
+    const auto t0 = std::chrono::steady_clock::now();
+    r.exit_code = runner(args, log);
+    const double took_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (r.exit_code != 0) {
+      r.error =
+          "exit " + std::to_string(r.exit_code) + "; log " + log + ":\n" + file_tail(log, 400);
+    } else {
+      try {
+        r.summary = summarize(read_events_file(r.dir));
+      } catch (const ConfigError& e) {
+        r.error = e.what();
+      }
+    }
+    char took[32];
+    std::snprintf(took, sizeof took, "%.1f s", took_s);
+    progress << (r.summary ? "ok" : "FAILED") << " (" << took << ")\n";
+    if (!r.error.empty()) progress << "  " << r.error << "\n";
+    result.points.push_back(std::move(r));
+  }
+  write_sweep_tables(result, options.out_dir, result.files);
+  if (options.plots) plot_sweep(result, options.out_dir, options.plot, result.files);
+  return result;
+}
+
+}  // namespace meridian::analysis

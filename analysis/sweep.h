@@ -1,0 +1,81 @@
+// `meridian sweep`: a grid of `--set key=v1,v2,...` values, one `meridian sim` child per point,
+// then one table (CSV and Markdown) and plots of utilization and MFU against each swept key.
+// The runner is injected so the grid and the table are testable without a simulator.
+// Not the simulator: points run `meridian sim SCENARIO --out DIR/<point> --set k=v ...`.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "analysis/gnuplot.h"
+#include "analysis/summary.h"
+
+namespace meridian::analysis {
+
+struct SweepAxis {
+  std::string key;                  // e.g. "diloco.H"
+  std::vector<std::string> values;  // in the order given
+};
+
+// One point of the grid: one value per axis, in axis order.
+struct SweepPoint {
+  std::vector<std::pair<std::string, std::string>> settings;
+  std::string name;  // folder name: "diloco.H=50_diloco.codec=int8" (unsafe characters -> '-')
+};
+
+// "key=v1,v2,..." -> an axis. An empty key or value, or a missing '=', is a ConfigError.
+SweepAxis parse_sweep_axis(const std::string& set_arg);
+
+// The cartesian product, first axis slowest. A key given twice is a ConfigError.
+std::vector<SweepPoint> expand_grid(const std::vector<SweepAxis>& axes);
+
+// Runs one point: args are argv[1..] of `meridian` (starting with "sim"); its output goes
+// to log_path. Returns the exit status.
+using SweepRunner =
+    std::function<int(const std::vector<std::string>& args, const std::string& log_path)>;
+
+// The real runner: this very binary (/proc/self/exe) as a child process.
+SweepRunner self_runner();
+
+struct SweepOptions {
+  std::string scenario;  // SCENARIO.yaml
+  std::string out_dir = "sweep";
+  std::optional<std::int64_t> seed;
+  PlotOptions plot;
+  bool plots = true;
+  std::string command;  // the command line, written above the Markdown table
+};
+
+struct SweepPointResult {
+  SweepPoint point;
+  std::string dir;
+  int exit_code = 0;
+  std::string error;  // why it has no summary ("" when it has one)
+  std::optional<Summary> summary;
+};
+
+struct SweepResult {
+  std::vector<SweepAxis> axes;
+  std::vector<SweepPointResult> points;
+  std::vector<std::string> files;  // the table and the plots
+  std::string command;
+  int failed() const;
+};
+
+// Runs every point (progress lines to `progress`), summarizes each from DIR/<point>/
+// events.jsonl, writes DIR/sweep.csv and DIR/sweep.md, and the plots when options.plots.
+SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>& axes,
+                      const SweepRunner& runner, std::ostream& progress);
+
+// The table's columns: point, each axis key, status, then the metrics.
+void write_sweep_tables(const SweepResult& result, const std::string& out_dir,
+                        std::vector<std::string>& files);
+
+// One figure per axis with two or more values: utilization (both forms) and MFU against the
+// axis value, one line per combination of the other axes.
+void plot_sweep(const SweepResult& result, const std::string& out_dir, const PlotOptions& options,
+                std::vector<std::string>& files);
+
+}  // namespace meridian::analysis

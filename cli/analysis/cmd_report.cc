@@ -1,0 +1,47 @@
+// `meridian report RUN_DIR`: draws the run's plots and writes RUN_DIR/report.html, a single
+// self-contained page. Argument parsing only; the page is analysis/report.h.
+#include <iostream>
+
+#include "analysis/report.h"
+#include "cli/command.h"
+#include "engine/error.h"
+
+namespace meridian::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: meridian report RUN_DIR [--out FILE]\n"
+    "  Writes RUN_DIR/report.html (or FILE): summary table, per-node table, every plot of\n"
+    "  `meridian plot` embedded in the page, and the resolved configuration. The page has no\n"
+    "  external resources and opens from disk. Needs gnuplot (apt-get install -y gnuplot-nox).\n";
+
+int run_report(const std::vector<std::string>& args) {
+  std::string dir;
+  analysis::ReportOptions options;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--out") {
+      if (i + 1 >= args.size())
+        throw ConfigError("--out needs a file name\n" + std::string(kUsage));
+      options.output = args[++i];
+    } else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return kExitOk;
+    } else if (!a.empty() && a[0] == '-') {
+      throw ConfigError("unknown option '" + a + "'\n" + kUsage);
+    } else if (dir.empty()) {
+      dir = a;
+    } else {
+      throw ConfigError("one run directory at a time ('" + dir + "' and '" + a + "')\n" + kUsage);
+    }
+  }
+  if (dir.empty()) throw ConfigError(std::string("no run directory given\n") + kUsage);
+  std::cout << "report: " << analysis::write_report(dir, options) << "\n";
+  return kExitOk;
+}
+
+MERIDIAN_COMMAND("report", "write a run's self-contained report.html (summary, plots, config)",
+                 kUsage, run_report);
+
+}  // namespace
+}  // namespace meridian::cli

@@ -1,0 +1,89 @@
+// `meridian sweep SCENARIO.yaml --set key=v1,v2 ...`: runs `meridian sim` once per grid point
+// (as child processes of this binary), then writes the table and the plots. Argument parsing
+// only; the sweep is analysis/sweep.h.
+#include <fstream>
+#include <iostream>
+
+#include "analysis/sweep.h"
+#include "cli/command.h"
+#include "engine/error.h"
+
+namespace meridian::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: meridian sweep SCENARIO.yaml --set KEY=V1,V2,... [--set ...] [--out DIR]\n"
+    "                      [--seed N] [--no-plots]\n"
+    "  Runs `meridian sim SCENARIO.yaml --out DIR/<point> --set KEY=V ...` for every point of\n"
+    "  the grid (the cartesian product of the --set lists; a single value is applied to every\n"
+    "  point), then writes DIR/sweep.csv, DIR/sweep.md and, for each key with several values,\n"
+    "  DIR/plots/sweep_<key>.png|svg: utilization and MFU against that value.\n"
+    "  Each point's output is in DIR/<point>.log. Default DIR: sweep.\n"
+    "  Exit status 1 when a point failed (the others are still in the table).\n"
+    "  example: meridian sweep scenarios/intellect1-global.yaml --set diloco.H=50,100,500 \\\n"
+    "             --set diloco.codec=fp32,int8 --out results/sweep-H-codec\n";
+
+int run_sweep_command(const std::vector<std::string>& args) {
+  analysis::SweepOptions options;
+  std::vector<analysis::SweepAxis> axes;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
+      return args[++i];
+    };
+    if (a == "--set") {
+      axes.push_back(analysis::parse_sweep_axis(value()));
+    } else if (a == "--out") {
+      options.out_dir = value();
+    } else if (a == "--seed") {
+      const std::string& s = value();
+      try {
+        std::size_t used = 0;
+        options.seed = std::stoll(s, &used);
+        if (used != s.size()) throw std::invalid_argument(s);
+      } catch (const std::exception&) {
+        throw ConfigError("--seed '" + s + "': expected an integer");
+      }
+    } else if (a == "--no-plots") {
+      options.plots = false;
+    } else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return kExitOk;
+    } else if (!a.empty() && a[0] == '-') {
+      throw ConfigError("unknown option '" + a + "'\n" + kUsage);
+    } else if (options.scenario.empty()) {
+      options.scenario = a;
+    } else {
+      throw ConfigError("one scenario at a time ('" + options.scenario + "' and '" + a + "')\n" +
+                        kUsage);
+    }
+  }
+  if (options.scenario.empty()) throw ConfigError(std::string("no scenario given\n") + kUsage);
+  if (!std::ifstream(options.scenario))
+    throw ConfigError(options.scenario + ": cannot read the scenario file");
+  bool have_sim = false;
+  for (const Command& c : commands()) have_sim |= c.name == "sim";
+  if (!have_sim)
+    throw ConfigError(
+        "this meridian has no `sim` command (it was built without the simulator); "
+        "reconfigure with -DMERIDIAN_WITH_SIMGRID=ON");
+  if (axes.empty())
+    throw ConfigError(std::string("nothing to sweep: give --set KEY=V1,V2\n") + kUsage);
+
+  options.command = "meridian sweep";
+  for (const std::string& a : args) options.command += " " + a;
+  const analysis::SweepResult result =
+      analysis::run_sweep(options, axes, analysis::self_runner(), std::cout);
+  std::cout << "\n"
+            << result.points.size() - result.failed() << " of " << result.points.size()
+            << " points ok; wrote:\n";
+  for (const std::string& f : result.files) std::cout << "  " << f << "\n";
+  return result.failed() ? kExitFailed : kExitOk;
+}
+
+MERIDIAN_COMMAND("sweep", "run `meridian sim` over a grid of settings; table and plots", kUsage,
+                 run_sweep_command);
+
+}  // namespace
+}  // namespace meridian::cli

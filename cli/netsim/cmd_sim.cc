@@ -1,0 +1,111 @@
+// `meridian sim SCENARIO.yaml`: runs a scenario on the SimGrid model and writes
+// DIR/events.jsonl and DIR/summary.json; progress on stderr, a summary table on stdout.
+// Not a sweep driver: one scenario, one run per invocation.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/command.h"
+#include "engine/error.h"
+#include "engine/events/event_sink.h"
+#include "netsim/scenario.h"
+#include "netsim/simulation.h"
+#include "netsim/summary.h"
+
+namespace meridian::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: meridian sim SCENARIO.yaml [--out DIR] [--seed N] [--set key.path=value ...]\n"
+    "  Simulates the scenario (SimGrid network model, modelled compute, churn trace).\n"
+    "  --out DIR      output folder (default: the scenario's output.dir, else results/<name>)\n"
+    "  --seed N       overrides run.seed\n"
+    "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
+    "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
+    "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
+
+int run_sim(const std::vector<std::string>& args) {
+  std::string path, out;
+  std::vector<std::string> overrides;
+  std::string simgrid_log = "critical";
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
+      return args[++i];
+    };
+    if (a == "--out")
+      out = value();
+    else if (a == "--seed")
+      overrides.push_back("run.seed=" + value());
+    else if (a == "--set")
+      overrides.push_back(value());
+    else if (a == "--simgrid-log")
+      simgrid_log = value();
+    else if (a == "-h" || a == "--help") {
+      std::cout << kUsage;
+      return kExitOk;
+    } else if (!a.empty() && a[0] == '-') {
+      std::cerr << "meridian sim: unknown option '" << a << "'\n" << kUsage;
+      return kExitUsage;
+    } else if (path.empty())
+      path = a;
+    else {
+      std::cerr << "meridian sim: more than one scenario given\n" << kUsage;
+      return kExitUsage;
+    }
+  }
+  if (path.empty()) {
+    std::cerr << kUsage;
+    return kExitUsage;
+  }
+  netsim::Scenario sc = netsim::load_scenario(path, overrides);
+  if (out.empty()) out = sc.output_dir;
+  std::filesystem::create_directories(out);
+  const std::string events_path = (std::filesystem::path(out) / "events.jsonl").string();
+  std::ofstream events(events_path, std::ios::binary | std::ios::trunc);
+  if (!events) throw ConfigError(events_path + ": cannot write");
+
+  std::string command = "meridian sim " + path;
+  for (auto& a : args)
+    if (a != path) command += " " + a;
+  JsonlEventSink sink(events);
+  const auto wall0 = std::chrono::steady_clock::now();
+  double last_print = -1;
+  netsim::SimOptions opts;
+  opts.command = command;
+  opts.simgrid_log = simgrid_log;
+  opts.on_progress = [&](double sim_s, int done, int total) {
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    if (wall - last_print < 0.25 && done < total) return;
+    last_print = wall;
+    const double frac = total > 0 ? double(done) / total : 1.0;
+    const int width = 30, filled = static_cast<int>(frac * width);
+    const double eta = frac > 0 ? wall * (1 - frac) / frac : 0;
+    std::fprintf(stderr, "\r[%s%s] %3.0f%%  %.2f simulated days  outer %d/%d  ETA %.0f s ",
+                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
+                 100 * frac, sim_s / 86400, done, total, eta);
+  };
+  netsim::SimOutcome r = netsim::run_simulation(sc, sink, opts);
+  events.close();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  std::fprintf(stderr, "\n%.0f simulated s in %.2f wall s (%.0fx), %llu messages\n", r.simulated_s,
+               wall, wall > 0 ? r.simulated_s / wall : 0.0,
+               static_cast<unsigned long long>(r.messages));
+
+  std::ifstream in(events_path);
+  const std::string summary = netsim::summarize_events(in);
+  std::ofstream(std::filesystem::path(out) / "summary.json") << summary;
+  std::cout << netsim::summary_table(summary) << "  events: " << events_path << "\n";
+  return kExitOk;
+}
+
+MERIDIAN_COMMAND("sim", "simulate a scenario on the SimGrid network model", kUsage, run_sim);
+
+}  // namespace
+}  // namespace meridian::cli

@@ -1,0 +1,46 @@
+// Platform: the SimGrid hosts and links of a scenario. One full zone; every node has a
+// split-duplex access link (its bandwidth is the node's "max available inter-node bandwidth"),
+// and every pair of sites a fat-pipe backbone link whose latency is half the measured RTT.
+// Not a topology discovery tool: the numbers come from the scenario and are echoed back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/events/json.h"
+#include "netsim/scenario.h"
+
+namespace simgrid::s4u {
+class Engine;
+class Host;
+}  // namespace simgrid::s4u
+
+namespace meridian::netsim {
+
+// Host slot names in scenario order: <site>-<index within the site>.
+std::vector<std::string> host_slot_names(const Scenario& sc);
+
+struct Platform {
+  std::vector<std::string> names;  // one per host slot
+  std::vector<std::string> sites;
+  std::vector<simgrid::s4u::Host*> hosts;
+  std::vector<double> access_gbps;  // resolved (drawn) access bandwidth
+  std::vector<double> speed_factor;
+  std::vector<bool> start;
+  simgrid::s4u::Host* coordinator = nullptr;
+
+  int index_of(const std::string& name) const;
+  JsonObject to_json() const;
+};
+
+// Sets the network model, TCP window (× `gamma_scale`, for aggregated parallel flows) and
+// crosstraffic on `e`. Must precede build_platform().
+void configure_network(simgrid::s4u::Engine& e, const Scenario& sc, double gamma_scale);
+Platform build_platform(simgrid::s4u::Engine& e, const Scenario& sc);
+
+// Deterministic uniform [0, 1) from a 64-bit state (splitmix64): the same seed gives the same
+// draws on every platform and standard library.
+double unit_draw(std::uint64_t& state);
+
+}  // namespace meridian::netsim

@@ -1,0 +1,529 @@
+// Scenario YAML parsing: strict (unknown keys are errors), every value typed and range-checked,
+// errors name the file, the key path and the expectation.
+#include "netsim/scenario.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace meridian::netsim {
+
+std::uint64_t ModelSpec::non_embedding_params() const {
+  const std::uint64_t h = hidden, d_head = hidden / heads, kv = kv_heads * d_head;
+  const std::uint64_t per_layer = 2 * h * h + 2 * h * kv + 3 * h * ffn + 2 * h;
+  const std::uint64_t head = tied_embeddings ? 0 : std::uint64_t(vocab) * h;
+  return per_layer * layers + h + head;
+}
+
+std::uint64_t ModelSpec::param_count() const {
+  return non_embedding_params() + std::uint64_t(vocab) * hidden;
+}
+
+double ModelSpec::flops_per_token() const {
+  const double d_head = double(hidden) / heads;
+  return 6.0 * double(non_embedding_params()) + 12.0 * layers * heads * d_head * seq_len;
+}
+
+std::vector<std::uint64_t> ModelSpec::bucket_boundaries() const {
+  const std::uint64_t h = hidden, emb = std::uint64_t(vocab) * h;
+  const std::uint64_t per_layer =
+      (non_embedding_params() - h - (tied_embeddings ? 0 : emb)) / layers;
+  std::vector<std::uint64_t> b{0, emb};
+  for (int l = 0; l < layers; ++l) b.push_back(b.back() + per_layer);
+  b.push_back(param_count());  // output head + final norm
+  return b;
+}
+
+double Scenario::inner_step_s() const {
+  if (hardware.step_time_s > 0) return hardware.step_time_s;
+  return model.flops_per_token() * double(tokens_per_inner_step()) /
+         (hardware.gpus_per_node * hardware.peak_flops_per_gpu * hardware.mfu);
+}
+
+int Scenario::outer_steps() const {
+  if (run.inner_steps > 0) return static_cast<int>((run.inner_steps + diloco.H - 1) / diloco.H);
+  return run.outer_steps;
+}
+
+int Scenario::total_nodes() const {
+  int n = 0;
+  for (auto& g : network.nodes) n += g.count;
+  return n;
+}
+
+namespace {
+
+// A mapping being read: remembers which keys were consumed so the rest can be reported.
+class Reader {
+ public:
+  Reader(const YAML::Node& node, std::string file, std::string path)
+      : node_(node), file_(std::move(file)), path_(std::move(path)) {
+    if (node_ && !node_.IsNull() && !node_.IsMap()) fail(path_, "a mapping");
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& expected,
+                         const YAML::Node* got = nullptr) const {
+    std::string msg = file_ + ": key '" + key + "': expected " + expected;
+    if (got && got->IsScalar()) msg += ", got '" + got->Scalar() + "'";
+    if (got && got->Mark().line >= 0) msg += " (line " + std::to_string(got->Mark().line + 1) + ")";
+    throw ConfigError(msg);
+  }
+
+  std::string key_path(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+
+  YAML::Node get(const std::string& k) {
+    seen_.insert(k);
+    if (!node_ || !node_.IsMap()) return YAML::Node();
+    return node_[k];
+  }
+
+  template <typename T>
+  void scalar(const std::string& k, T& out, const std::string& expected,
+              std::function<bool(const T&)> ok = nullptr) {
+    YAML::Node n = get(k);
+    if (!n || n.IsNull()) return;  // default stays
+    if (!n.IsScalar()) fail(key_path(k), expected, &n);
+    T v;
+    try {
+      v = n.as<T>();
+    } catch (const YAML::Exception&) {
+      fail(key_path(k), expected, &n);
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      if (!std::isfinite(v)) fail(key_path(k), expected, &n);
+    }
+    if (ok && !ok(v)) fail(key_path(k), expected, &n);
+    out = v;
+  }
+
+  Reader child(const std::string& k) { return Reader(get(k), file_, key_path(k)); }
+
+  void finish() const {
+    if (!node_ || !node_.IsMap()) return;
+    for (auto it = node_.begin(); it != node_.end(); ++it) {
+      const std::string k = it->first.as<std::string>();
+      if (!seen_.count(k)) {
+        std::string known;
+        for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
+        throw ConfigError(file_ + ": unknown key '" + key_path(k) + "' (line " +
+                          std::to_string(it->first.Mark().line + 1) +
+                          "); known keys here: " + known);
+      }
+    }
+  }
+
+  const std::string& file() const { return file_; }
+
+ private:
+  YAML::Node node_;
+  std::string file_, path_;
+  std::set<std::string> seen_;
+};
+
+template <typename T>
+std::function<bool(const T&)> positive() {
+  return [](const T& v) { return v > 0; };
+}
+template <typename T>
+std::function<bool(const T&)> non_negative() {
+  return [](const T& v) { return v >= 0; };
+}
+
+void apply_override(YAML::Node& root, const std::string& ov, const std::string& file) {
+  auto eq = ov.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set '" + ov + "': expected key.path=value");
+  const std::string path = ov.substr(0, eq), value = ov.substr(eq + 1);
+  std::vector<std::string> parts;
+  std::stringstream ss(path);
+  for (std::string p; std::getline(ss, p, '.');) {
+    if (p.empty()) throw ConfigError("--set '" + ov + "': empty component in key path");
+    parts.push_back(p);
+  }
+  // yaml-cpp's operator[] returns proxies; walk with explicit copies of the handles.
+  std::vector<YAML::Node> chain{root};
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node cur = chain.back();
+    if (cur.IsDefined() && !cur.IsNull() && !cur.IsMap())
+      throw ConfigError(file + ": --set '" + ov + "': '" + parts[i] + "' is not a mapping");
+    YAML::Node next = cur[parts[i]];
+    if (!next.IsDefined() || next.IsNull()) {
+      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
+      next = cur[parts[i]];
+    }
+    chain.push_back(next);
+  }
+  YAML::Node parsed;
+  try {
+    parsed = YAML::Load(value);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("--set '" + ov + "': value is not valid YAML: " + e.what());
+  }
+  chain.back()[parts.back()] = parsed;
+}
+
+void parse_model(Reader r, ModelSpec& m) {
+  r.scalar<int>("layers", m.layers, "a positive integer", positive<int>());
+  r.scalar<int>("hidden", m.hidden, "a positive integer", positive<int>());
+  r.scalar<int>("heads", m.heads, "a positive integer", positive<int>());
+  r.scalar<int>("kv_heads", m.kv_heads, "a positive integer", positive<int>());
+  r.scalar<int>("ffn", m.ffn, "a positive integer", positive<int>());
+  r.scalar<int>("vocab", m.vocab, "a positive integer", positive<int>());
+  r.scalar<int>("seq_len", m.seq_len, "a positive integer", positive<int>());
+  r.scalar<bool>("tied_embeddings", m.tied_embeddings, "true or false");
+  r.finish();
+  if (m.hidden % m.heads != 0) r.fail(r.key_path("heads"), "a divisor of model.hidden");
+  if (m.heads % m.kv_heads != 0) r.fail(r.key_path("kv_heads"), "a divisor of model.heads");
+}
+
+void parse_hardware(Reader r, HardwareSpec& h) {
+  r.scalar<int>("gpus_per_node", h.gpus_per_node, "a positive integer", positive<int>());
+  r.scalar<double>("peak_flops_per_gpu", h.peak_flops_per_gpu, "FLOP/s > 0", positive<double>());
+  r.scalar<double>("mfu", h.mfu, "a fraction in (0, 1]",
+                   [](const double& v) { return v > 0 && v <= 1; });
+  r.scalar<double>("step_time_s", h.step_time_s, "seconds >= 0 (0: from FLOPs)",
+                   non_negative<double>());
+  r.scalar<int>("batch_sequences", h.batch_sequences, "a positive integer", positive<int>());
+  r.finish();
+}
+
+void parse_network(Reader r, NetworkSpec& n) {
+  r.scalar<std::string>("model", n.model, "one of CM02, LV08, SMPI, IB", [](const std::string& v) {
+    return v == "CM02" || v == "LV08" || v == "SMPI" || v == "IB";
+  });
+  r.scalar<double>("tcp_gamma_bytes", n.tcp_gamma_bytes, "bytes > 0", positive<double>());
+  r.scalar<bool>("crosstraffic", n.crosstraffic, "true or false");
+  r.scalar<std::string>("platform_xml", n.platform_xml, "a file path");
+  r.scalar<std::string>("sites_from", n.sites_from, "a file path");
+  r.scalar<std::string>("coordinator_site", n.coordinator_site, "a site name");
+  r.scalar<double>("coordinator_bandwidth_gbps", n.coordinator_bandwidth_gbps, "Gb/s > 0",
+                   positive<double>());
+  r.scalar<double>("intra_site_rtt_ms", n.intra_site_rtt_ms, "milliseconds >= 0",
+                   non_negative<double>());
+  {
+    YAML::Node bw = r.get("access_bandwidth_gbps");
+    if (bw && !bw.IsNull()) {
+      const std::string key = r.key_path("access_bandwidth_gbps");
+      const char* want = "a bandwidth in Gb/s or a range [min, max] with 0 < min <= max";
+      try {
+        if (bw.IsScalar()) {
+          double v = bw.as<double>();
+          n.access_bandwidth_gbps = {v, v};
+        } else if (bw.IsSequence() && bw.size() == 2) {
+          n.access_bandwidth_gbps = {bw[0].as<double>(), bw[1].as<double>()};
+        } else {
+          r.fail(key, want, &bw);
+        }
+      } catch (const YAML::Exception&) {
+        r.fail(key, want, &bw);
+      }
+      auto [lo, hi] = n.access_bandwidth_gbps;
+      if (!(lo > 0 && lo <= hi && std::isfinite(hi))) r.fail(key, want, &bw);
+    }
+  }
+  {
+    Reader v = r.child("variability");
+    v.scalar<double>("period_s", n.variability_period_s, "seconds >= 0 (0: off)",
+                     non_negative<double>());
+    v.scalar<double>("min_fraction", n.variability_min_fraction, "a fraction in (0, 1]",
+                     [](const double& x) { return x > 0 && x <= 1; });
+    v.finish();
+  }
+  auto sequence = [&](const std::string& k) {
+    YAML::Node s = r.get(k);
+    if (s && !s.IsNull() && !s.IsSequence()) r.fail(r.key_path(k), "a list", &s);
+    return s;
+  };
+  std::set<std::string> site_names;
+  YAML::Node sites = sequence("sites");
+  for (std::size_t i = 0; sites && i < sites.size(); ++i) {
+    Reader s(sites[i], r.file(), r.key_path("sites[" + std::to_string(i) + "]"));
+    SiteSpec site;
+    s.scalar<std::string>("name", site.name, "a non-empty site name",
+                          [](const std::string& v) { return !v.empty(); });
+    s.scalar<std::string>("region", site.region, "a description");
+    s.finish();
+    if (site.name.empty()) s.fail(s.key_path("name"), "a non-empty site name");
+    if (!site_names.insert(site.name).second) s.fail(s.key_path("name"), "a unique site name");
+    n.sites.push_back(site);
+  }
+  auto known_site = [&](Reader& s, const std::string& k, const std::string& v) {
+    if (!site_names.count(v)) s.fail(s.key_path(k), "one of the sites listed in network.sites");
+  };
+  YAML::Node rtt = sequence("rtt");
+  for (std::size_t i = 0; rtt && i < rtt.size(); ++i) {
+    Reader s(rtt[i], r.file(), r.key_path("rtt[" + std::to_string(i) + "]"));
+    RttSpec e;
+    s.scalar<std::string>("a", e.a, "a site name");
+    s.scalar<std::string>("b", e.b, "a site name");
+    s.scalar<double>("ms", e.rtt_ms, "a round-trip time in ms > 0", positive<double>());
+    s.scalar<std::string>("source", e.source, "where the number comes from");
+    s.finish();
+    known_site(s, "a", e.a);
+    known_site(s, "b", e.b);
+    if (e.rtt_ms <= 0) s.fail(s.key_path("ms"), "a round-trip time in ms > 0");
+    if (e.source.empty()) s.fail(s.key_path("source"), "the source of the measurement");
+    n.rtt.push_back(e);
+  }
+  YAML::Node nodes = sequence("nodes");
+  for (std::size_t i = 0; nodes && i < nodes.size(); ++i) {
+    Reader s(nodes[i], r.file(), r.key_path("nodes[" + std::to_string(i) + "]"));
+    NodeGroup g;
+    s.scalar<std::string>("site", g.site, "a site name");
+    s.scalar<int>("count", g.count, "a positive integer", positive<int>());
+    s.scalar<bool>("start", g.start, "true or false");
+    s.scalar<double>("bandwidth_gbps", g.bandwidth_gbps, "Gb/s > 0 (or absent: drawn)",
+                     positive<double>());
+    s.scalar<double>("speed_factor", g.speed_factor, "a factor in (0, 1]",
+                     [](const double& x) { return x > 0 && x <= 1; });
+    s.finish();
+    known_site(s, "site", g.site);
+    n.nodes.push_back(g);
+  }
+  r.finish();
+  if (n.platform_xml.empty()) {
+    if (n.sites.empty()) r.fail(r.key_path("sites"), "at least one site");
+    for (std::size_t i = 0; i < n.sites.size(); ++i)
+      for (std::size_t j = i + 1; j < n.sites.size(); ++j) {
+        bool found = false;
+        for (auto& e : n.rtt)
+          found |= (e.a == n.sites[i].name && e.b == n.sites[j].name) ||
+                   (e.b == n.sites[i].name && e.a == n.sites[j].name);
+        if (!found)
+          r.fail(r.key_path("rtt"),
+                 "an entry for the site pair " + n.sites[i].name + " / " + n.sites[j].name);
+      }
+  }
+  if (n.nodes.empty()) r.fail(r.key_path("nodes"), "at least one node group");
+  if (!n.coordinator_site.empty() && !site_names.count(n.coordinator_site))
+    r.fail(r.key_path("coordinator_site"), "one of the sites listed in network.sites");
+}
+
+void parse_diloco(Reader r, DilocoSpec& d) {
+  r.scalar<int>("H", d.H, "a positive integer", positive<int>());
+  r.scalar<std::string>("codec", d.codec, "one of fp32, bf16, int8, int8-minmax",
+                        [](const std::string& v) {
+                          return v == "fp32" || v == "bf16" || v == "int8" || v == "int8-minmax";
+                        });
+  r.scalar<std::string>("buckets", d.buckets, "'layers' or a positive integer",
+                        [](const std::string& v) {
+                          if (v == "layers") return true;
+                          char* end = nullptr;
+                          long n = std::strtol(v.c_str(), &end, 10);
+                          return *end == 0 && n > 0;
+                        });
+  r.scalar<int>("local_ranks", d.local_ranks, "a positive integer", positive<int>());
+  r.scalar<bool>("aggregate", d.aggregate, "true or false");
+  r.scalar<std::uint64_t>("max_chunk_bytes", d.max_chunk_bytes, "bytes > 0",
+                          positive<std::uint64_t>());
+  r.scalar<double>("timeout_s", d.timeout_s, "seconds > 0", positive<double>());
+  r.scalar<int>("retries", d.retries, "an integer >= 0", non_negative<int>());
+  r.scalar<double>("outer_opt_s", d.outer_opt_s, "seconds >= 0", non_negative<double>());
+  r.scalar<double>("checkpoint_s", d.checkpoint_s, "seconds >= 0", non_negative<double>());
+  r.scalar<double>("dead_after_s", d.dead_after_s, "seconds >= 0", non_negative<double>());
+  r.scalar<double>("heartbeat_s", d.heartbeat_s, "seconds > 0", positive<double>());
+  r.scalar<int>("state_copies", d.state_copies, "a positive integer", positive<int>());
+  r.scalar<std::uint64_t>("recovery_chunk_bytes", d.recovery_chunk_bytes, "bytes > 0",
+                          positive<std::uint64_t>());
+  r.finish();
+}
+
+// network.sites_from: FILE (relative to the scenario) supplies network.sites and network.rtt,
+// so that several scenarios share one measured latency table. Keys given inline win.
+void merge_sites_from(YAML::Node& root, const std::string& file, const std::string& base_dir) {
+  if (!root.IsMap() || !root["network"] || !root["network"].IsMap()) return;
+  YAML::Node net = root["network"];
+  YAML::Node from = net["sites_from"];
+  if (!from) return;
+  const std::string key = "network.sites_from";
+  if (!from.IsScalar()) throw ConfigError(file + ": key '" + key + "': expected a file path");
+  std::filesystem::path p = from.as<std::string>();
+  if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
+  YAML::Node other;
+  try {
+    other = YAML::LoadFile(p.string());
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file + ": key '" + key + "': cannot read '" + p.string() + "': " + e.what());
+  }
+  if (!other.IsMap()) throw ConfigError(p.string() + ": expected a mapping with sites and rtt");
+  for (auto it = other.begin(); it != other.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (k != "sites" && k != "rtt")
+      throw ConfigError(p.string() + ": unknown key '" + k +
+                        "' (a sites file holds sites and rtt)");
+    if (!net[k]) net[k] = it->second;
+  }
+}
+
+Scenario parse_root(YAML::Node root, const std::string& file, const std::string& base_dir) {
+  merge_sites_from(root, file, base_dir);
+  Scenario sc;
+  sc.file = file;
+  Reader r(root, file, "");
+  if (!root || !root.IsMap()) r.fail("(top level)", "a mapping with run, model, network, ...");
+  {
+    Reader run = r.child("run");
+    run.scalar<std::string>("name", sc.run.name, "a run name");
+    run.scalar<std::uint64_t>("seed", sc.run.seed, "a non-negative integer");
+    run.scalar<std::string>("mode", sc.run.mode, "simulate",
+                            [](const std::string& v) { return v == "simulate"; });
+    run.scalar<int>("outer_steps", sc.run.outer_steps, "a positive integer", positive<int>());
+    run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps,
+                             "an integer >= 0 (0: use outer_steps)", non_negative<std::int64_t>());
+    run.scalar<std::string>("driver", sc.run.driver, "netsim or engine",
+                            [](const std::string& v) { return v == "netsim" || v == "engine"; });
+    run.finish();
+  }
+  parse_model(r.child("model"), sc.model);
+  parse_hardware(r.child("hardware"), sc.hardware);
+  parse_network(r.child("network"), sc.network);
+  parse_diloco(r.child("diloco"), sc.diloco);
+  {
+    Reader churn = r.child("churn");
+    churn.scalar<std::string>("trace", sc.churn_trace, "a CSV file path");
+    churn.finish();
+  }
+  {
+    Reader out = r.child("output");
+    out.scalar<std::string>("dir", sc.output_dir, "a directory path");
+    out.finish();
+  }
+  r.finish();
+  if (sc.run.name.empty()) {
+    sc.run.name = std::filesystem::path(file).stem().string();
+  }
+  if (sc.output_dir.empty()) sc.output_dir = "results/" + sc.run.name;
+  if (sc.network.coordinator_site.empty() && !sc.network.sites.empty())
+    sc.network.coordinator_site = sc.network.sites.front().name;
+  return sc;
+}
+
+}  // namespace
+
+Scenario parse_scenario(const std::string& yaml_text, const std::string& name,
+                        const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(name + ": not valid YAML: " + e.what());
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (auto& ov : overrides) apply_override(root, ov, name);
+  return parse_root(root, name, "");
+}
+
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw ConfigError(path + ": cannot open the scenario file");
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ": not valid YAML: " + e.what());
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (auto& ov : overrides) apply_override(root, ov, path);
+  Scenario sc = parse_root(root, path, std::filesystem::path(path).parent_path().string());
+  sc.base_dir = std::filesystem::path(path).parent_path().string();
+  return sc;
+}
+
+JsonObject Scenario::to_json() const {
+  JsonObject run_j;
+  run_j.add("name", run.name)
+      .add("seed", run.seed)
+      .add("mode", run.mode)
+      .add("outer_steps", outer_steps())
+      .add("inner_steps", run.inner_steps)
+      .add("driver", run.driver);
+  JsonObject model_j;
+  model_j.add("layers", model.layers)
+      .add("hidden", model.hidden)
+      .add("heads", model.heads)
+      .add("kv_heads", model.kv_heads)
+      .add("ffn", model.ffn)
+      .add("vocab", model.vocab)
+      .add("seq_len", model.seq_len)
+      .add("tied_embeddings", model.tied_embeddings);
+  JsonObject hw;
+  hw.add("gpus_per_node", hardware.gpus_per_node)
+      .add("peak_flops_per_gpu", hardware.peak_flops_per_gpu)
+      .add("mfu", hardware.mfu)
+      .add("step_time_s", hardware.step_time_s)
+      .add("batch_sequences", hardware.batch_sequences)
+      .add("inner_step_s", inner_step_s());
+  JsonObject net;
+  net.add("model", network.model)
+      .add("tcp_gamma_bytes", network.tcp_gamma_bytes)
+      .add("crosstraffic", network.crosstraffic)
+      .add("platform_xml", network.platform_xml)
+      .add("sites_from", network.sites_from)
+      .add("coordinator_site", network.coordinator_site)
+      .add("coordinator_bandwidth_gbps", network.coordinator_bandwidth_gbps)
+      .add("intra_site_rtt_ms", network.intra_site_rtt_ms)
+      .add("access_bandwidth_gbps", std::vector<double>{network.access_bandwidth_gbps.first,
+                                                        network.access_bandwidth_gbps.second});
+  JsonObject var;
+  var.add("period_s", network.variability_period_s)
+      .add("min_fraction", network.variability_min_fraction);
+  net.add("variability", var);
+  std::string sites = "[", rtts = "[", nodes = "[";
+  for (auto& s : network.sites) {
+    JsonObject o;
+    o.add("name", s.name).add("region", s.region);
+    sites += (sites.size() > 1 ? "," : "") + o.str();
+  }
+  for (auto& e : network.rtt) {
+    JsonObject o;
+    o.add("a", e.a).add("b", e.b).add("ms", e.rtt_ms).add("source", e.source);
+    rtts += (rtts.size() > 1 ? "," : "") + o.str();
+  }
+  for (auto& g : network.nodes) {
+    JsonObject o;
+    o.add("site", g.site)
+        .add("count", g.count)
+        .add("start", g.start)
+        .add("bandwidth_gbps", g.bandwidth_gbps)
+        .add("speed_factor", g.speed_factor);
+    nodes += (nodes.size() > 1 ? "," : "") + o.str();
+  }
+  net.add_raw("sites", sites + "]").add_raw("rtt", rtts + "]").add_raw("nodes", nodes + "]");
+  JsonObject dl;
+  dl.add("H", diloco.H)
+      .add("codec", diloco.codec)
+      .add("buckets", diloco.buckets)
+      .add("local_ranks", diloco.local_ranks)
+      .add("aggregate", diloco.aggregate)
+      .add("max_chunk_bytes", diloco.max_chunk_bytes)
+      .add("timeout_s", diloco.timeout_s)
+      .add("retries", diloco.retries)
+      .add("outer_opt_s", diloco.outer_opt_s)
+      .add("checkpoint_s", diloco.checkpoint_s)
+      .add("dead_after_s", diloco.dead_after_s)
+      .add("heartbeat_s", diloco.heartbeat_s)
+      .add("state_copies", diloco.state_copies)
+      .add("recovery_chunk_bytes", diloco.recovery_chunk_bytes);
+  JsonObject churn;
+  churn.add("trace", churn_trace);
+  JsonObject out;
+  out.add("dir", output_dir);
+  JsonObject all;
+  all.add("file", file)
+      .add("run", run_j)
+      .add("model", model_j)
+      .add("hardware", hw)
+      .add("network", net)
+      .add("diloco", dl)
+      .add("churn", churn)
+      .add("output", out);
+  return all;
+}
+
+}  // namespace meridian::netsim

@@ -1,0 +1,133 @@
+// Scenario: the resolved description of one simulated run, parsed from YAML (strictly: an
+// unknown key or a bad value is a ConfigError naming the file, the key and what was expected).
+// Every field below has the documented default; netsim/README.md lists them with their sources.
+// Not the engine's configuration: only what the simulator needs to build platform, nodes, churn.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/events/json.h"
+
+namespace meridian::netsim {
+
+struct ModelSpec {
+  int layers = 42;  // INTELLECT-1 (intellect1.md §2.1)
+  int hidden = 4096;
+  int heads = 32;
+  int kv_heads = 8;
+  int ffn = 14336;
+  int vocab = 128256;
+  int seq_len = 8192;
+  bool tied_embeddings = false;
+
+  std::uint64_t param_count() const;  // all parameters
+  std::uint64_t non_embedding_params() const;
+  // PRIME's formula: 6·N_non-embedding + 12·L·H·d_head·T.
+  double flops_per_token() const;
+  // Layer-group boundaries: embedding, one per layer, output head + final norm.
+  std::vector<std::uint64_t> bucket_boundaries() const;
+};
+
+struct HardwareSpec {
+  int gpus_per_node = 8;
+  double peak_flops_per_gpu = 989e12;  // H100 SXM bf16 dense, PRIME get_peak_flops
+  double mfu = 0.433;                  // INTELLECT-1 baseline MFU (report)
+  double step_time_s = 0.0;            // > 0 overrides the FLOPs model
+  int batch_sequences = 128;           // per node per inner step (H100.toml)
+};
+
+struct SiteSpec {
+  std::string name;
+  std::string region;  // free text: where the site stands for
+};
+
+struct RttSpec {
+  std::string a, b;
+  double rtt_ms = 0.0;
+  std::string source;
+};
+
+struct NodeGroup {
+  std::string site;
+  int count = 1;
+  bool start = true;            // running at t = 0 (else waits for a churn `join`)
+  double bandwidth_gbps = 0.0;  // 0: drawn (seeded) from network.access_bandwidth_gbps
+  double speed_factor = 1.0;    // < 1: straggler
+};
+
+struct NetworkSpec {
+  std::string model = "CM02";          // SimGrid network/model
+  double tcp_gamma_bytes = 4194304.0;  // per-flow window cap: Linux tcp_wmem max default
+  bool crosstraffic = true;            // SimGrid network/crosstraffic
+  std::string platform_xml;            // if set, the platform comes from this file
+  std::string sites_from;              // YAML file supplying sites and rtt (shared tables)
+  std::string coordinator_site;        // default: first site
+  double coordinator_bandwidth_gbps = 10.0;
+  double intra_site_rtt_ms = 1.0;
+  std::pair<double, double> access_bandwidth_gbps = {0.5, 4.0};  // intellect1.md §1.4
+  double variability_period_s = 0.0;                             // 0: constant bandwidth
+  double variability_min_fraction = 1.0;  // each period, bandwidth × U[min_fraction, 1]
+  std::vector<SiteSpec> sites;
+  std::vector<RttSpec> rtt;
+  std::vector<NodeGroup> nodes;
+};
+
+struct DilocoSpec {
+  int H = 100;
+  std::string codec = "int8";
+  std::string buckets = "layers";  // "layers" (embedding, each layer, head) or an integer count
+  int local_ranks = 8;             // L parallel rings per node (one flow each)
+  bool aggregate = true;           // model the L rings as one flow of L× bytes and L× window
+  std::uint64_t max_chunk_bytes = 4u << 20;
+  double timeout_s = 60.0;
+  int retries = 3;
+  double outer_opt_s = 0.0;    // CPU time of the outer step (not given by the sources)
+  double checkpoint_s = 60.0;  // blocking save per outer step (intellect1.md §2.4)
+  double dead_after_s = 6.0;   // heartbeat eviction delay (paper)
+  double heartbeat_s = 2.0;
+  int state_copies = 4;  // recovery payload: params, momentum, AdamW m and v (fp32)
+  std::uint64_t recovery_chunk_bytes = 64u << 20;
+};
+
+struct RunSpec {
+  std::string name;
+  std::uint64_t seed = 1;
+  std::string mode = "simulate";
+  int outer_steps = 20;  // or inner_steps / H when inner_steps is given
+  std::int64_t inner_steps = 0;
+  // Who runs the nodes: "netsim" (this library's timeline model, with aggregation, checkpoint
+  // and outer-step CPU time) or "engine" (the engine's DilocoNode: its ElasticMesh with real
+  // heartbeats through the simulated store, its live recovery and ring all-reduce).
+  std::string driver = "netsim";
+};
+
+struct Scenario {
+  std::string file;      // the YAML file it came from (for messages)
+  std::string base_dir;  // relative paths (trace, XML) resolve against this
+  RunSpec run;
+  ModelSpec model;
+  HardwareSpec hardware;
+  NetworkSpec network;
+  DilocoSpec diloco;
+  std::string churn_trace;  // path, "" = no churn
+  std::string output_dir;   // default results/<run.name>
+
+  std::int64_t tokens_per_inner_step() const {
+    return static_cast<std::int64_t>(hardware.batch_sequences) * model.seq_len;
+  }
+  double inner_step_s() const;
+  int outer_steps() const;
+  int total_nodes() const;
+  JsonObject to_json() const;
+};
+
+// Parses `path`, after applying `overrides` ("a.b.c=value", YAML scalar values) to the tree.
+Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same, from text (tests); `name` stands in for the file name in messages.
+Scenario parse_scenario(const std::string& yaml_text, const std::string& name,
+                        const std::vector<std::string>& overrides = {});
+
+}  // namespace meridian::netsim

@@ -1,0 +1,53 @@
+// SimNetwork: the engine's TransportFactory over a SimGrid platform. Every message is a
+// host-to-host SimGrid communication of its simulated wire size; when the transfer completes the
+// message (its real content, if any) is delivered to the receiver's inbox for that epoch. Not a
+// packet model: timing is whatever the configured SimGrid network model gives the flow.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "engine/transport.h"
+
+namespace simgrid::s4u {
+class Host;
+}
+
+namespace meridian::netsim {
+
+// Delivery semantics: a send returns when its bytes have crossed the network (buffered, like TCP
+// with a large socket buffer: the receiver need not have posted its recv). A receive from a peer
+// that is dead (node_failed) or has aborted the epoch raises PeerLostError at once; a silent peer
+// raises TimeoutError at the deadline. A send to a peer that dies before the transfer ends raises
+// PeerLostError. Content is copied when the transfer completes, so the sender's buffer is read
+// at arrival time, as a zero-copy pointer hand-off would be.
+class SimNetwork final : public TransportFactory {
+ public:
+  SimNetwork();
+  ~SimNetwork() override;
+
+  // Registers a node's host. Must happen before any epoch naming the node is connected.
+  void add_node(std::int64_t node, simgrid::s4u::Host* host);
+  simgrid::s4u::Host* host_of(std::int64_t node) const;
+
+  std::unique_ptr<Transport> connect(const EpochSpec& spec) override;
+
+  // Called (from an actor) right after a node's host was turned off / on: pending and future
+  // receives from it fail with PeerLostError until it is revived.
+  void node_failed(std::int64_t node);
+  void node_revived(std::int64_t node);
+  bool is_dead(std::int64_t node) const;
+
+  // Totals over the run (all epochs).
+  std::uint64_t messages() const;
+  std::uint64_t wire_bytes() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace meridian::netsim

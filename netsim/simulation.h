@@ -1,0 +1,36 @@
+// The simulated run: builds the platform, the SimGrid backends, one actor per node running the
+// DiLoCo timeline (membership at outer-step boundaries, live recovery of joiners, H modelled inner
+// steps, per-bucket ring all-reduces on L parallel rings, retries, outer step, checkpoint), the
+// store on a coordinator host and the churn replay; writes events. One run per process (SimGrid's
+// engine is a process-wide singleton). Not the engine's mesh: see README.md, "Limits".
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "engine/events/event_sink.h"
+#include "netsim/scenario.h"
+
+namespace meridian::netsim {
+
+struct SimOptions {
+  std::string command;  // echoed in the config record
+  // SimGrid's own log threshold (critical, error, warning, info, debug): info lists the blocked
+  // actors if the simulation ever deadlocks.
+  std::string simgrid_log = "critical";
+  // Called at every outer-step boundary with simulated seconds and outer steps done.
+  std::function<void(double simulated_s, int outer_done, int outer_total)> on_progress;
+};
+
+struct SimOutcome {
+  double simulated_s = 0.0;
+  int outer_steps = 0;
+  std::uint64_t messages = 0;    // simulated point-to-point transfers
+  std::uint64_t wire_bytes = 0;  // their total size
+};
+
+// Runs the scenario to its end; events go to `sink` in emission order (deterministic for a
+// given scenario and seed). Throws ConfigError for bad scenarios or traces.
+SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions& options = {});
+
+}  // namespace meridian::netsim

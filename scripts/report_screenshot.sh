@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Renders a run's report.html and checks it in headless Chromium: every image loads, no console
+# errors, no external resources; saves screenshots to look at. Exit 77 (ctest SKIP) when
+# chromium or node is not installed.
+#
+# usage: scripts/report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR]
+#   Copies RUN_DIR/events.jsonl into WORK_DIR (default: a new temporary folder), runs
+#   `meridian report` there, and writes WORK_DIR/report-first-screen.png and report-full.png.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+meridian=${1:?usage: report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR]}
+run_dir=${2:?usage: report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR]}
+work=${3:-$(mktemp -d)}
+
+chromium=$(command -v chromium || command -v chromium-browser || true)
+if [ -z "$chromium" ]; then
+  echo "SKIP: chromium is not installed (apt-get install -y chromium)"
+  exit 77
+fi
+if ! command -v node > /dev/null; then
+  echo "SKIP: node is not installed (apt-get install -y nodejs)"
+  exit 77
+fi
+
+rm -rf "$work/run"
+mkdir -p "$work/run"
+cp "$run_dir/events.jsonl" "$work/run/events.jsonl"
+"$meridian" report "$work/run"
+node "$here/report_check.mjs" "$chromium" "$work/run/report.html" "$work/report"

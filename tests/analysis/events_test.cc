@@ -1,0 +1,115 @@
+// The events.jsonl reader: typed fields, forward compatibility (unknown fields and types), and
+// clear errors that name the file, the line and the field. Not the statistics: summary_test.cc.
+#include "analysis/events.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "engine/error.h"
+#include "tests/analysis/synthetic_run.h"
+
+namespace meridian::analysis {
+namespace {
+
+const std::string kData = MERIDIAN_ANALYSIS_TEST_DATA;
+const std::string kConfig =
+    R"({"t":0,"node":-1,"type":"config","mode":"simulate","metrics":{"param_count":1,)"
+    R"("flops_per_token":6,"tokens_per_inner_step":1,"gpus_per_node":1,)"
+    R"("peak_flops_per_gpu":1,"H":5}})";
+
+// The ConfigError message for reading `text` as file "run/events.jsonl".
+std::string error_of(const std::string& text) {
+  std::istringstream in(text);
+  try {
+    read_events(in, "run/events.jsonl");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Events, ReadsTypedRecords) {
+  const auto events = read_events_file(kData + "/small_run.jsonl");
+  ASSERT_EQ(events.size(), 41u);
+  const auto* config = events[0].as<ConfigRecord>();
+  ASSERT_NE(config, nullptr);
+  EXPECT_EQ(config->metrics.H, 2);
+  EXPECT_EQ(config->metrics.codec, "int8");
+  EXPECT_EQ(config->config["diloco"]["codec"], "int8");
+  const auto* ar = events[10].as<AllreduceRecord>();
+  ASSERT_NE(ar, nullptr);
+  EXPECT_EQ(ar->bucket, -1);
+  EXPECT_DOUBLE_EQ(ar->bytes_sent, 1000);
+  EXPECT_FALSE(ar->relative_error.has_value());
+  EXPECT_DOUBLE_EQ(*events[11].as<AllreduceRecord>()->relative_error, 0.01);
+  EXPECT_EQ(events[10].line, 11);
+  // An unknown type is kept as UnknownRecord, an unknown field is ignored.
+  EXPECT_NE(events[7].as<UnknownRecord>(), nullptr);
+  EXPECT_EQ(events[7].type, "future_record_type");
+  EXPECT_NE(events[12].as<OuterStepRecord>(), nullptr);
+}
+
+TEST(Events, ReadsADirectoryOrAFile) {
+  const std::string dir = ::testing::TempDir() + "/events_test_run";
+  testing::write_synthetic_run(dir, {});
+  const auto from_dir = read_events_file(dir);
+  const auto from_file = read_events_file(dir + "/events.jsonl");
+  EXPECT_EQ(from_dir.size(), from_file.size());
+  EXPECT_GT(from_dir.size(), 100u);
+}
+
+TEST(Events, BlankLinesAreSkippedAndLinesCounted) {
+  std::istringstream in(kConfig + "\n\n" + R"({"t":1,"node":0,"type":"join_requested"})" + "\n");
+  const auto events = read_events(in, "x");
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[1].line, 3);
+}
+
+TEST(Events, MalformedJsonNamesFileAndLine) {
+  const std::string msg = error_of(kConfig + "\n" + R"({"t":1,"node":0,"type":"join_req)" + "\n");
+  EXPECT_NE(msg.find("run/events.jsonl:2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+}
+
+TEST(Events, MissingFieldIsNamed) {
+  const std::string msg =
+      error_of(kConfig + "\n" + R"({"t":1,"node":0,"type":"outer_step","outer_step":0,"epoch":0,)" +
+               R"("participants":2,"inner_s":1,"outer_opt_s":0,"tokens":1,"loss":null})" + "\n");
+  EXPECT_NE(msg.find("run/events.jsonl:2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'outer_step' record"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'allreduce_s' is missing"), std::string::npos) << msg;
+}
+
+TEST(Events, WrongTypesAreNamed) {
+  EXPECT_NE(error_of(R"({"t":"soon","node":0,"type":"join_requested"})")
+                .find("field 't' must be a number"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"t":1,"node":0.5,"type":"join_requested"})")
+                .find("field 'node' must be an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"t":1,"node":0,"type":"node_left","graceful":"yes"})")
+                .find("'graceful' must be true or false"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"t":1,"node":0})").find("field 'type' is missing"), std::string::npos);
+  EXPECT_NE(error_of("[1,2]").find("must be a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(R"({"t":0,"node":-1,"type":"config","mode":"dream","metrics":{}})")
+                .find("must be simulate, emulate or real"),
+            std::string::npos);
+}
+
+TEST(Events, MissingMetricInConfigIsNamed) {
+  const std::string msg =
+      error_of(R"({"t":0,"node":-1,"type":"config","mode":"real","metrics":{"param_count":1}})");
+  EXPECT_NE(msg.find("run/events.jsonl:1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'config.metrics' record: field 'flops_per_token' is missing"),
+            std::string::npos)
+      << msg;
+}
+
+TEST(Events, MissingFileIsAConfigError) {
+  EXPECT_THROW(read_events_file("/nonexistent/run"), ConfigError);
+}
+
+}  // namespace
+}  // namespace meridian::analysis
