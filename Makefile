@@ -11,9 +11,9 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
   libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp \
   libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min \
-  iproute2
+  iproute2 chromium nodejs
 
-.PHONY: all deps configure build test demo bench clean format
+.PHONY: all deps configure build test demo clean format post-training
 
 all: build
 
@@ -40,8 +40,9 @@ test: build
 demo: build
 	OMP_NUM_THREADS=1 ./scripts/demo.sh $(BUILD)
 
-bench: build
-	./scripts/bench.sh $(BUILD)
+# Base model, continual pre-training, Spectrum and merges (results/post-training/).
+post-training: build
+	results/post-training/run.sh $(BUILD) results/post-training/run small 150 50 --batch 4 --seq-len 128
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')
