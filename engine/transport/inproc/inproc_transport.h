@@ -9,10 +9,12 @@
 #include "engine/transport.h"
 
 namespace meridian {
+namespace detail {
+struct InProcHubState;  // mailboxes and liveness of one epoch (inproc_transport.cc)
+}  // namespace detail
 
-class InProcNetwork;
-
-// A hub of `world` endpoints for one epoch.
+// A hub of `world` endpoints for one epoch. Thread-safe. Endpoints keep the hub's state alive,
+// so the hub object may be destroyed before them; a destroyed endpoint counts as a closed peer.
 class InProcHub {
  public:
   InProcHub(int world, std::uint64_t epoch);
@@ -23,14 +25,13 @@ class InProcHub {
   void kill(int rank);
 
  private:
-  friend class InProcNetwork;
-  struct State;
-  std::shared_ptr<State> state_;
+  std::shared_ptr<detail::InProcHubState> state_;
 };
 
 // A TransportFactory over in-process hubs: the members of an epoch that call connect() with the
 // same EpochSpec meet in one hub. kill_node() makes a node's endpoints dead in every epoch
-// (current and future), as a crash would.
+// (current and future), as a crash would. Thread-safe. Connecting never waits for the other
+// members (messages wait in mailboxes), so connect() cannot time out.
 class InProcNetwork final : public TransportFactory {
  public:
   InProcNetwork();

@@ -1,0 +1,301 @@
+// Ring all-reduce: the schedule (shares, pieces, tags, chunk ids), the double-buffered pipeline
+// over Transport::start_exchange, and the error path (abort, input untouched). Written only
+// against Transport, Runtime and Codec; no backend is named here.
+//
+// Schedule. The buffer of n values is cut into `world` shares (sizes differ by at most one);
+// every share is cut into the same number P of pieces, P chosen so that one piece encodes into
+// at most max_chunk_bytes. A transfer sends one piece to rank+1 while receiving one from
+// rank-1; transfer t belongs to global step t / P and carries piece t % P.
+//   reduce-scatter step s (0..world-2): send share (r-s), receive share (r-s-1), add it in.
+//     Afterwards rank r owns the full sum of share (r+1).
+//   all-gather step s (0..world-2): send share (r+1-s), receive share (r-s). Step 0 encodes the
+//     owned share and decodes that very encoding in place; later steps forward the bytes
+//     received one step earlier unchanged. Every rank therefore decodes identical bytes.
+// Two transfers are in flight: transfer t starts once t-2 (its send buffer) and t-P (the piece
+// it sends) have completed, so encoding piece t overlaps the wire time of piece t-1.
+#include "engine/collective/ring_allreduce.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+#include "engine/wire/chunk.h"
+
+namespace meridian {
+namespace {
+
+enum Phase : std::uint64_t { kReduceScatter = 0, kAllGather = 1 };
+
+// The measuring pass of `measure_error` uses its own tags so it never meets the codec pass.
+enum Pass : std::uint64_t { kCodecPass = 0, kExactPass = 1 };
+
+constexpr std::uint64_t kMaxBucket = (std::uint64_t{1} << 23) - 1;
+constexpr int kMaxWorld = (1 << 15);
+
+// Tag layout (56 bits): bucket [33, 56), pass bit 32, phase bit 31, step [16, 31),
+// piece mod 2^16 [0, 16). Pieces of one step differ in their tag so that transports whose
+// matching is not FIFO per tag (several receives posted at once) cannot swap them.
+Tag ring_tag(std::uint32_t bucket, Pass pass, Phase phase, int step, std::size_t piece) {
+  return make_tag(TagKind::kCollective,
+                  (std::uint64_t{bucket} << 33) | (std::uint64_t{pass} << 32) |
+                      (std::uint64_t{phase} << 31) | (static_cast<std::uint64_t>(step) << 16) |
+                      (static_cast<std::uint64_t>(piece) & 0xFFFF));
+}
+
+struct Range {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+// Part i of `total` cut into `parts` near-equal consecutive parts (the first total % parts
+// parts are one longer).
+Range split(std::size_t total, std::size_t parts, std::size_t i) {
+  const std::size_t base = total / parts, extra = total % parts;
+  return {i * base + std::min(i, extra), base + (i < extra ? 1 : 0)};
+}
+
+// Largest element count whose encoding fits `max_bytes`, searched in [1, limit].
+std::size_t max_piece_elements(const Codec& codec, std::size_t max_bytes, std::size_t limit) {
+  if (codec.encoded_bytes(limit) <= max_bytes) return limit;
+  std::size_t lo = 1, hi = limit;  // encoded_bytes(lo) <= max_bytes < encoded_bytes(hi)
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    (codec.encoded_bytes(mid) <= max_bytes ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// One pass of the ring over `work` (empty for a phantom buffer of `count` values).
+class RingPass {
+ public:
+  RingPass(Transport& transport, const Codec& codec, const RingOptions& options, std::size_t count,
+           Pass pass)
+      : transport_(transport),
+        codec_(codec),
+        options_(options),
+        count_(count),
+        pass_(pass),
+        world_(transport.size()),
+        rank_(transport.rank()) {
+    if (count_ == 0 || world_ == 1) return;
+    const std::size_t max_share = split(count_, world_, 0).count;
+    if (codec_.encoded_bytes(1) > options_.max_chunk_bytes)
+      throw ConfigError(
+          "ring all-reduce: max_chunk_bytes " + std::to_string(options_.max_chunk_bytes) +
+          " is smaller than one encoded value of codec " + std::string(codec_.name()) + " (" +
+          std::to_string(codec_.encoded_bytes(1)) + " bytes)");
+    const std::size_t k = max_piece_elements(codec_, options_.max_chunk_bytes, max_share);
+    pieces_ = (max_share + k - 1) / k;
+    if (2 * static_cast<std::uint64_t>(world_) * pieces_ > 0xFFFFFFFFull)
+      throw ConfigError("ring all-reduce: " + std::to_string(count_) + " values in pieces of " +
+                        std::to_string(options_.max_chunk_bytes) +
+                        " bytes need more chunk ids than the wire format has; raise "
+                        "max_chunk_bytes");
+    transfers_ = 2 * static_cast<std::size_t>(world_ - 1) * pieces_;
+    slot_bytes_ = chunk_message_bytes(codec_, (max_share + pieces_ - 1) / pieces_);
+  }
+
+  // Runs the pass; on return `work` holds the sum. Throws on any error (the caller aborts).
+  void run(std::span<float> work, RingStats& stats) {
+    if (transfers_ == 0) return;
+    work_ = work;
+    phantom_ = work.empty();
+    if (!phantom_) {
+      for (auto& b : send_) b.resize(slot_bytes_);
+      recv_.resize(std::min(transfers_, pieces_ + 2));
+      for (auto& b : recv_) b.resize(slot_bytes_);
+    }
+    std::size_t done = 0;
+    for (std::size_t t = 0; t < transfers_; ++t) {
+      const std::size_t need = std::max(t >= 1 ? t - 1 : 0, t + 1 >= pieces_ ? t + 1 - pieces_ : 0);
+      while (done < need) finish(done++, stats);
+      start(t, stats);
+    }
+    while (done < transfers_) finish(done++, stats);
+  }
+
+  // Drops unfinished exchanges (after the transport was aborted) before the buffers go.
+  ~RingPass() {
+    for (auto& p : pending_) p.reset();
+  }
+
+ private:
+  struct Where {
+    Phase phase;
+    int step;  // within the phase
+    std::size_t piece;
+    int send_share;
+    int recv_share;
+  };
+
+  Where locate(std::size_t t) const {
+    const std::size_t global = t / pieces_;
+    const int steps = world_ - 1;
+    Where w{};
+    w.phase = global < static_cast<std::size_t>(steps) ? kReduceScatter : kAllGather;
+    w.step = static_cast<int>(global % steps);
+    w.piece = t % pieces_;
+    if (w.phase == kReduceScatter) {
+      w.send_share = mod(rank_ - w.step, world_);
+      w.recv_share = mod(rank_ - w.step - 1, world_);
+    } else {
+      w.send_share = mod(rank_ + 1 - w.step, world_);
+      w.recv_share = mod(rank_ - w.step, world_);
+    }
+    return w;
+  }
+
+  Range piece_range(int share, std::size_t piece) const {
+    const Range s = split(count_, world_, share);
+    const Range p = split(s.count, pieces_, piece);
+    return {s.offset + p.offset, p.count};
+  }
+
+  ChunkId chunk_id(Phase phase, int share, std::size_t piece, std::size_t count) const {
+    ChunkId id;
+    id.epoch = transport_.epoch();
+    id.outer_step = options_.outer_step;
+    id.bucket = options_.bucket;
+    id.chunk = static_cast<std::uint32_t>((phase * world_ + share) * pieces_ + piece);
+    id.codec = codec_.id();
+    id.count = count;
+    return id;
+  }
+
+  std::span<float> values(Range r) const { return work_.subspan(r.offset, r.count); }
+
+  void start(std::size_t t, RingStats& stats) {
+    const Where w = locate(t);
+    const Range r = piece_range(w.send_share, w.piece);
+    const std::size_t bytes = chunk_message_bytes(codec_, r.count);
+    Payload out = Payload::phantom(bytes);
+    if (!phantom_ && w.phase == kAllGather && w.step > 0) {
+      // Forward what arrived one step earlier, byte for byte (validated when it arrived).
+      out =
+          Payload::of(std::span<const std::byte>(recv_[(t - pieces_) % recv_.size()]).first(bytes));
+    } else if (!phantom_) {
+      std::span<std::byte> message = std::span(send_[t % 2]).first(bytes);
+      std::span<std::byte> payload = message.subspan(kChunkHeaderBytes);
+      codec_.encode(values(r), payload);
+      seal_chunk(chunk_id(w.phase, w.send_share, w.piece, r.count), codec_, message);
+      // The owner keeps exactly what the others will decode.
+      if (w.phase == kAllGather) codec_.decode(payload, values(r));
+      out = Payload::of(message);
+    }
+    std::span<std::byte> into;
+    if (!phantom_) into = std::span(recv_[t % recv_.size()]);
+    stats.bytes_sent += out.wire_bytes;
+    pending_[t % 2] =
+        transport_.start_exchange(mod(rank_ + 1, world_), out, mod(rank_ - 1, world_), into,
+                                  ring_tag(options_.bucket, pass_, w.phase, w.step, w.piece));
+  }
+
+  void finish(std::size_t t, RingStats& stats) {
+    const Where w = locate(t);
+    const Received got = pending_[t % 2]->wait(options_.timeout_s);
+    pending_[t % 2].reset();
+    stats.bytes_received += got.wire_bytes;
+    const Range r = piece_range(w.recv_share, w.piece);
+    const std::size_t want = chunk_message_bytes(codec_, r.count);
+    if (phantom_) {
+      if (got.wire_bytes != want || got.bytes != 0)
+        throw ProtocolError("ring all-reduce: phantom message of " +
+                            std::to_string(got.wire_bytes) + " wire bytes (" +
+                            std::to_string(got.bytes) + " content bytes) from rank " +
+                            std::to_string(mod(rank_ - 1, world_)) + ", expected " +
+                            std::to_string(want) + " wire bytes and no content");
+      return;
+    }
+    const auto message = std::span<const std::byte>(recv_[t % recv_.size()]).first(got.bytes);
+    const auto payload =
+        open_chunk(message, chunk_id(w.phase, w.recv_share, w.piece, r.count), codec_);
+    if (w.phase == kReduceScatter) {
+      codec_.decode_add(payload, values(r));
+    } else {
+      codec_.decode(payload, values(r));
+    }
+  }
+
+  Transport& transport_;
+  const Codec& codec_;
+  const RingOptions& options_;
+  const std::size_t count_;
+  const Pass pass_;
+  const int world_;
+  const int rank_;
+  std::size_t pieces_ = 0;      // P: pieces per share
+  std::size_t transfers_ = 0;   // 2 (world - 1) P
+  std::size_t slot_bytes_ = 0;  // largest message
+  std::span<float> work_;
+  bool phantom_ = false;
+  std::vector<std::byte> send_[2];
+  std::vector<std::vector<std::byte>> recv_;     // P + 2 slots: all-gather forwards from them
+  std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
+};
+
+double relative_error(std::span<const float> result, std::span<const float> exact) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    const double d = static_cast<double>(result[i]) - exact[i];
+    diff += d * d;
+    norm += static_cast<double>(exact[i]) * exact[i];
+  }
+  if (norm == 0) return diff == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace
+
+RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer buf,
+                          const RingOptions& options) {
+  const double start_s = runtime.now_s();
+  RingStats stats;
+  stats.participants = transport.size();
+  try {
+    const bool phantom = buf.data.empty();
+    if (!phantom && buf.count != buf.data.size())
+      throw ConfigError("ring all-reduce: buffer count " + std::to_string(buf.count) +
+                        " does not match its data size " + std::to_string(buf.data.size()));
+    if (options.max_chunk_bytes == 0)
+      throw ConfigError("ring all-reduce: max_chunk_bytes must be positive");
+    if (!(options.timeout_s > 0))
+      throw ConfigError("ring all-reduce: timeout_s must be positive, got " +
+                        std::to_string(options.timeout_s));
+    if (options.bucket > kMaxBucket)
+      throw ConfigError("ring all-reduce: bucket " + std::to_string(options.bucket) +
+                        " exceeds the tag space (at most " + std::to_string(kMaxBucket) + ")");
+    if (transport.size() > kMaxWorld)
+      throw ConfigError("ring all-reduce: world " + std::to_string(transport.size()) +
+                        " exceeds the tag space (at most " + std::to_string(kMaxWorld) + ")");
+    const auto codec = make_codec(options.codec);
+
+    // Work on a copy so that `buf` is untouched unless the whole round succeeds.
+    std::vector<float> work(buf.data.begin(), buf.data.end());
+    RingPass(transport, *codec, options, buf.count, kCodecPass).run(work, stats);
+    stats.elapsed_s = runtime.now_s() - start_s;
+
+    if (options.measure_error && !phantom) {
+      if (codec->lossless()) {
+        stats.relative_error = 0.0;
+      } else {
+        const auto exact_codec = make_codec(CodecId::kFp32);
+        std::vector<float> exact(buf.data.begin(), buf.data.end());
+        RingStats ignored;  // the measuring pass's bytes are not the all-reduce's
+        RingPass(transport, *exact_codec, options, buf.count, kExactPass).run(exact, ignored);
+        stats.relative_error = relative_error(work, exact);
+      }
+    }
+    if (!work.empty()) std::memcpy(buf.data.data(), work.data(), work.size() * sizeof(float));
+  } catch (...) {
+    transport.abort();
+    throw;
+  }
+  return stats;
+}
+
+}  // namespace meridian

@@ -1,0 +1,342 @@
+// DilocoNode: the outer loop. Every recoverable error of a round (lost peer, timeout, bad
+// message) is handled here, in one place: the round is reported failed and the coordinator's
+// next record says whether to retry, fall back or go on.
+#include "engine/diloco/diloco.h"
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#include "engine/collective/ring_allreduce.h"
+#include "engine/error.h"
+
+namespace meridian {
+namespace {
+
+// Bound on the opaque progress string a source may send (nothing is allocated beyond it).
+constexpr std::uint64_t kMaxProgressBytes = std::uint64_t{1} << 20;
+
+std::uint64_t ring_epoch_id(std::uint64_t epoch, int shard) {
+  return epoch | (static_cast<std::uint64_t>(shard) << 40);
+}
+
+void append_floats(std::vector<std::byte>& out, std::span<const float> v) {
+  const auto* p = reinterpret_cast<const std::byte*>(v.data());
+  out.insert(out.end(), p, p + v.size_bytes());
+}
+
+}  // namespace
+
+const char* node_exit_name(NodeExit e) {
+  switch (e) {
+    case NodeExit::kFinished: return "finished";
+    case NodeExit::kLeft: return "left";
+    case NodeExit::kEvicted: return "evicted";
+    case NodeExit::kLost: return "lost";
+  }
+  return "?";
+}
+
+DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& transports,
+                       Runtime& runtime, EventSink& events, DilocoOptions options)
+    : worker_(worker),
+      store_(store),
+      transports_(transports),
+      runtime_(runtime),
+      events_(events),
+      options_(std::move(options)),
+      codec_(make_codec(options_.codec)),
+      mu_(runtime.make_mutex()) {
+  if (options_.inner_steps < 1) throw ConfigError("diloco: inner_steps must be >= 1");
+  if (options_.local_ranks < 1) throw ConfigError("diloco: local_ranks must be >= 1");
+  options_.mesh.outer_steps = options_.outer_steps;
+}
+
+DilocoNode::~DilocoNode() {
+  join_servers();
+  if (mesh_) mesh_->stop();
+}
+
+void DilocoNode::request_leave() {
+  std::lock_guard<Mutex> lock(*mu_);
+  leave_ = true;
+}
+
+bool DilocoNode::leave_requested() {
+  std::lock_guard<Mutex> lock(*mu_);
+  return leave_;
+}
+
+void DilocoNode::emit(const std::string& type, JsonObject fields) {
+  events_.emit(Event{runtime_.now_s(), id_, type, std::move(fields)});
+}
+
+void DilocoNode::initialise_outer_state() {
+  count_ = worker_.parameter_count();
+  const std::span<float> params = worker_.parameters();
+  phantom_ = params.empty() && count_ > 0;
+  if (!phantom_) MERIDIAN_CHECK_EQ(params.size(), count_);
+  outer_.assign(params.begin(), params.end());
+  optimizer_ = std::make_unique<OuterOptimizer>(phantom_ ? 0 : count_, options_.outer);
+  shards_ = shard_buckets(make_buckets(worker_.bucket_boundaries(), count_), options_.local_ranks);
+}
+
+NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
+  NodeResult result;
+  mesh_ = std::make_unique<ElasticMesh>(store_, runtime_, events_, options_.mesh);
+  try {
+    id_ = mesh_->start(initial, node_id);
+    result.node = id_;
+    initialise_outer_state();
+    RoundRecord r = mesh_->wait_admitted();
+    if (r.is_joiner(id_)) recover(r);
+    while (true) {
+      if (options_.outer_steps > 0 && r.outer_step >= options_.outer_steps) {
+        result.exit = NodeExit::kFinished;
+        break;
+      }
+      join_servers();
+      ensure_epoch(r);
+      serve_joiners(r);
+      if (r.attempt == 0) inner_steps(r);
+      const bool ok = all_reduce(r);
+      const bool leaving = leave_requested();
+      if (leaving) mesh_->announce_leave();
+      mesh_->report(r, ok);
+      if (leaving) {
+        result.exit = NodeExit::kLeft;
+        break;
+      }
+      const RoundRecord next = mesh_->next_round(r);
+      if (next.rank_of(id_) < 0) {
+        result.exit = NodeExit::kEvicted;
+        break;
+      }
+      if (next.prev == RoundPrev::kRetry) {
+        emit("retry", JsonObject()
+                          .add("outer_step", next.outer_step)
+                          .add("attempt", next.attempt)
+                          .add("reason", next.reason));
+      } else {
+        apply(r, next);
+        ++result.outer_steps_applied;
+      }
+      r = next;
+    }
+  } catch (const Error& e) {
+    result.exit = NodeExit::kLost;
+    result.what = e.what();
+  }
+  rings_.clear();
+  join_servers();
+  emit("node_left", JsonObject().add("graceful", result.exit == NodeExit::kFinished ||
+                                                     result.exit == NodeExit::kLeft));
+  mesh_->leave();  // deathrattle (best effort: a lost node's store may be unreachable)
+  return result;
+}
+
+void DilocoNode::ensure_epoch(const RoundRecord& r) {
+  if (r.epoch == epoch_ && !rings_.empty()) return;
+  rings_.clear();
+  for (int k = 0; k < options_.local_ranks; ++k) {
+    EpochSpec spec;
+    spec.epoch = ring_epoch_id(r.epoch, k);
+    spec.rank = r.rank_of(id_);
+    spec.members = r.members;
+    spec.timeout_s = options_.allreduce_timeout_s;
+    rings_.push_back(transports_.connect(spec));
+  }
+  epoch_ = r.epoch;
+  emit("epoch_formed", JsonObject()
+                           .add("epoch", r.epoch)
+                           .add("outer_step", r.outer_step)
+                           .add("members", r.members));
+}
+
+void DilocoNode::inner_steps(const RoundRecord& r) {
+  const double start_s = runtime_.now_s();
+  const InnerStepsResult res = worker_.run_inner_steps(options_.inner_steps);
+  stats_ = RoundStats{};
+  stats_.inner_s = res.compute_s;
+  stats_.tokens = res.tokens;
+  stats_.loss = res.loss;
+  emit("inner_steps", JsonObject()
+                          .add("outer_step", r.outer_step)
+                          .add("steps", res.steps)
+                          .add("tokens", res.tokens)
+                          .add("start_s", start_s)
+                          .add("compute_s", res.compute_s)
+                          .add("loss", res.loss));
+  if (phantom_) return;
+  const std::span<const float> local = worker_.parameters();
+  MERIDIAN_CHECK_EQ(local.size(), count_);
+  delta_.resize(count_);
+  for (std::uint64_t i = 0; i < count_; ++i) delta_[i] = outer_[i] - local[i];
+}
+
+bool DilocoNode::all_reduce(const RoundRecord& r) {
+  if (!phantom_) {
+    const auto world = static_cast<float>(r.members.size());
+    reduced_.resize(count_);
+    for (std::uint64_t i = 0; i < count_; ++i) reduced_[i] = delta_[i] / world;
+  }
+  shard_ok_.assign(options_.local_ranks, false);
+  const double start_s = runtime_.now_s();
+  if (options_.local_ranks == 1) {
+    reduce_shard(r, 0);
+  } else {
+    std::vector<std::unique_ptr<Activity>> rings;
+    for (int k = 0; k < options_.local_ranks; ++k)
+      rings.push_back(runtime_.spawn("ring-shard-" + std::to_string(k),
+                                     [this, &r, k] { reduce_shard(r, k); }));
+    for (auto& a : rings) a->join();
+  }
+  stats_.allreduce_s += runtime_.now_s() - start_s;
+  bool ok = true;
+  for (bool s : shard_ok_) ok = ok && s;
+  if (!ok)
+    for (auto& t : rings_) t->abort();  // every shard's peers fail fast too
+  return ok;
+}
+
+void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
+  Transport& t = *rings_[shard];
+  try {
+    for (const Bucket& b : shards_[shard]) {
+      RingOptions ro;
+      ro.codec = options_.codec;
+      ro.max_chunk_bytes = options_.max_chunk_bytes;
+      ro.timeout_s = options_.allreduce_timeout_s;
+      ro.outer_step = static_cast<std::uint64_t>(r.outer_step);
+      ro.bucket = b.index;
+      ro.measure_error = options_.measure_error;
+      const ReduceBuffer buf =
+          phantom_ ? ReduceBuffer::phantom(b.count)
+                   : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
+      const double start_s = runtime_.now_s();
+      const RingStats st = ring_all_reduce(t, runtime_, buf, ro);
+      JsonObject f;
+      f.add("outer_step", r.outer_step)
+          .add("bucket", static_cast<std::int64_t>(b.index))
+          .add("epoch", r.epoch)
+          .add("attempt", r.attempt)
+          .add("codec", codec_name(options_.codec))
+          .add("elements", b.count)
+          .add("participants", st.participants)
+          .add("bytes_sent", st.bytes_sent)
+          .add("bytes_received", st.bytes_received)
+          .add("start_s", start_s)
+          .add("elapsed_s", st.elapsed_s)
+          .add("relative_error", st.relative_error)
+          .add("local_rank", shard);
+      emit("allreduce", std::move(f));
+    }
+    shard_ok_[shard] = true;
+  } catch (const PeerLostError&) {
+  } catch (const TimeoutError&) {
+  } catch (const ProtocolError&) {
+  }
+}
+
+void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
+  const bool fallback = next.prev == RoundPrev::kFallback;
+  if (fallback)
+    emit("fallback", JsonObject().add("outer_step", done.outer_step).add("reason", next.reason));
+  const double start_s = runtime_.now_s();
+  if (!phantom_) {
+    optimizer_->step(outer_, fallback ? delta_ : reduced_);
+    const std::span<float> params = worker_.parameters();
+    std::copy(outer_.begin(), outer_.end(), params.begin());
+    worker_.parameters_updated();
+  }
+  const double outer_opt_s = runtime_.now_s() - start_s;
+  emit("outer_step", JsonObject()
+                         .add("outer_step", done.outer_step)
+                         .add("epoch", done.epoch)
+                         .add("participants", static_cast<std::int64_t>(done.members.size()))
+                         .add("inner_s", stats_.inner_s)
+                         .add("allreduce_s", stats_.allreduce_s)
+                         .add("outer_opt_s", outer_opt_s)
+                         .add("tokens", stats_.tokens)
+                         .add("loss", stats_.loss));
+  if (options_.on_outer_step)
+    options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members, fallback,
+                                         outer_, optimizer_->momentum()});
+}
+
+void DilocoNode::serve_joiners(const RoundRecord& r) {
+  if (r.joiners.empty() || std::find(r.sources.begin(), r.sources.end(), id_) == r.sources.end())
+    return;
+  auto state = std::make_shared<RecoveryState>();
+  state->phantom = phantom_;
+  state->shared_bytes = 2 * count_ * sizeof(float);
+  std::uint64_t section_bytes = 0;
+  std::vector<StateSection> sections = worker_.state_sections();
+  for (const StateSection& s : sections) section_bytes += s.count * sizeof(float);
+  const std::string progress = worker_.progress();
+  state->private_bytes = section_bytes + (phantom_ ? 0 : progress.size());
+  if (!phantom_) {
+    append_floats(state->shared, outer_);
+    append_floats(state->shared, optimizer_->momentum());
+    for (const StateSection& s : sections) append_floats(state->priv, s.values);
+    const auto* p = reinterpret_cast<const std::byte*>(progress.data());
+    state->priv.insert(state->priv.end(), p, p + progress.size());
+  }
+  for (std::int64_t j : r.joiners) {
+    const auto sources = recovery_sources_for(r, j, options_.recovery.max_sources);
+    if (std::find(sources.begin(), sources.end(), id_) == sources.end()) continue;
+    const EpochSpec spec = recovery_spec(r, j, id_, true, options_.recovery.timeout_s);
+    servers_.push_back(runtime_.spawn("recovery-serve-" + std::to_string(j), [this, spec, state] {
+      try {
+        serve_recovery(transports_, spec, state, options_.recovery);
+      } catch (const Error&) {
+        // The joiner died or gave up on us: it resumes elsewhere or is removed by the mesh.
+      }
+    }));
+  }
+  if (options_.recovery.blocking) join_servers();
+}
+
+void DilocoNode::join_servers() {
+  for (auto& s : servers_) s->join();
+  servers_.clear();
+}
+
+void DilocoNode::recover(const RoundRecord& r) {
+  const auto sources = recovery_sources_for(r, id_, options_.recovery.max_sources);
+  std::vector<StateSection> sections = worker_.state_sections();
+  std::uint64_t section_bytes = 0;
+  for (const StateSection& s : sections) section_bytes += s.count * sizeof(float);
+  const std::uint64_t shared_bytes = 2 * count_ * sizeof(float);
+  emit("recovery_started",
+       JsonObject().add("sources", sources).add("bytes", shared_bytes + section_bytes));
+  const double start_s = runtime_.now_s();
+  FetchResult got = fetch_recovery(transports_, runtime_, r, id_, sources, shared_bytes,
+                                   section_bytes + kMaxProgressBytes, phantom_, options_.recovery);
+  if (got.state.private_bytes < section_bytes)
+    throw ProtocolError("recovery: private state of " + std::to_string(got.state.private_bytes) +
+                        " bytes is smaller than the worker's sections (" +
+                        std::to_string(section_bytes) + " bytes)");
+  if (!phantom_) {
+    const std::byte* p = got.state.shared.data();
+    std::memcpy(outer_.data(), p, count_ * sizeof(float));
+    std::memcpy(optimizer_->momentum().data(), p + count_ * sizeof(float), count_ * sizeof(float));
+    const std::byte* q = got.state.priv.data();
+    for (StateSection& s : sections) {
+      if (!s.values.empty()) std::memcpy(s.values.data(), q, s.count * sizeof(float));
+      q += s.count * sizeof(float);
+    }
+    worker_.restore_progress(
+        std::string(reinterpret_cast<const char*>(q), got.state.private_bytes - section_bytes));
+    const std::span<float> params = worker_.parameters();
+    std::copy(outer_.begin(), outer_.end(), params.begin());
+    worker_.parameters_updated();
+  }
+  emit("recovery_finished", JsonObject()
+                                .add("bytes", got.bytes)
+                                .add("elapsed_s", runtime_.now_s() - start_s)
+                                .add("sources", got.served_by)
+                                .add("resumed", got.resumed));
+}
+
+}  // namespace meridian

@@ -1,0 +1,129 @@
+// DilocoNode: one node's DiLoCo outer loop over the elastic mesh (DESIGN.md "One outer step"):
+// admission and live recovery, H inner steps on the InnerWorker, the pseudo-gradient
+// theta_outer - theta_local pre-divided by the world size and ring-all-reduced per bucket (one
+// ring per local rank, in parallel), Nesterov outer SGD on the fp32 outer copy, copy back.
+// Not a trainer and not a launcher: the worker computes, the caller starts one node per process
+// (or per thread / actor) and owns the Store, the TransportFactory and the Runtime.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/codec/codec.h"
+#include "engine/diloco/buckets.h"
+#include "engine/diloco/outer_optimizer.h"
+#include "engine/events/event_sink.h"
+#include "engine/inner_worker.h"
+#include "engine/mesh/elastic_mesh.h"
+#include "engine/recovery/live_recovery.h"
+#include "engine/runtime.h"
+#include "engine/store.h"
+#include "engine/transport.h"
+
+namespace meridian {
+
+// What a node saw when it finished an outer step (for tests, tools and checkpoints).
+struct OuterStepView {
+  std::int64_t node = -1;
+  std::int64_t outer_step = 0;  // the step that was just applied
+  std::uint64_t epoch = 0;      // epoch of the round that committed it
+  std::vector<std::int64_t> members;  // that round's members, ring order
+  bool fallback = false;        // the local pseudo-gradient was applied
+  std::span<const float> outer_parameters;  // empty for timing-only workers
+  std::span<const float> momentum;
+};
+
+struct DilocoOptions {
+  int inner_steps = 100;              // H (INTELLECT-1: 100)
+  std::int64_t outer_steps = 0;       // the run ends after this many outer steps (0 = never)
+  CodecId codec = CodecId::kFp32;     // wire codec of the ring all-reduce
+  OuterOptimizerOptions outer;        // lr 0.7, Nesterov momentum 0.9
+  int local_ranks = 1;                // L: one ring per shard, run in parallel
+  double allreduce_timeout_s = 60.0;  // bound on every wait of the ring (a lost peer surfaces
+                                      // within it on every node); also the epoch connect bound
+  std::size_t max_chunk_bytes = std::size_t{4} << 20;  // ring message payload bound
+  bool measure_error = false;         // ring: report relative error of lossy codecs
+  RecoveryOptions recovery;           // chunking, sources, blocking mode
+  MeshOptions mesh;                   // heartbeats, retries (3), coordinator lease
+  // Called on the node's activity after every applied outer step (may call request_leave()).
+  std::function<void(const OuterStepView&)> on_outer_step;
+};
+
+enum class NodeExit { kFinished, kLeft, kEvicted, kLost };
+const char* node_exit_name(NodeExit e);
+
+struct NodeResult {
+  NodeExit exit = NodeExit::kFinished;
+  std::int64_t node = -1;
+  std::int64_t outer_steps_applied = 0;
+  std::string what;  // the error that ended a lost node
+};
+
+// Thread-safety: run() on one activity; request_leave() from any.
+class DilocoNode {
+ public:
+  DilocoNode(InnerWorker& worker, Store& store, TransportFactory& transports, Runtime& runtime,
+             EventSink& events, DilocoOptions options);
+  ~DilocoNode();
+
+  // Joins the mesh (as a member of the first round when `initial`, else through the join queue
+  // and live recovery) and runs outer steps until options.outer_steps, a graceful leave, or the
+  // node's own loss. Errors that mean "this node is gone" end the run with kLost; they are
+  // not rethrown. `node_id` < 0 draws a fresh unique id.
+  NodeResult run(bool initial, std::int64_t node_id = -1);
+
+  // Leave gracefully after the current round (the node still contributes to it).
+  void request_leave();
+  std::int64_t node_id() const { return id_; }
+
+ private:
+  struct RoundStats {
+    double inner_s = 0.0, allreduce_s = 0.0, loss = 0.0;
+    std::int64_t tokens = 0;
+  };
+
+  void initialise_outer_state();
+  void recover(const RoundRecord& r);
+  void serve_joiners(const RoundRecord& r);
+  void join_servers();
+  void ensure_epoch(const RoundRecord& r);
+  void inner_steps(const RoundRecord& r);
+  bool all_reduce(const RoundRecord& r);
+  void reduce_shard(const RoundRecord& r, int shard);
+  void apply(const RoundRecord& done, const RoundRecord& next);
+  bool leave_requested();
+  void emit(const std::string& type, JsonObject fields);
+
+  InnerWorker& worker_;
+  Store& store_;
+  TransportFactory& transports_;
+  Runtime& runtime_;
+  EventSink& events_;
+  DilocoOptions options_;
+  std::unique_ptr<Codec> codec_;
+  std::unique_ptr<ElasticMesh> mesh_;
+  std::int64_t id_ = -1;
+  bool phantom_ = false;
+  std::uint64_t count_ = 0;
+
+  std::vector<float> outer_;     // theta_outer (fp32 outer copy)
+  std::vector<float> delta_;     // theta_outer - theta_local of the current step
+  std::vector<float> reduced_;   // delta / W, all-reduced
+  std::unique_ptr<OuterOptimizer> optimizer_;
+  std::vector<std::vector<Bucket>> shards_;
+
+  std::uint64_t epoch_ = ~std::uint64_t{0};
+  std::vector<std::unique_ptr<Transport>> rings_;  // one per local rank, of epoch_
+  std::vector<bool> shard_ok_;
+  std::vector<std::unique_ptr<Activity>> servers_;
+  RoundStats stats_;
+
+  std::unique_ptr<Mutex> mu_;
+  bool leave_ = false;  // guarded by mu_
+};
+
+}  // namespace meridian

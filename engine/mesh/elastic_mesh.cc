@@ -1,0 +1,423 @@
+// ElasticMesh implementation. The protocol itself is described in engine/mesh/PROTOCOL.md.
+#include "engine/mesh/elastic_mesh.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <mutex>
+#include <set>
+
+#include "engine/error.h"
+#include "engine/mesh/ring_order.h"
+
+namespace meridian {
+namespace {
+
+std::string padded(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%012llu", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::optional<std::int64_t> parse_i64(const std::string& s) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// The lease value "<holder id>:<renewal counter>".
+std::pair<std::int64_t, std::int64_t> parse_lease(const std::string& v) {
+  const auto colon = v.find(':');
+  if (colon == std::string::npos) return {-1, 0};
+  return {parse_i64(v.substr(0, colon)).value_or(-1), parse_i64(v.substr(colon + 1)).value_or(0)};
+}
+
+std::string ids_text(const std::vector<std::int64_t>& ids) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ids.size(); ++i) s += (i ? "," : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+ElasticMesh::ElasticMesh(Store& store, Runtime& runtime, EventSink& events, MeshOptions options)
+    : store_(store),
+      runtime_(runtime),
+      events_(events),
+      options_(std::move(options)),
+      mu_(runtime.make_mutex()),
+      cv_(runtime.make_condvar()) {
+  if (options_.heartbeat_interval_s <= 0 || options_.dead_after_s <= options_.heartbeat_interval_s)
+    throw ConfigError("mesh: need 0 < heartbeat_interval_s < dead_after_s");
+  if (options_.initial_world < 1) throw ConfigError("mesh: initial_world must be >= 1");
+  if (options_.max_retries < 0) throw ConfigError("mesh: max_retries must be >= 0");
+}
+
+ElasticMesh::~ElasticMesh() { stop(); }
+
+std::string ElasticMesh::key_heartbeat(std::int64_t id) const {
+  return options_.prefix + "hb/" + std::to_string(id);
+}
+std::string ElasticMesh::key_left(std::int64_t id) const {
+  return options_.prefix + "left/" + std::to_string(id);
+}
+std::string ElasticMesh::key_join(std::int64_t id) const {
+  return options_.prefix + "join/" + padded(static_cast<std::uint64_t>(id));
+}
+std::string ElasticMesh::key_round(std::uint64_t round) const {
+  return options_.prefix + "round/" + padded(round);
+}
+std::string ElasticMesh::key_report(std::uint64_t round, std::int64_t id) const {
+  return options_.prefix + "report/" + padded(round) + "/" + std::to_string(id);
+}
+
+void ElasticMesh::emit(const std::string& type, JsonObject fields) {
+  events_.emit(Event{runtime_.now_s(), id_, type, std::move(fields)});
+}
+
+std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
+  MERIDIAN_CHECK(!heartbeat_);
+  const std::string claim = options_.prefix + "id/";
+  if (node_id >= 0) {
+    if (store_.compare_set(claim + std::to_string(node_id), std::nullopt, "1") != "1")
+      throw ConfigError("mesh: node id " + std::to_string(node_id) + " is already in use");
+  } else {
+    do {
+      node_id = store_.add(options_.prefix + "next_id", 1);
+    } while (store_.compare_set(claim + std::to_string(node_id), std::nullopt, "1") != "1");
+  }
+  id_ = node_id;
+  store_.add(key_heartbeat(id_), 1);
+  emit("node_started", JsonObject().add("initial", initial));
+  if (!initial) emit("join_requested");
+  store_.set(key_join(id_), std::to_string(id_));
+  beat_and_lease();
+  heartbeat_ = runtime_.spawn("mesh-heartbeat-" + std::to_string(id_), [this] { heartbeat_loop(); });
+  coordinator_ =
+      runtime_.spawn("mesh-coordinator-" + std::to_string(id_), [this] { coordinator_loop(); });
+  return id_;
+}
+
+bool ElasticMesh::wait_stop(double seconds) {
+  std::lock_guard<Mutex> lock(*mu_);
+  const double deadline_s = runtime_.now_s() + seconds;
+  while (!stopping_) {
+    const double left_s = deadline_s - runtime_.now_s();
+    if (left_s <= 0) break;
+    cv_->wait_for(*mu_, left_s);
+  }
+  return stopping_;
+}
+
+void ElasticMesh::stop() {
+  {
+    std::lock_guard<Mutex> lock(*mu_);
+    stopping_ = true;
+    leader_ = false;
+    cv_->notify_all();
+  }
+  // Errors of the activities (a store that died with the node) end them; nothing to report.
+  for (auto* a : {&heartbeat_, &coordinator_}) {
+    if (!*a) continue;
+    try {
+      (*a)->join();
+    } catch (const Error&) {
+    }
+    a->reset();
+  }
+}
+
+void ElasticMesh::announce_leave() { store_.set(key_left(id_), "1"); }
+
+void ElasticMesh::leave() {
+  try {
+    store_.set(key_left(id_), "1");
+  } catch (const Error&) {
+    // best effort: an unreachable store means the node is as good as dead already
+  }
+  stop();
+}
+
+bool ElasticMesh::is_leader() {
+  std::lock_guard<Mutex> lock(*mu_);
+  return leader_;
+}
+
+void ElasticMesh::heartbeat_loop() {
+  while (!wait_stop(options_.heartbeat_interval_s)) {
+    try {
+      beat_and_lease();
+    } catch (const PeerLostError&) {
+      return;  // the store is gone for this node: it is dead to the others
+    } catch (const TimeoutError&) {
+    }
+  }
+}
+
+void ElasticMesh::beat_and_lease() {
+  store_.add(key_heartbeat(id_), 1);
+  observe_heartbeats();
+  // The coordinator lease: the holder renews it every beat by compare-and-set; anyone who sees
+  // it unchanged for dead_after_s (or held by a node that left) takes it the same way.
+  const std::string key = options_.prefix + "leader";
+  const std::string mine = std::to_string(id_) + ":0";
+  const auto current = store_.try_get(key);
+  bool leader = false;
+  const double now = runtime_.now_s();
+  if (!current) {
+    leader = store_.compare_set(key, std::nullopt, mine) == mine;
+  } else {
+    const auto [holder, count] = parse_lease(*current);
+    if (holder == id_) {
+      const std::string renewed = std::to_string(id_) + ":" + std::to_string(count + 1);
+      leader = store_.compare_set(key, current, renewed) == renewed;
+    } else {
+      if (*current != lease_seen_) {
+        lease_seen_ = *current;
+        lease_seen_s_ = now;
+      }
+      const bool holder_left = store_.try_get(key_left(holder)).has_value();
+      if (holder_left || now - lease_seen_s_ >= options_.dead_after_s)
+        leader = store_.compare_set(key, current, mine) == mine;
+    }
+  }
+  std::lock_guard<Mutex> lock(*mu_);
+  leader_ = leader && !stopping_;
+}
+
+void ElasticMesh::observe_heartbeats() {
+  const std::string prefix = options_.prefix + "hb/";
+  std::vector<std::pair<std::int64_t, std::int64_t>> counters;
+  for (const std::string& key : store_.list(prefix)) {
+    const auto id = parse_i64(key.substr(prefix.size()));
+    const auto value = store_.try_get(key);
+    if (!id || !value) continue;
+    counters.emplace_back(*id, parse_i64(*value).value_or(-1));
+  }
+  const double now = runtime_.now_s();
+  std::lock_guard<Mutex> lock(*mu_);
+  for (const auto& [id, counter] : counters) {
+    Seen& s = seen_[id];
+    if (s.counter != counter) {
+      s.counter = counter;
+      s.changed_s = now;
+    }
+  }
+}
+
+bool ElasticMesh::is_dead(std::int64_t id) {
+  if (id == id_) return false;
+  if (store_.try_get(key_left(id))) return true;
+  std::lock_guard<Mutex> lock(*mu_);
+  const double now = runtime_.now_s();
+  auto [it, inserted] = seen_.try_emplace(id, Seen{-1, now});
+  return now - it->second.changed_s >= options_.dead_after_s;
+}
+
+void ElasticMesh::coordinator_loop() {
+  const double poll_s = options_.heartbeat_interval_s / 2;
+  while (true) {
+    {
+      std::lock_guard<Mutex> lock(*mu_);
+      if (stopping_) return;
+    }
+    bool progressed = false;
+    try {
+      if (is_leader()) progressed = resolve_once();
+    } catch (const PeerLostError&) {
+      return;
+    } catch (const TimeoutError&) {
+    }
+    if (!progressed && wait_stop(is_leader() ? poll_s / 4 : poll_s)) return;
+  }
+}
+
+std::vector<std::int64_t> ElasticMesh::queued_joiners() {
+  const std::string prefix = options_.prefix + "join/";
+  std::vector<std::int64_t> ids;
+  for (const std::string& key : store_.list(prefix)) {
+    const auto id = parse_i64(key.substr(prefix.size()));
+    if (!id) continue;
+    if (is_dead(*id)) {
+      store_.erase(key);  // a joiner that died in the queue is forgotten
+      continue;
+    }
+    ids.push_back(*id);
+  }
+  return ids;  // ascending (keys are zero-padded)
+}
+
+std::vector<std::int64_t> ElasticMesh::ring_order(const std::vector<std::int64_t>& ids) {
+  if (!options_.bandwidth_bps || ids.size() < 3) return ids;
+  BandwidthMatrix bw(ids.size(), std::vector<double>(ids.size(), 0.0));
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (std::size_t j = 0; j < ids.size(); ++j)
+      if (i != j) bw[i][j] = options_.bandwidth_bps(ids[i], ids[j]);
+  std::vector<std::int64_t> out;
+  for (int k : bottleneck_ring_order(bw).order) out.push_back(ids[k]);
+  return out;
+}
+
+bool ElasticMesh::bootstrap() {
+  std::vector<std::int64_t> queued = queued_joiners();
+  if (static_cast<int>(queued.size()) < options_.initial_world) return false;
+  RoundRecord first;
+  first.round = 0;
+  first.epoch = 0;
+  first.outer_step = 0;
+  first.prev = RoundPrev::kStart;
+  first.members = ring_order(queued);
+  return publish(first, queued, {});
+}
+
+bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
+                          const std::vector<std::int64_t>& removed_by_allreduce) {
+  const std::string text = next.encode();
+  if (store_.compare_set(key_round(next.round), std::nullopt, text) != text) return true;  // lost
+  store_.set(options_.prefix + "latest", std::to_string(next.round));
+  for (std::int64_t j : admitted) store_.erase(key_join(j));
+  for (std::int64_t gone : next.removed) {
+    const bool rattled = store_.try_get(key_left(gone)).has_value();
+    const bool by_allreduce = std::count(removed_by_allreduce.begin(),
+                                         removed_by_allreduce.end(), gone) > 0;
+    emit("fail_detected",
+         JsonObject().add("failed", gone).add(
+             "by", rattled ? "deathrattle" : (by_allreduce ? "allreduce" : "heartbeat")));
+  }
+  // Keep the last few rounds; older reports and records are garbage.
+  if (next.round >= 3) {
+    const std::uint64_t old = next.round - 3;
+    store_.erase(key_round(old));
+    for (const std::string& k : store_.list(options_.prefix + "report/" + padded(old) + "/"))
+      store_.erase(k);
+  }
+  return true;
+}
+
+bool ElasticMesh::resolve_once() {
+  const auto latest_text = store_.try_get(options_.prefix + "latest");
+  if (!latest_text) return bootstrap();
+  const auto latest = parse_i64(*latest_text);
+  if (!latest) throw ProtocolError("mesh: 'latest' is not an integer: " + *latest_text);
+  const auto r = static_cast<std::uint64_t>(*latest);
+  if (store_.try_get(key_round(r + 1))) {  // written by a previous leader: catch up
+    store_.set(options_.prefix + "latest", std::to_string(r + 1));
+    return true;
+  }
+  const RoundRecord cur = RoundRecord::decode(store_.get(key_round(r), 1.0));
+  if (options_.outer_steps > 0 && cur.outer_step >= options_.outer_steps) return false;
+  // Fresh observations first: a coordinator whose own activities were starved must not take
+  // its stale view for silence of the others.
+  observe_heartbeats();
+
+  std::vector<std::int64_t> survivors, removed, missing_keys_ids;
+  std::vector<std::string> missing_keys;
+  bool any_fail = false;
+  for (std::int64_t m : cur.members) {
+    const auto rep = store_.try_get(key_report(r, m));
+    const bool dead = is_dead(m);
+    if (rep) {
+      any_fail = any_fail || *rep != "ok";
+      if (dead) removed.push_back(m);
+      else survivors.push_back(m);
+    } else if (dead) {
+      removed.push_back(m);
+    } else {
+      missing_keys.push_back(key_report(r, m));
+    }
+  }
+  if (!missing_keys.empty()) {
+    try {
+      store_.wait(missing_keys, options_.heartbeat_interval_s / 2);
+      return true;  // every report is in: resolve at once
+    } catch (const TimeoutError&) {
+      return false;
+    }
+  }
+  if (survivors.empty()) return false;  // nobody left to continue (or to recover from)
+
+  RoundRecord next;
+  next.round = r + 1;
+  next.removed = removed;
+  const bool retry = any_fail && cur.attempt < options_.max_retries;
+  if (!any_fail) {
+    next.prev = RoundPrev::kCommit;
+  } else {
+    next.prev = retry ? RoundPrev::kRetry : RoundPrev::kFallback;
+    next.reason = "allreduce failed in epoch " + std::to_string(cur.epoch) + " attempt " +
+                  std::to_string(cur.attempt) + ", removed " + ids_text(removed);
+  }
+  next.outer_step = retry ? cur.outer_step : cur.outer_step + 1;
+  next.attempt = retry ? cur.attempt + 1 : 0;
+  std::vector<std::int64_t> admitted;
+  if (!retry) {
+    for (std::int64_t j : queued_joiners()) {
+      if (std::count(cur.members.begin(), cur.members.end(), j)) continue;
+      if (options_.max_joiners_per_round > 0 &&
+          static_cast<int>(admitted.size()) >= options_.max_joiners_per_round)
+        break;
+      admitted.push_back(j);
+    }
+  }
+  std::vector<std::int64_t> members = survivors;
+  members.insert(members.end(), admitted.begin(), admitted.end());
+  const bool changed = members != cur.members;
+  next.members = changed ? ring_order(members) : cur.members;
+  next.joiners = admitted;
+  if (!admitted.empty()) next.sources = survivors;
+  next.epoch = (changed || any_fail) ? cur.epoch + 1 : cur.epoch;
+  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{});
+}
+
+RoundRecord ElasticMesh::wait_admitted() {
+  const double deadline_s = runtime_.now_s() + options_.admission_timeout_s;
+  std::uint64_t cursor = 0;
+  if (const auto latest = store_.try_get(options_.prefix + "latest"))
+    cursor = static_cast<std::uint64_t>(parse_i64(*latest).value_or(0));
+  while (true) {
+    const double left_s = deadline_s - runtime_.now_s();
+    if (left_s <= 0)
+      throw TimeoutError("mesh: node " + std::to_string(id_) + " not admitted within " +
+                         std::to_string(options_.admission_timeout_s) + " s");
+    std::optional<std::string> text;
+    try {
+      text = store_.get(key_round(cursor), std::min(left_s, options_.heartbeat_interval_s));
+    } catch (const TimeoutError&) {
+      // The record may have been collected while we were behind: jump to the latest.
+      if (const auto latest = store_.try_get(options_.prefix + "latest"))
+        cursor = std::max(cursor, static_cast<std::uint64_t>(parse_i64(*latest).value_or(0)));
+      continue;
+    }
+    const RoundRecord rec = RoundRecord::decode(*text);
+    if (rec.rank_of(id_) >= 0) {
+      if (rec.is_joiner(id_))
+        emit("admitted", JsonObject().add("epoch", rec.epoch).add("outer_step", rec.outer_step));
+      return rec;
+    }
+    ++cursor;
+  }
+}
+
+void ElasticMesh::report(const RoundRecord& r, bool ok) {
+  store_.set(key_report(r.round, id_), ok ? "ok" : "fail");
+}
+
+RoundRecord ElasticMesh::next_round(const RoundRecord& r) {
+  const double deadline_s = runtime_.now_s() + options_.round_timeout_s;
+  while (true) {
+    const double left_s = deadline_s - runtime_.now_s();
+    if (left_s <= 0)
+      throw TimeoutError("mesh: no record for round " + std::to_string(r.round + 1) + " within " +
+                         std::to_string(options_.round_timeout_s) + " s");
+    try {
+      return RoundRecord::decode(
+          store_.get(key_round(r.round + 1), std::min(left_s, options_.heartbeat_interval_s)));
+    } catch (const TimeoutError&) {
+      std::lock_guard<Mutex> lock(*mu_);
+      if (stopping_) throw PeerLostError(-1, "mesh: node stopped while waiting for a round");
+    }
+  }
+}
+
+}  // namespace meridian

@@ -1,0 +1,121 @@
+// FaultyTransport: counts outgoing messages and applies the configured faults to them.
+// Receives pass through untouched (a fault on the wire is injected at its sender).
+#include "engine/transport/fault/faulty_transport.h"
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "engine/error.h"
+
+namespace meridian {
+namespace {
+
+// Keeps the altered copy of the outgoing bytes alive until the exchange completes.
+class FaultyExchange final : public PendingExchange {
+ public:
+  FaultyExchange(std::unique_ptr<PendingExchange> inner, std::vector<std::byte> scratch)
+      : scratch_(std::move(scratch)), inner_(std::move(inner)) {}
+  Received wait(double timeout_s) override { return inner_->wait(timeout_s); }
+
+ private:
+  std::vector<std::byte> scratch_;
+  std::unique_ptr<PendingExchange> inner_;  // destroyed first: it may refer to scratch_
+};
+
+}  // namespace
+
+FaultyTransport::FaultyTransport(Transport& inner, Runtime& runtime, FaultOptions options)
+    : inner_(inner), runtime_(runtime), options_(options), mu_(runtime.make_mutex()) {}
+
+FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner, Runtime& runtime,
+                                 FaultOptions options)
+    : owned_(std::move(inner)),
+      inner_(*owned_),
+      runtime_(runtime),
+      options_(options),
+      mu_(runtime.make_mutex()) {}
+
+FaultyTransport::~FaultyTransport() = default;
+
+std::uint64_t FaultyTransport::messages_sent() const {
+  std::lock_guard<Mutex> lock(*mu_);
+  return count_;
+}
+
+bool FaultyTransport::dead() const {
+  std::lock_guard<Mutex> lock(*mu_);
+  return dead_;
+}
+
+void FaultyTransport::throw_if_dead() const {
+  if (dead())
+    throw PeerLostError(inner_.rank(),
+                        "fault injection: rank " + std::to_string(inner_.rank()) + " is dead");
+}
+
+Payload FaultyTransport::prepare(Payload msg, std::vector<std::byte>& scratch) {
+  std::uint64_t number = 0;
+  {
+    std::lock_guard<Mutex> lock(*mu_);
+    if (dead_)
+      throw PeerLostError(inner_.rank(),
+                          "fault injection: rank " + std::to_string(inner_.rank()) + " is dead");
+    number = ++count_;
+    if (number == options_.die_at_message) dead_ = true;
+  }
+  if (number == options_.die_at_message) {
+    inner_.abort();
+    throw PeerLostError(inner_.rank(), "fault injection: rank " + std::to_string(inner_.rank()) +
+                                           " died at its outgoing message " +
+                                           std::to_string(number));
+  }
+  if (options_.delay_s > 0 && number >= options_.delay_from_message)
+    runtime_.sleep_s(options_.delay_s);
+  const bool flip = number == options_.flip_byte_at_message && !msg.bytes.empty();
+  const bool truncate = number == options_.truncate_at_message;
+  if (!flip && !truncate) return msg;
+  scratch.assign(msg.bytes.begin(), msg.bytes.end());
+  if (flip) scratch[options_.flip_byte_offset % scratch.size()] ^= std::byte{0xFF};
+  std::uint64_t wire = msg.wire_bytes;
+  if (truncate && msg.bytes.empty()) {
+    wire = std::min<std::uint64_t>(wire, options_.truncate_to_bytes);
+  } else if (truncate) {
+    const std::size_t keep = std::min(options_.truncate_to_bytes, scratch.size());
+    wire -= std::min<std::uint64_t>(wire, scratch.size() - keep);
+    scratch.resize(keep);
+  }
+  return Payload{std::span<const std::byte>(scratch), wire};
+}
+
+void FaultyTransport::send(int to, Tag tag, Payload msg, double timeout_s) {
+  std::vector<std::byte> scratch;
+  inner_.send(to, tag, prepare(msg, scratch), timeout_s);
+}
+
+Received FaultyTransport::recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) {
+  throw_if_dead();
+  return inner_.recv(from, tag, into, timeout_s);
+}
+
+std::unique_ptr<PendingExchange> FaultyTransport::start_exchange(int to, Payload out, int from,
+                                                                 std::span<std::byte> into,
+                                                                 Tag tag) {
+  std::vector<std::byte> scratch;
+  const Payload sent = prepare(out, scratch);
+  // Moving a vector keeps its heap buffer, so `sent` stays valid inside FaultyExchange.
+  auto inner = inner_.start_exchange(to, sent, from, into, tag);
+  return std::make_unique<FaultyExchange>(std::move(inner), std::move(scratch));
+}
+
+FaultyTransportFactory::FaultyTransportFactory(TransportFactory& inner, Runtime& runtime,
+                                               Chooser choose)
+    : inner_(inner), runtime_(runtime), choose_(std::move(choose)) {}
+
+std::unique_ptr<Transport> FaultyTransportFactory::connect(const EpochSpec& spec) {
+  FaultOptions options = choose_ ? choose_(spec) : FaultOptions{};
+  return std::make_unique<FaultyTransport>(inner_.connect(spec), runtime_, options);
+}
+
+}  // namespace meridian

@@ -1,0 +1,247 @@
+// Ring all-reduce conformance over the in-process transport: world 1..8 x element counts
+// {0, 1, 7, 1000, 2^20+3} x every codec built into the engine. fp32 is exact (integer-valued
+// inputs); every rank's result is bit-identical; stats add up. Plus the schedule's edges:
+// many small pieces, phantom buffers, back-to-back and concurrent buckets on one transport.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "engine/collective/ring_allreduce.h"
+#include "engine/error.h"
+#include "engine/wire/chunk.h"
+#include "tests/collective/ring_harness.h"
+
+namespace meridian {
+namespace {
+
+using testing::describe;
+using testing::exact_sum;
+using testing::InProcRing;
+using testing::integer_inputs;
+using testing::run_round;
+
+// The codecs the conformance sweep covers. fp32 only until the lossy codecs are built into
+// make_codec(); each lossy codec needs its error bound added in expect_within_bound().
+const std::vector<CodecId> kCodecs = {CodecId::kFp32};
+
+// Pieces per share for fp32, computed independently of the implementation: a share of
+// ceil(n / world) values cut into pieces of at most max_chunk_bytes / 4 values.
+std::size_t fp32_pieces(std::size_t n, int world, std::size_t max_chunk_bytes) {
+  const std::size_t max_share = (n + world - 1) / world;
+  const std::size_t per_piece = max_chunk_bytes / 4;
+  return (max_share + per_piece - 1) / per_piece;
+}
+
+// Values of share i when n values are cut into `world` near-equal shares.
+std::size_t share_len(std::size_t n, int world, int i) {
+  return n / world + (static_cast<std::size_t>(i) < n % world ? 1 : 0);
+}
+
+void expect_bit_identical(const testing::RoundResult& round) {
+  for (std::size_t r = 1; r < round.buffers.size(); ++r) {
+    ASSERT_EQ(round.buffers[r].size(), round.buffers[0].size());
+    EXPECT_EQ(std::memcmp(round.buffers[r].data(), round.buffers[0].data(),
+                          round.buffers[0].size() * sizeof(float)),
+              0)
+        << "rank " << r << " differs from rank 0";
+  }
+}
+
+void expect_exact(const std::vector<float>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  std::size_t wrong = 0, first = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (static_cast<double>(got[i]) != want[i] && wrong++ == 0) first = i;
+  }
+  EXPECT_EQ(wrong, 0u) << "first wrong element " << first << ": got " << got[first] << ", want "
+                       << want[first];
+}
+
+using Case = std::tuple<int, std::size_t, CodecId>;
+
+class RingConformance : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RingConformance, SumsOnEveryRank) {
+  const auto [world, count, codec] = GetParam();
+  RingOptions options;
+  options.codec = codec;
+  options.max_chunk_bytes = 64 << 10;  // 2^20+3 values become several pieces per share
+  options.outer_step = 11;
+  options.bucket = 3;
+  options.timeout_s = 60;
+  InProcRing ring(world, 4);
+  const auto inputs = integer_inputs(world, count);
+  const auto round = run_round(ring.transports(), inputs, options);
+  for (int r = 0; r < world; ++r) ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
+
+  expect_bit_identical(round);
+  const auto want = exact_sum(inputs);
+  if (codec == CodecId::kFp32) expect_exact(round.buffers[0], want);
+
+  std::uint64_t sent = 0, received = 0;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(round.stats[r].participants, world);
+    EXPECT_GE(round.stats[r].elapsed_s, 0.0);
+    sent += round.stats[r].bytes_sent;
+    received += round.stats[r].bytes_received;
+    if (codec != CodecId::kFp32) continue;
+    // Rank r sends every share but (r+1) in the reduce-scatter and every share but (r+2) in the
+    // all-gather, P pieces per share, one header per piece.
+    const std::size_t pieces = fp32_pieces(count, world, options.max_chunk_bytes);
+    const std::uint64_t values = world == 1 ? 0
+                                            : 2 * count - share_len(count, world, (r + 1) % world) -
+                                                  share_len(count, world, (r + 2) % world);
+    const std::uint64_t headers = count == 0 ? 0 : 2 * (world - 1) * pieces * kChunkHeaderBytes;
+    EXPECT_EQ(round.stats[r].bytes_sent, 4 * values + headers) << "rank " << r;
+  }
+  EXPECT_EQ(sent, received);
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const auto [world, count, codec] = info.param;
+  std::string name(codec_name(codec));
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return "world" + std::to_string(world) + "_n" + std::to_string(count) + "_" + name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sweep, RingConformance,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values(std::size_t{0}, std::size_t{1},
+                                                              std::size_t{7}, std::size_t{1000},
+                                                              (std::size_t{1} << 20) + 3),
+                                            ::testing::ValuesIn(kCodecs)),
+                         case_name);
+
+// Many tiny pieces (down to one value per message) and piece counts that do not divide.
+TEST(RingSchedule, SmallPiecesStayExact) {
+  for (int world : {2, 3, 5, 8}) {
+    for (std::size_t chunk :
+         {std::size_t{4}, std::size_t{12}, std::size_t{100}, std::size_t{4096}}) {
+      RingOptions options;
+      options.max_chunk_bytes = chunk;
+      InProcRing ring(world, 1);
+      const auto inputs = integer_inputs(world, 1009);
+      const auto round = run_round(ring.transports(), inputs, options);
+      for (int r = 0; r < world; ++r) ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
+      SCOPED_TRACE("world " + std::to_string(world) + ", max_chunk_bytes " + std::to_string(chunk));
+      expect_bit_identical(round);
+      expect_exact(round.buffers[0], exact_sum(inputs));
+    }
+  }
+}
+
+TEST(RingSchedule, WorldOfOneLeavesTheBufferAndSendsNothing) {
+  InProcRing ring(1, 0);
+  const auto inputs = integer_inputs(1, 5);
+  const auto round = run_round(ring.transports(), inputs, RingOptions{});
+  ASSERT_FALSE(round.errors[0]) << describe(round.errors[0]);
+  EXPECT_EQ(round.buffers[0], inputs[0]);
+  EXPECT_EQ(round.stats[0].bytes_sent, 0u);
+  EXPECT_EQ(round.stats[0].participants, 1);
+}
+
+TEST(RingSchedule, PhantomBufferChargesTheSameWireBytes) {
+  constexpr int kWorld = 4;
+  constexpr std::size_t kCount = 100003;
+  RingOptions options;
+  options.max_chunk_bytes = 16 << 10;
+  InProcRing real(kWorld, 1);
+  const auto round = run_round(real.transports(), integer_inputs(kWorld, kCount), options);
+  InProcRing phantom(kWorld, 2);
+  std::vector<RingStats> stats(kWorld);
+  ThreadRuntime runtime;
+  auto transports = phantom.transports();
+  auto errors = testing::run_ranks(kWorld, [&](int r) {
+    stats[r] = ring_all_reduce(*transports[r], runtime, ReduceBuffer::phantom(kCount), options);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
+    ASSERT_FALSE(errors[r]) << describe(errors[r]);
+    EXPECT_EQ(stats[r].bytes_sent, round.stats[r].bytes_sent);
+    EXPECT_EQ(stats[r].bytes_received, round.stats[r].bytes_received);
+    EXPECT_EQ(stats[r].participants, kWorld);
+  }
+}
+
+TEST(RingSchedule, BackToBackAndConcurrentBucketsOnOneTransport) {
+  constexpr int kWorld = 3;
+  InProcRing ring(kWorld, 9);
+  auto transports = ring.transports();
+  const auto a = integer_inputs(kWorld, 5000);
+  auto b = integer_inputs(kWorld, 777);
+  for (auto& v : b)
+    for (float& x : v) x = -x;
+  std::vector<std::vector<float>> out_a = a, out_b = b;
+  ThreadRuntime runtime;
+  auto errors = testing::run_ranks(kWorld, [&](int r) {
+    RingOptions oa;
+    oa.max_chunk_bytes = 256;
+    oa.bucket = 0;
+    RingOptions ob = oa;
+    ob.bucket = 1;
+    // Bucket 0 on a second thread of this rank while bucket 1 runs here (distinct tags).
+    std::exception_ptr other;
+    std::thread t([&] {
+      try {
+        ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_a[r]), oa);
+      } catch (...) {
+        other = std::current_exception();
+      }
+    });
+    std::exception_ptr here;
+    try {
+      ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_b[r]), ob);
+    } catch (...) {
+      here = std::current_exception();
+    }
+    t.join();
+    if (here) std::rethrow_exception(here);
+    if (other) std::rethrow_exception(other);
+    // And a second outer step on the same transport afterwards.
+    RingOptions next = oa;
+    next.outer_step = 1;
+    std::vector<float> again = a[r];
+    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(again), next);
+    EXPECT_EQ(again, out_a[r]);
+  });
+  for (int r = 0; r < kWorld; ++r) ASSERT_FALSE(errors[r]) << describe(errors[r]);
+  expect_exact(out_a[0], exact_sum(a));
+  expect_exact(out_b[2], exact_sum(b));
+}
+
+TEST(RingSchedule, MeasureErrorIsZeroForFp32) {
+  RingOptions options;
+  options.measure_error = true;
+  InProcRing ring(3, 0);
+  const auto round = run_round(ring.transports(), integer_inputs(3, 100), options);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
+    EXPECT_EQ(round.stats[r].relative_error, 0.0);
+  }
+}
+
+TEST(RingSchedule, BadOptionsAreConfigErrorsAndLeaveTheBuffer) {
+  InProcRing ring(2, 0);
+  const auto inputs = integer_inputs(2, 10);
+  RingOptions tiny;
+  tiny.max_chunk_bytes = 3;  // less than one fp32 value
+  auto round = run_round(ring.transports(), inputs, tiny);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(testing::holds<ConfigError>(round.errors[r])) << describe(round.errors[r]);
+    EXPECT_EQ(round.buffers[r], inputs[r]);
+  }
+  InProcRing other(1, 0);
+  ThreadRuntime runtime;
+  std::vector<float> data(4);
+  EXPECT_THROW(ring_all_reduce(*other.owned[0], runtime, ReduceBuffer{data, 5}, RingOptions{}),
+               ConfigError);
+}
+
+}  // namespace
+}  // namespace meridian

@@ -1,0 +1,163 @@
+// Ring all-reduce under injected faults (FaultyTransport around in-process endpoints): a rank
+// lost during the reduce-scatter or the all-gather makes every other rank raise PeerLostError
+// (not TimeoutError: nobody waits out the timeout), leaves every input buffer unchanged, and the
+// round succeeds when retried in a new epoch without the lost rank. A corrupted or truncated
+// message raises ProtocolError at its receiver.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/collective/ring_allreduce.h"
+#include "engine/error.h"
+#include "engine/transport/fault/faulty_transport.h"
+#include "engine/wire/chunk.h"
+#include "tests/collective/ring_harness.h"
+
+namespace meridian {
+namespace {
+
+using testing::describe;
+using testing::exact_sum;
+using testing::holds;
+using testing::InProcRing;
+using testing::integer_inputs;
+using testing::run_round;
+
+constexpr int kWorld = 5;
+constexpr int kFaultyRank = 2;
+constexpr std::size_t kCount = 1000;
+// 1000 values over 5 ranks = 200 per share; 40 values (160 bytes) per piece = 5 pieces.
+constexpr std::size_t kMaxChunkBytes = 160;
+constexpr std::uint64_t kPieces = 5;
+// Each rank sends (world-1) * pieces messages per phase.
+constexpr std::uint64_t kMessagesPerPhase = (kWorld - 1) * kPieces;
+
+RingOptions options() {
+  RingOptions o;
+  o.max_chunk_bytes = kMaxChunkBytes;
+  // Generous: a rank that waited it out would raise TimeoutError, which the tests reject.
+  o.timeout_s = 60;
+  return o;
+}
+
+// Runs one round on a 5-rank ring in which rank 2's endpoint is wrapped with `fault`.
+testing::RoundResult round_with_fault(const FaultOptions& fault,
+                                      const std::vector<std::vector<float>>& inputs) {
+  InProcRing ring(kWorld, 1);
+  ThreadRuntime runtime;
+  FaultyTransport faulty(*ring.owned[kFaultyRank], runtime, fault);
+  auto transports = ring.transports();
+  transports[kFaultyRank] = &faulty;
+  return run_round(transports, inputs, options());
+}
+
+// Every rank failed with PeerLostError (except `protocol_rank`, which must see ProtocolError),
+// and every buffer still holds its input.
+void expect_failed_cleanly(const testing::RoundResult& round,
+                           const std::vector<std::vector<float>>& inputs, int protocol_rank) {
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    if (r == protocol_rank) {
+      EXPECT_TRUE(holds<ProtocolError>(round.errors[r])) << describe(round.errors[r]);
+    } else {
+      EXPECT_TRUE(holds<PeerLostError>(round.errors[r])) << describe(round.errors[r]);
+    }
+    EXPECT_EQ(round.buffers[r], inputs[r]) << "input buffer changed";
+  }
+}
+
+// The survivors retry in epoch 2 without the lost rank and get the exact sum of their inputs.
+void expect_retry_succeeds(const std::vector<std::vector<float>>& inputs) {
+  std::vector<std::vector<float>> survivors;
+  for (int r = 0; r < kWorld; ++r)
+    if (r != kFaultyRank) survivors.push_back(inputs[r]);
+  InProcRing ring(kWorld - 1, 2);
+  const auto retry = run_round(ring.transports(), survivors, options());
+  const auto want = exact_sum(survivors);
+  for (int r = 0; r < kWorld - 1; ++r) {
+    ASSERT_FALSE(retry.errors[r]) << describe(retry.errors[r]);
+    for (std::size_t i = 0; i < kCount; ++i)
+      ASSERT_EQ(static_cast<double>(retry.buffers[r][i]), want[i]) << "rank " << r << " at " << i;
+  }
+}
+
+TEST(RingFaults, PeerLostDuringReduceScatter) {
+  const auto inputs = integer_inputs(kWorld, kCount);
+  for (std::uint64_t k : {std::uint64_t{1}, std::uint64_t{7}, kMessagesPerPhase}) {
+    SCOPED_TRACE("dies at message " + std::to_string(k));
+    FaultOptions fault;
+    fault.die_at_message = k;
+    expect_failed_cleanly(round_with_fault(fault, inputs), inputs, -1);
+  }
+  expect_retry_succeeds(inputs);
+}
+
+TEST(RingFaults, PeerLostDuringAllGather) {
+  const auto inputs = integer_inputs(kWorld, kCount);
+  // The first all-gather message carries the lost rank's own reduced share: nobody else has it.
+  FaultOptions fault;
+  fault.die_at_message = kMessagesPerPhase + 1;
+  expect_failed_cleanly(round_with_fault(fault, inputs), inputs, -1);
+  expect_retry_succeeds(inputs);
+}
+
+TEST(RingFaults, CorruptedMessageIsAProtocolErrorAtItsReceiver) {
+  const auto inputs = integer_inputs(kWorld, kCount);
+  // One byte in the header, one in the payload, in each phase.
+  for (std::uint64_t k : {std::uint64_t{1}, kMessagesPerPhase + 2}) {
+    for (std::size_t offset : {std::size_t{9}, kChunkHeaderBytes + 17}) {
+      SCOPED_TRACE("message " + std::to_string(k) + ", byte " + std::to_string(offset));
+      FaultOptions fault;
+      fault.flip_byte_at_message = k;
+      fault.flip_byte_offset = offset;
+      expect_failed_cleanly(round_with_fault(fault, inputs), inputs, kFaultyRank + 1);
+    }
+  }
+}
+
+TEST(RingFaults, TruncatedMessageIsAProtocolErrorAtItsReceiver) {
+  const auto inputs = integer_inputs(kWorld, kCount);
+  for (std::size_t keep : {std::size_t{0}, std::size_t{20}, kChunkHeaderBytes + 8}) {
+    SCOPED_TRACE("kept " + std::to_string(keep) + " bytes");
+    FaultOptions fault;
+    fault.truncate_at_message = 3;
+    fault.truncate_to_bytes = keep;
+    expect_failed_cleanly(round_with_fault(fault, inputs), inputs, kFaultyRank + 1);
+  }
+}
+
+TEST(RingFaults, DelayedMessagesStillSumExactly) {
+  const auto inputs = integer_inputs(kWorld, kCount);
+  FaultOptions fault;
+  fault.delay_s = 0.001;
+  const auto round = round_with_fault(fault, inputs);
+  const auto want = exact_sum(inputs);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
+    for (std::size_t i = 0; i < kCount; ++i)
+      ASSERT_EQ(static_cast<double>(round.buffers[r][i]), want[i]);
+  }
+}
+
+TEST(RingFaults, SilentRankEndsInTimeoutOrPeerLostNotAHang) {
+  // Rank 4 never shows up. Its neighbours time out (short timeout) and abort, the rest learn of it
+  // as a lost peer.
+  InProcRing ring(3, 1);
+  auto transports = ring.transports();
+  const auto inputs = integer_inputs(3, 100);
+  RingOptions o;
+  o.timeout_s = 0.2;
+  std::vector<std::vector<float>> buffers = inputs;
+  ThreadRuntime runtime;
+  auto errors = testing::run_ranks(
+      2, [&](int r) { ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(buffers[r]), o); });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(holds<TimeoutError>(errors[r]) || holds<PeerLostError>(errors[r]))
+        << describe(errors[r]);
+    EXPECT_EQ(buffers[r], inputs[r]);
+  }
+}
+
+}  // namespace
+}  // namespace meridian

@@ -1,0 +1,474 @@
+// Test support: a cluster of DiLoCo nodes as threads of one process over the in-process
+// transport and one MemoryStore, with a synthetic InnerWorker whose math is exact, crashes
+// injected from outside (per-node store view, network kill, a send-counting transport
+// wrapper), and the invariant checks of the fault matrix. Not a simulator: no timing model.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/diloco/diloco.h"
+#include "engine/error.h"
+#include "engine/events/event_sink.h"
+#include "engine/runtime/thread_runtime.h"
+#include "engine/store/memory_store.h"
+#include "engine/transport/inproc/inproc_transport.h"
+
+namespace meridian::testing {
+
+// Parameters start at p[i] = i on every node. Inner step k (counted per worker, from 1) of node
+// `id` subtracts the integer ((id + k + i) mod 5) - 2 from p[i] and adds 1 to moment[i]: every
+// value stays an exact small integer until the outer step. Progress is the step counter.
+class SyntheticWorker final : public InnerWorker {
+ public:
+  SyntheticWorker(std::int64_t id, std::uint64_t count, std::vector<std::uint64_t> boundaries,
+                  Runtime& runtime, double step_compute_s, bool phantom)
+      : id_(id),
+        count_(count),
+        boundaries_(std::move(boundaries)),
+        runtime_(runtime),
+        step_compute_s_(step_compute_s),
+        phantom_(phantom),
+        params_(phantom ? 0 : count),
+        moment_(phantom ? 0 : count) {
+    for (std::uint64_t i = 0; i < params_.size(); ++i) params_[i] = static_cast<float>(i);
+  }
+
+  InnerStepsResult run_inner_steps(int steps) override {
+    if (before_inner) before_inner();
+    InnerStepsResult r;
+    for (int s = 0; s < steps; ++s) {
+      ++step_;
+      for (std::uint64_t i = 0; i < params_.size(); ++i) {
+        params_[i] -= static_cast<float>((id_ + step_ + static_cast<std::int64_t>(i)) % 5 - 2);
+        moment_[i] += 1.0f;
+      }
+      runtime_.compute_s(step_compute_s_);
+    }
+    r.steps = steps;
+    r.tokens = 100 * steps;
+    r.loss = static_cast<double>(step_);
+    r.compute_s = step_compute_s_ * steps;
+    if (after_inner) after_inner();
+    return r;
+  }
+  std::uint64_t parameter_count() const override { return count_; }
+  std::span<float> parameters() override { return params_; }
+  std::vector<std::uint64_t> bucket_boundaries() const override { return boundaries_; }
+  std::vector<StateSection> state_sections() override {
+    return {StateSection{"moment", moment_, count_}};
+  }
+  std::string progress() const override { return "step=" + std::to_string(step_); }
+  void restore_progress(const std::string& p) override {
+    MERIDIAN_CHECK(p.rfind("step=", 0) == 0);
+    step_ = std::stoll(p.substr(5));
+  }
+
+  std::int64_t step() const { return step_; }
+  std::span<const float> moment() const { return moment_; }
+  std::function<void()> before_inner, after_inner;  // set by tests (on the node's own thread)
+
+ private:
+  std::int64_t id_;
+  std::uint64_t count_;
+  std::vector<std::uint64_t> boundaries_;
+  Runtime& runtime_;
+  double step_compute_s_;
+  bool phantom_;
+  std::int64_t step_ = 0;
+  std::vector<float> params_, moment_;
+};
+
+// A node's view of the shared store: after kill() every call fails with PeerLostError, and
+// blocking calls notice the kill within a few milliseconds (they wait in short slices).
+class NodeStore final : public Store {
+ public:
+  explicit NodeStore(Store& inner) : inner_(inner) {}
+  void kill() { dead_ = true; }
+
+  void set(const std::string& k, const std::string& v) override { check(), inner_.set(k, v); }
+  std::string get(const std::string& k, double timeout_s) override {
+    return sliced(timeout_s, [&](double s) { return inner_.get(k, s); });
+  }
+  std::optional<std::string> try_get(const std::string& k) override {
+    check();
+    return inner_.try_get(k);
+  }
+  void wait(const std::vector<std::string>& keys, double timeout_s) override {
+    sliced(timeout_s, [&](double s) { inner_.wait(keys, s); return 0; });
+  }
+  std::int64_t add(const std::string& k, std::int64_t d) override {
+    check();
+    return inner_.add(k, d);
+  }
+  std::optional<std::string> compare_set(const std::string& k,
+                                         const std::optional<std::string>& e,
+                                         const std::string& d) override {
+    check();
+    return inner_.compare_set(k, e, d);
+  }
+  bool erase(const std::string& k) override {
+    check();
+    return inner_.erase(k);
+  }
+  std::vector<std::string> list(const std::string& p) override {
+    check();
+    return inner_.list(p);
+  }
+
+ private:
+  void check() const {
+    if (dead_) throw PeerLostError(-1, "store unreachable: this node was killed");
+  }
+  template <typename F>
+  auto sliced(double timeout_s, F f) -> decltype(f(0.0)) {
+    double left_s = timeout_s;
+    while (true) {
+      check();
+      const double slice_s = std::min(left_s, 0.01);
+      try {
+        return f(slice_s);
+      } catch (const TimeoutError&) {
+        left_s -= slice_s;
+        if (left_s <= 0) throw;
+      }
+    }
+  }
+  Store& inner_;
+  std::atomic<bool> dead_{false};
+};
+
+// Forwards events until the node is killed (a crashed node writes nothing more).
+class NodeSink final : public EventSink {
+ public:
+  void emit(const Event& e) override {
+    if (!dead_) sink_.emit(e);
+  }
+  void kill() { dead_ = true; }
+  std::vector<Event> events() const { return sink_.events(); }
+
+ private:
+  MemoryEventSink sink_;
+  std::atomic<bool> dead_{false};
+};
+
+struct ClusterOptions {
+  int initial = 4;
+  std::int64_t outer_steps = 6;
+  int inner_steps = 3;
+  std::uint64_t params = 12;
+  std::vector<std::uint64_t> boundaries = {0, 5, 6, 12};  // uneven layer groups
+  int local_ranks = 1;
+  bool blocking_recovery = false;
+  int recovery_sources = 2;
+  std::size_t recovery_chunk_bytes = 16;
+  double inner_step_s = 0.001;
+  bool phantom = false;
+  CodecId codec = CodecId::kFp32;
+  OuterOptimizerOptions outer{};
+  double heartbeat_s = 0.1;
+  double dead_after_s = 0.3;
+};
+
+// One applied outer step as a node saw it.
+struct StepRecord {
+  std::uint64_t epoch = 0;
+  std::vector<std::int64_t> members;
+  bool fallback = false;
+  std::vector<float> params, momentum;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(ClusterOptions o) : o_(std::move(o)), store_(runtime_), faults_(*this) {}
+  ~Cluster() { join(); }
+
+  // Starts the initial nodes with ids 1..initial.
+  void start() {
+    for (int i = 1; i <= o_.initial; ++i) launch(i, true);
+  }
+  // Starts a joiner with a fresh id and returns it once the joiner is in the join queue (so a
+  // call from an at_step() action is admitted at the next outer-step boundary, deterministically).
+  std::int64_t add_joiner() {
+    std::int64_t id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = next_id_++;
+      launch_locked(id, false);
+    }
+    char key[64];
+    std::snprintf(key, sizeof key, "mesh/join/%012lld", static_cast<long long>(id));
+    store_.wait({key}, 10.0);
+    return id;
+  }
+  // Crashes a node: its store calls and transports fail from now on, its events stop.
+  void kill(std::int64_t id) {
+    Node* n = node(id);
+    n->sink.kill();
+    n->store.kill();
+    network_.kill_node(id);
+    std::lock_guard<std::mutex> lock(mu_);
+    killed_.insert(id);
+  }
+  // Runs `action` (once) when node `id` is about to send its k-th message from now on, on a
+  // collective transport or (recovery_only) a recovery transport.
+  void on_send(std::int64_t id, std::uint64_t k, bool recovery_only, std::function<void()> action) {
+    std::lock_guard<std::mutex> lock(mu_);
+    triggers_[id] = Trigger{k, recovery_only, std::move(action)};
+  }
+  // Runs `fn` once, when the first node applies outer step `step`.
+  void at_step(std::int64_t step, std::function<void()> fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    at_step_[step] = std::move(fn);
+  }
+  void leave(std::int64_t id) { node(id)->diloco->request_leave(); }
+  SyntheticWorker& worker(std::int64_t id) { return *node(id)->worker; }
+
+  void join() {
+    for (;;) {
+      std::unique_ptr<std::thread> t;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (auto& [id, n] : nodes_)
+          if (n->thread) {
+            t = std::move(n->thread);
+            break;
+          }
+      }
+      if (!t) return;
+      t->join();
+    }
+  }
+
+  // The coordinator lease holder right now (-1 if none).
+  std::int64_t leader() {
+    const auto v = store_.try_get("mesh/leader");
+    if (!v) return -1;
+    return std::stoll(v->substr(0, v->find(':')));
+  }
+
+  NodeResult result(std::int64_t id) { return node(id)->result; }
+  std::vector<Event> events(std::int64_t id) { return node(id)->sink.events(); }
+  std::vector<std::int64_t> ids() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::int64_t> out;
+    for (auto& [id, n] : nodes_) out.push_back(id);
+    return out;
+  }
+  bool killed(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return killed_.count(id) > 0;
+  }
+  std::map<std::int64_t, std::map<std::int64_t, StepRecord>> steps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return records_;  // step -> node -> record
+  }
+
+  // The fault matrix's invariants: every node that was not killed ended normally; for every
+  // outer step, all nodes that applied it agree on epoch, members and (bit for bit) outer
+  // parameters and momentum; survivors applied every step up to the end.
+  void check_invariants(bool expect_no_fallback = true) {
+    const auto recs = steps();
+    for (std::int64_t id : ids()) {
+      if (killed(id)) continue;
+      const NodeResult r = result(id);
+      EXPECT_TRUE(r.exit == NodeExit::kFinished || r.exit == NodeExit::kLeft)
+          << "node " << id << " ended " << node_exit_name(r.exit) << ": " << r.what;
+    }
+    for (const auto& [step, by_node] : recs) {
+      const StepRecord& ref = by_node.begin()->second;
+      for (const auto& [id, rec] : by_node) {
+        EXPECT_EQ(rec.epoch, ref.epoch) << "step " << step << " node " << id;
+        EXPECT_EQ(rec.members, ref.members) << "step " << step << " node " << id;
+        EXPECT_EQ(rec.params, ref.params) << "step " << step << " node " << id;
+        EXPECT_EQ(rec.momentum, ref.momentum) << "step " << step << " node " << id;
+        if (expect_no_fallback) {
+          EXPECT_FALSE(rec.fallback) << "step " << step;
+        }
+      }
+      // Every member of the committing round that finished normally recorded the step.
+      for (std::int64_t m : ref.members) {
+        if (killed(m)) continue;
+        if (result(m).exit == NodeExit::kFinished) {
+          EXPECT_TRUE(by_node.count(m)) << "node " << m << " missed step " << step;
+        }
+      }
+    }
+    EXPECT_EQ(recs.size(), static_cast<std::size_t>(o_.outer_steps));
+  }
+
+  // Events of one type across all nodes.
+  std::vector<Event> all_of_type(const std::string& type) {
+    std::vector<Event> out;
+    for (std::int64_t id : ids())
+      for (const Event& e : events(id))
+        if (e.type == type) out.push_back(e);
+    return out;
+  }
+
+  // Collective messages node `id` has sent so far.
+  std::uint64_t sends(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return sends_[id];
+  }
+  ThreadRuntime& runtime() { return runtime_; }
+  MemoryStore& store() { return store_; }
+
+ private:
+  struct Trigger {
+    std::uint64_t k = 0;
+    bool recovery_only = false;
+    std::function<void()> action;
+  };
+
+  struct Node {
+    Node(Store& shared) : store(shared) {}
+    NodeStore store;
+    NodeSink sink;
+    std::unique_ptr<SyntheticWorker> worker;
+    std::unique_ptr<DilocoNode> diloco;
+    NodeResult result;
+    std::unique_ptr<std::thread> thread;
+  };
+
+  // Counts each node's sends and fires its trigger.
+  class TriggerTransport final : public Transport {
+   public:
+    TriggerTransport(std::unique_ptr<Transport> inner, Cluster& c, std::int64_t id, bool recovery)
+        : inner_(std::move(inner)), c_(c), id_(id), recovery_(recovery) {}
+    int rank() const override { return inner_->rank(); }
+    int size() const override { return inner_->size(); }
+    std::uint64_t epoch() const override { return inner_->epoch(); }
+    void send(int to, Tag tag, Payload msg, double timeout_s) override {
+      c_.before_send(id_, recovery_);
+      inner_->send(to, tag, msg, timeout_s);
+    }
+    Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
+      return inner_->recv(from, tag, into, timeout_s);
+    }
+    std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
+                                                    std::span<std::byte> into, Tag tag) override {
+      c_.before_send(id_, recovery_);
+      return inner_->start_exchange(to, out, from, into, tag);
+    }
+    void abort() override { inner_->abort(); }
+
+   private:
+    std::unique_ptr<Transport> inner_;
+    Cluster& c_;
+    std::int64_t id_;
+    bool recovery_;
+  };
+
+  class Faults final : public TransportFactory {
+   public:
+    explicit Faults(Cluster& c) : c_(c) {}
+    std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
+      const bool recovery = (spec.epoch >> 62) & 1;
+      return std::make_unique<TriggerTransport>(c_.network_.connect(spec), c_,
+                                                spec.members[spec.rank], recovery);
+    }
+
+   private:
+    Cluster& c_;
+  };
+
+  void before_send(std::int64_t id, bool recovery) {
+    std::function<void()> fire;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!recovery) ++sends_[id];
+      auto it = triggers_.find(id);
+      if (it == triggers_.end() || it->second.recovery_only != recovery) return;
+      if (--it->second.k > 0) return;
+      fire = std::move(it->second.action);
+      triggers_.erase(it);
+    }
+    fire();
+    if (killed(id)) throw PeerLostError(-1, "killed while sending");
+  }
+
+  Node* node(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return nodes_.at(id).get();
+  }
+
+  void launch(std::int64_t id, bool initial) {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_id_ = std::max(next_id_, id + 1);
+    launch_locked(id, initial);
+  }
+
+  void launch_locked(std::int64_t id, bool initial) {
+    auto n = std::make_unique<Node>(store_);
+    n->worker = std::make_unique<SyntheticWorker>(id, o_.params, o_.boundaries, runtime_,
+                                                  o_.inner_step_s, o_.phantom);
+    DilocoOptions d;
+    d.inner_steps = o_.inner_steps;
+    d.outer_steps = o_.outer_steps;
+    d.codec = o_.codec;
+    d.outer = o_.outer;
+    d.local_ranks = o_.local_ranks;
+    d.allreduce_timeout_s = 2.0;
+    d.max_chunk_bytes = 32;
+    d.recovery.chunk_bytes = o_.recovery_chunk_bytes;
+    d.recovery.timeout_s = 2.0;
+    d.recovery.max_sources = o_.recovery_sources;
+    d.recovery.blocking = o_.blocking_recovery;
+    d.mesh.heartbeat_interval_s = o_.heartbeat_s;
+    d.mesh.dead_after_s = o_.dead_after_s;
+    d.mesh.initial_world = o_.initial;
+    d.mesh.admission_timeout_s = 20.0;
+    d.mesh.round_timeout_s = 20.0;
+    d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
+    n->diloco = std::make_unique<DilocoNode>(*n->worker, n->store, faults_, runtime_, n->sink, d);
+    Node* raw = n.get();
+    nodes_[id] = std::move(n);
+    raw->thread = std::make_unique<std::thread>(
+        [raw, id, initial] { raw->result = raw->diloco->run(initial, id); });
+  }
+
+  void observe(const OuterStepView& v) {
+    std::function<void()> fn;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      StepRecord rec{v.epoch, v.members, v.fallback,
+                     std::vector<float>(v.outer_parameters.begin(), v.outer_parameters.end()),
+                     std::vector<float>(v.momentum.begin(), v.momentum.end())};
+      records_[v.outer_step][v.node] = std::move(rec);
+      auto it = at_step_.find(v.outer_step);
+      if (it != at_step_.end()) {
+        fn = std::move(it->second);
+        at_step_.erase(it);
+      }
+    }
+    if (fn) fn();
+  }
+
+  ClusterOptions o_;
+  ThreadRuntime runtime_;
+  MemoryStore store_;
+  InProcNetwork network_;
+  Faults faults_;
+  std::mutex mu_;
+  std::int64_t next_id_ = 1;
+  std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
+  std::set<std::int64_t> killed_;
+  std::map<std::int64_t, Trigger> triggers_;
+  std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
+  std::map<std::int64_t, std::function<void()>> at_step_;
+  std::map<std::int64_t, std::map<std::int64_t, StepRecord>> records_;
+};
+
+}  // namespace meridian::testing
