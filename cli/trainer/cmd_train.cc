@@ -20,6 +20,7 @@ constexpr const char* kUsage =
     "  --model NAME|FILE.yaml   model and train config (default small)\n"
     "  --steps N                inner steps to run (default 100)\n"
     "  --batch B                sequences per step (default: the config's)\n"
+    "  --seq-len T              sequence length (default: the config's)\n"
     "  --lr X --warmup N        peak learning rate, warmup steps (default: the config's)\n"
     "  --decay-start N --total-steps N   1-sqrt decay to 0 between these steps\n"
     "  --z-loss W               max-z-loss weight (default 0)\n"
@@ -55,7 +56,7 @@ struct Args {
 
 Args parse(const std::vector<std::string>& argv) {
   static const std::map<std::string, bool> known = {
-      {"model", true},  {"steps", true},      {"batch", true},        {"lr", true},
+      {"model", true},  {"steps", true}, {"seq-len", true},      {"batch", true},        {"lr", true},
       {"warmup", true}, {"decay-start", true}, {"total-steps", true}, {"z-loss", true},
       {"bf16", false},  {"seed", true},        {"shard", true},       {"eval-every", true},
       {"val-sequences", true}, {"csv", true},  {"cache", true},       {"corpus-files", true},
@@ -86,6 +87,8 @@ int run_train(const std::vector<std::string>& argv) {
     o.config = trainer::load_named_config(a.str("model", "small"));
     auto& t = o.config.train;
     t.batch = static_cast<int>(a.num("batch", t.batch));
+    o.config.model.seq_len = static_cast<int>(a.num("seq-len", o.config.model.seq_len));
+    trainer::validate(o.config.model, "--seq-len");
     t.optim.lr = a.num("lr", t.optim.lr);
     t.optim.warmup_steps = static_cast<std::int64_t>(a.num("warmup", t.optim.warmup_steps));
     t.optim.decay_start_step =
