@@ -1,7 +1,10 @@
 // Codec registry: ids, names and construction.
 #include "engine/codec/codec.h"
 
+#include "engine/codec/bf16_codec.h"
 #include "engine/codec/fp32_codec.h"
+#include "engine/codec/int8_minmax_codec.h"
+#include "engine/codec/int8_prime_codec.h"
 #include "engine/error.h"
 
 namespace meridian {
@@ -10,18 +13,26 @@ std::unique_ptr<Codec> make_codec(CodecId id) {
   switch (id) {
     case CodecId::kFp32:
       return std::make_unique<Fp32Codec>();
-    default:
-      break;
+    case CodecId::kBf16:
+      return std::make_unique<Bf16Codec>();
+    case CodecId::kInt8Prime:
+      return std::make_unique<Int8PrimeCodec>();
+    case CodecId::kInt8MinMax:
+      return std::make_unique<Int8MinMaxCodec>();
   }
   throw ConfigError("codec '" + std::string(codec_name(id)) + "' is not built into this engine");
 }
 
 std::string_view codec_name(CodecId id) {
   switch (id) {
-    case CodecId::kFp32: return "fp32";
-    case CodecId::kBf16: return "bf16";
-    case CodecId::kInt8Prime: return "int8";
-    case CodecId::kInt8MinMax: return "int8-minmax";
+    case CodecId::kFp32:
+      return "fp32";
+    case CodecId::kBf16:
+      return "bf16";
+    case CodecId::kInt8Prime:
+      return "int8";
+    case CodecId::kInt8MinMax:
+      return "int8-minmax";
   }
   return "unknown";
 }

@@ -100,15 +100,19 @@ class RingPass {
     slot_bytes_ = chunk_message_bytes(codec_, (max_share + pieces_ - 1) / pieces_);
   }
 
-  // Runs the pass; on return `work` holds the sum. Throws on any error (the caller aborts).
-  void run(std::span<float> work, RingStats& stats) {
+  // Runs the pass; on return `work` holds the sum. Message slots come from `slots` (grown as
+  // needed, reused across calls). Throws on any error (the caller aborts).
+  void run(std::span<float> work, std::vector<std::vector<std::byte>>& slots, RingStats& stats) {
     if (transfers_ == 0) return;
     work_ = work;
     phantom_ = work.empty();
     if (!phantom_) {
-      for (auto& b : send_) b.resize(slot_bytes_);
-      recv_.resize(std::min(transfers_, pieces_ + 2));
-      for (auto& b : recv_) b.resize(slot_bytes_);
+      recv_slots_ = std::min(transfers_, pieces_ + 2);
+      if (slots.size() < 2 + recv_slots_) slots.resize(2 + recv_slots_);
+      for (std::size_t i = 0; i < 2 + recv_slots_; ++i) {
+        if (slots[i].size() < slot_bytes_) slots[i].resize(slot_bytes_);
+        slots_.push_back(std::span(slots[i]).first(slot_bytes_));
+      }
     }
     std::size_t done = 0;
     for (std::size_t t = 0; t < transfers_; ++t) {
@@ -168,6 +172,10 @@ class RingPass {
   }
 
   std::span<float> values(Range r) const { return work_.subspan(r.offset, r.count); }
+  // Two send slots (transfer t reuses the slot of t-2) and P+2 receive slots (the all-gather
+  // forwards from the slot of t-P, which must survive until transfer t completes).
+  std::span<std::byte> send_slot(std::size_t t) const { return slots_[t % 2]; }
+  std::span<std::byte> recv_slot(std::size_t t) const { return slots_[2 + t % recv_slots_]; }
 
   void start(std::size_t t, RingStats& stats) {
     const Where w = locate(t);
@@ -176,10 +184,9 @@ class RingPass {
     Payload out = Payload::phantom(bytes);
     if (!phantom_ && w.phase == kAllGather && w.step > 0) {
       // Forward what arrived one step earlier, byte for byte (validated when it arrived).
-      out =
-          Payload::of(std::span<const std::byte>(recv_[(t - pieces_) % recv_.size()]).first(bytes));
+      out = Payload::of(std::span<const std::byte>(recv_slot(t - pieces_)).first(bytes));
     } else if (!phantom_) {
-      std::span<std::byte> message = std::span(send_[t % 2]).first(bytes);
+      std::span<std::byte> message = send_slot(t).first(bytes);
       std::span<std::byte> payload = message.subspan(kChunkHeaderBytes);
       codec_.encode(values(r), payload);
       seal_chunk(chunk_id(w.phase, w.send_share, w.piece, r.count), codec_, message);
@@ -188,7 +195,7 @@ class RingPass {
       out = Payload::of(message);
     }
     std::span<std::byte> into;
-    if (!phantom_) into = std::span(recv_[t % recv_.size()]);
+    if (!phantom_) into = recv_slot(t);
     stats.bytes_sent += out.wire_bytes;
     pending_[t % 2] =
         transport_.start_exchange(mod(rank_ + 1, world_), out, mod(rank_ - 1, world_), into,
@@ -211,7 +218,7 @@ class RingPass {
                             std::to_string(want) + " wire bytes and no content");
       return;
     }
-    const auto message = std::span<const std::byte>(recv_[t % recv_.size()]).first(got.bytes);
+    const auto message = std::span<const std::byte>(recv_slot(t)).first(got.bytes);
     const auto payload =
         open_chunk(message, chunk_id(w.phase, w.recv_share, w.piece, r.count), codec_);
     if (w.phase == kReduceScatter) {
@@ -233,8 +240,8 @@ class RingPass {
   std::size_t slot_bytes_ = 0;  // largest message
   std::span<float> work_;
   bool phantom_ = false;
-  std::vector<std::byte> send_[2];
-  std::vector<std::vector<std::byte>> recv_;     // P + 2 slots: all-gather forwards from them
+  std::size_t recv_slots_ = 0;
+  std::vector<std::span<std::byte>> slots_;      // into the workspace: 2 send, then receive slots
   std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
 };
 
@@ -252,10 +259,12 @@ double relative_error(std::span<const float> result, std::span<const float> exac
 }  // namespace
 
 RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer buf,
-                          const RingOptions& options) {
+                          const RingOptions& options, RingWorkspace* workspace) {
   const double start_s = runtime.now_s();
   RingStats stats;
   stats.participants = transport.size();
+  RingWorkspace local;
+  RingWorkspace& ws = workspace != nullptr ? *workspace : local;
   try {
     const bool phantom = buf.data.empty();
     if (!phantom && buf.count != buf.data.size())
@@ -275,8 +284,8 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
     const auto codec = make_codec(options.codec);
 
     // Work on a copy so that `buf` is untouched unless the whole round succeeds.
-    std::vector<float> work(buf.data.begin(), buf.data.end());
-    RingPass(transport, *codec, options, buf.count, kCodecPass).run(work, stats);
+    ws.work.assign(buf.data.begin(), buf.data.end());
+    RingPass(transport, *codec, options, buf.count, kCodecPass).run(ws.work, ws.slots, stats);
     stats.elapsed_s = runtime.now_s() - start_s;
 
     if (options.measure_error && !phantom) {
@@ -286,11 +295,13 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
         const auto exact_codec = make_codec(CodecId::kFp32);
         std::vector<float> exact(buf.data.begin(), buf.data.end());
         RingStats ignored;  // the measuring pass's bytes are not the all-reduce's
-        RingPass(transport, *exact_codec, options, buf.count, kExactPass).run(exact, ignored);
-        stats.relative_error = relative_error(work, exact);
+        RingPass(transport, *exact_codec, options, buf.count, kExactPass)
+            .run(exact, ws.slots, ignored);
+        stats.relative_error = relative_error(ws.work, exact);
       }
     }
-    if (!work.empty()) std::memcpy(buf.data.data(), work.data(), work.size() * sizeof(float));
+    if (!phantom && buf.count > 0)
+      std::memcpy(buf.data.data(), ws.work.data(), buf.count * sizeof(float));
   } catch (...) {
     transport.abort();
     throw;

@@ -4,6 +4,7 @@
 // many small pieces, phantom buffers, back-to-back and concurrent buckets on one transport.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -25,9 +26,55 @@ using testing::InProcRing;
 using testing::integer_inputs;
 using testing::run_round;
 
-// The codecs the conformance sweep covers. fp32 only until the lossy codecs are built into
-// make_codec(); each lossy codec needs its error bound added in expect_within_bound().
-const std::vector<CodecId> kCodecs = {CodecId::kFp32};
+// The codecs the conformance sweep covers: every codec built into the engine.
+const std::vector<CodecId> kCodecs = {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime,
+                                      CodecId::kInt8MinMax};
+
+// Error bound for lossy codecs, per element, for the non-negative integer inputs of
+// ring_harness.h. Derivation: with N ranks a value is quantized N times — once per
+// reduce-scatter step (the partial sum S_k of k inputs, k = 1..N-1) and once when its owner
+// re-codes the full sum S_N before the all-gather; forwarding adds nothing. With non-negative
+// inputs every partial sum satisfies 0 <= S_k <= s (the exact sum), so with M = max_i s_i:
+//   bf16  (round to nearest, 8-bit significand): |e| <= 2^-8 |S_k| <= 2^-8 s_i per quantization.
+//   int8 PRIME: x and its bin's mean lie in the same bin of width scale = 6 sigma / 256, so
+//     |e| <= scale as long as x is inside +-3 sigma (true here: a chunk of non-negative ramp
+//     values has max < 2 RMS < 3 sigma). sigma = sqrt(sum x^2 / (n-1)) <= sqrt(2) RMS <= sqrt(2) M.
+//   int8 min-max: |e| <= scale / 2 = (max - min) / 510 <= M / 510 (min >= 0).
+// The result's error is the sum of the N quantization errors; the factor 1.05 covers the
+// second-order terms (a quantized partial sum feeds the next one) and fp32 rounding of the
+// accumulation and of the codecs' arithmetic; 1e-6 M covers the latter near zero.
+double error_bound(CodecId codec, int world, double exact, double max_exact) {
+  double per_step = 0;
+  switch (codec) {
+    case CodecId::kFp32:
+      return 0;
+    case CodecId::kBf16:
+      per_step = std::ldexp(1.0, -8) * exact;
+      break;
+    case CodecId::kInt8Prime:
+      per_step = 6.0 / 256.0 * std::sqrt(2.0) * max_exact;
+      break;
+    case CodecId::kInt8MinMax:
+      per_step = max_exact / 510.0;
+      break;
+  }
+  return world == 1 ? 0 : 1.05 * world * per_step + 1e-6 * max_exact;
+}
+
+void expect_within_bound(const std::vector<float>& got, const std::vector<double>& want,
+                         CodecId codec, int world) {
+  ASSERT_EQ(got.size(), want.size());
+  double max_exact = 0;
+  for (double w : want) max_exact = std::max(max_exact, std::abs(w));
+  std::size_t wrong = 0, first = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    if (!(err <= error_bound(codec, world, want[i], max_exact)) && wrong++ == 0) first = i;
+  }
+  EXPECT_EQ(wrong, 0u) << wrong << " values out of bound; first at " << first << ": got "
+                       << got[first] << ", want " << want[first] << " +- "
+                       << error_bound(codec, world, want[first], max_exact);
+}
 
 // Pieces per share for fp32, computed independently of the implementation: a share of
 // ceil(n / world) values cut into pieces of at most max_chunk_bytes / 4 values.
@@ -81,7 +128,11 @@ TEST_P(RingConformance, SumsOnEveryRank) {
 
   expect_bit_identical(round);
   const auto want = exact_sum(inputs);
-  if (codec == CodecId::kFp32) expect_exact(round.buffers[0], want);
+  if (codec == CodecId::kFp32) {
+    expect_exact(round.buffers[0], want);
+  } else {
+    expect_within_bound(round.buffers[0], want, codec, world);
+  }
 
   std::uint64_t sent = 0, received = 0;
   for (int r = 0; r < world; ++r) {
@@ -213,6 +264,33 @@ TEST(RingSchedule, BackToBackAndConcurrentBucketsOnOneTransport) {
   for (int r = 0; r < kWorld; ++r) ASSERT_FALSE(errors[r]) << describe(errors[r]);
   expect_exact(out_a[0], exact_sum(a));
   expect_exact(out_b[2], exact_sum(b));
+}
+
+TEST(RingSchedule, WorkspaceIsReusedAcrossSizesAndCodecs) {
+  constexpr int kWorld = 3;
+  InProcRing ring(kWorld, 2);
+  auto transports = ring.transports();
+  std::vector<RingWorkspace> workspaces(kWorld);
+  ThreadRuntime runtime;
+  const auto big = integer_inputs(kWorld, 3000);
+  const auto small = integer_inputs(kWorld, 10);
+  std::vector<std::vector<float>> out_big = big, out_small = small, out_lossy = big;
+  auto errors = testing::run_ranks(kWorld, [&](int r) {
+    RingOptions o;
+    o.max_chunk_bytes = 1024;
+    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_big[r]), o, &workspaces[r]);
+    o.outer_step = 1;
+    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_small[r]), o, &workspaces[r]);
+    o.outer_step = 2;
+    o.codec = CodecId::kInt8Prime;
+    o.max_chunk_bytes = 2048;  // the int8 payload alone carries a 1 KiB table
+    o.measure_error = true;
+    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_lossy[r]), o, &workspaces[r]);
+  });
+  for (int r = 0; r < kWorld; ++r) ASSERT_FALSE(errors[r]) << describe(errors[r]);
+  expect_exact(out_big[1], exact_sum(big));
+  expect_exact(out_small[2], exact_sum(small));
+  expect_within_bound(out_lossy[0], exact_sum(big), CodecId::kInt8Prime, kWorld);
 }
 
 TEST(RingSchedule, MeasureErrorIsZeroForFp32) {

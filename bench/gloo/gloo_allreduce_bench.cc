@@ -1,0 +1,322 @@
+// Multi-process all-reduce benchmark: Meridian's ring (fp32, int8) over the Gloo transport next
+// to Gloo's own ring all-reduce (gloo::allreduce, RING), same processes, same sizes, one run.
+// Not Google Benchmark: it needs one process per rank (forked here, or one per network
+// namespace with --rank), so it reports like nccl-tests: time per all-reduce (slowest rank,
+// median of the iterations), algbw = bytes / time, busbw = algbw * 2(n-1)/n, and a
+// correctness column per size.
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/collective/ring_allreduce.h"
+#include "engine/error.h"
+#include "engine/runtime/thread_runtime.h"
+#include "engine/store/tcp_store.h"
+#include "engine/transport/gloo/gloo_store_adapter.h"
+#include "engine/transport/gloo/gloo_transport.h"
+
+namespace meridian::bench {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gloo_allreduce_bench [--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K]\n"
+    "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S] [--max-chunk-kib K]\n"
+    "       one rank per process (network namespaces):\n"
+    "         ... --rank R --ranks N --store HOST:PORT --hostname ADDR [--serve-store]\n"
+    "           --serve-store: rank 0 runs the store on 0.0.0.0:PORT itself.\n"
+    "Forked mode (no --rank) runs N ranks on 127.0.0.1 with an ephemeral store port.\n";
+
+constexpr char kSecret[] = "gloo-allreduce-bench";
+
+struct Config {
+  int ranks = 4;
+  std::vector<std::size_t> sizes_mib = {1, 4, 16, 64, 256};
+  int iters = 3;
+  std::vector<std::string> methods = {"gloo", "fp32", "int8"};
+  double timeout_s = 600;
+  std::size_t max_chunk_kib = 4096;  // RingOptions::max_chunk_bytes
+  int rank = -1;  // -1: fork every rank here
+  std::string store_host = "127.0.0.1";
+  std::uint16_t store_port = 0;
+  std::string hostname = "127.0.0.1";
+  bool serve_store = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string part; std::getline(in, part, ',');) out.push_back(part);
+  return out;
+}
+
+Config parse(int argc, char** argv) {
+  Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(a + ": expected a value\n" + kUsage);
+      return argv[++i];
+    };
+    if (a == "--ranks") c.ranks = std::stoi(value());
+    else if (a == "--sizes-mib") {
+      c.sizes_mib.clear();
+      for (const auto& s : split(value())) c.sizes_mib.push_back(std::stoul(s));
+    } else if (a == "--iters") c.iters = std::stoi(value());
+    else if (a == "--methods") c.methods = split(value());
+    else if (a == "--timeout-s") c.timeout_s = std::stod(value());
+    else if (a == "--max-chunk-kib") c.max_chunk_kib = std::stoul(value());
+    else if (a == "--rank") c.rank = std::stoi(value());
+    else if (a == "--hostname") c.hostname = value();
+    else if (a == "--serve-store") c.serve_store = true;
+    else if (a == "--store") {
+      const std::string v = value();
+      const auto colon = v.rfind(':');
+      if (colon == std::string::npos) throw ConfigError("--store: expected HOST:PORT, got '" + v + "'");
+      c.store_host = v.substr(0, colon);
+      c.store_port = static_cast<std::uint16_t>(std::stoi(v.substr(colon + 1)));
+    } else {
+      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
+    }
+  }
+  if (c.ranks < 2 || c.iters < 1) throw ConfigError(std::string("need --ranks >= 2 and --iters >= 1\n") + kUsage);
+  for (const auto& m : c.methods) {
+    if (m != "gloo" && m != "fp32" && m != "int8" && m != "xfer") {
+      throw ConfigError("unknown method '" + m + "' (gloo, fp32, int8, xfer)");
+    }
+  }
+  return c;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Smooth pseudo-random values in [-1, 1), different per rank (gradient-like for the codecs).
+std::vector<float> make_input(std::size_t count, int rank) {
+  std::vector<float> v(count);
+  std::uint32_t x = 12345u + 7919u * static_cast<std::uint32_t>(rank);
+  for (float& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+  return v;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& reference) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = double(a[i]) - double(reference[i]);
+    num += d * d;
+    den += double(reference[i]) * double(reference[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : 0.0;
+}
+
+// The ring's traffic without its computation: 2(n-1) steps, each sending one share to rank+1
+// while receiving one from rank-1, in pieces of at most `max_piece_bytes`, over the Meridian
+// transport. Separates the transport's cost from the ring's coding and reduction.
+void transfer_only(Transport& t, std::vector<float>& buf, std::size_t max_piece_bytes,
+                   double timeout_s) {
+  const int n = t.size(), rank = t.rank();
+  const std::size_t share = (buf.size() + n - 1) / n * sizeof(float);
+  const std::size_t piece = std::max<std::size_t>(1, std::min(share, max_piece_bytes));
+  std::vector<std::byte> out(piece), in(piece);
+  std::uint64_t serial = 0;
+  for (int step = 0; step < 2 * (n - 1); ++step) {
+    for (std::size_t off = 0; off < share; off += piece, ++serial) {
+      const std::size_t len = std::min(piece, share - off);
+      t.start_exchange((rank + 1) % n, Payload::of(std::span(out).first(len)), (rank + n - 1) % n,
+                       std::span(in).first(len), make_tag(TagKind::kTest, serial))
+          ->wait(timeout_s);
+    }
+  }
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Runs one rank; rank 0 prints the table.
+int run_rank(const Config& c, int rank, std::uint16_t store_port) {
+  TcpStoreClientOptions so;
+  so.host = c.store_host;
+  so.port = store_port;
+  so.client_id = "bench-rank" + std::to_string(rank);
+  so.identity = {kSecret, "bench", ""};
+  so.connect_timeout_s = 60;
+  TcpStore store(so);
+  auto barrier = [&](const std::string& name) {
+    store.set(name + "/" + std::to_string(rank), "1");
+    std::vector<std::string> keys;
+    for (int r = 0; r < c.ranks; ++r) keys.push_back(name + "/" + std::to_string(r));
+    store.wait(keys, c.timeout_s);
+  };
+
+  // Gloo's own context (for gloo::allreduce) and Meridian's transport, side by side.
+  ::gloo::transport::tcp::attr attr;
+  attr.hostname = c.hostname;
+  auto device = ::gloo::transport::tcp::CreateDevice(attr);
+  auto gloo_context = std::make_shared<::gloo::rendezvous::Context>(rank, c.ranks);
+  gloo_context->setTimeout(std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
+  gloo_transport::StoreAdapter adapter(store, "bench/gloo-context/", c.timeout_s);
+  gloo_context->connectFullMesh(adapter, device);
+
+  gloo_transport::GlooOptions go;
+  go.hostname = c.hostname;
+  gloo_transport::GlooTransportFactory factory(store, go);
+  EpochSpec spec;
+  spec.epoch = 1;
+  spec.rank = rank;
+  for (int r = 0; r < c.ranks; ++r) spec.members.push_back(r);
+  spec.timeout_s = c.timeout_s;
+  auto transport = factory.connect(spec);
+  ThreadRuntime runtime;
+
+  if (rank == 0) {
+    std::printf("| MiB | method | time ms (median of %d) | algbw GB/s | busbw GB/s | vs Gloo fp32 | "
+                "rel. diff vs Gloo |\n|---:|---|---:|---:|---:|---:|---:|\n", c.iters);
+    std::fflush(stdout);
+  }
+  std::uint32_t gloo_tag = 1;
+  for (const std::size_t mib : c.sizes_mib) {
+    const std::size_t count = mib * (std::size_t{1} << 20) / sizeof(float);
+    const std::vector<float> input = make_input(count, rank);
+    std::vector<float> buf(count), gloo_result;
+    double gloo_ms = 0;
+    for (const std::string& method : c.methods) {
+      std::vector<double> times_ms;
+      for (int it = -1; it < c.iters; ++it) {  // it = -1: warm-up, not reported
+        buf = input;
+        const std::string name = "b/" + std::to_string(mib) + "/" + method + "/" + std::to_string(it);
+        barrier(name);
+        const double t0 = now_s();
+        if (method == "gloo") {
+          ::gloo::AllreduceOptions opts(gloo_context);
+          opts.setOutput(buf.data(), count);
+          opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+          opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+              &::gloo::sum<float>));
+          opts.setTag(gloo_tag++);
+          opts.setTimeout(std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
+          ::gloo::allreduce(opts);
+        } else if (method == "xfer") {
+          transfer_only(*transport, buf, c.max_chunk_kib * 1024, c.timeout_s);
+        } else {
+          RingOptions o;
+          o.codec = method == "fp32" ? CodecId::kFp32 : CodecId::kInt8Prime;
+          o.timeout_s = c.timeout_s;
+          o.max_chunk_bytes = c.max_chunk_kib * 1024;
+          o.outer_step = static_cast<std::uint64_t>(it + 1);
+          o.bucket = static_cast<std::uint32_t>(mib);
+          ring_all_reduce(*transport, runtime, ReduceBuffer::of(buf), o);
+        }
+        const double ms = (now_s() - t0) * 1000.0;
+        store.set("t/" + name + "/" + std::to_string(rank), std::to_string(ms));
+        if (it >= 0 && rank == 0) {
+          double slowest = 0;
+          for (int r = 0; r < c.ranks; ++r) {
+            slowest = std::max(slowest, std::stod(store.get("t/" + name + "/" + std::to_string(r), c.timeout_s)));
+          }
+          times_ms.push_back(slowest);
+        }
+      }
+      if (rank != 0) continue;
+      const double ms = median(times_ms);
+      if (method == "gloo") {
+        gloo_ms = ms;
+        gloo_result = buf;
+      }
+      const double bytes = double(count) * sizeof(float);
+      const double algbw = bytes / (ms / 1000.0) / 1e9;
+      const double busbw = algbw * 2.0 * (c.ranks - 1) / c.ranks;
+      const std::string vs = gloo_ms > 0 ? std::to_string(gloo_ms / ms).substr(0, 5) + "x" : "-";
+      const std::string diff = gloo_result.empty() || method == "gloo" || method == "xfer"
+                                   ? "-"
+                                   : [&] {
+                                       char b[32];
+                                       std::snprintf(b, sizeof(b), "%.2e", relative_difference(buf, gloo_result));
+                                       return std::string(b);
+                                     }();
+      std::printf("| %zu | %s | %.1f | %.3f | %.3f | %s | %s |\n", mib,
+                  method == "gloo"   ? "Gloo ring fp32"
+                  : method == "xfer" ? "Meridian transport only (ring traffic, no compute)"
+                                     : ("Meridian ring " + method).c_str(),
+                  ms,
+                  algbw, busbw, vs.c_str(), diff.c_str());
+      std::fflush(stdout);
+    }
+  }
+  barrier("end");
+  return 0;
+}
+
+int main_impl(int argc, char** argv) {
+  const Config c = parse(argc, argv);
+  if (c.rank >= 0) {
+    std::unique_ptr<TcpStoreServer> server;
+    if (c.rank == 0 && c.serve_store) {
+      TcpStoreServerOptions o;
+      o.bind_host = "0.0.0.0";
+      o.port = c.store_port;
+      o.identity = {kSecret, "bench", ""};
+      server = std::make_unique<TcpStoreServer>(o);
+      server->start();
+    }
+    return run_rank(c, c.rank, c.store_port);
+  }
+  TcpStoreServerOptions o;
+  o.identity = {kSecret, "bench", ""};
+  TcpStoreServer server(o);
+  const std::uint16_t port = server.start();
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);
+  for (int r = 0; r < c.ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int code = 1;
+      try {
+        code = run_rank(c, r, port);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(nullptr);
+      ::_exit(code);
+    }
+    pids.push_back(pid);
+  }
+  int failures = 0;
+  for (const pid_t p : pids) {
+    int status = 0;
+    ::waitpid(p, &status, 0);
+    failures += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace meridian::bench
+
+int main(int argc, char** argv) {
+  try {
+    return meridian::bench::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gloo_allreduce_bench: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,102 @@
+// `meridian store`: the run's key-value store as a standalone process (the first node embeds the
+// same server by default). Serves until SIGINT or SIGTERM. Not a node: it trains nothing.
+#include <signal.h>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "cli/build_info.h"
+#include "cli/command.h"
+#include "engine/error.h"
+#include "engine/store/tcp_store.h"
+
+namespace meridian::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: meridian store --port P --secret-file F [--bind HOST] [--config RUN.yaml | --config-hash H]\n"
+    "\n"
+    "Serves the run's rendezvous and membership store on HOST:P (default HOST 0.0.0.0; P = 0\n"
+    "picks a free port). Nodes join by proving they hold the secret in F (challenge-response\n"
+    "HMAC-SHA256; the secret never crosses the network). A node running another meridian version\n"
+    "is refused; with --config (hashes the file) or --config-hash, so is a node whose run\n"
+    "configuration hash differs. Prints 'store listening on HOST:PORT' once ready.\n";
+
+std::uint16_t parse_port(const std::string& text) {
+  std::size_t used = 0;
+  int port = -1;
+  try {
+    port = std::stoi(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != text.size() || port < 0 || port > 65535) {
+    throw ConfigError("--port: expected an integer in [0, 65535], got '" + text + "'");
+  }
+  return static_cast<std::uint16_t>(port);
+}
+
+int run_store(const std::vector<std::string>& args) {
+  TcpStoreServerOptions options;
+  options.bind_host = "0.0.0.0";
+  options.identity.version = kVersion;
+  bool have_port = false;
+  std::string secret_file;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
+      return args[++i];
+    };
+    if (a == "--port") {
+      options.port = parse_port(value());
+      have_port = true;
+    } else if (a == "--secret-file") {
+      secret_file = value();
+    } else if (a == "--bind") {
+      options.bind_host = value();
+    } else if (a == "--config-hash") {
+      options.identity.config_hash = value();
+    } else if (a == "--config") {
+      const std::string path = value();
+      std::ifstream in(path, std::ios::binary);
+      if (!in) throw ConfigError("--config: cannot read '" + path + "'");
+      options.identity.config_hash = config_hash_of(
+          std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+    } else {
+      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
+    }
+  }
+  if (!have_port || secret_file.empty()) {
+    throw ConfigError(std::string("--port and --secret-file are required\n") + kUsage);
+  }
+  options.identity.secret = read_secret_file(secret_file);
+  options.log = [](const std::string& line) { std::cerr << line << std::endl; };
+
+  // Block the stop signals before the serving thread starts, so only sigwait sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  TcpStoreServer server(options);
+  const std::uint16_t port = server.start();
+  std::cout << "store listening on " << options.bind_host << ":" << port << " (meridian "
+            << kVersion << ", configuration "
+            << (options.identity.config_hash.empty() ? std::string("not checked")
+                                                     : options.identity.config_hash)
+            << ")" << std::endl;
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  server.stop();
+  const auto s = server.stats();
+  std::cout << "store stopped: " << s.joined << " joined, " << s.refused << " refused, " << s.cut_off
+            << " cut off, " << s.requests << " requests" << std::endl;
+  return kExitOk;
+}
+
+MERIDIAN_COMMAND("store", "serve the run's rendezvous store (standalone)", kUsage, run_store);
+
+}  // namespace
+}  // namespace meridian::cli

@@ -1,0 +1,66 @@
+// Small argument helpers shared by `meridian spectrum` and `meridian merge`: option values with
+// errors that name the option and what was expected. Not a general parser.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace meridian::cli::post_args {
+
+// The value after option args[i] (advancing i); ConfigError when it is missing.
+inline const std::string& value(const std::vector<std::string>& args, std::size_t& i) {
+  if (i + 1 >= args.size()) throw ConfigError(args[i] + " needs a value");
+  return args[++i];
+}
+
+inline double number(const std::string& option, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw ConfigError(option + ": expected a number, got '" + text + "'");
+  return v;
+}
+
+inline std::uint64_t unsigned_integer(const std::string& option, const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
+    throw ConfigError(option + ": expected a non-negative integer, got '" + text + "'");
+  try {
+    return std::stoull(text);
+  } catch (const std::exception&) {
+    throw ConfigError(option + ": integer out of range: '" + text + "'");
+  }
+}
+
+// "25%" → 0.25, "0.25" → 0.25; a bare number above 1 is refused as ambiguous.
+inline double fraction(const std::string& option, const std::string& text) {
+  if (!text.empty() && text.back() == '%')
+    return number(option, text.substr(0, text.size() - 1)) / 100.0;
+  const double v = number(option, text);
+  if (v > 1)
+    throw ConfigError(option + ": write a percentage (e.g. 25%) or a fraction in [0, 1], got '" +
+                      text + "'");
+  return v;
+}
+
+// "1,0.5,2" → {1, 0.5, 2}.
+inline std::vector<double> number_list(const std::string& option, const std::string& text) {
+  std::vector<double> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    out.push_back(number(option, text.substr(start, comma - start)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace meridian::cli::post_args

@@ -1,0 +1,281 @@
+// The TCP store client: meridian::Store over the store server's protocol (tcp_store_wire.h).
+// Connections are pooled, one caller per connection at a time, each joined with the
+// challenge-response proof; every socket operation is bounded by a deadline.
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <thread>
+#include <cmath>
+#include <cstring>
+
+#include "engine/error.h"
+#include "engine/store/tcp_store.h"
+#include "engine/store/tcp_store_wire.h"
+#include "engine/util/hmac.h"
+
+namespace meridian {
+
+using store_wire::Reader;
+using store_wire::Type;
+using store_wire::Writer;
+
+namespace {
+
+std::uint32_t to_wire_ms(double timeout_s) {
+  if (!(timeout_s > 0)) return 0;  // also NaN
+  return static_cast<std::uint32_t>(std::min(timeout_s * 1000.0, 4.0e9));
+}
+
+// One connection attempt with a deadline (non-blocking connect + poll); returns the socket.
+int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string where = host + ":" + std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+      rc != 0) {
+    throw PeerLostError(-1, "store " + where + ": cannot resolve: " + ::gai_strerror(rc));
+  }
+  std::string last_error = "no address";
+  int fd = -1;
+  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      const double left_s = deadline_s - store_wire::now_s();
+      rc = left_s > 0 ? ::poll(&p, 1, static_cast<int>(left_s * 1000.0) + 1) : 0;
+      int err = ETIMEDOUT;
+      socklen_t len = sizeof(err);
+      if (rc > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (rc != 0) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) throw PeerLostError(-1, "store " + where + ": cannot connect: " + last_error);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+// Connects, retrying while the server is not up yet (refused or unreachable) until the
+// deadline: nodes may start before the store's process, in any order.
+int dial(const std::string& host, std::uint16_t port, double deadline_s) {
+  double backoff_s = 0.01;
+  for (;;) {
+    try {
+      return dial_once(host, port, deadline_s);
+    } catch (const PeerLostError& e) {
+      if (store_wire::now_s() + backoff_s >= deadline_s) throw;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
+      backoff_s = std::min(backoff_s * 2, 0.5);
+    }
+  }
+}
+
+}  // namespace
+
+TcpStore::TcpStore(TcpStoreClientOptions options) : options_(std::move(options)) {
+  if (options_.identity.secret.empty()) {
+    throw ConfigError("store client: the shared secret is empty (give a non-empty secret file)");
+  }
+  give_back(take_connection());
+}
+
+TcpStore::~TcpStore() {
+  for (const int fd : idle_) ::close(fd);
+}
+
+int TcpStore::take_connection() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!idle_.empty()) {
+      const int fd = idle_.back();
+      idle_.pop_back();
+      return fd;
+    }
+  }
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  const double deadline_s = store_wire::now_s() + options_.connect_timeout_s;
+  const int fd = dial(options_.host, options_.port, deadline_s);
+  try {
+    Reader hello_r(store_wire::recv_frame(fd, store_wire::kMaxHandshakeFrameBytes, deadline_s));
+    if (hello_r.type() != Type::kHello || hello_r.u32("magic") != store_wire::kMagic) {
+      throw ProtocolError("store " + where + ": not a meridian store (bad greeting)");
+    }
+    if (const auto v = hello_r.u16("protocol"); v != store_wire::kProtocolVersion) {
+      throw ConfigError("store " + where + ": speaks store protocol " + std::to_string(v) +
+                        ", this node speaks " + std::to_string(store_wire::kProtocolVersion));
+    }
+    store_wire::Nonce server_nonce;
+    hello_r.raw(server_nonce.data(), server_nonce.size(), "nonce");
+    hello_r.finish("hello");
+
+    const store_wire::Nonce client_nonce = store_wire::random_nonce();
+    const auto& id = options_.identity;
+    const Sha256Digest proof = hmac_sha256(
+        id.secret, store_wire::join_transcript(server_nonce, options_.client_id, id.version,
+                                               id.config_hash, client_nonce));
+    Writer join(Type::kJoin);
+    join.str(options_.client_id).str(id.version).str(id.config_hash);
+    join.raw(client_nonce.data(), client_nonce.size()).raw(proof.data(), proof.size());
+    store_wire::send_all(fd, join.frame(), deadline_s);
+
+    Reader answer(store_wire::recv_frame(fd, store_wire::kMaxHandshakeFrameBytes, deadline_s));
+    const Type t = answer.type();
+    if (t == Type::kRefused) {
+      throw ConfigError("store " + where + " refused node '" + options_.client_id +
+                        "': " + answer.str("reason", store_wire::kMaxHandshakeFrameBytes));
+    }
+    if (t != Type::kWelcome) throw ProtocolError("store " + where + ": unexpected join answer");
+    Sha256Digest server_proof;
+    answer.raw(server_proof.data(), server_proof.size(), "server proof");
+    answer.finish("welcome");
+    const Sha256Digest expected =
+        hmac_sha256(id.secret, store_wire::server_transcript(server_nonce, client_nonce));
+    if (!digests_equal(server_proof, expected)) {
+      throw ConfigError("store " + where +
+                        " could not prove it holds the run's secret (a different run's store?)");
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  return fd;
+}
+
+void TcpStore::give_back(int fd) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  idle_.push_back(fd);
+}
+
+std::string TcpStore::round_trip(const std::string& request, double wait_s) {
+  const int fd = take_connection();
+  try {
+    const double deadline_s = store_wire::now_s() + options_.io_timeout_s + std::max(wait_s, 0.0);
+    store_wire::send_all(fd, request, deadline_s);
+    std::string reply = store_wire::recv_frame(fd, options_.limits.max_frame_bytes, deadline_s);
+    give_back(fd);
+    return reply;
+  } catch (...) {
+    ::close(fd);  // its state is unknown: never reuse it
+    throw;
+  }
+}
+
+namespace {
+
+// Checks the reply status; returns a Reader positioned after it.
+Reader expect_ok(const std::string& reply, const char* op, const std::string& key) {
+  Reader r(reply);
+  const Type t = r.type();
+  if (t == Type::kOk) return r;
+  const std::string text = r.str("message", 1u << 20);
+  if (t == Type::kTimeout) throw TimeoutError(std::string("store ") + op + ": " + text);
+  if (t == Type::kError) throw Error(std::string("store ") + op + " '" + key + "': " + text);
+  throw ProtocolError(std::string("store ") + op + ": unexpected reply type");
+}
+
+}  // namespace
+
+void TcpStore::set(const std::string& key, const std::string& value) {
+  Writer w(Type::kSet);
+  w.str(key).str(value);
+  expect_ok(round_trip(w.frame(), 0), "set", key).finish("set reply");
+}
+
+std::string TcpStore::get(const std::string& key, double timeout_s) {
+  Writer w(Type::kGet);
+  w.str(key).u32(to_wire_ms(timeout_s));
+  const std::string reply = round_trip(w.frame(), timeout_s);
+  Reader r = expect_ok(reply, "get", key);
+  std::string value = r.str("value", options_.limits.max_frame_bytes);
+  r.finish("get reply");
+  return value;
+}
+
+std::optional<std::string> TcpStore::try_get(const std::string& key) {
+  Writer w(Type::kTryGet);
+  w.str(key);
+  const std::string reply = round_trip(w.frame(), 0);
+  Reader r = expect_ok(reply, "try_get", key);
+  std::optional<std::string> out;
+  if (r.u8("present")) out = r.str("value", options_.limits.max_frame_bytes);
+  r.finish("try_get reply");
+  return out;
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, double timeout_s) {
+  Writer w(Type::kWait);
+  w.u32(static_cast<std::uint32_t>(keys.size()));
+  for (const auto& k : keys) w.str(k);
+  w.u32(to_wire_ms(timeout_s));
+  expect_ok(round_trip(w.frame(), timeout_s), "wait", keys.empty() ? "" : keys[0])
+      .finish("wait reply");
+}
+
+std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
+  Writer w(Type::kAdd);
+  w.str(key).i64(delta);
+  const std::string reply = round_trip(w.frame(), 0);
+  Reader r = expect_ok(reply, "add", key);
+  const std::int64_t v = r.i64("value");
+  r.finish("add reply");
+  return v;
+}
+
+std::optional<std::string> TcpStore::compare_set(const std::string& key,
+                                                 const std::optional<std::string>& expected,
+                                                 const std::string& desired) {
+  Writer w(Type::kCompareSet);
+  w.str(key).u8(expected ? 1 : 0);
+  if (expected) w.str(*expected);
+  w.str(desired);
+  const std::string reply = round_trip(w.frame(), 0);
+  Reader r = expect_ok(reply, "compare_set", key);
+  std::optional<std::string> out;
+  if (r.u8("present")) out = r.str("value", options_.limits.max_frame_bytes);
+  r.finish("compare_set reply");
+  return out;
+}
+
+bool TcpStore::erase(const std::string& key) {
+  Writer w(Type::kErase);
+  w.str(key);
+  const std::string reply = round_trip(w.frame(), 0);
+  Reader r = expect_ok(reply, "erase", key);
+  const bool existed = r.u8("existed") != 0;
+  r.finish("erase reply");
+  return existed;
+}
+
+std::vector<std::string> TcpStore::list(const std::string& prefix) {
+  Writer w(Type::kList);
+  w.str(prefix);
+  const std::string reply = round_trip(w.frame(), 0);
+  Reader r = expect_ok(reply, "list", prefix);
+  const std::uint32_t n = r.u32("count");
+  if (std::uint64_t{n} * 4 > r.remaining()) throw ProtocolError("store list: count exceeds reply");
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) keys.push_back(r.str("key", options_.limits.max_key_bytes));
+  r.finish("list reply");
+  return keys;
+}
+
+}  // namespace meridian

@@ -1,0 +1,618 @@
+// The TCP store server: one thread, one poll() loop over every connection. Frames are read in
+// two steps (4-byte length, then a body of exactly that length) so nothing is allocated before
+// the length is checked; waits are parked per connection and completed when their keys appear
+// or their deadline passes. A peer that breaks the protocol is cut off; nobody else notices.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <thread>
+
+#include "engine/error.h"
+#include "engine/store/tcp_store.h"
+#include "engine/store/tcp_store_wire.h"
+#include "engine/util/hmac.h"
+
+namespace meridian {
+
+using store_wire::Reader;
+using store_wire::Type;
+using store_wire::Writer;
+
+std::string config_hash_of(const std::string& resolved_config_text) {
+  const Sha256Digest d = sha256(resolved_config_text);
+  return to_hex(d);
+}
+
+std::string read_secret_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw ConfigError("secret file '" + path + "': " + std::strerror(errno));
+  }
+  if ((st.st_mode & 077) != 0) {
+    throw ConfigError("secret file '" + path + "': readable by group or others (chmod 600 it)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw ConfigError("secret file '" + path + "': cannot be read");
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
+  if (secret.empty()) throw ConfigError("secret file '" + path + "': empty (expected a shared secret)");
+  return secret;
+}
+
+namespace {
+
+struct PendingWait {
+  Type type = Type::kWait;  // kGet returns the value of keys[0]; kWait returns nothing
+  std::vector<std::string> keys;
+  double deadline_s = 0;
+};
+
+struct Connection {
+  int fd = -1;
+  bool joined = false;
+  std::string peer;  // "client-id@address" once joined, the address before
+  store_wire::Nonce nonce{};
+  double handshake_deadline_s = 0;
+  // Reading: first the 4-byte prefix, then a body of the announced length.
+  unsigned char prefix[4] = {};
+  std::size_t prefix_got = 0;
+  std::string body;
+  std::size_t body_got = 0;
+  bool reading_body = false;
+  std::string out;  // bytes not yet written
+  std::size_t out_sent = 0;
+  bool close_after_flush = false;
+  std::optional<PendingWait> wait;
+};
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Integer value stored by add(): decimal text.
+std::optional<std::int64_t> parse_int(const std::string& s) {
+  std::int64_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+struct TcpStoreServer::Impl {
+  TcpStoreServerOptions options;
+  int listen_fd = -1;
+  int wake_pipe[2] = {-1, -1};
+  std::uint16_t bound_port = 0;
+  std::thread thread;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> joined{0}, refused{0}, cut_off{0}, requests{0};
+
+  // Loop-thread state.
+  std::map<int, Connection> connections;
+  std::map<std::string, std::string> data;
+  std::uint64_t stored_bytes = 0;
+
+  void log(const std::string& line) {
+    if (options.log) options.log(line);
+  }
+
+  void run();
+  void accept_new();
+  void on_readable(Connection& c);
+  void on_frame(Connection& c);
+  void handle_join(Connection& c, Reader& r);
+  void handle_request(Connection& c, Reader& r);
+  void reply(Connection& c, const Writer& w);
+  void flush(Connection& c);
+  void cut(Connection& c, const std::string& why);
+  void refuse(Connection& c, const std::string& why);
+  bool try_complete_wait(Connection& c, bool expired);
+  void complete_waits();
+  void put(const std::string& key, std::string value);
+  bool remove(const std::string& key);
+};
+
+void TcpStoreServer::Impl::cut(Connection& c, const std::string& why) {
+  ++cut_off;
+  log("store: cut off " + c.peer + ": " + why);
+  close_fd(c.fd);
+}
+
+void TcpStoreServer::Impl::refuse(Connection& c, const std::string& why) {
+  ++refused;
+  log("store: refused " + c.peer + ": " + why);
+  Writer w(Type::kRefused);
+  w.str(why);
+  c.close_after_flush = true;
+  reply(c, w);
+}
+
+void TcpStoreServer::Impl::reply(Connection& c, const Writer& w) {
+  c.out += w.frame();
+  flush(c);
+}
+
+void TcpStoreServer::Impl::flush(Connection& c) {
+  while (c.fd >= 0 && c.out_sent < c.out.size()) {
+    const ssize_t rc = ::send(c.fd, c.out.data() + c.out_sent, c.out.size() - c.out_sent,
+                              MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (rc < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR) continue;
+      log("store: " + c.peer + " went away: " + std::strerror(errno));
+      close_fd(c.fd);
+      return;
+    }
+    c.out_sent += static_cast<std::size_t>(rc);
+  }
+  if (c.fd >= 0 && c.out_sent == c.out.size()) {
+    c.out.clear();
+    c.out_sent = 0;
+    if (c.close_after_flush) close_fd(c.fd);
+  }
+}
+
+void TcpStoreServer::Impl::put(const std::string& key, std::string value) {
+  auto it = data.find(key);
+  if (it != data.end()) {
+    stored_bytes -= it->second.size();
+    stored_bytes += value.size();
+    it->second = std::move(value);
+  } else {
+    stored_bytes += key.size() + value.size();
+    data.emplace(key, std::move(value));
+  }
+}
+
+bool TcpStoreServer::Impl::remove(const std::string& key) {
+  auto it = data.find(key);
+  if (it == data.end()) return false;
+  stored_bytes -= it->first.size() + it->second.size();
+  data.erase(it);
+  return true;
+}
+
+bool TcpStoreServer::Impl::try_complete_wait(Connection& c, bool expired) {
+  if (!c.wait || c.fd < 0) return false;
+  bool all = true;
+  for (const auto& k : c.wait->keys) all = all && data.count(k) > 0;
+  if (all) {
+    Writer w(Type::kOk);
+    if (c.wait->type == Type::kGet) w.str(data.at(c.wait->keys[0]));
+    c.wait.reset();
+    reply(c, w);
+    return true;
+  }
+  if (expired) {
+    std::string missing;
+    for (const auto& k : c.wait->keys) {
+      if (data.count(k) == 0) missing += (missing.empty() ? "'" : ", '") + k + "'";
+      if (missing.size() > 200) break;
+    }
+    Writer w(Type::kTimeout);
+    w.str("key(s) " + missing + " did not appear in time");
+    c.wait.reset();
+    reply(c, w);
+    return true;
+  }
+  return false;
+}
+
+void TcpStoreServer::Impl::complete_waits() {
+  for (auto& [fd, c] : connections) try_complete_wait(c, false);
+}
+
+void TcpStoreServer::Impl::handle_join(Connection& c, Reader& r) {
+  if (r.type() != Type::kJoin) throw ProtocolError("expected a join message first");
+  const std::string client_id = r.str("client id", 256);
+  const std::string version = r.str("version", 256);
+  const std::string config_hash = r.str("config hash", 256);
+  store_wire::Nonce client_nonce;
+  r.raw(client_nonce.data(), client_nonce.size(), "client nonce");
+  Sha256Digest mac;
+  r.raw(mac.data(), mac.size(), "proof");
+  r.finish("join");
+  c.peer = "'" + client_id + "'@" + c.peer;
+  const Sha256Digest expected =
+      hmac_sha256(options.identity.secret,
+                  store_wire::join_transcript(c.nonce, client_id, version, config_hash, client_nonce));
+  if (!digests_equal(mac, expected)) {
+    refuse(c, "wrong secret (the join proof does not match this store's secret)");
+    return;
+  }
+  if (version != options.identity.version) {
+    refuse(c, "version mismatch: the store runs meridian " + options.identity.version +
+                  ", the node runs " + version);
+    return;
+  }
+  if (!options.identity.config_hash.empty() && config_hash != options.identity.config_hash) {
+    refuse(c, "run configuration differs: the store's configuration hash is " +
+                  options.identity.config_hash + ", the node's is " + config_hash);
+    return;
+  }
+  c.joined = true;
+  ++joined;
+  log("store: joined " + c.peer);
+  Writer w(Type::kWelcome);
+  const Sha256Digest proof =
+      hmac_sha256(options.identity.secret, store_wire::server_transcript(c.nonce, client_nonce));
+  w.raw(proof.data(), proof.size());
+  reply(c, w);
+}
+
+void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
+  const auto& lim = options.limits;
+  const auto timeout_of = [&](std::uint32_t ms) { return store_wire::now_s() + ms / 1000.0; };
+  const Type type = r.type();
+  ++requests;
+  Writer ok(Type::kOk);
+  switch (type) {
+    case Type::kSet: {
+      std::string key = r.str("key", lim.max_key_bytes);
+      std::string value = r.str("value", lim.max_frame_bytes);
+      r.finish("set");
+      if (stored_bytes + key.size() + value.size() > lim.max_stored_bytes) {
+        Writer e(Type::kError);
+        e.str("store full: " + std::to_string(stored_bytes) + " bytes held, limit " +
+              std::to_string(lim.max_stored_bytes));
+        reply(c, e);
+        return;
+      }
+      put(key, std::move(value));
+      reply(c, ok);
+      complete_waits();
+      return;
+    }
+    case Type::kGet:
+    case Type::kWait: {
+      PendingWait w;
+      w.type = type;
+      if (type == Type::kGet) {
+        w.keys.push_back(r.str("key", lim.max_key_bytes));
+      } else {
+        const std::uint32_t n = r.u32("key count");
+        if (n > lim.max_keys) {
+          throw ProtocolError("wait names " + std::to_string(n) + " keys, limit " +
+                              std::to_string(lim.max_keys));
+        }
+        // Each key needs at least its 4-byte length: a lying count fails before allocating.
+        if (std::uint64_t{n} * 4 > r.remaining()) throw ProtocolError("wait key count exceeds the message");
+        w.keys.reserve(n);
+        for (std::uint32_t i = 0; i < n; ++i) w.keys.push_back(r.str("key", lim.max_key_bytes));
+      }
+      w.deadline_s = timeout_of(r.u32("timeout"));
+      r.finish(type == Type::kGet ? "get" : "wait");
+      c.wait = std::move(w);
+      try_complete_wait(c, false);
+      return;
+    }
+    case Type::kTryGet: {
+      const std::string key = r.str("key", lim.max_key_bytes);
+      r.finish("try_get");
+      auto it = data.find(key);
+      ok.u8(it != data.end() ? 1 : 0);
+      if (it != data.end()) ok.str(it->second);
+      reply(c, ok);
+      return;
+    }
+    case Type::kAdd: {
+      const std::string key = r.str("key", lim.max_key_bytes);
+      const std::int64_t delta = r.i64("delta");
+      r.finish("add");
+      std::int64_t current = 0;
+      if (auto it = data.find(key); it != data.end()) {
+        const auto parsed = parse_int(it->second);
+        if (!parsed) {
+          Writer e(Type::kError);
+          e.str("add: key '" + key + "' holds a value that is not an integer");
+          reply(c, e);
+          return;
+        }
+        current = *parsed;
+      }
+      const std::int64_t next = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
+                                                          static_cast<std::uint64_t>(delta));
+      put(key, std::to_string(next));
+      ok.i64(next);
+      reply(c, ok);
+      complete_waits();
+      return;
+    }
+    case Type::kCompareSet: {
+      const std::string key = r.str("key", lim.max_key_bytes);
+      const bool has_expected = r.u8("has expected") != 0;
+      std::optional<std::string> expected;
+      if (has_expected) expected = r.str("expected", lim.max_frame_bytes);
+      std::string desired = r.str("desired", lim.max_frame_bytes);
+      r.finish("compare_set");
+      auto it = data.find(key);
+      const bool matches = has_expected ? (it != data.end() && it->second == *expected)
+                                        : (it == data.end());
+      if (matches) {
+        if (stored_bytes + key.size() + desired.size() > lim.max_stored_bytes) {
+          Writer e(Type::kError);
+          e.str("store full: " + std::to_string(stored_bytes) + " bytes held");
+          reply(c, e);
+          return;
+        }
+        ok.u8(1).str(desired);
+        put(key, std::move(desired));
+        reply(c, ok);
+        complete_waits();
+        return;
+      }
+      ok.u8(it != data.end() ? 1 : 0);
+      if (it != data.end()) ok.str(it->second);
+      reply(c, ok);
+      return;
+    }
+    case Type::kErase: {
+      const std::string key = r.str("key", lim.max_key_bytes);
+      r.finish("erase");
+      ok.u8(remove(key) ? 1 : 0);
+      reply(c, ok);
+      return;
+    }
+    case Type::kList: {
+      const std::string prefix = r.str("prefix", lim.max_key_bytes);
+      r.finish("list");
+      std::vector<const std::string*> keys;
+      std::uint64_t bytes = 0;
+      for (auto it = data.lower_bound(prefix); it != data.end() && it->first.starts_with(prefix);
+           ++it) {
+        keys.push_back(&it->first);
+        bytes += 4 + it->first.size();
+      }
+      if (keys.size() > lim.max_keys || bytes + 16 > lim.max_frame_bytes) {
+        Writer e(Type::kError);
+        e.str("list '" + prefix + "': " + std::to_string(keys.size()) +
+              " keys exceed one reply's limits");
+        reply(c, e);
+        return;
+      }
+      ok.u32(static_cast<std::uint32_t>(keys.size()));
+      for (const auto* k : keys) ok.str(*k);
+      reply(c, ok);
+      return;
+    }
+    default:
+      throw ProtocolError("unknown request type " + std::to_string(static_cast<int>(type)));
+  }
+}
+
+void TcpStoreServer::Impl::on_frame(Connection& c) {
+  Reader r(std::move(c.body));
+  try {
+    if (!c.joined) {
+      handle_join(c, r);
+    } else {
+      if (c.wait) throw ProtocolError("a second request while a wait is pending");
+      handle_request(c, r);
+    }
+  } catch (const ProtocolError& e) {
+    cut(c, e.what());
+  }
+  c.body.clear();
+  c.body.shrink_to_fit();
+}
+
+void TcpStoreServer::Impl::on_readable(Connection& c) {
+  // Reads at most what the current frame still needs, so a flood of bytes never grows a buffer
+  // beyond one validated frame.
+  for (int rounds = 0; rounds < 64 && c.fd >= 0; ++rounds) {
+    char* dst;
+    std::size_t want;
+    if (!c.reading_body) {
+      dst = reinterpret_cast<char*>(c.prefix) + c.prefix_got;
+      want = 4 - c.prefix_got;
+    } else {
+      dst = c.body.data() + c.body_got;
+      want = c.body.size() - c.body_got;
+    }
+    const ssize_t rc = ::recv(c.fd, dst, want, MSG_DONTWAIT);
+    if (rc == 0) {
+      if (c.joined) log("store: " + c.peer + " disconnected");
+      close_fd(c.fd);
+      return;
+    }
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) close_fd(c.fd);
+      return;
+    }
+    if (!c.reading_body) {
+      c.prefix_got += static_cast<std::size_t>(rc);
+      if (c.prefix_got < 4) continue;
+      const std::uint32_t n = store_wire::decode_u32(c.prefix);
+      const std::uint32_t limit =
+          c.joined ? options.limits.max_frame_bytes : store_wire::kMaxHandshakeFrameBytes;
+      if (n == 0 || n > limit) {
+        cut(c, "frame claims " + std::to_string(n) + " bytes, limit " + std::to_string(limit));
+        return;
+      }
+      c.body.assign(n, '\0');
+      c.body_got = 0;
+      c.reading_body = true;
+      continue;
+    }
+    c.body_got += static_cast<std::size_t>(rc);
+    if (c.body_got < c.body.size()) continue;
+    c.reading_body = false;
+    c.prefix_got = 0;
+    on_frame(c);
+    // One request at a time: stop reading until its reply is out and no wait is parked.
+    if (c.fd < 0 || c.wait || !c.out.empty()) return;
+  }
+}
+
+void TcpStoreServer::Impl::accept_new() {
+  for (;;) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof(addr);
+    const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
+                             SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;  // EAGAIN, or a transient error: the next poll retries
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    Connection c;
+    c.fd = fd;
+    char host[NI_MAXHOST] = "?", serv[NI_MAXSERV] = "?";
+    ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                  NI_NUMERICHOST | NI_NUMERICSERV);
+    c.peer = std::string(host) + ":" + serv;
+    c.nonce = store_wire::random_nonce();
+    c.handshake_deadline_s = store_wire::now_s() + options.handshake_timeout_s;
+    Writer hello(Type::kHello);
+    hello.u32(store_wire::kMagic).u16(store_wire::kProtocolVersion);
+    hello.raw(c.nonce.data(), c.nonce.size());
+    auto [it, inserted] = connections.emplace(fd, std::move(c));
+    reply(it->second, hello);
+  }
+}
+
+void TcpStoreServer::Impl::run() {
+  std::vector<pollfd> fds;
+  while (!stopping.load()) {
+    fds.clear();
+    fds.push_back({listen_fd, POLLIN, 0});
+    fds.push_back({wake_pipe[0], POLLIN, 0});
+    double next_deadline_s = std::numeric_limits<double>::infinity();
+    for (auto& [fd, c] : connections) {
+      short events = POLLRDHUP;
+      if (!c.out.empty()) events |= POLLOUT;
+      else if (!c.wait && !c.close_after_flush) events |= POLLIN;
+      fds.push_back({fd, events, 0});
+      if (!c.joined) next_deadline_s = std::min(next_deadline_s, c.handshake_deadline_s);
+      if (c.wait) next_deadline_s = std::min(next_deadline_s, c.wait->deadline_s);
+    }
+    int timeout_ms = -1;
+    if (next_deadline_s < std::numeric_limits<double>::infinity()) {
+      timeout_ms = static_cast<int>(
+          std::clamp((next_deadline_s - store_wire::now_s()) * 1000.0 + 1.0, 0.0, 1e9));
+    }
+    const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
+    if (rc < 0 && errno != EINTR) {
+      log(std::string("store: poll failed: ") + std::strerror(errno));
+      break;
+    }
+    if (fds[0].revents & POLLIN) accept_new();
+    for (std::size_t i = 2; i < fds.size(); ++i) {
+      auto it = connections.find(fds[i].fd);
+      if (it == connections.end()) continue;
+      Connection& c = it->second;
+      const short ev = fds[i].revents;
+      if (ev & (POLLERR | POLLNVAL)) {
+        close_fd(c.fd);
+        continue;
+      }
+      if (ev & POLLOUT) flush(c);
+      if (c.fd >= 0 && (ev & POLLIN)) on_readable(c);
+      if (c.fd >= 0 && (ev & (POLLHUP | POLLRDHUP)) && !(ev & POLLIN)) {
+        if (c.joined) log("store: " + c.peer + " disconnected");
+        close_fd(c.fd);
+      }
+    }
+    const double now = store_wire::now_s();
+    for (auto& [fd, c] : connections) {
+      if (c.fd >= 0 && !c.joined && !c.close_after_flush && now >= c.handshake_deadline_s) {
+        cut(c, "did not join within " + std::to_string(options.handshake_timeout_s) + " s");
+      }
+      if (c.fd >= 0 && c.wait && now >= c.wait->deadline_s) try_complete_wait(c, true);
+    }
+    std::erase_if(connections, [](const auto& kv) { return kv.second.fd < 0; });
+  }
+  for (auto& [fd, c] : connections) close_fd(c.fd);
+  connections.clear();
+}
+
+TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  if (impl_->options.identity.secret.empty()) {
+    throw ConfigError("store server: the shared secret is empty (give a non-empty secret file)");
+  }
+}
+
+TcpStoreServer::~TcpStoreServer() { stop(); }
+
+std::uint16_t TcpStoreServer::start() {
+  MERIDIAN_CHECK(!impl_->thread.joinable());
+  auto& o = impl_->options;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(o.port);
+  if (const int rc = ::getaddrinfo(o.bind_host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    throw ConfigError("store server: cannot resolve bind address '" + o.bind_host +
+                      "': " + ::gai_strerror(rc));
+  }
+  std::string last_error = "no address";
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 512) == 0) {
+      impl_->listen_fd = fd;
+      break;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (impl_->listen_fd < 0) {
+    throw ConfigError("store server: cannot listen on " + o.bind_host + ":" + port + ": " +
+                      last_error);
+  }
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(impl_->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  impl_->bound_port = ntohs(addr.ss_family == AF_INET6
+                                ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (::pipe2(impl_->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw ConfigError(std::string("store server: pipe failed: ") + std::strerror(errno));
+  }
+  impl_->stopping = false;
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+  return impl_->bound_port;
+}
+
+void TcpStoreServer::stop() {
+  if (!impl_->thread.joinable()) return;
+  impl_->stopping = true;
+  const char byte = 1;
+  [[maybe_unused]] const ssize_t rc = ::write(impl_->wake_pipe[1], &byte, 1);
+  impl_->thread.join();
+  close_fd(impl_->listen_fd);
+  close_fd(impl_->wake_pipe[0]);
+  close_fd(impl_->wake_pipe[1]);
+}
+
+std::uint16_t TcpStoreServer::port() const { return impl_->bound_port; }
+
+TcpStoreServer::Stats TcpStoreServer::stats() const {
+  return {impl_->joined.load(), impl_->refused.load(), impl_->cut_off.load(),
+          impl_->requests.load()};
+}
+
+}  // namespace meridian

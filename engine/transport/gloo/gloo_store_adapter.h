@@ -1,0 +1,31 @@
+// Adapts a meridian::Store to gloo::rendezvous::Store under a key prefix, so Gloo's
+// connectFullMesh can exchange addresses through the run's store. Every wait is bounded by the
+// adapter's timeout (Gloo's timeout-less overloads included). Not a general-purpose Gloo store.
+#pragma once
+
+#include <gloo/rendezvous/store.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/store.h"
+
+namespace meridian::gloo_transport {
+
+class StoreAdapter final : public ::gloo::rendezvous::Store {
+ public:
+  StoreAdapter(meridian::Store& store, std::string prefix, double timeout_s)
+      : store_(store), prefix_(std::move(prefix)), timeout_s_(timeout_s) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+
+ private:
+  meridian::Store& store_;
+  std::string prefix_;
+  double timeout_s_;
+};
+
+}  // namespace meridian::gloo_transport

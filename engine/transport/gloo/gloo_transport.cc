@@ -1,0 +1,414 @@
+// GlooTransport: each logical message is a credit (the receiver's buffer size, sent by the
+// receiver when it posts), then a 16-byte header (magic, payload bytes) and the payload, both on
+// the Gloo slot equal to the tag. The sender sends the payload only when it fits the credit:
+// Gloo aborts the process when a message exceeds the posted receive, so it must never see one;
+// an oversize message is a ProtocolError on both sides instead. Receives are posted up front, so
+// data flows as soon as the sender posts (as in Gloo's own collectives). Gloo errors become
+// Meridian errors here, and any failed operation aborts the epoch (Gloo cannot cancel a posted
+// receive, and the memory it targets belongs to the caller).
+#include "engine/transport/gloo/gloo_transport.h"
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "engine/error.h"
+#include "engine/transport/gloo/gloo_store_adapter.h"
+#include "engine/util/epoch_keys.h"
+
+namespace meridian::gloo_transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Buffer = ::gloo::transport::UnboundBuffer;
+
+constexpr std::uint32_t kHeaderMagic = 0x4d474c4f;  // "MGLO"
+
+// Credits travel on the tag's slot with the top bit set (tag kinds are small numbers in bits
+// 56-63, so bit 63 is otherwise clear).
+constexpr std::uint64_t credit_slot(Tag tag) { return tag | (std::uint64_t{1} << 63); }
+
+struct Header {
+  std::uint32_t magic = 0;
+  std::uint32_t reserved = 0;
+  std::uint64_t payload_bytes = 0;
+};
+static_assert(sizeof(Header) == 16);
+
+Clock::time_point deadline_after(double timeout_s) {
+  const double s = std::isfinite(timeout_s) ? std::clamp(timeout_s, 0.0, 1e7) : 1e7;
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+std::chrono::milliseconds left_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  // 0 would mean "no time at all" to Gloo; a negative value would mean "the context default".
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+}  // namespace
+
+class GlooTransport;
+
+// One half-duplex Gloo operation (a header or payload send or receive) whose buffer the
+// transport tracks, so abort() can wake its waiter.
+class TrackedBuffer {
+ public:
+  TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes);
+  ~TrackedBuffer();
+  Buffer& operator*() { return *buffer_; }
+  Buffer* operator->() { return buffer_.get(); }
+
+ private:
+  GlooTransport& transport_;
+  std::unique_ptr<Buffer> buffer_;
+};
+
+class GlooTransport final : public Transport {
+ public:
+  GlooTransport(std::shared_ptr<::gloo::Context> context, std::uint64_t epoch, int rank, int size)
+      : context_(std::move(context)), epoch_(epoch), rank_(rank), size_(size) {}
+  ~GlooTransport() override {
+    // Close before the buffers' owners go away: nothing may be written into caller memory later.
+    abort();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::uint64_t epoch() const override { return epoch_; }
+
+  void send(int to, Tag tag, Payload msg, double timeout_s) override {
+    check_peer(to, "send to");
+    const auto deadline = deadline_after(timeout_s);
+    Outgoing out(*this, to, tag, msg);
+    out.post(deadline);
+    out.wait(deadline);
+  }
+
+  Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
+    check_peer(from, "receive from");
+    const auto deadline = deadline_after(timeout_s);
+    Incoming in(*this, from, tag, into);
+    return in.wait(deadline);
+  }
+
+  std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
+                                                  std::span<std::byte> into, Tag tag) override;
+
+  void abort() override {
+    if (aborted_.exchange(true)) return;
+    if (context_) {
+      try {
+        // Resets every connection: peers see their pending operations with us fail at once,
+        // and Gloo stops reading into our buffers.
+        context_->closeConnections();
+      } catch (const std::exception&) {
+        // Already closed by Gloo after an error: nothing left to do.
+      }
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Buffer* b : live_) {
+      b->abortWaitRecv();
+      b->abortWaitSend();
+    }
+  }
+
+  // Registration of live buffers (TrackedBuffer).
+  void track(Buffer* b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.insert(b);
+  }
+  void untrack(Buffer* b) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.erase(b);
+  }
+  ::gloo::Context& context() { return *context_; }
+
+  // Runs one Gloo call, translating its errors at this edge. Any failure aborts the epoch.
+  template <typename F>
+  auto guarded(int peer, const std::string& what, F&& f) -> decltype(f()) {
+    if (aborted_.load()) {
+      throw PeerLostError(peer, what + ": epoch " + std::to_string(epoch_) + " was aborted");
+    }
+    try {
+      return f();
+    } catch (const ::gloo::IoException& e) {
+      abort();
+      const std::string msg = e.what();
+      if (msg.find("Timed out") != std::string::npos) {
+        throw TimeoutError(what + " rank " + std::to_string(peer) + " (epoch " +
+                           std::to_string(epoch_) + "): " + msg);
+      }
+      throw PeerLostError(peer, what + " rank " + std::to_string(peer) + " (epoch " +
+                                    std::to_string(epoch_) + "): " + msg);
+    } catch (const ::gloo::Exception& e) {
+      abort();
+      throw PeerLostError(peer, what + " rank " + std::to_string(peer) + ": gloo: " + e.what());
+    } catch (const Error&) {
+      abort();
+      throw;
+    }
+  }
+
+  // Waits for one operation; a false return from Gloo means abort() woke us.
+  void wait_op(Buffer& b, bool is_send, int peer, Clock::time_point deadline, const Tag tag) {
+    const std::string what = std::string(is_send ? "send " : "receive ") + tag_text(tag) +
+                             (is_send ? " to" : " from");
+    const bool completed = guarded(peer, what, [&] {
+      return is_send ? b.waitSend(left_ms(deadline)) : b.waitRecv(left_ms(deadline));
+    });
+    if (!completed) {
+      throw PeerLostError(peer, what + " rank " + std::to_string(peer) + ": epoch " +
+                                    std::to_string(epoch_) + " was aborted");
+    }
+  }
+
+  // A message on its way out. Posted at construction: the receive of the receiver's credit
+  // (its buffer size). post() waits for the credit, then sends the header and, when it fits,
+  // the payload; wait() completes the sends.
+  class Outgoing {
+   public:
+    Outgoing(GlooTransport& t, int to, Tag tag, Payload msg)
+        : t_(t), to_(to), tag_(tag), msg_(msg.bytes), credit_buf_(t, &credit_, sizeof(credit_)) {
+      t_.guarded(to_, "receive credit " + tag_text(tag_) + " from", [&] {
+        credit_buf_->recv(to_, credit_slot(tag_));
+        return 0;
+      });
+    }
+    void post(Clock::time_point deadline) {
+      t_.wait_op(*credit_buf_, false, to_, deadline, tag_);
+      header_ = {kHeaderMagic, 0, msg_.size()};
+      header_buf_.emplace(t_, &header_, sizeof(header_));
+      t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
+        header_buf_.value()->send(to_, tag_);
+        return 0;
+      });
+      if (msg_.size() > credit_) {
+        // The header tells the receiver why; then the epoch ends on both sides.
+        t_.wait_op(**header_buf_, true, to_, deadline, tag_);
+        t_.abort();
+        throw ProtocolError("message of " + std::to_string(msg_.size()) + " bytes for rank " +
+                            std::to_string(to_) + " (" + tag_text(tag_) +
+                            ") exceeds its receive buffer of " + std::to_string(credit_) + " bytes");
+      }
+      payload_buf_.emplace(t_, msg_.empty() ? &dummy_ : const_cast<std::byte*>(msg_.data()),
+                           msg_.size());
+      t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
+        payload_buf_.value()->send(to_, tag_, 0, msg_.size());
+        return 0;
+      });
+    }
+    void wait(Clock::time_point deadline) {
+      t_.wait_op(**header_buf_, true, to_, deadline, tag_);
+      t_.wait_op(**payload_buf_, true, to_, deadline, tag_);
+    }
+
+   private:
+    GlooTransport& t_;
+    int to_;
+    Tag tag_;
+    std::span<const std::byte> msg_;
+    std::uint64_t credit_ = 0;
+    TrackedBuffer credit_buf_;
+    Header header_;
+    std::byte dummy_{};
+    std::optional<TrackedBuffer> header_buf_, payload_buf_;
+  };
+
+  // A message on its way in. At construction: the credit (this buffer's size) goes to the
+  // sender and both receives (header, then payload of at most that size) are posted, so data
+  // flows as soon as the sender posts. The header's size is checked again on arrival.
+  class Incoming {
+   public:
+    Incoming(GlooTransport& t, int from, Tag tag, std::span<std::byte> into)
+        : t_(t), from_(from), tag_(tag), into_(into), credit_(into.size()),
+          credit_buf_(t, &credit_, sizeof(credit_)), header_buf_(t, &header_, sizeof(header_)),
+          payload_buf_(t, into.empty() ? &dummy_ : into.data(), into.size()) {
+      t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
+        credit_buf_->send(from_, credit_slot(tag_));
+        header_buf_->recv(from_, tag_);
+        payload_buf_->recv(from_, tag_, 0, into_.size());
+        return 0;
+      });
+    }
+    Received wait(Clock::time_point deadline) {
+      t_.wait_op(*header_buf_, false, from_, deadline, tag_);
+      const std::string where =
+          "message from rank " + std::to_string(from_) + " (" + tag_text(tag_) + ")";
+      if (header_.magic != kHeaderMagic) {
+        t_.abort();
+        throw ProtocolError(where + ": bad header magic");
+      }
+      if (header_.payload_bytes > into_.size()) {
+        t_.abort();
+        throw ProtocolError(where + " has " + std::to_string(header_.payload_bytes) +
+                            " bytes, more than the receive buffer's " +
+                            std::to_string(into_.size()));
+      }
+      t_.wait_op(*payload_buf_, false, from_, deadline, tag_);
+      t_.wait_op(*credit_buf_, true, from_, deadline, tag_);
+      const std::size_t n = header_.payload_bytes;
+      return {n, n};
+    }
+
+   private:
+    GlooTransport& t_;
+    int from_;
+    Tag tag_;
+    std::span<std::byte> into_;
+    std::uint64_t credit_;
+    Header header_;
+    std::byte dummy_{};
+    TrackedBuffer credit_buf_, header_buf_, payload_buf_;
+  };
+
+ private:
+  void check_peer(int peer, const char* what) const {
+    if (peer < 0 || peer >= size_ || peer == rank_) {
+      throw ConfigError(std::string("gloo transport: cannot ") + what + " rank " +
+                        std::to_string(peer) + " (this is rank " + std::to_string(rank_) +
+                        " of " + std::to_string(size_) + ")");
+    }
+  }
+
+  std::shared_ptr<::gloo::Context> context_;
+  std::uint64_t epoch_;
+  int rank_;
+  int size_;
+  std::atomic<bool> aborted_{false};
+  std::mutex mutex_;
+  std::set<Buffer*> live_;
+};
+
+TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
+  buffer_ = t.guarded(-1, "create buffer", [&] { return t.context().createUnboundBuffer(ptr, bytes); });
+  transport_.track(buffer_.get());
+}
+
+TrackedBuffer::~TrackedBuffer() { transport_.untrack(buffer_.get()); }
+
+namespace {
+
+// Destroying an exchange that was never waited for aborts the epoch: its operations are still
+// posted, and Gloo must not touch their buffers afterwards.
+class GlooExchange final : public PendingExchange {
+ public:
+  GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
+      : transport_(t), incoming_(t, from, tag, into), outgoing_(t, to, tag, out) {}
+  ~GlooExchange() override {
+    if (!waited_) transport_.abort();
+  }
+  Received wait(double timeout_s) override {
+    waited_ = true;
+    const auto deadline = deadline_after(timeout_s);
+    outgoing_.post(deadline);  // our credit went out at start: no cycle of waits
+    const Received r = incoming_.wait(deadline);
+    outgoing_.wait(deadline);
+    return r;
+  }
+
+ private:
+  GlooTransport& transport_;
+  bool waited_ = false;
+  GlooTransport::Incoming incoming_;
+  GlooTransport::Outgoing outgoing_;
+};
+
+// The transport of an epoch with one member: no peers, so every operation is a usage error.
+class SoloTransport final : public Transport {
+ public:
+  explicit SoloTransport(std::uint64_t epoch) : epoch_(epoch) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::uint64_t epoch() const override { return epoch_; }
+  void send(int to, Tag, Payload, double) override { no_peer(to); }
+  Received recv(int from, Tag, std::span<std::byte>, double) override { no_peer(from); }
+  std::unique_ptr<PendingExchange> start_exchange(int to, Payload, int, std::span<std::byte>,
+                                                  Tag) override {
+    no_peer(to);
+  }
+  void abort() override {}
+
+ private:
+  [[noreturn]] static void no_peer(int peer) {
+    throw ConfigError("gloo transport: rank " + std::to_string(peer) +
+                      " does not exist in a world of size 1");
+  }
+  std::uint64_t epoch_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingExchange> GlooTransport::start_exchange(int to, Payload out, int from,
+                                                               std::span<std::byte> into,
+                                                               Tag tag) {
+  check_peer(to, "send to");
+  check_peer(from, "receive from");
+  return std::make_unique<GlooExchange>(*this, to, out, from, into, tag);
+}
+
+GlooTransportFactory::GlooTransportFactory(Store& store, GlooOptions options)
+    : store_(store), options_(std::move(options)) {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+  ::gloo::transport::tcp::attr attr;
+  if (!options_.interface.empty()) {
+    attr.iface = options_.interface;
+  } else {
+    attr.hostname = options_.hostname;
+  }
+  try {
+    device_ = ::gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw ConfigError("gloo transport: cannot create a tcp device on " +
+                      (options_.interface.empty() ? "host '" + options_.hostname + "'"
+                                                  : "interface '" + options_.interface + "'") +
+                      ": " + e.what());
+  }
+}
+
+GlooTransportFactory::~GlooTransportFactory() = default;
+
+std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) {
+  const int size = static_cast<int>(spec.members.size());
+  if (size < 1 || spec.rank < 0 || spec.rank >= size) {
+    throw ConfigError("gloo transport: epoch " + std::to_string(spec.epoch) + " has rank " +
+                      std::to_string(spec.rank) + " of " + std::to_string(size) + " members");
+  }
+  if (size == 1) return std::make_unique<SoloTransport>(spec.epoch);
+
+  const std::string prefix = epoch_store_prefix(options_.store_prefix, spec);
+  StoreAdapter adapter(store_, prefix, spec.timeout_s);
+  auto context = std::make_shared<::gloo::rendezvous::Context>(spec.rank, size);
+  context->setTimeout(std::chrono::milliseconds(
+      static_cast<std::int64_t>(std::clamp(spec.timeout_s, 0.001, 1e7) * 1000.0)));
+  try {
+    context->connectFullMesh(adapter, device_);
+  } catch (const ::gloo::IoException& e) {
+    const std::string msg = e.what();
+    if (msg.find("Timed out") != std::string::npos || msg.find("timed out") != std::string::npos) {
+      throw TimeoutError("gloo transport: epoch " + std::to_string(spec.epoch) +
+                         " connections not established: " + msg);
+    }
+    throw PeerLostError(-1, "gloo transport: epoch " + std::to_string(spec.epoch) +
+                                " connections failed: " + msg);
+  } catch (const ::gloo::Exception& e) {
+    throw PeerLostError(-1, "gloo transport: epoch " + std::to_string(spec.epoch) +
+                                " connections failed: " + e.what());
+  }
+  return std::make_unique<GlooTransport>(std::move(context), spec.epoch, spec.rank, size);
+}
+
+}  // namespace meridian::gloo_transport

@@ -1,0 +1,51 @@
+// The Gloo transport: meridian::Transport over Gloo's tcp transport with unbound buffers, one
+// gloo::Context per membership epoch, rendezvous through a meridian::Store. Not a collective
+// library: Meridian's algorithms run on top; Gloo's own collectives are used only by bench/.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/store.h"
+#include "engine/transport.h"
+
+namespace gloo::transport {
+class Device;
+}  // namespace gloo::transport
+
+namespace meridian::gloo_transport {
+
+struct GlooOptions {
+  // Address this node's Gloo device binds to and advertises to its peers (a name or an IP).
+  // Default: loopback, for tests and single-machine runs; a real run gives the node's address.
+  std::string hostname = "127.0.0.1";
+  // Alternatively the network interface to bind (e.g. "eth0"); takes precedence when set.
+  std::string interface;
+  // Prefix of this transport's rendezvous keys in the Store; each epoch adds its own part.
+  std::string store_prefix = "gloo";
+};
+
+// Builds one GlooTransport per epoch. Every member of an epoch calls connect() with the same
+// EpochSpec; they find each other through `store` under <prefix>/e<epoch>/<members hash>/, so a
+// retried epoch number with another membership never meets stale addresses.
+//
+// Process-wide effect: the constructor ignores SIGPIPE (Gloo's tcp transport writes with writev,
+// which would otherwise kill the process when a peer dies mid-transfer).
+// Thread-safety: connect() may be called from several threads (one epoch each).
+class GlooTransportFactory final : public TransportFactory {
+ public:
+  // `store` must outlive the factory and every transport it builds.
+  GlooTransportFactory(Store& store, GlooOptions options = {});
+  ~GlooTransportFactory() override;
+  // Throws TimeoutError when the members do not all arrive within spec.timeout_s, PeerLostError
+  // when a connection fails, ConfigError when the device cannot be created.
+  std::unique_ptr<Transport> connect(const EpochSpec& spec) override;
+
+ private:
+  Store& store_;
+  GlooOptions options_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+};
+
+}  // namespace meridian::gloo_transport

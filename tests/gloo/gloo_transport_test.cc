@@ -1,0 +1,235 @@
+// GlooTransport conformance between forked processes on loopback: send/recv, fused exchange,
+// zero-byte and large messages, concurrent tags, timeouts, an oversize message refused as a
+// ProtocolError (Gloo itself would abort the process), abort(), and a SIGKILLed peer surfacing
+// as PeerLostError (not a timeout) on the survivors. Ephemeral ports; no sleeps.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstring>
+#include <thread>
+
+#include "engine/transport/gloo/gloo_transport.h"
+#include "tests/gloo/multi_process.h"
+
+namespace meridian {
+namespace {
+
+using namespace meridian::testing;
+using gloo_transport::GlooTransportFactory;
+
+constexpr double kTimeoutS = 20.0;
+
+EpochSpec spec_for(int rank, int world, std::uint64_t epoch = 1) {
+  EpochSpec s;
+  s.epoch = epoch;
+  s.rank = rank;
+  for (int i = 0; i < world; ++i) s.members.push_back(100 + i);
+  s.timeout_s = kTimeoutS;
+  return s;
+}
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+std::span<std::byte> bytes_of(std::vector<float>& v) { return std::as_writable_bytes(std::span(v)); }
+
+// Values unique to (rank, element) so a misrouted or shifted message shows.
+std::vector<float> pattern(int rank, std::size_t n, int salt = 0) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rank * 1000003 + salt * 7919 + i % 65536);
+  return v;
+}
+
+// A rank's store client, factory and epoch-1 transport.
+struct RankSetup {
+  std::unique_ptr<TcpStore> store;
+  std::unique_ptr<GlooTransportFactory> factory;
+  std::unique_ptr<Transport> t;
+};
+
+RankSetup join_epoch(std::uint16_t port, int rank, int world) {
+  RankSetup r;
+  r.store = store_client(port, "rank" + std::to_string(rank));
+  r.factory = std::make_unique<GlooTransportFactory>(*r.store);
+  r.t = r.factory->connect(spec_for(rank, world));
+  return r;
+}
+
+class GlooTransportTest : public WithStore<> {};
+
+TEST_F(GlooTransportTest, SendRecvExchangeAndConcurrentTagsBetweenThreeProcesses) {
+  const int world = 3;
+  const auto pids = fork_ranks(world, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, world);
+    MERIDIAN_RANK_EXPECT(t->rank() == rank && t->size() == world && t->epoch() == 1);
+    const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+
+    // Plain send/recv around the ring; even ranks send first, odd ranks receive first.
+    const auto out = pattern(rank, 1000);
+    std::vector<float> in(1000, -1.0f);
+    const Tag tag = make_tag(TagKind::kTest, 1);
+    Received r;
+    if (rank % 2 == 0) {
+      t->send(next, tag, Payload::of(bytes_of(out)), kTimeoutS);
+      r = t->recv(prev, tag, bytes_of(in), kTimeoutS);
+    } else {
+      r = t->recv(prev, tag, bytes_of(in), kTimeoutS);
+      t->send(next, tag, Payload::of(bytes_of(out)), kTimeoutS);
+    }
+    MERIDIAN_RANK_EXPECT(r.bytes == 4000 && r.wire_bytes == 4000);
+    MERIDIAN_RANK_EXPECT(in == pattern(prev, 1000));
+
+    // A receive buffer larger than the message: only the message's bytes are written.
+    std::vector<float> roomy(50, -1.0f);
+    const auto ten = pattern(rank, 10);  // outlives wait(), as start_exchange requires
+    auto ex = t->start_exchange(next, Payload::of(bytes_of(ten)), prev,
+                                bytes_of(roomy), make_tag(TagKind::kTest, 2));
+    r = ex->wait(kTimeoutS);
+    MERIDIAN_RANK_EXPECT(r.bytes == 40);
+    MERIDIAN_RANK_EXPECT(std::vector<float>(roomy.begin(), roomy.begin() + 10) == pattern(prev, 10));
+    MERIDIAN_RANK_EXPECT(roomy[10] == -1.0f);
+
+    // Zero bytes.
+    ex = t->start_exchange(next, Payload::of({}), prev, {}, make_tag(TagKind::kTest, 3));
+    MERIDIAN_RANK_EXPECT(ex->wait(kTimeoutS).bytes == 0);
+
+    // Two exchanges in flight on different tags, waited in the opposite order; 8 MiB each.
+    const std::size_t big = std::size_t{2} << 20;
+    const auto out_a = pattern(rank, big, 1), out_b = pattern(rank, big, 2);
+    std::vector<float> in_a(big), in_b(big);
+    auto ex_a = t->start_exchange(next, Payload::of(bytes_of(out_a)), prev, bytes_of(in_a),
+                                  make_tag(TagKind::kTest, 4));
+    auto ex_b = t->start_exchange(prev, Payload::of(bytes_of(out_b)), next, bytes_of(in_b),
+                                  make_tag(TagKind::kTest, 5));
+    MERIDIAN_RANK_EXPECT(ex_b->wait(kTimeoutS).bytes == big * 4);
+    MERIDIAN_RANK_EXPECT(ex_a->wait(kTimeoutS).bytes == big * 4);
+    MERIDIAN_RANK_EXPECT(in_a == pattern(prev, big, 1));
+    MERIDIAN_RANK_EXPECT(in_b == pattern(next, big, 2));
+
+    // Concurrent callers on different (peer, tag) streams.
+    std::vector<float> from_prev(100), from_next(100);
+    std::thread th([&] { t->send(next, make_tag(TagKind::kTest, 6), Payload::of(bytes_of(out)), kTimeoutS); });
+    std::thread th2([&] { t->recv(next, make_tag(TagKind::kTest, 7), bytes_of(from_next), kTimeoutS); });
+    const auto hundred = pattern(rank, 100);
+    t->send(prev, make_tag(TagKind::kTest, 7), Payload::of(bytes_of(hundred)), kTimeoutS);
+    std::vector<float> ring_in(1000);
+    t->recv(prev, make_tag(TagKind::kTest, 6), bytes_of(ring_in), kTimeoutS);
+    th.join();
+    th2.join();
+    MERIDIAN_RANK_EXPECT(ring_in == pattern(prev, 1000));
+    MERIDIAN_RANK_EXPECT(from_next == pattern(next, 100));
+
+    // A barrier before leaving, so nobody's exit looks like a lost peer to a slower rank.
+    store_barrier(*store, "done", rank, world, kTimeoutS);
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), std::vector<int>(world, kRankOk));
+}
+
+TEST_F(GlooTransportTest, ARecvWithNoSenderTimesOut) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, 2);
+    if (rank == 0) {
+      std::vector<float> in(10);
+      try {
+        t->recv(1, make_tag(TagKind::kTest, 1), bytes_of(in), 0.2);
+      } catch (const TimeoutError&) {
+        store->set("rank0-timed-out", "1");
+        return kRankOk;
+      }
+      return kRankWrongResult;
+    }
+    store->get("rank0-timed-out", kTimeoutS);  // stay alive (and silent) until then
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankOk, kRankOk}));
+}
+
+TEST_F(GlooTransportTest, AnOversizeMessageIsAProtocolErrorAndNobodyCrashes) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, 2);
+    if (rank == 0) {
+      std::vector<float> small(128);
+      t->recv(1, make_tag(TagKind::kTest, 1), bytes_of(small), kTimeoutS);
+      return kRankWrongResult;  // must have thrown
+    }
+    const auto big = pattern(1, 256);
+    t->send(0, make_tag(TagKind::kTest, 1), Payload::of(bytes_of(big)), kTimeoutS);
+    return kRankWrongResult;  // the sender learns of the receiver's smaller buffer too
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankProtocol, kRankProtocol}));
+}
+
+TEST_F(GlooTransportTest, AbortFailsThePeersPendingOperationsWithPeerLost) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, 2);
+    if (rank == 0) {
+      store->get("rank1-posted", kTimeoutS);
+      t->abort();
+      t->abort();  // idempotent
+      std::vector<float> in(1);
+      try {
+        t->recv(1, make_tag(TagKind::kTest, 2), bytes_of(in), kTimeoutS);
+      } catch (const PeerLostError&) {
+        return kRankOk;  // an aborted transport refuses further work
+      }
+      return kRankWrongResult;
+    }
+    std::vector<float> in(10);
+    store->set("rank1-posted", "1");
+    t->recv(0, make_tag(TagKind::kTest, 1), bytes_of(in), kTimeoutS);
+    return kRankWrongResult;
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankOk, kRankPeerLost}));
+}
+
+TEST_F(GlooTransportTest, ASigkilledPeerIsAPeerLostErrorOnTheSurvivors) {
+  const int world = 3;
+  const auto pids = fork_ranks(world, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, world);
+    if (rank == 2) {
+      store->set("victim-connected", "1");
+      store->get("never", 1e6);  // parked until killed
+      return kRankWrongResult;
+    }
+    // Survivors: one waits in a fused exchange with the victim, one in a plain receive.
+    std::vector<float> in(1000);
+    const auto out = pattern(rank, 1000);
+    store->set("posted/" + std::to_string(rank), "1");
+    if (rank == 0) {
+      t->start_exchange(2, Payload::of(bytes_of(out)), 2, bytes_of(in), make_tag(TagKind::kTest, 1))
+          ->wait(kTimeoutS);
+    } else {
+      t->recv(2, make_tag(TagKind::kTest, 1), bytes_of(in), kTimeoutS);
+    }
+    return kRankWrongResult;
+  });
+  auto store = store_client(port_, "parent");
+  store->get("victim-connected", kTimeoutS);
+  store->wait({"posted/0", "posted/1"}, kTimeoutS);
+  ::kill(pids[2], SIGKILL);
+  const auto codes = wait_all(pids);
+  EXPECT_EQ(codes[0], kRankPeerLost);
+  EXPECT_EQ(codes[1], kRankPeerLost);
+  EXPECT_EQ(codes[2], 128 + SIGKILL);
+}
+
+TEST_F(GlooTransportTest, AnEpochWhoseMembersNeverArriveTimesOut) {
+  auto store = store_client(port_, "alone");
+  GlooTransportFactory factory(*store);
+  auto spec = spec_for(0, 2);
+  spec.timeout_s = 0.2;
+  EXPECT_THROW(factory.connect(spec), TimeoutError);
+}
+
+TEST_F(GlooTransportTest, AWorldOfOneNeedsNoPeers) {
+  auto store = store_client(port_, "solo");
+  GlooTransportFactory factory(*store);
+  auto t = factory.connect(spec_for(0, 1));
+  EXPECT_EQ(t->size(), 1);
+  std::vector<float> in(1);
+  EXPECT_THROW(t->recv(0, make_tag(TagKind::kTest, 1), bytes_of(in), 1.0), ConfigError);
+}
+
+}  // namespace
+}  // namespace meridian

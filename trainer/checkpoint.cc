@@ -1,0 +1,190 @@
+// Checkpoint files: safetensors for tensors, JSON for progress, CRC-32C over whole files.
+// Not asynchronous: the caller decides when to write (the engine runs it off the critical path).
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/util/crc32c.h"
+#include "trainer/safetensors/safetensors.h"
+
+namespace meridian::trainer {
+namespace fs = std::filesystem;
+namespace st = meridian::safetensors;
+namespace {
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kProgressFile = "progress.json";
+
+std::vector<std::byte> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw ConfigError("checkpoint file " + p.string() + " is missing or unreadable");
+  in.seekg(0, std::ios::end);
+  std::vector<std::byte> bytes(static_cast<std::size_t>(in.tellg()));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!in) throw ProtocolError("checkpoint file " + p.string() + ": read failed");
+  return bytes;
+}
+
+std::string hex8(std::uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", v);
+  return buf;
+}
+
+void fsync_path(const fs::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw Error("cannot open " + p.string() + " to fsync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw Error("fsync failed on " + p.string());
+}
+
+std::span<const std::byte> as_bytes(std::span<const float> s) { return std::as_bytes(s); }
+
+std::vector<st::TensorView> views(const std::vector<ParamSpec>& layout, std::span<const float> flat,
+                                  const std::string& prefix) {
+  std::vector<st::TensorView> out;
+  for (const auto& p : layout)
+    out.push_back({prefix + p.name, st::Dtype::kF32, p.shape,
+                   as_bytes(flat.subspan(p.offset, p.numel))});
+  return out;
+}
+
+// Copies tensor prefix + spec.name of `file` (F32, the spec's shape) into `flat`.
+void copy_tensor(const st::File& file, const std::string& prefix, const ParamSpec& spec,
+                 std::vector<float>& flat) {
+  const st::Tensor& t = file.at(prefix + spec.name);
+  if (t.dtype != st::Dtype::kF32 || t.shape != spec.shape)
+    throw ConfigError("checkpoint " + file.source() + ": tensor " + t.name +
+                      " has a different dtype or shape than this model's (expected F32)");
+  std::memcpy(flat.data() + spec.offset, t.data.data(), spec.numel * sizeof(float));
+}
+
+void expect_tensor_count(const st::File& file, std::size_t want) {
+  if (file.tensors().size() != want)
+    throw ConfigError("checkpoint " + file.source() + ": " +
+                      std::to_string(file.tensors().size()) + " tensors, expected " +
+                      std::to_string(want));
+}
+
+nlohmann::json model_json(const ModelConfig& m) {
+  return {{"name", m.name},   {"layers", m.layers}, {"hidden", m.hidden},
+          {"heads", m.heads}, {"kv_heads", m.kv_heads}, {"ffn", m.ffn},
+          {"vocab", m.vocab}, {"parameters", parameter_count(m)}};
+}
+
+}  // namespace
+
+void write_checkpoint(const fs::path& dir, const CheckpointView& view) {
+  MERIDIAN_CHECK(view.model != nullptr);
+  const auto layout = parameter_layout(*view.model);
+  const std::uint64_t n = parameter_count(*view.model);
+  MERIDIAN_CHECK_EQ(view.params.size(), n);
+  MERIDIAN_CHECK_EQ(view.exp_avg.size(), n);
+  MERIDIAN_CHECK_EQ(view.exp_avg_sq.size(), n);
+
+  const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
+  fs::create_directories(parent);
+  const fs::path tmp = parent / (dir.filename().string() + ".tmp" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  const std::map<std::string, std::string> meta{{"format", kCheckpointFormat},
+                                                {"model", view.model->name}};
+  st::write(tmp / kModelFile, views(layout, view.params, ""), meta);
+  auto opt = views(layout, view.exp_avg, "exp_avg.");
+  auto sq = views(layout, view.exp_avg_sq, "exp_avg_sq.");
+  opt.insert(opt.end(), sq.begin(), sq.end());
+  st::write(tmp / kOptimizerFile, opt, meta);
+
+  nlohmann::json progress = nlohmann::json::parse(view.progress_json);
+  nlohmann::json doc = {{"format", kCheckpointFormat},
+                        {"model", model_json(*view.model)},
+                        {"progress", progress}};
+  for (const char* f : {kModelFile, kOptimizerFile}) {
+    const auto bytes = read_bytes(tmp / f);
+    doc["files"][f] = {{"bytes", bytes.size()}, {"crc32c", hex8(crc32c(bytes))}};
+  }
+  {
+    std::ofstream out(tmp / kProgressFile, std::ios::trunc);
+    out << doc.dump(2) << "\n";
+    if (!out.flush()) throw Error("cannot write " + (tmp / kProgressFile).string());
+  }
+  fsync_path(tmp / kProgressFile, false);
+  fsync_path(tmp, true);
+  // Replace: move an old checkpoint aside, rename the new one in, then delete the old.
+  const fs::path old = parent / (dir.filename().string() + ".old" + std::to_string(::getpid()));
+  const bool had_old = fs::exists(dir);
+  if (had_old) fs::rename(dir, old);
+  fs::rename(tmp, dir);
+  fsync_path(parent, true);
+  if (had_old) fs::remove_all(old);
+}
+
+LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) {
+  if (!fs::is_directory(dir)) throw ConfigError("checkpoint " + dir.string() + " not found");
+  const fs::path progress_path = dir / kProgressFile;
+  const auto progress_bytes = read_bytes(progress_path);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(progress_bytes.data()),
+                                            progress_bytes.size()));
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError("checkpoint " + progress_path.string() + ": not valid JSON (" +
+                        e.what() + "); truncated or corrupt");
+  }
+  try {
+    if (doc.at("format") != kCheckpointFormat)
+      throw ConfigError("checkpoint " + progress_path.string() + ": format " +
+                        doc.at("format").dump() + ", expected " + kCheckpointFormat);
+    if (doc.at("model") != model_json(model))
+      throw ConfigError("checkpoint " + dir.string() + " is for model " + doc.at("model").dump() +
+                        ", not " + model_json(model).dump());
+    for (const char* f : {kModelFile, kOptimizerFile}) {
+      const auto& rec = doc.at("files").at(f);
+      const auto bytes = read_bytes(dir / f);
+      const auto want = rec.at("bytes").get<std::uint64_t>();
+      if (bytes.size() != want)
+        throw ProtocolError("checkpoint file " + (dir / f).string() + " is " +
+                            std::to_string(bytes.size()) + " bytes, progress.json records " +
+                            std::to_string(want) + " (truncated or replaced)");
+      if (hex8(crc32c(bytes)) != rec.at("crc32c").get<std::string>())
+        throw ProtocolError("checkpoint file " + (dir / f).string() +
+                            ": CRC-32C mismatch (corrupt)");
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError("checkpoint " + progress_path.string() + ": missing or bad field (" +
+                        e.what() + ")");
+  }
+  const auto layout = parameter_layout(model);
+  const std::uint64_t n = parameter_count(model);
+  st::ReadOptions ro;
+  ro.require_checksum = true;
+  LoadedCheckpoint out;
+  out.params.resize(n);
+  out.exp_avg.resize(n);
+  out.exp_avg_sq.resize(n);
+  const st::File weights = st::read(dir / kModelFile, ro);
+  const st::File opt = st::read(dir / kOptimizerFile, ro);
+  expect_tensor_count(weights, layout.size());
+  expect_tensor_count(opt, 2 * layout.size());
+  for (const auto& p : layout) {
+    copy_tensor(weights, "", p, out.params);
+    copy_tensor(opt, "exp_avg.", p, out.exp_avg);
+    copy_tensor(opt, "exp_avg_sq.", p, out.exp_avg_sq);
+  }
+  out.progress_json = doc.at("progress").dump();
+  return out;
+}
+
+}  // namespace meridian::trainer
