@@ -16,7 +16,7 @@ namespace meridian::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: meridian train [options]\n"
+    "usage: meridian train [options]   (or: meridian train RUN.yaml ..., see train-node)\n"
     "  --model NAME|FILE.yaml   model and train config (default small)\n"
     "  --steps N                inner steps to run (default 100)\n"
     "  --batch B                sequences per step (default: the config's)\n"
@@ -78,6 +78,14 @@ Args parse(const std::vector<std::string>& argv) {
 }
 
 int run_train(const std::vector<std::string>& argv) {
+  // `meridian train RUN.yaml ...`: one node of a real run (cli/train/, built with Gloo).
+  if (!argv.empty() && argv[0].rfind("--", 0) != 0) {
+    for (const Command& c : commands())
+      if (c.name == "train-node") return c.run(argv);
+    std::cerr << "meridian train RUN.yaml: this build has no Gloo transport "
+                 "(configure with -DMERIDIAN_WITH_GLOO=ON)\n";
+    return kExitUsage;
+  }
   trainer::TorchWorkerOptions o;
   int steps = 0, eval_every = 0;
   std::string csv_path;
