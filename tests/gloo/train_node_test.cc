@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -85,7 +86,7 @@ class TrainNodeTest : public ::testing::Test {
         << "\noutput_dir: " << (dir_ / "out").string() << "\n"
         << "data:\n  shards: 3\n  cache_dir: " << MERIDIAN_TRAINER_CACHE_DIR
         << "\n  batch: 2\n  seq_len: 32\n  validation_sequences: 2\n"
-        << "diloco:\n  inner_steps: 3\n  codec: int8\n  allreduce_timeout_s: 15\n"
+        << "diloco:\n  inner_steps: 4\n  codec: int8\n  allreduce_timeout_s: 15\n"
         << "  admission_timeout_s: 90\n  round_timeout_s: 90\n"
         << "heartbeat:\n  interval_s: 0.3\n  dead_after_s: 4\n"
         << "recovery:\n  timeout_s: 30\n"
@@ -142,7 +143,7 @@ class TrainNodeTest : public ::testing::Test {
 };
 
 TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
-  constexpr int kOuterSteps = 8;
+  constexpr int kOuterSteps = 40;
   write_run(3, kOuterSteps);
   const std::string store = start_first();
   const pid_t n1 = pids_.back();
@@ -172,6 +173,8 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   // The rejoined node applied at least one step; at each (from its first) its checksum is its
   // peers'.
   ASSERT_FALSE(c4.empty()) << log(4);
+  std::cout << "node 4 applied outer steps " << c4.begin()->first << ".." << c4.rbegin()->first
+            << " of 0.." << kOuterSteps - 1 << std::endl;
   EXPECT_EQ(c4.rbegin()->first, kOuterSteps - 1);
   for (const auto& [step, v] : c4) {
     EXPECT_EQ(v.first, 3) << "outer step " << step;
