@@ -53,7 +53,14 @@ tail -q -n +1 -f "$log_dir/node1.log" | grep --line-buffered "outer step" &
 tailer=$!
 status=0
 for p in "${pids[@]}"; do
-  wait "$p" || { s=$?; [[ $status -eq 0 ]] && status=$s; }
+  while true; do
+    s=0
+    wait "$p" || s=$?
+    # A trapped signal interrupts `wait` (status > 128) while the node is still leaving.
+    if [[ $s -gt 128 ]] && kill -0 "$p" 2>/dev/null; then continue; fi
+    break
+  done
+  [[ $status -eq 0 ]] && status=$s
 done
 kill "$tailer" 2>/dev/null || true
 echo "all $n nodes ended (status $status)"
