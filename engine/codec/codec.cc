@@ -38,7 +38,7 @@ std::string_view codec_name(CodecId id) {
 }
 
 CodecId parse_codec(std::string_view name) {
-  for (CodecId id : {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime, CodecId::kInt8MinMax}) {
+  for (CodecId id : kAllCodecIds) {
     if (codec_name(id) == name) return id;
   }
   throw ConfigError("unknown codec '" + std::string(name) +

@@ -19,6 +19,10 @@ enum class CodecId : std::uint8_t {
   kInt8MinMax = 3,  // PCCL: per-chunk min/max affine 8-bit
 };
 
+// Every codec id, in id order: for registries, tests and benchmarks that cover them all.
+inline constexpr CodecId kAllCodecIds[] = {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime,
+                                           CodecId::kInt8MinMax};
+
 class Codec {
  public:
   virtual ~Codec() = default;

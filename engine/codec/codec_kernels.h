@@ -36,10 +36,6 @@ MERIDIAN_ALWAYS_INLINE inline void for_each_block(std::size_t n, Body&& body) {
 // True for finite values; false for NaN and +-inf. Branch-free so it vectorises.
 MERIDIAN_ALWAYS_INLINE inline bool is_finite(float x) { return std::fabs(x) <= FLT_MAX; }
 
-// Round to nearest, ties to even (the default FP rounding mode, which the engine never
-// changes). std::nearbyint vectorises to vroundps; __builtin_roundevenf does not (GCC 12).
-MERIDIAN_ALWAYS_INLINE inline float round_even(float x) { return std::nearbyint(x); }
-
 // x if finite, else 0 (NaN and +-inf). A bit mask, not a select: GCC 12 does not vectorise the
 // select form inside the fully unrolled lane loops used for reductions.
 MERIDIAN_ALWAYS_INLINE inline float finite_or_zero(float x) {
@@ -51,11 +47,14 @@ MERIDIAN_ALWAYS_INLINE inline float finite_or_zero(float x) {
 // NaN becomes 0; everything else is unchanged. Branch-free.
 MERIDIAN_ALWAYS_INLINE inline float nan_to_zero(float x) { return x == x ? x : 0.0f; }
 
-// x clamped to [0, 255] and converted to a byte; x must not be NaN.
-MERIDIAN_ALWAYS_INLINE inline std::uint8_t clamp_to_byte(float x) {
-  x = x > 0.0f ? x : 0.0f;
-  x = x < 255.0f ? x : 255.0f;
-  return static_cast<std::uint8_t>(static_cast<std::int32_t>(x));
+// The 8-bit code of t: clamped to [0, 255] (NaN to 0), then rounded to nearest, ties to even (the
+// default rounding mode, which the engine never changes). Clamping before rounding is measurably
+// faster than after (GCC 12 emits a shorter vector sequence), and std::nearbyint vectorises to
+// vroundps where __builtin_roundevenf does not.
+MERIDIAN_ALWAYS_INLINE inline std::uint8_t to_code(float t) {
+  t = t > 0.0f ? t : 0.0f;
+  t = t < 255.0f ? t : 255.0f;
+  return static_cast<std::uint8_t>(static_cast<std::int32_t>(std::nearbyint(t)));
 }
 
 MERIDIAN_ALWAYS_INLINE inline float load_f32(const std::byte* p) {

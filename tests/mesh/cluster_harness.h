@@ -46,7 +46,13 @@ class SyntheticWorker final : public InnerWorker {
   }
 
   InnerStepsResult run_inner_steps(int steps) override {
-    if (before_inner) before_inner();
+    std::function<void()> before, after;
+    {
+      std::lock_guard<std::mutex> lock(hooks_mu_);
+      before = before_inner_;
+      after = after_inner_;
+    }
+    if (before) before();
     InnerStepsResult r;
     for (int s = 0; s < steps; ++s) {
       ++step_;
@@ -60,7 +66,7 @@ class SyntheticWorker final : public InnerWorker {
     r.tokens = 100 * steps;
     r.loss = static_cast<double>(step_);
     r.compute_s = step_compute_s_ * steps;
-    if (after_inner) after_inner();
+    if (after) after();
     return r;
   }
   std::uint64_t parameter_count() const override { return count_; }
@@ -77,7 +83,15 @@ class SyntheticWorker final : public InnerWorker {
 
   std::int64_t step() const { return step_; }
   std::span<const float> moment() const { return moment_; }
-  std::function<void()> before_inner, after_inner;  // set by tests (on the node's own thread)
+  // Hooks run by the node's own thread at the start / end of run_inner_steps (set from any).
+  void set_before_inner(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(hooks_mu_);
+    before_inner_ = std::move(f);
+  }
+  void set_after_inner(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(hooks_mu_);
+    after_inner_ = std::move(f);
+  }
 
  private:
   std::int64_t id_;
@@ -88,6 +102,8 @@ class SyntheticWorker final : public InnerWorker {
   bool phantom_;
   std::int64_t step_ = 0;
   std::vector<float> params_, moment_;
+  std::mutex hooks_mu_;
+  std::function<void()> before_inner_, after_inner_;
 };
 
 // A node's view of the shared store: after kill() every call fails with PeerLostError, and
@@ -179,6 +195,9 @@ struct ClusterOptions {
   bool blocking_recovery = false;
   int recovery_sources = 2;
   std::size_t recovery_chunk_bytes = 16;
+  std::size_t max_chunk_bytes = 32;  // ring pieces: several per bucket even for tiny models
+  double allreduce_timeout_s = 2.0;
+  bool barrier = true;
   double inner_step_s = 0.001;
   bool phantom = false;
   CodecId codec = CodecId::kFp32;
@@ -455,8 +474,9 @@ class Cluster {
     d.codec = o_.codec;
     d.outer = o_.outer;
     d.local_ranks = o_.local_ranks;
-    d.allreduce_timeout_s = 2.0;
-    d.max_chunk_bytes = 32;
+    d.allreduce_timeout_s = o_.allreduce_timeout_s;
+    d.barrier_before_allreduce = o_.barrier;
+    d.max_chunk_bytes = o_.max_chunk_bytes;
     d.recovery.chunk_bytes = o_.recovery_chunk_bytes;
     d.recovery.timeout_s = 2.0;
     d.recovery.max_sources = o_.recovery_sources;
@@ -471,8 +491,14 @@ class Cluster {
     n->diloco = std::make_unique<DilocoNode>(*n->worker, n->store, faults_, runtime_, n->sink, d);
     Node* raw = n.get();
     nodes_[id] = std::move(n);
-    raw->thread = std::make_unique<std::thread>(
-        [raw, id, initial] { raw->result = raw->diloco->run(initial, id); });
+    raw->thread = std::make_unique<std::thread>([raw, id, initial] {
+      try {
+        raw->result = raw->diloco->run(initial, id);
+      } catch (const std::exception& e) {  // ConfigError, CheckError: fail the test, not abort
+        raw->result.exit = NodeExit::kLost;
+        raw->result.what = std::string("uncaught: ") + e.what();
+      }
+    });
   }
 
   void observe(const OuterStepView& v) {

@@ -25,7 +25,7 @@ RunData run_scripted_churn() {
   Cluster c(o);
   // Node 3 crashes in the inner steps of step 2; a joiner arrives after step 3 (admitted at
   // the boundary of step 5); node 2 leaves gracefully after step 5.
-  c.at_step(1, [&] { c.worker(3).before_inner = [&] { c.kill(3); }; });
+  c.at_step(1, [&] { c.worker(3).set_before_inner([&] { c.kill(3); }); });
   c.at_step(3, [&] { c.add_joiner(); });
   c.at_step(4, [&] { c.leave(2); });
   c.start();

@@ -44,7 +44,7 @@ void expect_removed(Cluster& c, std::int64_t victim, const std::string& by) {
 
 TEST(FaultMatrix, NodeFailsDuringInnerSteps) {
   Cluster c(matrix_options());
-  c.at_step(1, [&] { c.worker(3).before_inner = [&] { c.kill(3); }; });
+  c.at_step(1, [&] { c.worker(3).set_before_inner([&] { c.kill(3); }); });
   c.run_and_check();
   expect_removed(c, 3, "allreduce");
   EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{1, 2, 4}));
@@ -53,7 +53,7 @@ TEST(FaultMatrix, NodeFailsDuringInnerSteps) {
 
 TEST(FaultMatrix, NodeFailsBeforeTheAllReduce) {
   Cluster c(matrix_options());
-  c.at_step(1, [&] { c.worker(2).after_inner = [&] { c.kill(2); }; });
+  c.at_step(1, [&] { c.worker(2).set_after_inner([&] { c.kill(2); }); });
   c.run_and_check();
   expect_removed(c, 2, "allreduce");
   EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{1, 3, 4}));
@@ -198,17 +198,40 @@ TEST(FaultMatrix, ANodeDeclaredDeadWhileAliveIsEvicted) {
     v = c.leader() == 4 ? 3 : 4;
     c.allow_eviction(v);
     c.mute_heartbeat(v, true);
-    c.worker(v).before_inner = [&c, &v] {
+    c.worker(v).set_before_inner([&c, &v] {
       const std::string removed = "removed=" + std::to_string(v);
       c.store().wait({"mesh/round/000000000003"}, 20.0);
       ASSERT_NE(c.store().try_get("mesh/round/000000000003")->find(removed), std::string::npos);
-    };
+    });
   });
   c.run_and_check();
   ASSERT_GT(v, 0);
   EXPECT_EQ(c.result(v).exit, NodeExit::kEvicted);
   expect_removed(c, v, "allreduce");
   EXPECT_EQ(members_at(c, 4).size(), 3u);
+}
+
+// A straggler: node 2's inner steps of step 2 take 0.5 s of (modelled) compute, more than the
+// ring's 0.2 s timeout. With the ready barrier the others wait for it (it is alive) and nothing
+// fails; without it their rings time out and the step is retried.
+std::size_t retries_with_a_straggler(bool barrier) {
+  ClusterOptions o = matrix_options();
+  o.allreduce_timeout_s = 0.2;
+  o.barrier = barrier;
+  Cluster c(o);
+  c.at_step(1, [&] {
+    c.worker(2).set_before_inner([&c] {
+      c.worker(2).set_before_inner(nullptr);
+      c.runtime().compute_s(0.5);
+    });
+  });
+  c.run_and_check();
+  return c.all_of_type("retry").size();
+}
+
+TEST(FaultMatrix, AStragglerIsWaitedForNotFailed) {
+  EXPECT_EQ(retries_with_a_straggler(true), 0u);
+  EXPECT_GT(retries_with_a_straggler(false), 0u);
 }
 
 TEST(FaultMatrix, RetriesExhaustedFallBackToTheLocalPseudoGradientWithAnEvent) {

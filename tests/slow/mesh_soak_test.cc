@@ -37,7 +37,7 @@ TEST(MeshSoak, EightNodes300OuterStepsWithRandomChurn) {
         const std::int64_t v = pick();
         alive.erase(v);
         ++kills;
-        c.worker(v).before_inner = [&c, v] { c.kill(v); };
+        c.worker(v).set_before_inner([&c, v] { c.kill(v); });
       } else if (action == 1 && alive.size() > 3) {  // crash in the middle of an all-reduce
         const std::int64_t v = pick();
         alive.erase(v);

@@ -129,6 +129,17 @@ TEST(Int8Prime, NonFiniteInputsGiveAValidMessageAndFiniteOutputs) {
   EXPECT_EQ(y[4], -1.0f);
 }
 
+TEST(Int8Prime, InfinitiesSaturateEvenWhenSigmaIsZero) {
+  Int8PrimeCodec codec;
+  const std::vector<float> x = {INFINITY, 0.0f, -INFINITY, NAN};
+  const auto bytes = encode(codec, x);
+  EXPECT_EQ(code_at(bytes, kLut + 0), 255);
+  EXPECT_EQ(code_at(bytes, kLut + 1), 128);
+  EXPECT_EQ(code_at(bytes, kLut + 2), 0);
+  EXPECT_EQ(code_at(bytes, kLut + 3), 128);
+  EXPECT_EQ(decode(codec, bytes, 4), std::vector<float>(4, 0.0f));
+}
+
 TEST(Int8Prime, ExtremeFiniteValuesKeepSigmaAndTheTableFinite) {
   Int8PrimeCodec codec;
   const std::vector<float> x = {FLT_MAX, -FLT_MAX, 1.0f, FLT_MIN, 0x1p-149f};

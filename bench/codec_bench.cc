@@ -1,0 +1,94 @@
+// Codec throughput on one thread: each codec's encode, decode and decode_add next to memcpy of
+// the same fp32 buffer in the same run. Bandwidth is counted over the fp32 bytes (4 per value)
+// for every row, memcpy included, so rows compare directly. Not a multi-threaded benchmark.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/codec/codec.h"
+
+namespace meridian {
+namespace {
+
+std::vector<float> gaussian(std::size_t n) {
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = dist(rng);
+  return x;
+}
+
+void set_fp32_bytes(benchmark::State& state, std::size_t n) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(n * sizeof(float)));
+}
+
+void BM_Memcpy(benchmark::State& state) {
+  const std::size_t n = static_cast<std::size_t>(state.range(0));
+  const std::vector<float> src = gaussian(n);
+  std::vector<float> dst(n);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), n * sizeof(float));
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  set_fp32_bytes(state, n);
+}
+
+enum class Op { kEncode, kDecode, kDecodeAdd };
+
+void BM_Codec(benchmark::State& state, CodecId id, Op op) {
+  const std::size_t n = static_cast<std::size_t>(state.range(0));
+  const auto codec = make_codec(id);
+  const std::vector<float> x = gaussian(n);
+  std::vector<std::byte> bytes(codec->encoded_bytes(n));
+  codec->encode(x, bytes);
+  std::vector<float> out(n, 0.0f);
+  for (auto _ : state) {
+    switch (op) {
+      case Op::kEncode:
+        codec->encode(x, bytes);
+        break;
+      case Op::kDecode:
+        codec->decode(bytes, out);
+        break;
+      case Op::kDecodeAdd:
+        codec->decode_add(bytes, out);
+        break;
+    }
+    benchmark::DoNotOptimize(bytes.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  set_fp32_bytes(state, n);
+  state.counters["wire_bytes_per_value"] =
+      static_cast<double>(codec->encoded_bytes(n)) / static_cast<double>(n);
+}
+
+// 1 Mi values (4 MiB: beyond L2, inside L3) and 16 Mi values (64 MiB: main memory).
+constexpr std::int64_t kSizes[] = {1 << 20, 1 << 24};
+
+void register_all() {
+  for (std::int64_t n : kSizes) benchmark::RegisterBenchmark("memcpy", BM_Memcpy)->Arg(n);
+  for (CodecId id : kAllCodecIds) {
+    const std::string name(codec_name(id));
+    for (auto [op, op_name] : {std::pair{Op::kEncode, "encode"}, std::pair{Op::kDecode, "decode"},
+                               std::pair{Op::kDecodeAdd, "decode_add"}}) {
+      auto* b = benchmark::RegisterBenchmark((name + "/" + op_name).c_str(), BM_Codec, id, op);
+      for (std::int64_t n : kSizes) b->Arg(n);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace meridian
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  meridian::register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
