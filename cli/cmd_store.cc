@@ -15,7 +15,8 @@ namespace meridian::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: meridian store --port P --secret-file F [--bind HOST] [--config RUN.yaml | --config-hash H]\n"
+    "usage: meridian store --port P --secret-file F [--bind HOST]\n"
+    "                      [--config RUN.yaml | --config-hash H]\n"
     "\n"
     "Serves the run's rendezvous and membership store on HOST:P (default HOST 0.0.0.0; P = 0\n"
     "picks a free port). Nodes join by proving they hold the secret in F (challenge-response\n"
@@ -91,8 +92,8 @@ int run_store(const std::vector<std::string>& args) {
   sigwait(&stop_signals, &signal_number);
   server.stop();
   const auto s = server.stats();
-  std::cout << "store stopped: " << s.joined << " joined, " << s.refused << " refused, " << s.cut_off
-            << " cut off, " << s.requests << " requests" << std::endl;
+  std::cout << "store stopped: " << s.joined << " joined, " << s.refused << " refused, "
+            << s.cut_off << " cut off, " << s.requests << " requests" << std::endl;
   return kExitOk;
 }
 

@@ -19,7 +19,7 @@ namespace meridian {
 // Bounds checked on every message before anything sized by it is allocated. A peer whose
 // message exceeds them is cut off; the server keeps serving everyone else.
 struct StoreLimits {
-  std::uint32_t max_frame_bytes = 16u << 20;    // one request or reply, all fields included
+  std::uint32_t max_frame_bytes = 16u << 20;  // one request or reply, all fields included
   std::uint32_t max_key_bytes = 4096;
   std::uint32_t max_keys = 65536;               // keys in one wait request or list reply
   std::uint64_t max_stored_bytes = 1ull << 30;  // keys + values held by the server
@@ -47,7 +47,7 @@ struct TcpStoreServerOptions {
   std::string bind_host = "127.0.0.1";  // "0.0.0.0" to serve every interface
   std::uint16_t port = 0;               // 0 = an ephemeral port, reported by start()
   StoreIdentity identity;
-  double handshake_timeout_s = 10.0;    // a connection that has not joined by then is closed
+  double handshake_timeout_s = 10.0;  // a connection that has not joined by then is closed
   StoreLimits limits;
   // Receives one line per notable event (joins, refusals, cut-off peers). May be empty.
   std::function<void(const std::string&)> log;
@@ -85,7 +85,7 @@ class TcpStoreServer {
 struct TcpStoreClientOptions {
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
-  std::string client_id;           // names this node in the server's log
+  std::string client_id;  // names this node in the server's log
   StoreIdentity identity;
   double connect_timeout_s = 10.0;  // connecting (retried while refused) and joining
   double io_timeout_s = 30.0;       // a request that does not wait (waits add their own timeout)

@@ -10,9 +10,9 @@
 
 #include <cerrno>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "engine/error.h"
 #include "engine/store/tcp_store.h"

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <fstream>
@@ -50,8 +50,10 @@ std::string read_secret_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in.good() && !in.eof()) throw ConfigError("secret file '" + path + "': cannot be read");
-  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back()))) secret.pop_back();
-  if (secret.empty()) throw ConfigError("secret file '" + path + "': empty (expected a shared secret)");
+  while (!secret.empty() && std::isspace(static_cast<unsigned char>(secret.back())))
+    secret.pop_back();
+  if (secret.empty())
+    throw ConfigError("secret file '" + path + "': empty (expected a shared secret)");
   return secret;
 }
 
@@ -231,9 +233,9 @@ void TcpStoreServer::Impl::handle_join(Connection& c, Reader& r) {
   r.raw(mac.data(), mac.size(), "proof");
   r.finish("join");
   c.peer = "'" + client_id + "'@" + c.peer;
-  const Sha256Digest expected =
-      hmac_sha256(options.identity.secret,
-                  store_wire::join_transcript(c.nonce, client_id, version, config_hash, client_nonce));
+  const Sha256Digest expected = hmac_sha256(
+      options.identity.secret,
+      store_wire::join_transcript(c.nonce, client_id, version, config_hash, client_nonce));
   if (!digests_equal(mac, expected)) {
     refuse(c, "wrong secret (the join proof does not match this store's secret)");
     return;
@@ -294,7 +296,8 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
                               std::to_string(lim.max_keys));
         }
         // Each key needs at least its 4-byte length: a lying count fails before allocating.
-        if (std::uint64_t{n} * 4 > r.remaining()) throw ProtocolError("wait key count exceeds the message");
+        if (std::uint64_t{n} * 4 > r.remaining())
+          throw ProtocolError("wait key count exceeds the message");
         w.keys.reserve(n);
         for (std::uint32_t i = 0; i < n; ++i) w.keys.push_back(r.str("key", lim.max_key_bytes));
       }
@@ -344,8 +347,8 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
       std::string desired = r.str("desired", lim.max_frame_bytes);
       r.finish("compare_set");
       auto it = data.find(key);
-      const bool matches = has_expected ? (it != data.end() && it->second == *expected)
-                                        : (it == data.end());
+      const bool matches =
+          has_expected ? (it != data.end() && it->second == *expected) : (it == data.end());
       if (matches) {
         if (stored_bytes + key.size() + desired.size() > lim.max_stored_bytes) {
           Writer e(Type::kError);
@@ -497,8 +500,10 @@ void TcpStoreServer::Impl::run() {
     double next_deadline_s = std::numeric_limits<double>::infinity();
     for (auto& [fd, c] : connections) {
       short events = POLLRDHUP;
-      if (!c.out.empty()) events |= POLLOUT;
-      else if (!c.wait && !c.close_after_flush) events |= POLLIN;
+      if (!c.out.empty())
+        events |= POLLOUT;
+      else if (!c.wait && !c.close_after_flush)
+        events |= POLLIN;
       fds.push_back({fd, events, 0});
       if (!c.joined) next_deadline_s = std::min(next_deadline_s, c.handshake_deadline_s);
       if (c.wait) next_deadline_s = std::min(next_deadline_s, c.wait->deadline_s);
@@ -586,9 +591,9 @@ std::uint16_t TcpStoreServer::start() {
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   ::getsockname(impl_->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  impl_->bound_port = ntohs(addr.ss_family == AF_INET6
-                                ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  impl_->bound_port =
+      ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                       : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   if (::pipe2(impl_->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw ConfigError(std::string("store server: pipe failed: ") + std::strerror(errno));
   }

@@ -121,8 +121,7 @@ Nonce random_nonce() {
 }
 
 double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 namespace {
@@ -137,7 +136,8 @@ void wait_ready(int fd, short events, double deadline_s, const char* doing) {
     const int rc = ::poll(&p, 1, ms);
     if (rc > 0) return;
     if (rc < 0 && errno != EINTR) {
-      throw PeerLostError(-1, std::string("store: poll failed ") + doing + ": " + std::strerror(errno));
+      throw PeerLostError(-1,
+                          std::string("store: poll failed ") + doing + ": " + std::strerror(errno));
     }
   }
 }
@@ -162,7 +162,8 @@ void send_all(int fd, std::string_view data, double deadline_s) {
   std::size_t sent = 0;
   while (sent < data.size()) {
     wait_ready(fd, POLLOUT, deadline_s, "sending to the store");
-    const ssize_t rc = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t rc =
+        ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (rc < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
       throw PeerLostError(-1, std::string("store: send failed: ") + std::strerror(errno));

@@ -8,6 +8,7 @@
 # Exit: the first non-zero rank status; 77 when namespaces are not permitted (says why).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../lib.sh"
 n=$1 rate=$2 program=$3
 shift 3
 "$here/netns.sh" check || exit $?
@@ -23,8 +24,4 @@ for ((i = 0; i < n; i++)); do
     --hostname "$("$here/netns.sh" ip "$prefix" "$i")" --store "$store" "${extra[@]}" &
   pids+=($!)
 done
-status=0
-for p in "${pids[@]}"; do
-  wait "$p" || { s=$?; [[ $status -eq 0 ]] && status=$s; }
-done
-exit "$status"
+wait_all_pids "${pids[@]}"

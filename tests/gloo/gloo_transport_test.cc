@@ -2,13 +2,14 @@
 // zero-byte and large messages, concurrent tags, timeouts, an oversize message refused as a
 // ProtocolError (Gloo itself would abort the process), abort(), and a SIGKILLed peer surfacing
 // as PeerLostError (not a timeout) on the survivors. Ephemeral ports; no sleeps.
+#include "engine/transport/gloo/gloo_transport.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstring>
 #include <thread>
 
-#include "engine/transport/gloo/gloo_transport.h"
 #include "tests/gloo/multi_process.h"
 
 namespace meridian {
@@ -31,12 +32,15 @@ EpochSpec spec_for(int rank, int world, std::uint64_t epoch = 1) {
 std::span<const std::byte> bytes_of(const std::vector<float>& v) {
   return std::as_bytes(std::span(v));
 }
-std::span<std::byte> bytes_of(std::vector<float>& v) { return std::as_writable_bytes(std::span(v)); }
+std::span<std::byte> bytes_of(std::vector<float>& v) {
+  return std::as_writable_bytes(std::span(v));
+}
 
 // Values unique to (rank, element) so a misrouted or shifted message shows.
 std::vector<float> pattern(int rank, std::size_t n, int salt = 0) {
   std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(rank * 1000003 + salt * 7919 + i % 65536);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(rank * 1000003 + salt * 7919 + i % 65536);
   return v;
 }
 
@@ -82,11 +86,12 @@ TEST_F(GlooTransportTest, SendRecvExchangeAndConcurrentTagsBetweenThreeProcesses
     // A receive buffer larger than the message: only the message's bytes are written.
     std::vector<float> roomy(50, -1.0f);
     const auto ten = pattern(rank, 10);  // outlives wait(), as start_exchange requires
-    auto ex = t->start_exchange(next, Payload::of(bytes_of(ten)), prev,
-                                bytes_of(roomy), make_tag(TagKind::kTest, 2));
+    auto ex = t->start_exchange(next, Payload::of(bytes_of(ten)), prev, bytes_of(roomy),
+                                make_tag(TagKind::kTest, 2));
     r = ex->wait(kTimeoutS);
     MERIDIAN_RANK_EXPECT(r.bytes == 40);
-    MERIDIAN_RANK_EXPECT(std::vector<float>(roomy.begin(), roomy.begin() + 10) == pattern(prev, 10));
+    MERIDIAN_RANK_EXPECT(std::vector<float>(roomy.begin(), roomy.begin() + 10) ==
+                         pattern(prev, 10));
     MERIDIAN_RANK_EXPECT(roomy[10] == -1.0f);
 
     // Zero bytes.
@@ -108,8 +113,10 @@ TEST_F(GlooTransportTest, SendRecvExchangeAndConcurrentTagsBetweenThreeProcesses
 
     // Concurrent callers on different (peer, tag) streams.
     std::vector<float> from_prev(100), from_next(100);
-    std::thread th([&] { t->send(next, make_tag(TagKind::kTest, 6), Payload::of(bytes_of(out)), kTimeoutS); });
-    std::thread th2([&] { t->recv(next, make_tag(TagKind::kTest, 7), bytes_of(from_next), kTimeoutS); });
+    std::thread th(
+        [&] { t->send(next, make_tag(TagKind::kTest, 6), Payload::of(bytes_of(out)), kTimeoutS); });
+    std::thread th2(
+        [&] { t->recv(next, make_tag(TagKind::kTest, 7), bytes_of(from_next), kTimeoutS); });
     const auto hundred = pattern(rank, 100);
     t->send(prev, make_tag(TagKind::kTest, 7), Payload::of(bytes_of(hundred)), kTimeoutS);
     std::vector<float> ring_in(1000);

@@ -112,12 +112,12 @@ inline std::vector<int> wait_all(const std::vector<pid_t>& pids) {
 }
 
 // In a rank body: report a wrong value and make the rank fail.
-#define MERIDIAN_RANK_EXPECT(cond)                                                         \
-  do {                                                                                     \
-    if (!(cond)) {                                                                         \
+#define MERIDIAN_RANK_EXPECT(cond)                                                             \
+  do {                                                                                         \
+    if (!(cond)) {                                                                             \
       std::fprintf(stderr, "%s:%d: rank expectation failed: %s\n", __FILE__, __LINE__, #cond); \
-      return ::meridian::testing::kRankWrongResult;                                        \
-    }                                                                                      \
+      return ::meridian::testing::kRankWrongResult;                                            \
+    }                                                                                          \
   } while (0)
 
 }  // namespace meridian::testing

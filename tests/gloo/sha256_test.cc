@@ -1,11 +1,12 @@
 // SHA-256 against the FIPS 180-2 examples and HMAC-SHA256 against RFC 4231's test cases.
 // Exact digests: any bit wrong fails.
+#include "engine/util/sha256.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "engine/util/hmac.h"
-#include "engine/util/sha256.h"
 
 namespace meridian {
 namespace {
@@ -57,8 +58,9 @@ TEST(HmacSha256, Rfc4231) {
                      std::string(50, '\xcd')),
             "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
   // Test case 6: a key longer than one block is hashed first.
-  EXPECT_EQ(hex_hmac(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
-            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  EXPECT_EQ(
+      hex_hmac(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
+      "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
   // Test case 7
   EXPECT_EQ(hex_hmac(std::string(131, '\xaa'),
                      "This is a test using a larger than block-size key and a larger than "

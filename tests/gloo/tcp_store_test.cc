@@ -1,6 +1,8 @@
 // The TCP store over loopback: every operation, the join handshake (wrong secret, version and
 // configuration mismatches refused with their reason), and peers that send garbage or lie about
 // sizes being cut off while the server keeps serving others. Ephemeral ports, no sleeps.
+#include "engine/store/tcp_store.h"
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,7 +11,6 @@
 #include <thread>
 
 #include "engine/error.h"
-#include "engine/store/tcp_store.h"
 #include "engine/store/tcp_store_wire.h"
 #include "engine/util/hmac.h"
 
@@ -283,6 +284,35 @@ TEST(TcpStoreServerTest, AStoppedServerSurfacesAsPeerLostError) {
   s.set("k", "v");
   server.reset();
   EXPECT_THROW(s.get("k", 1.0), PeerLostError);
+}
+
+TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
+  // Hold an ephemeral port without listening (connections to it are refused), start the client,
+  // then hand the port to the server: the client's refused attempts are retried until it joins.
+  const int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  TcpStoreClientOptions c;
+  c.port = ntohs(a.sin_port);
+  c.identity = {kSecret, "0.1.0", ""};
+  c.connect_timeout_s = 30.0;
+  std::string seen;
+  std::thread early([&] { seen = TcpStore(c).get("k", 30.0); });
+  TcpStoreServerOptions o;
+  o.port = c.port;
+  o.identity = {kSecret, "0.1.0", ""};
+  TcpStoreServer server(o);
+  ::close(holder);
+  ASSERT_EQ(server.start(), c.port);
+  TcpStore late(c);
+  late.set("k", "v");
+  early.join();
+  EXPECT_EQ(seen, "v");
+  EXPECT_EQ(server.stats().joined, 2u);
 }
 
 TEST(TcpStoreServerTest, AnEmptySecretIsAConfigurationError) {

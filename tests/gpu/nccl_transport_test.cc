@@ -2,12 +2,13 @@
 // tests and says so when skipped): host and device buffers, fused exchange, zero bytes, an
 // oversize message as ProtocolError, abort() reaching the peer as PeerLostError through the
 // store, and a world of one. The parent never touches CUDA (a forked child could not use it).
-#include <gtest/gtest.h>
+#include "engine/transport/nccl/nccl_transport.h"
+
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <vector>
 
-#include "engine/transport/nccl/nccl_transport.h"
 #include "tests/gloo/multi_process.h"
 
 namespace meridian {
@@ -88,7 +89,8 @@ TEST_F(NcclTransportTest, AWorldOfOneConnectsAndRefusesPeers) {
 }
 
 TEST_F(NcclTransportTest, HostAndDeviceMessagesBetweenTwoGpus) {
-  if (gpus_ < 2) GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU); " << gpus_ << " visible";
+  if (gpus_ < 2)
+    GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU); " << gpus_ << " visible";
   const auto pids = fork_ranks(2, [&](int rank) {
     auto [store, factory, t] = join_pair(port_, rank);
     const int peer = 1 - rank;
@@ -102,10 +104,12 @@ TEST_F(NcclTransportTest, HostAndDeviceMessagesBetweenTwoGpus) {
     std::vector<float> small(10, -1.0f);
     const auto five = pattern(rank, 5);
     if (rank == 0) {
-      t->send(peer, make_tag(TagKind::kTest, 2), Payload::of(std::as_bytes(std::span(five))), kTimeoutS);
+      t->send(peer, make_tag(TagKind::kTest, 2), Payload::of(std::as_bytes(std::span(five))),
+              kTimeoutS);
     } else {
       MERIDIAN_RANK_EXPECT(t->recv(peer, make_tag(TagKind::kTest, 2),
-                                   std::as_writable_bytes(std::span(small)), kTimeoutS).bytes == 20);
+                                   std::as_writable_bytes(std::span(small)), kTimeoutS)
+                               .bytes == 20);
       MERIDIAN_RANK_EXPECT(small[4] == pattern(peer, 5)[4] && small[5] == -1.0f);
     }
     // Device buffers, used in place.
@@ -115,8 +119,9 @@ TEST_F(NcclTransportTest, HostAndDeviceMessagesBetweenTwoGpus) {
     cudaMalloc(&dev_in, 4096 * 4);
     const auto host_out = pattern(rank, 4096);
     cudaMemcpy(dev_out, host_out.data(), 4096 * 4, cudaMemcpyHostToDevice);
-    ex = t->start_exchange(peer, Payload::of({reinterpret_cast<std::byte*>(dev_out), 4096 * 4}), peer,
-                           {reinterpret_cast<std::byte*>(dev_in), 4096 * 4}, make_tag(TagKind::kTest, 3));
+    ex = t->start_exchange(peer, Payload::of({reinterpret_cast<std::byte*>(dev_out), 4096 * 4}),
+                           peer, {reinterpret_cast<std::byte*>(dev_in), 4096 * 4},
+                           make_tag(TagKind::kTest, 3));
     ex->wait(kTimeoutS);
     std::vector<float> host_in(4096);
     cudaMemcpy(host_in.data(), dev_in, 4096 * 4, cudaMemcpyDeviceToHost);
@@ -131,7 +136,8 @@ TEST_F(NcclTransportTest, HostAndDeviceMessagesBetweenTwoGpus) {
 }
 
 TEST_F(NcclTransportTest, OversizeIsAProtocolErrorAndAbortReachesThePeer) {
-  if (gpus_ < 2) GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU); " << gpus_ << " visible";
+  if (gpus_ < 2)
+    GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU); " << gpus_ << " visible";
   const auto pids = fork_ranks(2, [&](int rank) {
     auto [store, factory, t] = join_pair(port_, rank);
     if (rank == 0) {

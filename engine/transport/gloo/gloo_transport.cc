@@ -19,8 +19,10 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "engine/error.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
@@ -47,7 +49,8 @@ static_assert(sizeof(Header) == 16);
 
 Clock::time_point deadline_after(double timeout_s) {
   const double s = std::isfinite(timeout_s) ? std::clamp(timeout_s, 0.0, 1e7) : 1e7;
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
 std::chrono::milliseconds left_ms(Clock::time_point deadline) {
@@ -162,8 +165,8 @@ class GlooTransport final : public Transport {
 
   // Waits for one operation; a false return from Gloo means abort() woke us.
   void wait_op(Buffer& b, bool is_send, int peer, Clock::time_point deadline, const Tag tag) {
-    const std::string what = std::string(is_send ? "send " : "receive ") + tag_text(tag) +
-                             (is_send ? " to" : " from");
+    const std::string what =
+        std::string(is_send ? "send " : "receive ") + tag_text(tag) + (is_send ? " to" : " from");
     const bool completed = guarded(peer, what, [&] {
       return is_send ? b.waitSend(left_ms(deadline)) : b.waitRecv(left_ms(deadline));
     });
@@ -199,7 +202,8 @@ class GlooTransport final : public Transport {
         t_.abort();
         throw ProtocolError("message of " + std::to_string(msg_.size()) + " bytes for rank " +
                             std::to_string(to_) + " (" + tag_text(tag_) +
-                            ") exceeds its receive buffer of " + std::to_string(credit_) + " bytes");
+                            ") exceeds its receive buffer of " + std::to_string(credit_) +
+                            " bytes");
       }
       payload_buf_.emplace(t_, msg_.empty() ? &dummy_ : const_cast<std::byte*>(msg_.data()),
                            msg_.size());
@@ -231,8 +235,13 @@ class GlooTransport final : public Transport {
   class Incoming {
    public:
     Incoming(GlooTransport& t, int from, Tag tag, std::span<std::byte> into)
-        : t_(t), from_(from), tag_(tag), into_(into), credit_(into.size()),
-          credit_buf_(t, &credit_, sizeof(credit_)), header_buf_(t, &header_, sizeof(header_)),
+        : t_(t),
+          from_(from),
+          tag_(tag),
+          into_(into),
+          credit_(into.size()),
+          credit_buf_(t, &credit_, sizeof(credit_)),
+          header_buf_(t, &header_, sizeof(header_)),
           payload_buf_(t, into.empty() ? &dummy_ : into.data(), into.size()) {
       t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
         credit_buf_->send(from_, credit_slot(tag_));
@@ -276,8 +285,8 @@ class GlooTransport final : public Transport {
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= size_ || peer == rank_) {
       throw ConfigError(std::string("gloo transport: cannot ") + what + " rank " +
-                        std::to_string(peer) + " (this is rank " + std::to_string(rank_) +
-                        " of " + std::to_string(size_) + ")");
+                        std::to_string(peer) + " (this is rank " + std::to_string(rank_) + " of " +
+                        std::to_string(size_) + ")");
     }
   }
 
@@ -291,7 +300,8 @@ class GlooTransport final : public Transport {
 };
 
 TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
-  buffer_ = t.guarded(-1, "create buffer", [&] { return t.context().createUnboundBuffer(ptr, bytes); });
+  buffer_ =
+      t.guarded(-1, "create buffer", [&] { return t.context().createUnboundBuffer(ptr, bytes); });
   transport_.track(buffer_.get());
 }
 
@@ -299,29 +309,64 @@ TrackedBuffer::~TrackedBuffer() { transport_.untrack(buffer_.get()); }
 
 namespace {
 
+// An exchange: the receive side is posted at once (credit out, receives up); a helper thread
+// waits for the receiver's credit and posts the send the moment it arrives, so data flows while
+// the caller prepares its next message (the ring keeps two exchanges in flight), without
+// blocking start_exchange or letting a slow receiver on one tag hold up another.
 // Destroying an exchange that was never waited for aborts the epoch: its operations are still
 // posted, and Gloo must not touch their buffers afterwards.
 class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
-      : transport_(t), incoming_(t, from, tag, into), outgoing_(t, to, tag, out) {}
+      : transport_(t),
+        to_(to),
+        tag_(tag),
+        incoming_(t, from, tag, into),
+        outgoing_(t, to, tag, out) {
+    posted_ = promise_.get_future();
+    poster_ = std::thread([this] {
+      try {
+        // A backstop only: wait() bounds the caller, and abort() wakes this thread.
+        outgoing_.post(deadline_after(kPosterBackstopS));
+        promise_.set_value();
+      } catch (...) {
+        promise_.set_exception(std::current_exception());
+      }
+    });
+  }
   ~GlooExchange() override {
-    if (!waited_) transport_.abort();
+    // valid() turns false once wait() has collected the poster's result.
+    if (!waited_ || (posted_.valid() &&
+                     posted_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
+      transport_.abort();
+    }
+    poster_.join();
   }
   Received wait(double timeout_s) override {
     waited_ = true;
     const auto deadline = deadline_after(timeout_s);
-    outgoing_.post(deadline);  // our credit went out at start: no cycle of waits
+    if (posted_.wait_until(deadline) != std::future_status::ready) {
+      transport_.abort();
+      throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
+                         ": the receiver did not post its receive in time");
+    }
+    posted_.get();  // the poster's error, if any
     const Received r = incoming_.wait(deadline);
     outgoing_.wait(deadline);
     return r;
   }
 
  private:
+  static constexpr double kPosterBackstopS = 3600.0;
   GlooTransport& transport_;
+  int to_;
+  Tag tag_;
   bool waited_ = false;
   GlooTransport::Incoming incoming_;
   GlooTransport::Outgoing outgoing_;
+  std::promise<void> promise_;
+  std::future<void> posted_;
+  std::thread poster_;  // joined in the destructor, before the members it uses go
 };
 
 // The transport of an epoch with one member: no peers, so every operation is a usage error.
@@ -350,8 +395,7 @@ class SoloTransport final : public Transport {
 }  // namespace
 
 std::unique_ptr<PendingExchange> GlooTransport::start_exchange(int to, Payload out, int from,
-                                                               std::span<std::byte> into,
-                                                               Tag tag) {
+                                                               std::span<std::byte> into, Tag tag) {
   check_peer(to, "send to");
   check_peer(from, "receive from");
   return std::make_unique<GlooExchange>(*this, to, out, from, into, tag);
@@ -402,8 +446,8 @@ std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) 
       throw TimeoutError("gloo transport: epoch " + std::to_string(spec.epoch) +
                          " connections not established: " + msg);
     }
-    throw PeerLostError(-1, "gloo transport: epoch " + std::to_string(spec.epoch) +
-                                " connections failed: " + msg);
+    throw PeerLostError(
+        -1, "gloo transport: epoch " + std::to_string(spec.epoch) + " connections failed: " + msg);
   } catch (const ::gloo::Exception& e) {
     throw PeerLostError(-1, "gloo transport: epoch " + std::to_string(spec.epoch) +
                                 " connections failed: " + e.what());

@@ -31,7 +31,8 @@ static_assert(sizeof(Header) == 16);
 
 Clock::time_point deadline_after(double timeout_s) {
   const double s = std::isfinite(timeout_s) ? std::clamp(timeout_s, 0.0, 1e7) : 1e7;
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
 void check_cuda(cudaError_t e, const char* what) {
@@ -86,9 +87,15 @@ class NcclTransport final : public Transport {
  public:
   NcclTransport(ncclComm_t comm, cudaStream_t stream, Store& store, std::string prefix,
                 const EpochSpec& spec, const NcclOptions& options)
-      : comm_(comm), stream_(stream), store_(store), prefix_(std::move(prefix)),
-        epoch_(spec.epoch), rank_(spec.rank), size_(static_cast<int>(spec.members.size())),
-        setup_timeout_s_(spec.timeout_s), options_(options) {}
+      : comm_(comm),
+        stream_(stream),
+        store_(store),
+        prefix_(std::move(prefix)),
+        epoch_(spec.epoch),
+        rank_(spec.rank),
+        size_(static_cast<int>(spec.members.size())),
+        setup_timeout_s_(spec.timeout_s),
+        options_(options) {}
 
   ~NcclTransport() override {
     cudaSetDevice(options_.cuda_device);
@@ -137,7 +144,8 @@ class NcclTransport final : public Transport {
   void wait_event(cudaEvent_t done, int peer, Clock::time_point deadline, const std::string& what) {
     auto next_store_poll = Clock::now();
     for (;;) {
-      if (aborted_.load()) fail_peer(peer, what + ": epoch " + std::to_string(epoch_) + " was aborted");
+      if (aborted_.load())
+        fail_peer(peer, what + ": epoch " + std::to_string(epoch_) + " was aborted");
       const cudaError_t q = cudaEventQuery(done);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) {
@@ -162,8 +170,8 @@ class NcclTransport final : public Transport {
                                     std::chrono::duration<double>(options_.abort_poll_s));
         if (const auto who = store_.try_get(prefix_ + "aborted")) {
           abort();
-          fail_peer(std::atoi(who->c_str()), what + ": rank " + *who + " aborted epoch " +
-                                                 std::to_string(epoch_));
+          fail_peer(std::atoi(who->c_str()),
+                    what + ": rank " + *who + " aborted epoch " + std::to_string(epoch_));
         }
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -180,8 +188,8 @@ class NcclTransport final : public Transport {
   void check_peer(int peer, const char* what) const {
     if (peer < 0 || peer >= size_ || peer == rank_) {
       throw ConfigError(std::string("nccl transport: cannot ") + what + " rank " +
-                        std::to_string(peer) + " (this is rank " + std::to_string(rank_) +
-                        " of " + std::to_string(size_) + ")");
+                        std::to_string(peer) + " (this is rank " + std::to_string(rank_) + " of " +
+                        std::to_string(size_) + ")");
     }
   }
 
@@ -227,12 +235,14 @@ class NcclTransport final : public Transport {
     check_cuda(cudaMallocAsync(&header_dev, 2 * sizeof(Header), stream_), "cudaMallocAsync");
     auto* send_header = static_cast<std::byte*>(header_dev);
     auto* recv_header = send_header + sizeof(Header);
-    check_cuda(cudaMemcpyAsync(send_header, &out_header, sizeof(Header), cudaMemcpyHostToDevice,
-                               stream_), "header copy");
+    check_cuda(
+        cudaMemcpyAsync(send_header, &out_header, sizeof(Header), cudaMemcpyHostToDevice, stream_),
+        "header copy");
     grouped(to, send_header, sizeof(Header), from, recv_header, sizeof(Header), deadline,
             "header " + what);
-    check_cuda(cudaMemcpyAsync(&in_header, recv_header, sizeof(Header), cudaMemcpyDeviceToHost,
-                               stream_), "header copy");
+    check_cuda(
+        cudaMemcpyAsync(&in_header, recv_header, sizeof(Header), cudaMemcpyDeviceToHost, stream_),
+        "header copy");
     check_cuda(cudaFreeAsync(header_dev, stream_), "cudaFreeAsync");
     cudaEvent_t header_done = nullptr;
     check_cuda(cudaEventCreateWithFlags(&header_done, cudaEventDisableTiming), "event");
@@ -248,8 +258,8 @@ class NcclTransport final : public Transport {
     if (from >= 0) {
       if (in_header.tag != tag) {
         abort();
-        throw ProtocolError("nccl transport: " + what + ": the peer sent " + tag_text(in_header.tag) +
-                            " (messages out of order)");
+        throw ProtocolError("nccl transport: " + what + ": the peer sent " +
+                            tag_text(in_header.tag) + " (messages out of order)");
       }
       if (in_header.payload_bytes > into.size()) {
         abort();
@@ -269,8 +279,9 @@ class NcclTransport final : public Transport {
     void* recv_stage = nullptr;
     if (to >= 0 && !out.empty() && !out_on_device) {
       check_cuda(cudaMallocAsync(&send_stage, out.size(), stream_), "cudaMallocAsync");
-      check_cuda(cudaMemcpyAsync(send_stage, out.data(), out.size(), cudaMemcpyHostToDevice,
-                                 stream_), "payload copy");
+      check_cuda(
+          cudaMemcpyAsync(send_stage, out.data(), out.size(), cudaMemcpyHostToDevice, stream_),
+          "payload copy");
       send_dev = send_stage;
     }
     if (incoming > 0 && !in_on_device) {
@@ -279,8 +290,9 @@ class NcclTransport final : public Transport {
     }
     grouped(to, send_dev, out.size(), from, recv_dev, incoming, deadline, what);
     if (recv_stage != nullptr) {
-      check_cuda(cudaMemcpyAsync(into.data(), recv_stage, incoming, cudaMemcpyDeviceToHost,
-                                 stream_), "payload copy");
+      check_cuda(
+          cudaMemcpyAsync(into.data(), recv_stage, incoming, cudaMemcpyDeviceToHost, stream_),
+          "payload copy");
     }
     if (send_stage != nullptr) cudaFreeAsync(send_stage, stream_);
     if (recv_stage != nullptr) cudaFreeAsync(recv_stage, stream_);
@@ -342,8 +354,8 @@ std::unique_ptr<Transport> NcclTransportFactory::connect(const EpochSpec& spec) 
   ncclUniqueId id{};
   if (spec.rank == 0) {
     if (const ncclResult_t rc = ncclGetUniqueId(&id); rc != ncclSuccess) {
-      throw PeerLostError(-1, std::string("nccl transport: ncclGetUniqueId: ") +
-                                  ncclGetErrorString(rc));
+      throw PeerLostError(
+          -1, std::string("nccl transport: ncclGetUniqueId: ") + ncclGetErrorString(rc));
     }
     store_.set(prefix + "unique_id", std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
   } else {
@@ -366,8 +378,8 @@ std::unique_ptr<Transport> NcclTransportFactory::connect(const EpochSpec& spec) 
     if (comm != nullptr) ncclCommAbort(comm);
     if (rc == ncclInProgress) {
       throw TimeoutError("nccl transport: epoch " + std::to_string(spec.epoch) +
-                         " communicator not initialised within " +
-                         std::to_string(spec.timeout_s) + " s");
+                         " communicator not initialised within " + std::to_string(spec.timeout_s) +
+                         " s");
     }
     throw PeerLostError(-1, "nccl transport: epoch " + std::to_string(spec.epoch) +
                                 " communicator: " + ncclGetErrorString(rc) + " " + detail);
