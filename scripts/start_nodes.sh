@@ -41,7 +41,11 @@ trap stop INT TERM
   --bind 127.0.0.1 --store-port-file "$port_file" "${extra[@]}" >"$log_dir/node1.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 600); do [[ -s $port_file ]] && break; sleep 0.1; done
-[[ -s $port_file ]] || { echo "start_nodes: node 1's store did not start (see $log_dir/node1.log)" >&2; stop; exit 1; }
+if [[ ! -s $port_file ]]; then
+  echo "start_nodes: node 1's store did not start (see $log_dir/node1.log)" >&2
+  stop
+  exit 1
+fi
 store=127.0.0.1:$(cat "$port_file")
 echo "store on $store; logs in $log_dir"
 for ((id = 2; id <= n; ++id)); do

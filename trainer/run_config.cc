@@ -186,8 +186,7 @@ JsonObject run_config_json(const RunConfig& c) {
   diloco.add("max_retries", d.mesh.max_retries);
   diloco.add("admission_timeout_s", d.mesh.admission_timeout_s);
   diloco.add("round_timeout_s", d.mesh.round_timeout_s);
-  heartbeat.add("interval_s", d.mesh.heartbeat_interval_s)
-      .add("dead_after_s", d.mesh.dead_after_s);
+  heartbeat.add("interval_s", d.mesh.heartbeat_interval_s).add("dead_after_s", d.mesh.dead_after_s);
   recovery.add("timeout_s", d.recovery.timeout_s)
       .add("chunk_bytes", static_cast<std::uint64_t>(d.recovery.chunk_bytes))
       .add("max_sources", d.recovery.max_sources)

@@ -20,8 +20,8 @@ struct RunConfig {
   int initial_nodes = 1;       // round 0 forms once this many nodes are queued
   int shards = 1;              // data shards; node ID takes shard (ID - 1) % shards by default
   int validation_sequences = 16;
-  DataOptions data;            // corpus, cache directory (vocab set from the model)
-  DilocoOptions diloco;        // H, outer steps, codec, outer optimizer, timeouts, heartbeats
+  DataOptions data;                // corpus, cache directory (vocab set from the model)
+  DilocoOptions diloco;            // H, outer steps, codec, outer optimizer, timeouts, heartbeats
   std::string output_dir = "run";  // node ID writes <output_dir>/node-<ID>/
 };
 

@@ -46,6 +46,9 @@ constexpr char kUsage[] =
     "                        (default 127.0.0.1)\n"
     "  --shard R             data shard (default (ID - 1) % data.shards)\n"
     "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
+    "  --fault-pause-at-message N --fault-marker F\n"
+    "                        fault injection for tests: at this node's N-th outgoing all-reduce\n"
+    "                        message, write F and stop there (until killed)\n"
     "\n"
     "A node whose store has no round yet starts the run (round 0 forms once `nodes` nodes are\n"
     "queued); otherwise it joins the running one through live recovery. Writes\n"
@@ -59,6 +62,8 @@ struct NodeArgs {
   std::int64_t node_id = -1;
   int serve_port = -1;
   int shard = -1;
+  std::uint64_t pause_at_message = 0;  // 0 = never
+  std::string fault_marker;
 };
 
 std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t lo,
@@ -105,6 +110,10 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       a.shard = static_cast<int>(parse_int(f, v, 0, 1 << 20));
     } else if (f == "--device") {
       a.device = v;
+    } else if (f == "--fault-pause-at-message") {
+      a.pause_at_message = static_cast<std::uint64_t>(parse_int(f, v, 1, std::int64_t{1} << 40));
+    } else if (f == "--fault-marker") {
+      a.fault_marker = v;
     } else {
       throw ConfigError("unknown option '" + f + "'");
     }
@@ -116,6 +125,8 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
     throw ConfigError("give exactly one of --store HOST:PORT and --serve-store PORT");
   if (a.device != "cpu" && a.device != "cuda")
     throw ConfigError("--device: expected cpu or cuda, got '" + a.device + "'");
+  if ((a.pause_at_message > 0) != !a.fault_marker.empty())
+    throw ConfigError("--fault-pause-at-message and --fault-marker go together");
   if (a.device == "cuda")
     throw ConfigError("--device cuda: this build's TorchWorker trains on the CPU only");
   return a;
@@ -145,9 +156,7 @@ class ProgressWorker final : public InnerWorker {
   std::uint64_t parameter_count() const override { return w_.parameter_count(); }
   std::span<float> parameters() override { return w_.parameters(); }
   void parameters_updated() override { w_.parameters_updated(); }
-  std::vector<std::uint64_t> bucket_boundaries() const override {
-    return w_.bucket_boundaries();
-  }
+  std::vector<std::uint64_t> bucket_boundaries() const override { return w_.bucket_boundaries(); }
   std::vector<StateSection> state_sections() override { return w_.state_sections(); }
   std::string progress() const override { return w_.progress(); }
   void restore_progress(const std::string& p) override { w_.restore_progress(p); }
@@ -157,6 +166,59 @@ class ProgressWorker final : public InnerWorker {
 
  private:
   trainer::TorchWorker& w_;
+};
+
+// Fault injection for tests (--fault-pause-at-message): counts this process's outgoing messages
+// on all-reduce rings (not recovery epochs) and, at the chosen one, writes the marker file and
+// stops in that call, so a test can SIGKILL the node in the middle of an all-reduce.
+class PausingFactory final : public TransportFactory {
+ public:
+  PausingFactory(TransportFactory& inner, std::uint64_t at, std::string marker)
+      : inner_(inner), at_(at), marker_(std::move(marker)) {}
+
+  std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
+    auto t = inner_.connect(spec);
+    if (at_ == 0 || (spec.epoch >> 62) != 0) return t;  // recovery epochs set bit 62
+    return std::make_unique<Pausing>(std::move(t), *this);
+  }
+
+ private:
+  class Pausing final : public Transport {
+   public:
+    Pausing(std::unique_ptr<Transport> t, PausingFactory& f) : t_(std::move(t)), f_(f) {}
+    int rank() const override { return t_->rank(); }
+    int size() const override { return t_->size(); }
+    std::uint64_t epoch() const override { return t_->epoch(); }
+    void send(int to, Tag tag, Payload msg, double timeout_s) override {
+      f_.count();
+      t_->send(to, tag, msg, timeout_s);
+    }
+    Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
+      return t_->recv(from, tag, into, timeout_s);
+    }
+    std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
+                                                    std::span<std::byte> into, Tag tag) override {
+      f_.count();
+      return t_->start_exchange(to, out, from, into, tag);
+    }
+    void abort() override { t_->abort(); }
+
+   private:
+    std::unique_ptr<Transport> t_;
+    PausingFactory& f_;
+  };
+
+  void count() {
+    if (++sent_ != at_) return;
+    write_atomically(marker_, std::to_string(at_) + "\n");
+    std::cerr << "fault: paused at outgoing all-reduce message " << at_ << std::endl;
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // until the test kills us
+  }
+
+  TransportFactory& inner_;
+  const std::uint64_t at_;
+  const std::string marker_;
+  std::atomic<std::uint64_t> sent_{0};
 };
 
 JsonObject config_event(const trainer::RunConfig& c, const std::string& command) {
@@ -249,7 +311,8 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
 
   gloo_transport::GlooOptions go;
   go.hostname = a.host;
-  gloo_transport::GlooTransportFactory transports(store, go);
+  gloo_transport::GlooTransportFactory gloo(store, go);
+  PausingFactory transports(gloo, a.pause_at_message, a.fault_marker);
 
   DilocoOptions d = c.diloco;
   const auto t0 = std::chrono::steady_clock::now();
@@ -263,18 +326,17 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes));
     std::lock_guard<std::mutex> lock(out_mu);
     last_members = v.members;
-    checksums << v.outer_step << "\t" << v.epoch << "\t" << v.members.size() << "\t" << crc
-              << "\n"
+    checksums << v.outer_step << "\t" << v.epoch << "\t" << v.members.size() << "\t" << crc << "\n"
               << std::flush;
     const auto now = std::chrono::steady_clock::now();
     const double dt_s = std::chrono::duration<double>(now - last).count();
     const std::int64_t tokens = worker.tokens;
     std::ostringstream line;
-    line << "node " << a.node_id << " | outer step " << v.outer_step + 1 << "/"
-         << d.outer_steps << " | epoch " << v.epoch << " | nodes " << v.members.size()
-         << " | loss " << std::fixed << std::setprecision(4) << worker.loss.load() << " | "
-         << std::setprecision(0) << (dt_s > 0 ? (tokens - last_tokens) / dt_s : 0.0)
-         << " tokens/s" << (v.fallback ? " | fallback" : "");
+    line << "node " << a.node_id << " | outer step " << v.outer_step + 1 << "/" << d.outer_steps
+         << " | epoch " << v.epoch << " | nodes " << v.members.size() << " | loss " << std::fixed
+         << std::setprecision(4) << worker.loss.load() << " | " << std::setprecision(0)
+         << (dt_s > 0 ? (tokens - last_tokens) / dt_s : 0.0) << " tokens/s"
+         << (v.fallback ? " | fallback" : "");
     std::cout << line.str() << std::endl;
     last = now;
     last_tokens = tokens;

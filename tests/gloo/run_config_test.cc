@@ -34,15 +34,15 @@ class RunConfigTest : public ::testing::Test {
 };
 
 TEST_F(RunConfigTest, EveryKeyReachesItsOption) {
-  const RunConfig c = load_run_config(write(
-      "model: tiny\nseed: 7\nnodes: 3\nouter_steps: 12\noutput_dir: out/x\n"
-      "data:\n  shards: 4\n  cache_dir: /tmp/c\n  batch: 2\n  seq_len: 32\n"
-      "  validation_sequences: 5\n  files: [art, science]\n"
-      "diloco:\n  inner_steps: 9\n  codec: int8\n  outer_lr: 0.5\n  outer_momentum: 0.8\n"
-      "  local_ranks: 2\n  allreduce_timeout_s: 11\n  max_retries: 1\n"
-      "  admission_timeout_s: 20\n  round_timeout_s: 21\n"
-      "heartbeat:\n  interval_s: 0.25\n  dead_after_s: 1.5\n"
-      "recovery:\n  timeout_s: 13\n  max_sources: 1\n  blocking: true\n"));
+  const RunConfig c = load_run_config(
+      write("model: tiny\nseed: 7\nnodes: 3\nouter_steps: 12\noutput_dir: out/x\n"
+            "data:\n  shards: 4\n  cache_dir: /tmp/c\n  batch: 2\n  seq_len: 32\n"
+            "  validation_sequences: 5\n  files: [art, science]\n"
+            "diloco:\n  inner_steps: 9\n  codec: int8\n  outer_lr: 0.5\n  outer_momentum: 0.8\n"
+            "  local_ranks: 2\n  allreduce_timeout_s: 11\n  max_retries: 1\n"
+            "  admission_timeout_s: 20\n  round_timeout_s: 21\n"
+            "heartbeat:\n  interval_s: 0.25\n  dead_after_s: 1.5\n"
+            "recovery:\n  timeout_s: 13\n  max_sources: 1\n  blocking: true\n"));
   EXPECT_EQ(c.trainer.model.name, "tiny");
   EXPECT_EQ(c.seed, 7u);
   EXPECT_EQ(c.initial_nodes, 3);
@@ -94,8 +94,7 @@ TEST_F(RunConfigTest, BadValuesNameTheKey) {
   EXPECT_NE(error_of("outer_steps: 1\nheartbeat:\n  interval_s: 2\n  dead_after_s: 1\n")
                 .find("heartbeat.dead_after_s: expected more than interval_s"),
             std::string::npos);
-  EXPECT_NE(error_of("outer_steps: 1\ndata: 3\n").find("data: expected a map"),
-            std::string::npos);
+  EXPECT_NE(error_of("outer_steps: 1\ndata: 3\n").find("data: expected a map"), std::string::npos);
   EXPECT_NE(error_of("outer_steps: 1\nmodel: no-such-model\n"), "");
 }
 

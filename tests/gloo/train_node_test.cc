@@ -1,8 +1,7 @@
 // `meridian train RUN.yaml` as separate processes on loopback: three nodes train `tiny` with
-// DiLoCo over Gloo and the embedded TCP store; one is SIGKILLed after its first outer step
-// (during the next inner steps) and a new node id rejoins by live recovery with the peers'
-// parameter checksum; a wrong secret and an unknown RUN.yaml key are refused. Waits poll files
-// with timeouts; every port is ephemeral.
+// DiLoCo over Gloo and the embedded TCP store; one is SIGKILLed in the middle of an all-reduce
+// and a new node id rejoins by live recovery with the peers' parameter checksum; a wrong secret and
+// an unknown RUN.yaml key are refused. Waits poll files with timeouts; every port is ephemeral.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -95,9 +94,9 @@ class TrainNodeTest : public ::testing::Test {
 
   // Starts `meridian train run.yaml --node-id ID ARGS...`, output in node<ID>.log.
   pid_t start(int id, std::vector<std::string> args, const std::string& secret = "secret") {
-    std::vector<std::string> argv = {MERIDIAN_BIN, "train", (dir_ / "run.yaml").string(),
-                                     "--node-id", std::to_string(id), "--secret-file",
-                                     (dir_ / secret).string()};
+    std::vector<std::string> argv = {
+        MERIDIAN_BIN,       "train",         (dir_ / "run.yaml").string(), "--node-id",
+        std::to_string(id), "--secret-file", (dir_ / secret).string()};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string log = (dir_ / ("node" + std::to_string(id) + ".log")).string();
     std::fflush(nullptr);
@@ -148,11 +147,16 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   const std::string store = start_first();
   const pid_t n1 = pids_.back();
   const pid_t n2 = start(2, {"--store", store});
-  const pid_t n3 = start(3, {"--store", store});
-  // Node 3 applied outer step 0: it is now in the inner steps of step 1. Kill it there.
-  ASSERT_TRUE(wait_until([&] { return checksums(node_dir(3)).count(0) > 0; }, 120)) << log(3);
+  // Node 3 stops at its 20th outgoing ring message: in outer step 1's all-reduce (4 buckets,
+  // 2 (W - 1) = 4 ring sends each, so 16 per outer step). Kill it there.
+  const pid_t n3 = start(3, {"--store", store, "--fault-pause-at-message", "20", "--fault-marker",
+                             (dir_ / "paused").string()});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(dir_ / "paused"); }, 120)) << log(3);
   ::kill(n3, SIGKILL);
   EXPECT_EQ(finish(n3), 128 + SIGKILL);
+  EXPECT_NE(log(3).find("paused at outgoing all-reduce message 20"), std::string::npos);
+  // It applied outer step 0 only: the kill interrupted outer step 1's all-reduce.
+  EXPECT_EQ(checksums(node_dir(3)).size(), 1u);
   // Restart it under a new id, on the dead node's data shard.
   const pid_t n4 = start(4, {"--store", store, "--shard", "2"});
 
@@ -160,8 +164,7 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   EXPECT_EQ(finish(n4), 0) << log(4);
   EXPECT_EQ(finish(n1), 0) << log(1);
 
-  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2)),
-             c4 = checksums(node_dir(4));
+  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2)), c4 = checksums(node_dir(4));
   // The survivors went on to the end, and some round ran without the killed node.
   ASSERT_EQ(c1.size(), static_cast<std::size_t>(kOuterSteps));
   ASSERT_EQ(c2.size(), static_cast<std::size_t>(kOuterSteps));
@@ -196,6 +199,15 @@ TEST_F(TrainNodeTest, AWrongSecretIsRefused) {
   const pid_t intruder = start(2, {"--store", store}, "wrong-secret");
   EXPECT_EQ(finish(intruder), 2);
   EXPECT_NE(log(2).find("wrong secret"), std::string::npos) << log(2);
+}
+
+TEST_F(TrainNodeTest, ADifferentRunConfigurationIsRefused) {
+  write_run(2, 1);
+  const std::string store = start_first();  // node 1 has read run.yaml once its store listens
+  write_run(2, 2);                          // node 2 reads another outer_steps
+  const pid_t other = start(2, {"--store", store});
+  EXPECT_EQ(finish(other), 2);
+  EXPECT_NE(log(2).find("run configuration differs"), std::string::npos) << log(2);
 }
 
 TEST_F(TrainNodeTest, AnUnknownRunKeyIsAConfigErrorNamingFileAndKey) {
