@@ -5,6 +5,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -165,7 +166,9 @@ void TorchWorker::restore_progress(const std::string& progress) {
   }
   if (step < 0 || tokens < 0) throw ProtocolError("worker progress: negative step or tokens");
   // The data position is this shard's; a joiner that takes over another node's progress
-  // continues its own shard at the same point.
+  // continues its own shard at the same point (shards differ in length by at most one
+  // sequence: past the end means "start the next epoch").
+  pos.index = std::min(pos.index, impl_->reader.shard_sequences());
   impl_->reader.restore(pos);
   impl_->step = step;
   impl_->tokens = tokens;

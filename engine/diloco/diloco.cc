@@ -100,8 +100,10 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
         break;
       }
       join_servers();
-      ensure_epoch(r);
+      // Serve joiners before connecting the round's epoch: a transport whose connect waits for
+      // every member (Gloo) would otherwise wait for a joiner that waits for its state.
       serve_joiners(r);
+      ensure_epoch(r);
       if (r.attempt == 0) inner_steps(r);
       bool ok;
       if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {

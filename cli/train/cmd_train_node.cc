@@ -1,0 +1,411 @@
+// `meridian train RUN.yaml --node-id ID ...` (registered as `train-node`; `meridian train` forwards
+// here when its first argument is a file): one DiLoCo node per process over the TCP store and the
+// Gloo transport, with a TorchWorker. Starts a run or joins a running one by live recovery.
+// Not a launcher (scripts/start_nodes.sh starts N of these) and not the in-process emulation.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "cli/build_info.h"
+#include "cli/command.h"
+#include "engine/codec/codec.h"
+#include "engine/diloco/diloco.h"
+#include "engine/error.h"
+#include "engine/events/event_sink.h"
+#include "engine/runtime/thread_runtime.h"
+#include "engine/store/tcp_store.h"
+#include "engine/transport/gloo/gloo_transport.h"
+#include "engine/util/crc32c.h"
+#include "trainer/run_config.h"
+#include "trainer/torch_worker.h"
+
+namespace meridian::cli {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: meridian train RUN.yaml --node-id ID --secret-file F\n"
+    "                      (--store HOST:PORT | --serve-store PORT) [options]\n"
+    "  --node-id ID          this node's id (>= 1, unused in this run; a restarted node takes a\n"
+    "                        new one)\n"
+    "  --store HOST:PORT     the run's store (another node's embedded one or `meridian store`)\n"
+    "  --serve-store PORT    embed the store in this node (0 = a free port), bound to --bind\n"
+    "  --bind HOST           address the embedded store listens on (default 0.0.0.0)\n"
+    "  --store-port-file F   write the embedded store's port to F once it listens\n"
+    "  --secret-file F       the run's shared secret (mode 600)\n"
+    "  --host ADDR           address this node's Gloo device binds to and advertises\n"
+    "                        (default 127.0.0.1)\n"
+    "  --shard R             data shard (default (ID - 1) % data.shards)\n"
+    "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
+    "  --fault-pause-at-message N --fault-marker F\n"
+    "                        fault injection for tests: at this node's N-th outgoing all-reduce\n"
+    "                        message, write F and stop there (until killed)\n"
+    "\n"
+    "A node whose store has no round yet starts the run (round 0 forms once `nodes` nodes are\n"
+    "queued); otherwise it joins the running one through live recovery. Writes\n"
+    "<output_dir>/node-<ID>/events.jsonl (engine/events/SCHEMA.md) and checksums.tsv (outer_step,\n"
+    "epoch, members, CRC-32C of the outer parameters after each applied outer step). SIGINT or\n"
+    "SIGTERM: leave gracefully after the current round.\n";
+
+struct NodeArgs {
+  std::string run_yaml, store, secret_file, bind = "0.0.0.0", port_file, host = "127.0.0.1";
+  std::string device = "cpu";
+  std::int64_t node_id = -1;
+  int serve_port = -1;
+  int shard = -1;
+  std::uint64_t pause_at_message = 0;  // 0 = never
+  std::string fault_marker;
+};
+
+std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t lo,
+                       std::int64_t hi) {
+  std::size_t used = 0;
+  std::int64_t v = lo - 1;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != text.size() || v < lo || v > hi) {
+    throw ConfigError(flag + ": expected an integer in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "], got '" + text + "'");
+  }
+  return v;
+}
+
+NodeArgs parse_args(const std::vector<std::string>& args) {
+  NodeArgs a;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& f = args[i];
+    if (f.rfind("--", 0) != 0) {
+      if (!a.run_yaml.empty()) throw ConfigError("unexpected argument '" + f + "'");
+      a.run_yaml = f;
+      continue;
+    }
+    if (i + 1 >= args.size()) throw ConfigError(f + ": expected a value");
+    const std::string& v = args[++i];
+    if (f == "--node-id") {
+      a.node_id = parse_int(f, v, 1, std::int64_t{1} << 40);
+    } else if (f == "--store") {
+      a.store = v;
+    } else if (f == "--serve-store") {
+      a.serve_port = static_cast<int>(parse_int(f, v, 0, 65535));
+    } else if (f == "--bind") {
+      a.bind = v;
+    } else if (f == "--store-port-file") {
+      a.port_file = v;
+    } else if (f == "--secret-file") {
+      a.secret_file = v;
+    } else if (f == "--host") {
+      a.host = v;
+    } else if (f == "--shard") {
+      a.shard = static_cast<int>(parse_int(f, v, 0, 1 << 20));
+    } else if (f == "--device") {
+      a.device = v;
+    } else if (f == "--fault-pause-at-message") {
+      a.pause_at_message = static_cast<std::uint64_t>(parse_int(f, v, 1, std::int64_t{1} << 40));
+    } else if (f == "--fault-marker") {
+      a.fault_marker = v;
+    } else {
+      throw ConfigError("unknown option '" + f + "'");
+    }
+  }
+  if (a.run_yaml.empty()) throw ConfigError("RUN.yaml is required");
+  if (a.node_id < 1) throw ConfigError("--node-id is required");
+  if (a.secret_file.empty()) throw ConfigError("--secret-file is required");
+  if (a.store.empty() == (a.serve_port < 0))
+    throw ConfigError("give exactly one of --store HOST:PORT and --serve-store PORT");
+  if (a.device != "cpu" && a.device != "cuda")
+    throw ConfigError("--device: expected cpu or cuda, got '" + a.device + "'");
+  if ((a.pause_at_message > 0) != !a.fault_marker.empty())
+    throw ConfigError("--fault-pause-at-message and --fault-marker go together");
+  if (a.device == "cuda")
+    throw ConfigError("--device cuda: this build's TorchWorker trains on the CPU only");
+  return a;
+}
+
+// Writes `text` to `path` atomically (a reader never sees a partial file).
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) throw Error(tmp + ": write failed");
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+// Passes inner steps through and keeps the last loss and the tokens, for the progress line.
+class ProgressWorker final : public InnerWorker {
+ public:
+  explicit ProgressWorker(trainer::TorchWorker& w) : w_(w) {}
+  InnerStepsResult run_inner_steps(int steps) override {
+    const auto r = w_.run_inner_steps(steps);
+    loss = r.loss;
+    tokens += r.tokens;
+    return r;
+  }
+  std::uint64_t parameter_count() const override { return w_.parameter_count(); }
+  std::span<float> parameters() override { return w_.parameters(); }
+  void parameters_updated() override { w_.parameters_updated(); }
+  std::vector<std::uint64_t> bucket_boundaries() const override { return w_.bucket_boundaries(); }
+  std::vector<StateSection> state_sections() override { return w_.state_sections(); }
+  std::string progress() const override { return w_.progress(); }
+  void restore_progress(const std::string& p) override { w_.restore_progress(p); }
+
+  std::atomic<double> loss{0.0};
+  std::atomic<std::int64_t> tokens{0};
+
+ private:
+  trainer::TorchWorker& w_;
+};
+
+// Fault injection for tests (--fault-pause-at-message): counts this process's outgoing messages
+// on all-reduce rings (not recovery epochs) and, at the chosen one, writes the marker file and
+// stops in that call, so a test can SIGKILL the node in the middle of an all-reduce.
+class PausingFactory final : public TransportFactory {
+ public:
+  PausingFactory(TransportFactory& inner, std::uint64_t at, std::string marker)
+      : inner_(inner), at_(at), marker_(std::move(marker)) {}
+
+  std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
+    auto t = inner_.connect(spec);
+    if (at_ == 0 || (spec.epoch >> 62) != 0) return t;  // recovery epochs set bit 62
+    return std::make_unique<Pausing>(std::move(t), *this);
+  }
+
+ private:
+  class Pausing final : public Transport {
+   public:
+    Pausing(std::unique_ptr<Transport> t, PausingFactory& f) : t_(std::move(t)), f_(f) {}
+    int rank() const override { return t_->rank(); }
+    int size() const override { return t_->size(); }
+    std::uint64_t epoch() const override { return t_->epoch(); }
+    void send(int to, Tag tag, Payload msg, double timeout_s) override {
+      f_.count();
+      t_->send(to, tag, msg, timeout_s);
+    }
+    Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
+      return t_->recv(from, tag, into, timeout_s);
+    }
+    std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
+                                                    std::span<std::byte> into, Tag tag) override {
+      f_.count();
+      return t_->start_exchange(to, out, from, into, tag);
+    }
+    void abort() override { t_->abort(); }
+
+   private:
+    std::unique_ptr<Transport> t_;
+    PausingFactory& f_;
+  };
+
+  void count() {
+    if (++sent_ != at_) return;
+    write_atomically(marker_, std::to_string(at_) + "\n");
+    std::cerr << "fault: paused at outgoing all-reduce message " << at_ << std::endl;
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // until the test kills us
+  }
+
+  TransportFactory& inner_;
+  const std::uint64_t at_;
+  const std::string marker_;
+  std::atomic<std::uint64_t> sent_{0};
+};
+
+JsonObject config_event(const trainer::RunConfig& c, const std::string& command) {
+  const auto& m = c.trainer.model;
+  JsonObject versions, metrics;
+  versions.add("meridian", kVersion);
+  metrics.add("param_count", trainer::parameter_count(m));
+  metrics.add("flops_per_token", trainer::flops_per_token(m));
+  metrics.add("tokens_per_inner_step",
+              static_cast<std::int64_t>(c.trainer.train.batch) * m.seq_len);
+  metrics.add("gpus_per_node", 0).add("peak_flops_per_gpu", 0.0);
+  metrics.add("H", c.diloco.inner_steps)
+      .add("codec", std::string(codec_name(c.diloco.codec)))
+      .add("local_ranks", c.diloco.local_ranks);
+  JsonObject f;
+  f.add("mode", "real").add("seed", c.seed).add("command", command);
+  f.add("versions", versions).add("metrics", metrics).add("config", trainer::run_config_json(c));
+  return f;
+}
+
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
+  const auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    throw ConfigError("--store: expected HOST:PORT, got '" + s + "'");
+  return {s.substr(0, colon),
+          static_cast<std::uint16_t>(parse_int("--store port", s.substr(colon + 1), 1, 65535))};
+}
+
+int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
+  const trainer::RunConfig c = trainer::load_run_config(a.run_yaml);
+  const std::string config_text = trainer::run_config_json(c).str();
+  StoreIdentity identity{read_secret_file(a.secret_file), kVersion, config_hash_of(config_text)};
+
+  // Stop signals become a graceful leave; blocked before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGUSR1);  // wakes the watcher at the end
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<TcpStoreServer> server;
+  std::string store_host;
+  std::uint16_t store_port = 0;
+  if (a.serve_port >= 0) {
+    TcpStoreServerOptions so;
+    so.bind_host = a.bind;
+    so.port = static_cast<std::uint16_t>(a.serve_port);
+    so.identity = identity;
+    so.log = [](const std::string& line) { std::cerr << line << std::endl; };
+    server = std::make_unique<TcpStoreServer>(so);
+    store_port = server->start();
+    store_host = (a.bind == "0.0.0.0" || a.bind.empty()) ? "127.0.0.1" : a.bind;
+    std::cout << "store listening on " << a.bind << ":" << store_port << std::endl;
+    if (!a.port_file.empty()) write_atomically(a.port_file, std::to_string(store_port) + "\n");
+  } else {
+    std::tie(store_host, store_port) = split_host_port(a.store);
+  }
+  TcpStoreClientOptions co;
+  co.host = store_host;
+  co.port = store_port;
+  co.client_id = "node-" + std::to_string(a.node_id);
+  co.identity = identity;
+  co.connect_timeout_s = 30.0;
+  co.io_timeout_s = std::max(30.0, c.diloco.mesh.dead_after_s);
+  TcpStore store(co);  // a refusal (secret, version, configuration) throws ConfigError here
+
+  const std::string dir = c.output_dir + "/node-" + std::to_string(a.node_id);
+  std::filesystem::create_directories(dir);
+  std::ofstream events_file(dir + "/events.jsonl", std::ios::trunc);
+  std::ofstream checksums(dir + "/checksums.tsv", std::ios::trunc);
+  if (!events_file || !checksums) throw ConfigError(dir + ": cannot create the node's files");
+  checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
+  JsonlEventSink events(events_file);
+  ThreadRuntime runtime;
+  std::string command = "meridian train";
+  for (const auto& s : argv) command += " " + s;
+  events.emit(Event{runtime.now_s(), -1, "config", config_event(c, command)});
+
+  trainer::TorchWorkerOptions wo;
+  wo.config = c.trainer;
+  wo.data = c.data;
+  wo.world = c.shards;
+  wo.rank = a.shard >= 0 ? a.shard : static_cast<int>((a.node_id - 1) % c.shards);
+  if (wo.rank >= c.shards) throw ConfigError("--shard: expected a value below data.shards");
+  wo.seed = c.seed;
+  wo.validation_sequences = c.validation_sequences;
+  trainer::TorchWorker torch(wo);
+  ProgressWorker worker(torch);
+
+  gloo_transport::GlooOptions go;
+  go.hostname = a.host;
+  gloo_transport::GlooTransportFactory gloo(store, go);
+  PausingFactory transports(gloo, a.pause_at_message, a.fault_marker);
+
+  DilocoOptions d = c.diloco;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto last = t0;
+  std::int64_t last_tokens = 0;
+  std::mutex out_mu;
+  std::vector<std::int64_t> last_members;
+  d.on_outer_step = [&](const OuterStepView& v) {
+    const auto bytes = std::as_bytes(v.outer_parameters);
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes));
+    std::lock_guard<std::mutex> lock(out_mu);
+    last_members = v.members;
+    checksums << v.outer_step << "\t" << v.epoch << "\t" << v.members.size() << "\t" << crc << "\n"
+              << std::flush;
+    const auto now = std::chrono::steady_clock::now();
+    const double dt_s = std::chrono::duration<double>(now - last).count();
+    const std::int64_t tokens = worker.tokens;
+    std::ostringstream line;
+    line << "node " << a.node_id << " | outer step " << v.outer_step + 1 << "/" << d.outer_steps
+         << " | epoch " << v.epoch << " | nodes " << v.members.size() << " | loss " << std::fixed
+         << std::setprecision(4) << worker.loss.load() << " | " << std::setprecision(0)
+         << (dt_s > 0 ? (tokens - last_tokens) / dt_s : 0.0) << " tokens/s"
+         << (v.fallback ? " | fallback" : "");
+    std::cout << line.str() << std::endl;
+    last = now;
+    last_tokens = tokens;
+  };
+  DilocoNode node(worker, store, transports, runtime, events, d);
+
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != SIGUSR1) {
+      std::cerr << "node " << a.node_id << ": leaving after the current round" << std::endl;
+      node.request_leave();
+    }
+  });
+  // A store that already holds a round record means the run is under way: join it.
+  const bool initial = store.list(d.mesh.prefix + "round/").empty();
+  std::cerr << "node " << a.node_id << ": " << (initial ? "starting the run" : "joining the run")
+            << " (data shard " << wo.rank << "/" << c.shards << ", " << torch.parameter_count()
+            << " parameters)" << std::endl;
+  const NodeResult r = node.run(initial, a.node_id);
+  pthread_kill(watcher.native_handle(), SIGUSR1);
+  watcher.join();
+
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  JsonObject fin;
+  fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
+  events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
+  std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
+            << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
+            << std::endl;
+  // Peers may still be finishing their last round against the embedded store: each node
+  // marks its end, and the serving node waits for the last round's members (bounded).
+  const std::string done = "train/done/";
+  try {
+    store.set(done + std::to_string(a.node_id), "1");
+    if (server) {
+      std::vector<std::string> keys;
+      for (std::int64_t m : last_members) keys.push_back(done + std::to_string(m));
+      store.wait(keys, 2 * d.mesh.dead_after_s + d.allreduce_timeout_s);
+    }
+  } catch (const Error& e) {
+    std::cerr << "node " << a.node_id << ": at the end: " << e.what() << std::endl;
+  }
+  return (r.exit == NodeExit::kFinished || r.exit == NodeExit::kLeft) ? kExitOk : kExitFailed;
+}
+
+int run_train_node(const std::vector<std::string>& args) {
+  NodeArgs a;
+  try {
+    a = parse_args(args);
+  } catch (const ConfigError& e) {
+    std::cerr << "meridian train: " << e.what() << "\n" << kUsage;
+    return kExitUsage;
+  }
+  try {
+    return run_node(a, args);
+  } catch (const ConfigError& e) {
+    std::cerr << "meridian train: " << e.what() << std::endl;
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::cerr << "meridian train: " << e.what() << std::endl;
+    return kExitFailed;
+  }
+}
+
+MERIDIAN_COMMAND("train-node",
+                 "one DiLoCo node of a real run (Gloo + TCP store); `meridian train RUN.yaml`",
+                 kUsage, run_train_node);
+
+}  // namespace
+}  // namespace meridian::cli

@@ -1,0 +1,168 @@
+// `meridian train`: trains one TorchWorker on its data shard (no network), printing a CSV of
+// train and validation loss; optional checkpoint and resume. The baseline of the convergence
+// study; DiLoCo runs go through the engine's node loop.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "cli/command.h"
+#include "engine/error.h"
+#include "trainer/adamw.h"
+#include "trainer/torch_worker.h"
+
+namespace meridian::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: meridian train [options]   (or: meridian train RUN.yaml ..., see train-node)\n"
+    "  --model NAME|FILE.yaml   model and train config (default small)\n"
+    "  --steps N                inner steps to run (default 100)\n"
+    "  --batch B                sequences per step (default: the config's)\n"
+    "  --seq-len T              sequence length (default: the config's)\n"
+    "  --lr X --warmup N        peak learning rate, warmup steps (default: the config's)\n"
+    "  --decay-start N --total-steps N   1-sqrt decay to 0 between these steps\n"
+    "  --z-loss W               max-z-loss weight (default 0)\n"
+    "  --bf16                   bf16 autocast on the CPU\n"
+    "  --seed S                 init and shuffling seed (default 0)\n"
+    "  --shard R/W              data shard R of W (default 0/1)\n"
+    "  --eval-every K           validation loss every K steps (default 25)\n"
+    "  --val-sequences N        validation set size (default 32)\n"
+    "  --csv FILE               write the loss curve there (default: stdout)\n"
+    "  --cache DIR              tokenizer and token cache (default .cache/meridian-trainer)\n"
+    "  --corpus-files a,b       fortune files to use (default: all installed)\n"
+    "  --checkpoint DIR         save a checkpoint there at the end\n"
+    "  --resume DIR             start from a checkpoint\n";
+
+struct Args {
+  std::map<std::string, std::string> kv;
+  bool has(const std::string& k) const { return kv.count(k) > 0; }
+  std::string str(const std::string& k, const std::string& d) const {
+    return has(k) ? kv.at(k) : d;
+  }
+  double num(const std::string& k, double d) const {
+    if (!has(k)) return d;
+    try {
+      std::size_t used = 0;
+      const double v = std::stod(kv.at(k), &used);
+      if (used != kv.at(k).size()) throw std::invalid_argument("trailing");
+      return v;
+    } catch (const std::exception&) {
+      throw ConfigError("--" + k + ": expected a number, got '" + kv.at(k) + "'");
+    }
+  }
+};
+
+Args parse(const std::vector<std::string>& argv) {
+  static const std::map<std::string, bool> known = {
+      {"model", true},  {"steps", true}, {"seq-len", true},      {"batch", true},        {"lr", true},
+      {"warmup", true}, {"decay-start", true}, {"total-steps", true}, {"z-loss", true},
+      {"bf16", false},  {"seed", true},        {"shard", true},       {"eval-every", true},
+      {"val-sequences", true}, {"csv", true},  {"cache", true},       {"corpus-files", true},
+      {"checkpoint", true}, {"resume", true}};
+  Args a;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i].rfind("--", 0) != 0) throw ConfigError("unexpected argument '" + argv[i] + "'");
+    const std::string k = argv[i].substr(2);
+    const auto it = known.find(k);
+    if (it == known.end()) throw ConfigError("unknown option --" + k);
+    if (!it->second) {
+      a.kv[k] = "1";
+    } else {
+      if (i + 1 >= argv.size()) throw ConfigError("--" + k + " needs a value");
+      a.kv[k] = argv[++i];
+    }
+  }
+  return a;
+}
+
+int run_train(const std::vector<std::string>& argv) {
+  // `meridian train RUN.yaml ...`: one node of a real run (cli/train/, built with Gloo).
+  if (!argv.empty() && argv[0].rfind("--", 0) != 0) {
+    for (const Command& c : commands())
+      if (c.name == "train-node") return c.run(argv);
+    std::cerr << "meridian train RUN.yaml: this build has no Gloo transport "
+                 "(configure with -DMERIDIAN_WITH_GLOO=ON)\n";
+    return kExitUsage;
+  }
+  trainer::TorchWorkerOptions o;
+  int steps = 0, eval_every = 0;
+  std::string csv_path;
+  Args a;
+  try {
+    a = parse(argv);
+    o.config = trainer::load_named_config(a.str("model", "small"));
+    auto& t = o.config.train;
+    t.batch = static_cast<int>(a.num("batch", t.batch));
+    o.config.model.seq_len = static_cast<int>(a.num("seq-len", o.config.model.seq_len));
+    trainer::validate(o.config.model, "--seq-len");
+    t.optim.lr = a.num("lr", t.optim.lr);
+    t.optim.warmup_steps = static_cast<std::int64_t>(a.num("warmup", t.optim.warmup_steps));
+    t.optim.decay_start_step =
+        static_cast<std::int64_t>(a.num("decay-start", t.optim.decay_start_step));
+    t.optim.total_steps = static_cast<std::int64_t>(a.num("total-steps", t.optim.total_steps));
+    t.optim.z_loss_weight = a.num("z-loss", t.optim.z_loss_weight);
+    t.bf16_autocast = t.bf16_autocast || a.has("bf16");
+    o.seed = static_cast<std::uint64_t>(a.num("seed", 0));
+    o.validation_sequences = static_cast<int>(a.num("val-sequences", 32));
+    o.data.cache_dir = a.str("cache", ".cache/meridian-trainer");
+    if (a.has("corpus-files")) {
+      std::stringstream ss(a.kv.at("corpus-files"));
+      for (std::string f; std::getline(ss, f, ',');) o.data.files.push_back(f);
+    }
+    if (a.has("shard")) {
+      const auto s = a.kv.at("shard");
+      const auto slash = s.find('/');
+      if (slash == std::string::npos) throw ConfigError("--shard: expected R/W, got '" + s + "'");
+      o.rank = std::stoi(s.substr(0, slash));
+      o.world = std::stoi(s.substr(slash + 1));
+    }
+    steps = static_cast<int>(a.num("steps", 100));
+    eval_every = static_cast<int>(a.num("eval-every", 25));
+    if (steps < 0 || eval_every <= 0 || t.batch <= 0)
+      throw ConfigError("--steps must be >= 0, --eval-every and --batch > 0");
+    csv_path = a.str("csv", "");
+  } catch (const ConfigError& e) {
+    std::cerr << "meridian train: " << e.what() << "\n" << kUsage;
+    return kExitUsage;
+  }
+  try {
+    trainer::TorchWorker w(o);
+    if (a.has("resume")) w.load_checkpoint(a.kv.at("resume"));
+    std::ofstream file;
+    if (!csv_path.empty()) file.open(csv_path);
+    std::ostream& out = csv_path.empty() ? std::cout : file;
+    std::cerr << trainer::describe(o.config.model) << "corpus: " << w.corpus().train->size()
+              << " train tokens, " << w.corpus().validation->size() << " validation tokens\n";
+    out << "step,tokens,train_loss,val_loss,lr,elapsed_s\n";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    out << w.step() << "," << w.tokens() << ",," << w.evaluate() << ",,"
+        << elapsed() << "\n";
+    for (int done = 0; done < steps;) {
+      const int n = std::min(eval_every, steps - done);
+      const double lr = trainer::scheduled_lr(o.config.train.optim, w.step() + n - 1);
+      const auto r = w.run_inner_steps(n);
+      done += n;
+      out << w.step() << "," << w.tokens() << "," << r.loss << "," << w.evaluate() << "," << lr
+          << "," << elapsed() << std::endl;
+    }
+    if (a.has("checkpoint")) w.save_checkpoint(a.kv.at("checkpoint"));
+  } catch (const ConfigError& e) {
+    std::cerr << "meridian train: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const Error& e) {
+    std::cerr << "meridian train: " << e.what() << "\n";
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+MERIDIAN_COMMAND("train", "train one LibTorch worker on its data shard (loss curve as CSV)",
+                 kUsage, run_train);
+
+}  // namespace
+}  // namespace meridian::cli

@@ -1,0 +1,228 @@
+// DiLoCo emulation: TorchWorker nodes as threads over the in-process transport (see the header).
+#include "trainer/diloco_emulation.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "engine/error.h"
+#include "engine/runtime/thread_runtime.h"
+#include "engine/store/memory_store.h"
+#include "engine/transport/inproc/inproc_transport.h"
+
+namespace meridian::trainer {
+namespace {
+
+// A node's view of the shared store that can be cut off: after kill() every call raises
+// PeerLostError; blocking calls wait in short slices so they notice.
+class CuttableStore final : public Store {
+ public:
+  explicit CuttableStore(Store& inner) : inner_(inner) {}
+  void kill() { dead_ = true; }
+  void set(const std::string& k, const std::string& v) override { alive(), inner_.set(k, v); }
+  std::optional<std::string> try_get(const std::string& k) override {
+    return alive(), inner_.try_get(k);
+  }
+  std::int64_t add(const std::string& k, std::int64_t d) override {
+    return alive(), inner_.add(k, d);
+  }
+  std::optional<std::string> compare_set(const std::string& k,
+                                         const std::optional<std::string>& expected,
+                                         const std::string& desired) override {
+    return alive(), inner_.compare_set(k, expected, desired);
+  }
+  bool erase(const std::string& k) override { return alive(), inner_.erase(k); }
+  std::vector<std::string> list(const std::string& p) override { return alive(), inner_.list(p); }
+  std::string get(const std::string& k, double timeout_s) override {
+    std::string out;
+    in_slices(timeout_s, [&](double s) { out = inner_.get(k, s); });
+    return out;
+  }
+  void wait(const std::vector<std::string>& keys, double timeout_s) override {
+    in_slices(timeout_s, [&](double s) { inner_.wait(keys, s); });
+  }
+
+ private:
+  void alive() const {
+    if (dead_) throw PeerLostError(-1, "this node was failed by the churn schedule");
+  }
+  template <typename F>
+  void in_slices(double timeout_s, F f) {
+    for (double left_s = timeout_s;;) {
+      alive();
+      const double slice_s = std::min(left_s, 0.05);
+      try {
+        return f(slice_s);
+      } catch (const TimeoutError&) {
+        if ((left_s -= slice_s) <= 0) throw;
+      }
+    }
+  }
+  Store& inner_;
+  std::atomic<bool> dead_{false};
+};
+
+// Records each worker's last inner-step result (loss, tokens) for the CSV.
+class RecordingWorker final : public InnerWorker {
+ public:
+  explicit RecordingWorker(std::unique_ptr<TorchWorker> w) : w_(std::move(w)) {}
+  InnerStepsResult run_inner_steps(int steps) override {
+    const auto r = w_->run_inner_steps(steps);
+    last_loss = r.loss;
+    tokens += r.tokens;
+    return r;
+  }
+  std::uint64_t parameter_count() const override { return w_->parameter_count(); }
+  std::span<float> parameters() override { return w_->parameters(); }
+  void parameters_updated() override { w_->parameters_updated(); }
+  std::vector<std::uint64_t> bucket_boundaries() const override {
+    return w_->bucket_boundaries();
+  }
+  std::vector<StateSection> state_sections() override { return w_->state_sections(); }
+  std::string progress() const override { return w_->progress(); }
+  void restore_progress(const std::string& p) override { w_->restore_progress(p); }
+  TorchWorker& torch() { return *w_; }
+
+  std::atomic<double> last_loss{0.0};
+  std::atomic<std::int64_t> tokens{0};
+
+ private:
+  std::unique_ptr<TorchWorker> w_;
+};
+
+struct Node {
+  explicit Node(Store& shared) : store(shared) {}
+  CuttableStore store;
+  std::unique_ptr<RecordingWorker> worker;
+  std::unique_ptr<DilocoNode> diloco;
+  std::unique_ptr<std::thread> thread;
+  NodeResult result;
+  int shard = 0;
+};
+
+class Emulation {
+ public:
+  Emulation(EmulationOptions o, EventSink& events,
+            const std::function<void(const EmulatedStep&)>& on_step,
+            std::function<void(const std::string&)> log)
+      : o_(std::move(o)), events_(events), on_step_(on_step), log_(std::move(log)),
+        store_(runtime_) {
+    if (o_.nodes < 1) throw ConfigError("emulation: nodes must be >= 1");
+    if (!log_) log_ = [](const std::string&) {};
+    auto w = o_.worker;
+    w.data.vocab = w.config.model.vocab;
+    corpus_ = prepare_corpus(w.data);
+    o_.diloco.mesh.initial_world = o_.nodes;
+    o_.diloco.on_outer_step = [this](const OuterStepView& v) { observe(v); };
+    t0_ = std::chrono::steady_clock::now();
+  }
+
+  EmulationResult run() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (int id = 1; id <= o_.nodes; ++id) launch_locked(id, id - 1, true);
+    }
+    // Joiners may be launched while we wait: take threads until none is left.
+    while (auto t = take_thread()) t->join();
+    for (auto& [id, n] : nodes_) result_.nodes.push_back({id, n->shard, n->result});
+    return result_;
+  }
+
+ private:
+  std::unique_ptr<std::thread> take_thread() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& entry : nodes_)
+      if (entry.second->thread) return std::move(entry.second->thread);
+    return nullptr;
+  }
+
+  void launch_locked(std::int64_t id, int shard, bool initial) {
+    auto n = std::make_unique<Node>(store_);
+    auto w = o_.worker;
+    w.rank = shard;
+    w.world = o_.nodes;
+    n->shard = shard;
+    n->worker = std::make_unique<RecordingWorker>(std::make_unique<TorchWorker>(w, corpus_));
+    n->diloco = std::make_unique<DilocoNode>(*n->worker, n->store, network_, runtime_, events_,
+                                             o_.diloco);
+    Node* raw = n.get();
+    nodes_[id] = std::move(n);
+    raw->thread = std::make_unique<std::thread>(
+        [raw, id, initial] { raw->result = raw->diloco->run(initial, id); });
+  }
+
+  // Runs on the node that applied the step; the first node to report a step evaluates the
+  // outer parameters (identical on every member) and applies the churn schedule.
+  void observe(const OuterStepView& v) {
+    Node* self = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!reported_.insert(v.outer_step).second) return;
+      self = nodes_.at(v.node).get();
+    }
+    EmulatedStep s;
+    s.val_loss = self->worker->torch().evaluate();
+    std::lock_guard<std::mutex> lock(mu_);
+    s.outer_step = v.outer_step + 1;
+    s.members = v.members.size();
+    s.fallback = v.fallback;
+    int counted = 0;
+    for (auto& [id, n] : nodes_) {
+      s.tokens += n->worker->tokens;
+      if (std::find(v.members.begin(), v.members.end(), id) != v.members.end()) {
+        s.train_loss += n->worker->last_loss;
+        ++counted;
+      }
+    }
+    if (counted) s.train_loss /= counted;
+    s.elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    result_.steps.push_back(s);
+    if (on_step_) on_step_(s);
+    for (auto [it, end] = o_.fail_after.equal_range(s.outer_step); it != end; ++it) {
+      Node& n = *nodes_.at(it->second);
+      n.store.kill();
+      network_.kill_node(it->second);
+      failed_shards_.push_back(n.shard);
+      log_("churn: node " + std::to_string(it->second) + " fails after outer step " +
+           std::to_string(s.outer_step));
+    }
+    for (std::int64_t step : o_.join_after) {
+      if (step != s.outer_step) continue;
+      const int shard = failed_shards_.empty() ? 0 : failed_shards_.back();
+      if (!failed_shards_.empty()) failed_shards_.pop_back();
+      const std::int64_t id = 100 + static_cast<std::int64_t>(nodes_.size());
+      log_("churn: node " + std::to_string(id) + " joins after outer step " +
+           std::to_string(s.outer_step) + " on shard " + std::to_string(shard));
+      launch_locked(id, shard, false);
+    }
+  }
+
+  EmulationOptions o_;
+  EventSink& events_;
+  const std::function<void(const EmulatedStep&)>& on_step_;
+  std::function<void(const std::string&)> log_;
+  TokenizedCorpus corpus_;
+  ThreadRuntime runtime_;
+  MemoryStore store_;
+  InProcNetwork network_;
+  std::mutex mu_;
+  std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
+  std::set<std::int64_t> reported_;
+  std::vector<int> failed_shards_;
+  std::chrono::steady_clock::time_point t0_;
+  EmulationResult result_;
+};
+
+}  // namespace
+
+EmulationResult run_emulation(EmulationOptions options, EventSink& events,
+                              const std::function<void(const EmulatedStep&)>& on_step,
+                              std::function<void(const std::string&)> log) {
+  Emulation e(std::move(options), events, on_step, std::move(log));
+  return e.run();
+}
+
+}  // namespace meridian::trainer

@@ -1,0 +1,57 @@
+// DiLoCo emulation on one machine: N TorchWorker nodes as threads of one process, running the
+// engine's DilocoNode over the in-process transport and an in-memory store, with a churn
+// schedule (nodes fail after an outer step; joiners arrive and recover live). Not the
+// simulator (no network or time model) and not a launcher for real runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/diloco/diloco.h"
+#include "engine/events/event_sink.h"
+#include "trainer/torch_worker.h"
+
+namespace meridian::trainer {
+
+struct EmulationOptions {
+  TorchWorkerOptions worker;  // model, data, seed; rank/world are set per node
+  DilocoOptions diloco;       // H, outer steps, codec, outer optimizer, timeouts
+  int nodes = 4;              // initial members, ids 1..nodes, data shards 0..nodes-1
+  // Churn: node id -> the outer step (1-based) after which it fails (store and network cut).
+  std::multimap<std::int64_t, std::int64_t> fail_after;  // outer step -> node id
+  // Outer steps after which a new node joins, taking the shard of the latest failed node.
+  std::vector<std::int64_t> join_after;
+};
+
+// One applied outer step, as the first member to report it saw it.
+struct EmulatedStep {
+  std::int64_t outer_step = 0;  // 1-based
+  std::size_t members = 0;
+  std::int64_t tokens = 0;      // consumed by every node so far (failed nodes included)
+  double train_loss = 0;        // mean over members of their last inner steps' mean loss
+  double val_loss = 0;          // of the outer parameters
+  double elapsed_s = 0;
+  bool fallback = false;
+};
+
+struct EmulatedNode {
+  std::int64_t id = 0;
+  int shard = 0;
+  NodeResult result;
+};
+
+struct EmulationResult {
+  std::vector<EmulatedStep> steps;
+  std::vector<EmulatedNode> nodes;
+};
+
+// Runs to the end (every node finished, left or lost). `on_step` is called for each applied
+// outer step (from a node's thread, serialised), e.g. to stream a CSV.
+EmulationResult run_emulation(EmulationOptions options, EventSink& events,
+                              const std::function<void(const EmulatedStep&)>& on_step = {},
+                              std::function<void(const std::string&)> log = {});
+
+}  // namespace meridian::trainer

@@ -1,0 +1,201 @@
+// RUN.yaml loading for `meridian train` (see run_config.h). Not the model config loader
+// (model_config.cc): this file only names a model and overrides its batch and sequence length.
+#include "trainer/run_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+
+#include "engine/codec/codec.h"
+#include "engine/error.h"
+
+namespace meridian::trainer {
+namespace {
+
+// One YAML map section: typed reads, and every key it holds must have been read.
+class Section {
+ public:
+  Section(const YAML::Node& root, const std::string& file, const std::string& name)
+      : file_(file), name_(name) {
+    node_ = name.empty() ? root : root[name];
+    if (node_ && !node_.IsMap()) fail("", "expected a map of keys");
+  }
+
+  template <typename T>
+  void read(const std::string& key, T& out) {
+    known_.insert(key);
+    if (!node_) return;
+    const YAML::Node v = node_[key];
+    if (!v) return;
+    try {
+      out = v.template as<T>();
+    } catch (const YAML::Exception&) {
+      fail(key, "expected a value of the right type, got '" +
+                    (v.IsScalar() ? v.Scalar() : std::string("a non-scalar")) + "'");
+    }
+  }
+
+  void finish() const {
+    if (!node_) return;
+    for (const auto& kv : node_) {
+      const auto k = kv.first.as<std::string>();
+      if (!known_.count(k)) {
+        std::string list;
+        for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
+        fail(k, "unknown key (known: " + list + ")");
+      }
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    std::string where = name_;
+    if (!key.empty()) where += (where.empty() ? "" : ".") + key;
+    throw ConfigError(file_ + ": " + where + ": " + what);
+  }
+
+ private:
+  YAML::Node node_;
+  std::string file_, name_;
+  std::set<std::string> known_;
+};
+
+void positive(const Section& s, const std::string& key, double v) {
+  if (!(v > 0)) s.fail(key, "expected a positive value");
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw ConfigError(path + ": cannot read the run configuration");
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ": not valid YAML: " + e.what());
+  }
+  if (!root.IsMap()) throw ConfigError(path + ": expected a map of keys at the top level");
+  RunConfig c;
+  DilocoOptions& d = c.diloco;
+  int batch = 0, seq_len = 0;
+
+  Section top(root, path, "");
+  top.read("model", c.model);
+  top.read("seed", c.seed);
+  top.read("nodes", c.initial_nodes);
+  top.read("outer_steps", d.outer_steps);
+  top.read("output_dir", c.output_dir);
+  for (const char* s : {"data", "diloco", "heartbeat", "recovery"}) {
+    YAML::Node ignored;
+    top.read(s, ignored);
+  }
+  top.finish();
+  if (c.initial_nodes < 1) top.fail("nodes", "expected a positive integer");
+  if (d.outer_steps < 1) top.fail("outer_steps", "expected a positive integer");
+  if (c.output_dir.empty()) top.fail("output_dir", "expected a directory path");
+
+  Section data(root, path, "data");
+  c.data.cache_dir = ".cache/meridian-trainer";
+  data.read("shards", c.shards);
+  data.read("cache_dir", c.data.cache_dir);
+  data.read("corpus_dir", c.data.corpus_dir);
+  data.read("files", c.data.files);
+  data.read("batch", batch);
+  data.read("seq_len", seq_len);
+  data.read("validation_sequences", c.validation_sequences);
+  data.finish();
+  if (c.shards < 1) data.fail("shards", "expected a positive integer");
+  if (batch < 0) data.fail("batch", "expected a positive integer");
+  if (seq_len < 0) data.fail("seq_len", "expected a positive integer");
+  if (c.validation_sequences < 1) data.fail("validation_sequences", "expected a positive integer");
+
+  Section dl(root, path, "diloco");
+  std::string codec = "fp32";
+  double outer_lr = d.outer.lr, outer_momentum = d.outer.momentum;
+  dl.read("inner_steps", d.inner_steps);
+  dl.read("codec", codec);
+  dl.read("outer_lr", outer_lr);
+  dl.read("outer_momentum", outer_momentum);
+  dl.read("local_ranks", d.local_ranks);
+  dl.read("allreduce_timeout_s", d.allreduce_timeout_s);
+  dl.read("max_chunk_bytes", d.max_chunk_bytes);
+  dl.read("max_retries", d.mesh.max_retries);
+  dl.read("admission_timeout_s", d.mesh.admission_timeout_s);
+  dl.read("round_timeout_s", d.mesh.round_timeout_s);
+  dl.finish();
+  if (d.inner_steps < 1) dl.fail("inner_steps", "expected a positive integer");
+  try {
+    d.codec = parse_codec(codec);
+  } catch (const Error& e) {
+    dl.fail("codec", e.what());
+  }
+  positive(dl, "outer_lr", outer_lr);
+  if (!(outer_momentum >= 0 && outer_momentum < 1)) dl.fail("outer_momentum", "expected [0, 1)");
+  d.outer.lr = static_cast<float>(outer_lr);
+  d.outer.momentum = static_cast<float>(outer_momentum);
+  if (d.local_ranks < 1) dl.fail("local_ranks", "expected a positive integer");
+  positive(dl, "allreduce_timeout_s", d.allreduce_timeout_s);
+  if (d.max_chunk_bytes < 1024) dl.fail("max_chunk_bytes", "expected at least 1024");
+  if (d.mesh.max_retries < 0) dl.fail("max_retries", "expected >= 0");
+  positive(dl, "admission_timeout_s", d.mesh.admission_timeout_s);
+  positive(dl, "round_timeout_s", d.mesh.round_timeout_s);
+
+  Section hb(root, path, "heartbeat");
+  hb.read("interval_s", d.mesh.heartbeat_interval_s);
+  hb.read("dead_after_s", d.mesh.dead_after_s);
+  hb.finish();
+  positive(hb, "interval_s", d.mesh.heartbeat_interval_s);
+  if (!(d.mesh.dead_after_s > d.mesh.heartbeat_interval_s))
+    hb.fail("dead_after_s", "expected more than interval_s");
+
+  Section rc(root, path, "recovery");
+  rc.read("timeout_s", d.recovery.timeout_s);
+  rc.read("chunk_bytes", d.recovery.chunk_bytes);
+  rc.read("max_sources", d.recovery.max_sources);
+  rc.read("blocking", d.recovery.blocking);
+  rc.finish();
+  positive(rc, "timeout_s", d.recovery.timeout_s);
+  if (d.recovery.chunk_bytes < 1024) rc.fail("chunk_bytes", "expected at least 1024");
+  if (d.recovery.max_sources < 1) rc.fail("max_sources", "expected a positive integer");
+
+  c.trainer = load_named_config(c.model);
+  if (batch > 0) c.trainer.train.batch = batch;
+  if (seq_len > 0) c.trainer.model.seq_len = seq_len;
+  validate(c.trainer.model, path + ": data.seq_len");
+  c.data.vocab = c.trainer.model.vocab;
+  d.mesh.initial_world = c.initial_nodes;
+  d.mesh.outer_steps = d.outer_steps;
+  return c;
+}
+
+JsonObject run_config_json(const RunConfig& c) {
+  const DilocoOptions& d = c.diloco;
+  const ModelConfig& m = c.trainer.model;
+  JsonObject model, data, diloco, heartbeat, recovery;
+  model.add("name", m.name).add("layers", m.layers).add("hidden", m.hidden);
+  model.add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn);
+  model.add("vocab", m.vocab).add("seq_len", m.seq_len);
+  model.add("batch", c.trainer.train.batch).add("lr", c.trainer.train.optim.lr);
+  data.add("shards", c.shards).add("corpus_dir", c.data.corpus_dir).add("files", c.data.files);
+  data.add("validation_sequences", c.validation_sequences);
+  diloco.add("inner_steps", d.inner_steps).add("codec", std::string(codec_name(d.codec)));
+  diloco.add("outer_lr", static_cast<double>(d.outer.lr));
+  diloco.add("outer_momentum", static_cast<double>(d.outer.momentum));
+  diloco.add("local_ranks", d.local_ranks).add("allreduce_timeout_s", d.allreduce_timeout_s);
+  diloco.add("max_chunk_bytes", static_cast<std::uint64_t>(d.max_chunk_bytes));
+  diloco.add("max_retries", d.mesh.max_retries);
+  diloco.add("admission_timeout_s", d.mesh.admission_timeout_s);
+  diloco.add("round_timeout_s", d.mesh.round_timeout_s);
+  heartbeat.add("interval_s", d.mesh.heartbeat_interval_s).add("dead_after_s", d.mesh.dead_after_s);
+  recovery.add("timeout_s", d.recovery.timeout_s)
+      .add("chunk_bytes", static_cast<std::uint64_t>(d.recovery.chunk_bytes))
+      .add("max_sources", d.recovery.max_sources)
+      .add("blocking", d.recovery.blocking);
+  JsonObject out;
+  out.add("model", model).add("seed", c.seed).add("nodes", c.initial_nodes);
+  out.add("outer_steps", d.outer_steps).add("data", data).add("diloco", diloco);
+  out.add("heartbeat", heartbeat).add("recovery", recovery);
+  return out;
+}
+
+}  // namespace meridian::trainer

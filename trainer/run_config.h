@@ -1,0 +1,36 @@
+// RunConfig: the RUN.yaml of a real multi-process DiLoCo run (`meridian train RUN.yaml`): model,
+// data shards, DiLoCo and heartbeat options, output directory, outer steps. Pure C++ (yaml-cpp,
+// no LibTorch). Not the model config (trainer/configs/*.yaml) and not the command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/diloco/diloco.h"
+#include "engine/events/json.h"
+#include "trainer/data.h"
+#include "trainer/model_config.h"
+
+namespace meridian::trainer {
+
+struct RunConfig {
+  std::string model = "tiny";  // a name in trainer/configs/ or a path to a model .yaml
+  TrainerConfig trainer;       // loaded from `model`, with data.batch / data.seq_len applied
+  std::uint64_t seed = 0;      // weight init (identical on every node) and shard shuffling
+  int initial_nodes = 1;       // round 0 forms once this many nodes are queued
+  int shards = 1;              // data shards; node ID takes shard (ID - 1) % shards by default
+  int validation_sequences = 16;
+  DataOptions data;                // corpus, cache directory (vocab set from the model)
+  DilocoOptions diloco;            // H, outer steps, codec, outer optimizer, timeouts, heartbeats
+  std::string output_dir = "run";  // node ID writes <output_dir>/node-<ID>/
+};
+
+// Reads RUN.yaml. Unknown keys, wrong types and out-of-range values raise ConfigError naming
+// the file and the key (e.g. "run.yaml: diloco.codecc: unknown key").
+RunConfig load_run_config(const std::string& path);
+
+// The resolved configuration as a JSON object text (the `config` event's `config` field and the
+// text hashed for the store's configuration check).
+JsonObject run_config_json(const RunConfig& c);
+
+}  // namespace meridian::trainer
