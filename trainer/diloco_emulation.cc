@@ -121,6 +121,7 @@ class Emulation {
   }
 
   EmulationResult run() {
+    emit_config();
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (int id = 1; id <= o_.nodes; ++id) launch_locked(id, id - 1, true);
@@ -128,10 +129,53 @@ class Emulation {
     // Joiners may be launched while we wait: take threads until none is left.
     while (auto t = take_thread()) t->join();
     for (auto& [id, n] : nodes_) result_.nodes.push_back({id, n->shard, n->result});
+    Event done{runtime_.now_s(), -1, "run_finished", {}};
+    done.fields.add("simulated_s", runtime_.now_s() - start_s_)
+        .add("outer_steps", static_cast<std::int64_t>(result_.steps.size()));
+    events_.emit(done);
     return result_;
   }
 
  private:
+  void emit_config() {
+    const auto& m = o_.worker.config.model;
+    const auto& t = o_.worker.config.train;
+    const auto& d = o_.diloco;
+    JsonObject model, train, diloco, churn, metrics, versions;
+    model.add("name", m.name).add("layers", m.layers).add("hidden", m.hidden)
+        .add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn)
+        .add("vocab", m.vocab).add("seq_len", m.seq_len).add("rope_theta", m.rope_theta);
+    train.add("batch", t.batch).add("bf16_autocast", t.bf16_autocast).add("lr", t.optim.lr)
+        .add("beta1", t.optim.beta1).add("beta2", t.optim.beta2)
+        .add("weight_decay", t.optim.weight_decay).add("grad_clip", t.optim.grad_clip)
+        .add("warmup_steps", t.optim.warmup_steps).add("z_loss_weight", t.optim.z_loss_weight);
+    diloco.add("nodes", o_.nodes).add("H", d.inner_steps).add("outer_steps", d.outer_steps)
+        .add("codec", codec_name(d.codec)).add("outer_lr", static_cast<double>(d.outer.lr))
+        .add("outer_momentum", static_cast<double>(d.outer.momentum))
+        .add("local_ranks", d.local_ranks);
+    std::vector<std::int64_t> fail_steps, fail_nodes;
+    for (const auto& [step, node] : o_.fail_after) {
+      fail_steps.push_back(step);
+      fail_nodes.push_back(node);
+    }
+    churn.add("fail_after_steps", fail_steps).add("fail_nodes", fail_nodes)
+        .add("join_after_steps", o_.join_after);
+    JsonObject config;
+    config.add("model", model).add("train", train).add("diloco", diloco).add("churn", churn)
+        .add("corpus", corpus_.corpus_checksum)
+        .add("train_tokens", static_cast<std::uint64_t>(corpus_.train->size()));
+    metrics.add("param_count", parameter_count(m)).add("flops_per_token", flops_per_token(m))
+        .add("tokens_per_inner_step", static_cast<std::int64_t>(t.batch) * m.seq_len)
+        .add("gpus_per_node", 0).add("peak_flops_per_gpu", 0.0).add("H", d.inner_steps)
+        .add("codec", codec_name(d.codec)).add("local_ranks", d.local_ranks);
+    versions.add("meridian", o_.version);
+    Event e{runtime_.now_s(), -1, "config", {}};
+    e.fields.add("mode", "emulate").add("seed", o_.worker.seed).add("command", o_.command)
+        .add("versions", versions).add("metrics", metrics).add("config", config);
+    events_.emit(e);
+    start_s_ = runtime_.now_s();
+  }
+
   std::unique_ptr<std::thread> take_thread() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& entry : nodes_)
@@ -214,6 +258,7 @@ class Emulation {
   std::vector<int> failed_shards_;
   std::chrono::steady_clock::time_point t0_;
   EmulationResult result_;
+  double start_s_ = 0;
 };
 
 }  // namespace

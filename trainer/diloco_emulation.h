@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/diloco/diloco.h"
@@ -24,6 +25,9 @@ struct EmulationOptions {
   std::multimap<std::int64_t, std::int64_t> fail_after;  // outer step -> node id
   // Outer steps after which a new node joins, taking the shard of the latest failed node.
   std::vector<std::int64_t> join_after;
+  // Echoed into the run's `config` event (the first record).
+  std::string command;
+  std::string version;
 };
 
 // One applied outer step, as the first member to report it saw it.
@@ -48,7 +52,8 @@ struct EmulationResult {
   std::vector<EmulatedNode> nodes;
 };
 
-// Runs to the end (every node finished, left or lost). `on_step` is called for each applied
+// Runs to the end (every node finished, left or lost). Emits the run-level `config` record
+// first and `run_finished` last (engine/events/SCHEMA.md), the nodes' events in between. `on_step` is called for each applied
 // outer step (from a node's thread, serialised), e.g. to stream a CSV.
 EmulationResult run_emulation(EmulationOptions options, EventSink& events,
                               const std::function<void(const EmulatedStep&)>& on_step = {},

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "cli/build_info.h"
 #include "cli/command.h"
 #include "engine/codec/codec.h"
 #include "engine/error.h"
@@ -97,6 +98,9 @@ int run_train_diloco(const std::vector<std::string>& argv) {
     JsonlEventSink jsonl(events_file);
     EventSink& sink = events_path.empty() ? static_cast<EventSink&>(null_sink) : jsonl;
     std::cerr << trainer::describe(o.config.model);
+    e.version = kVersion;
+    e.command = "meridian train-diloco";
+    for (const auto& arg : argv) e.command += " " + arg;
     std::ostream& csv = csv_path.empty() ? std::cout : csv_file;
     csv << "outer_step,inner_steps_per_node,members,tokens,train_loss,val_loss,fallback,elapsed_s\n";
     const auto result = trainer::run_emulation(

@@ -51,6 +51,12 @@ TEST(DilocoEmulation, TinyNodesTrainThroughAFailureAndAJoin) {
   EXPECT_EQ(lost, 1);
   EXPECT_EQ(events.of_type("recovery_finished").size(), 1u);  // the joiner got real state
   EXPECT_FALSE(events.of_type("fail_detected").empty());
+  const auto all = events.events();
+  ASSERT_FALSE(all.empty());
+  EXPECT_EQ(all.front().type, "config");  // SCHEMA: first record, run-level
+  EXPECT_EQ(all.front().node, -1);
+  EXPECT_NE(all.front().to_json().find("\"mode\":\"emulate\""), std::string::npos);
+  EXPECT_EQ(all.back().type, "run_finished");
 }
 
 }  // namespace
