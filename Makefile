@@ -10,7 +10,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libgtest-dev libgmock-dev libbenchmark-dev libboost-dev libboost-graph-dev \
   libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
   libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp \
-  libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min \
+  libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes \
   iproute2 chromium nodejs
 
 .PHONY: all deps configure build test demo clean format post-training
