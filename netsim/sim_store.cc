@@ -1,7 +1,10 @@
 // SimStore: one table on the coordinator host; clients pay a request and a reply transfer per
-// call (see sim_store.h).
+// call (see sim_store.h): a small one as its route's latency plus bytes / bottleneck bandwidth
+// on the caller's clock, a large one as a SimGrid flow.
 #include "netsim/sim_store.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <simgrid/s4u.hpp>
@@ -24,10 +27,29 @@ namespace {
 // Fixed per-message framing cost (header of a small TCP request/response).
 constexpr std::uint64_t kStoreHeaderBytes = 64;
 
+// One direction of a client's route to the coordinator: the sum of its links' latencies and its
+// bottleneck bandwidth (read when the client is made; variability profiles are not followed).
+struct RoutePath {
+  double latency_s = 0.0;
+  double bandwidth_Bps = 0.0;
+};
+
+RoutePath route_path(sg4::Host* from, sg4::Host* to) {
+  std::vector<sg4::Link*> links;
+  RoutePath p;
+  from->route_to(to, links, &p.latency_s);
+  p.bandwidth_Bps = std::numeric_limits<double>::infinity();
+  for (auto* l : links) p.bandwidth_Bps = std::min(p.bandwidth_Bps, l->get_bandwidth());
+  return p;
+}
+
 class SimStoreClient final : public Store {
  public:
   SimStoreClient(std::shared_ptr<SimStoreServer::State> s, sg4::Host* host)
-      : s_(std::move(s)), host_(host) {}
+      : s_(std::move(s)),
+        host_(host),
+        up_(route_path(host, s_->coordinator)),
+        down_(route_path(s_->coordinator, host)) {}
 
   void set(const std::string& key, const std::string& value) override {
     request(key.size() + value.size());
@@ -116,15 +138,39 @@ class SimStoreClient final : public Store {
   }
 
  private:
-  void transfer(sg4::Host* from, sg4::Host* to, std::uint64_t bytes) {
+  // A message of at most kStoreSmallMessageBytes is charged analytically (route latency + bytes
+  // / bottleneck bandwidth); a larger one is a SimGrid flow. SimGrid's flow model is weakest for
+  // tiny messages (each briefly takes a max-min share of every link on its route, and with
+  // crosstraffic 5 % of the reverse path) and a flow costs solver passes at its start and end,
+  // which made heartbeat traffic dominate the engine driver's wall time. The table is read and
+  // written when the call is made; a small request's cost is added to the reply's, so the caller
+  // resumes after one sleep of the whole round trip (one context switch per call, not two).
+  static double small_cost_s(const RoutePath& path, std::uint64_t bytes) {
+    return path.latency_s + static_cast<double>(bytes) / path.bandwidth_Bps;
+  }
+  void flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes) {
     try {
-      sg4::Comm::sendto(from, to, kStoreHeaderBytes + bytes);
+      sg4::Comm::sendto(from, to, bytes);
     } catch (const simgrid::NetworkFailureException&) {
       throw PeerLostError(-1, "store: coordinator unreachable");
     }
   }
-  void request(std::uint64_t bytes) { transfer(host_, s_->coordinator, bytes); }
-  void reply(std::uint64_t bytes) { transfer(s_->coordinator, host_, bytes); }
+  void request(std::uint64_t bytes) {
+    bytes += kStoreHeaderBytes;
+    pending_s_ = 0.0;
+    if (bytes <= kStoreSmallMessageBytes)
+      pending_s_ = small_cost_s(up_, bytes);
+    else
+      flow(host_, s_->coordinator, bytes);
+  }
+  void reply(std::uint64_t bytes) {
+    bytes += kStoreHeaderBytes;
+    const bool small = bytes <= kStoreSmallMessageBytes;
+    const double cost_s = pending_s_ + (small ? small_cost_s(down_, bytes) : 0.0);
+    pending_s_ = 0.0;
+    if (cost_s > 0) sg4::this_actor::sleep_for(cost_s);
+    if (!small) flow(s_->coordinator, host_, bytes);
+  }
 
   void wait_keys(const std::vector<std::string>& keys, double timeout_s) {
     const double deadline = sg4::Engine::get_clock() + timeout_s;
@@ -140,6 +186,8 @@ class SimStoreClient final : public Store {
 
   std::shared_ptr<SimStoreServer::State> s_;
   sg4::Host* host_;
+  RoutePath up_, down_;
+  double pending_s_ = 0.0;  // the small request's cost, paid with the reply
 };
 
 }  // namespace

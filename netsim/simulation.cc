@@ -86,7 +86,7 @@ class Coordinator {
   bool finished() const { return finished_; }
   // Inner steps reached by the run: the first inner step of the outer step now running.
   std::int64_t inner_progress() const {
-    return std::int64_t(std::max(0, outer_started_ - 1)) * sc_.diloco.H;
+    return std::int64_t(std::max({0, outer_started_ - 1, engine_applied_})) * sc_.diloco.H;
   }
 
   // Barrier at an outer-step boundary (boundary = true) or after an all-reduce attempt (vote).
@@ -184,6 +184,13 @@ class Coordinator {
     };
     waiters_.wait_until(inner_step >= 0 ? kForever : time_s, [&] { return finished_ || due(); });
     return !finished_;
+  }
+
+  // Engine driver: a node applied outer step `outer_step` (progress for step-based churn).
+  void outer_step_applied(int outer_step) {
+    if (outer_step + 1 <= engine_applied_) return;
+    engine_applied_ = outer_step + 1;
+    waiters_.notify_all();
   }
 
   // Ends the run early (nobody left and nobody to come).
@@ -306,6 +313,7 @@ class Coordinator {
   std::uint64_t epoch_ = 0;
   std::vector<std::int64_t> members_;
   int outer_started_ = 0;
+  int engine_applied_ = 0;  // engine driver: outer steps applied by some node
   bool finished_ = false;
   bool last_ok_ = true;
   std::uint64_t gen_ = 0;
@@ -646,6 +654,20 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
   o.mesh.max_retries = w.sc.diloco.retries;
   o.mesh.initial_world = initial_world;
   o.mesh.outer_steps = w.sc.outer_steps();
+  o.phantom_outer_opt_s = w.sc.diloco.outer_opt_s;
+  // After every applied outer step: progress for step-based churn, then the blocking checkpoint
+  // as in the netsim driver (before the next inner steps).
+  o.on_outer_step = [&w, &rt, &worker, me](const OuterStepView& v) {
+    w.coord->outer_step_applied(static_cast<int>(v.outer_step));
+    if (w.sc.diloco.checkpoint_s <= 0) return;
+    const double t_ck = rt.now_s();
+    rt.compute_s(w.sc.diloco.checkpoint_s);
+    JsonObject f;
+    f.add("outer_step", v.outer_step)
+        .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
+        .add("elapsed_s", rt.now_s() - t_ck);
+    w.emit(me, "checkpoint", f);
+  };
   DilocoNode node(worker, *store, w.net, rt, w.sink, o);
   node.run(initial, me);
 }
@@ -719,10 +741,6 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   }
   const CodecId codec = parse_codec(sc.diloco.codec);
   const bool engine_driver = sc.run.driver == "engine";
-  if (engine_driver && trace.by_step)
-    throw ConfigError(sc.file +
-                      ": key 'run.driver': the engine driver replays time_s traces only "
-                      "(step traces need the netsim driver's view of progress)");
 
   int argc = 2;
   std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
