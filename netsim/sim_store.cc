@@ -1,6 +1,6 @@
 // SimStore: one table on the coordinator host; clients pay a request and a reply transfer per
 // call (see sim_store.h): a small one as its route's latency plus bytes / bottleneck bandwidth
-// on the caller's clock, a large one as a SimGrid flow.
+// on the caller's clock (deferred: see deferred_time.h), a large one as a SimGrid flow.
 #include "netsim/sim_store.h"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/error.h"
+#include "netsim/deferred_time.h"
 #include "netsim/wait_list.h"
 
 namespace meridian::netsim {
@@ -52,39 +53,41 @@ class SimStoreClient final : public Store {
         down_(route_path(s_->coordinator, host)) {}
 
   void set(const std::string& key, const std::string& value) override {
-    request(key.size() + value.size());
+    const double up_s = request(key.size() + value.size());
     s_->table[key] = value;
     s_->changed.notify_all();
-    reply(0);
+    reply(up_s, 0);
   }
 
   std::string get(const std::string& key, double timeout_s) override {
-    request(key.size());
+    pay_deferred_time();  // a blocking call: the wait starts on time
+    const double up_s = request(key.size());
     wait_keys({key}, timeout_s);
     std::string v = s_->table.at(key);
-    reply(v.size());
+    reply(up_s, v.size());
     return v;
   }
 
   std::optional<std::string> try_get(const std::string& key) override {
-    request(key.size());
+    const double up_s = request(key.size());
     auto it = s_->table.find(key);
     std::optional<std::string> v;
     if (it != s_->table.end()) v = it->second;
-    reply(v ? v->size() : 0);
+    reply(up_s, v ? v->size() : 0);
     return v;
   }
 
   void wait(const std::vector<std::string>& keys, double timeout_s) override {
     std::size_t n = 0;
     for (auto& k : keys) n += k.size();
-    request(n);
+    pay_deferred_time();
+    const double up_s = request(n);
     wait_keys(keys, timeout_s);
-    reply(0);
+    reply(up_s, 0);
   }
 
   std::int64_t add(const std::string& key, std::int64_t delta) override {
-    request(key.size() + 8);
+    const double up_s = request(key.size() + 8);
     std::int64_t v = 0;
     auto it = s_->table.find(key);
     if (it != s_->table.end()) {
@@ -97,14 +100,14 @@ class SimStoreClient final : public Store {
     v += delta;
     s_->table[key] = std::to_string(v);
     s_->changed.notify_all();
-    reply(8);
+    reply(up_s, 8);
     return v;
   }
 
   std::optional<std::string> compare_set(const std::string& key,
                                          const std::optional<std::string>& expected,
                                          const std::string& desired) override {
-    request(key.size() + desired.size() + (expected ? expected->size() : 0));
+    const double up_s = request(key.size() + desired.size() + (expected ? expected->size() : 0));
     auto it = s_->table.find(key);
     std::optional<std::string> cur;
     if (it != s_->table.end()) cur = it->second;
@@ -113,19 +116,19 @@ class SimStoreClient final : public Store {
       cur = desired;
       s_->changed.notify_all();
     }
-    reply(cur ? cur->size() : 0);
+    reply(up_s, cur ? cur->size() : 0);
     return cur;
   }
 
   bool erase(const std::string& key) override {
-    request(key.size());
+    const double up_s = request(key.size());
     bool existed = s_->table.erase(key) > 0;
-    reply(0);
+    reply(up_s, 0);
     return existed;
   }
 
   std::vector<std::string> list(const std::string& prefix) override {
-    request(prefix.size());
+    const double up_s = request(prefix.size());
     std::vector<std::string> keys;
     std::size_t n = 0;
     for (auto it = s_->table.lower_bound(prefix);
@@ -133,7 +136,7 @@ class SimStoreClient final : public Store {
       keys.push_back(it->first);
       n += it->first.size();
     }
-    reply(n);
+    reply(up_s, n);
     return keys;
   }
 
@@ -143,33 +146,34 @@ class SimStoreClient final : public Store {
   // tiny messages (each briefly takes a max-min share of every link on its route, and with
   // crosstraffic 5 % of the reverse path) and a flow costs solver passes at its start and end,
   // which made heartbeat traffic dominate the engine driver's wall time. The table is read and
-  // written when the call is made; a small request's cost is added to the reply's, so the caller
-  // resumes after one sleep of the whole round trip (one context switch per call, not two).
+  // written when the call is made; the small round trip's cost is deferred (deferred_time.h):
+  // the caller pays it, with any calls that follow, before it next touches the clock.
   static double small_cost_s(const RoutePath& path, std::uint64_t bytes) {
     return path.latency_s + static_cast<double>(bytes) / path.bandwidth_Bps;
   }
   void flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes) {
+    pay_deferred_time();
     try {
       sg4::Comm::sendto(from, to, bytes);
     } catch (const simgrid::NetworkFailureException&) {
       throw PeerLostError(-1, "store: coordinator unreachable");
     }
   }
-  void request(std::uint64_t bytes) {
+  // Returns the small request's cost, to be charged with the reply (a large one is sent now).
+  double request(std::uint64_t bytes) {
     bytes += kStoreHeaderBytes;
-    pending_s_ = 0.0;
-    if (bytes <= kStoreSmallMessageBytes)
-      pending_s_ = small_cost_s(up_, bytes);
-    else
-      flow(host_, s_->coordinator, bytes);
+    if (bytes <= kStoreSmallMessageBytes) return small_cost_s(up_, bytes);
+    flow(host_, s_->coordinator, bytes);
+    return 0.0;
   }
-  void reply(std::uint64_t bytes) {
+  void reply(double up_s, std::uint64_t bytes) {
     bytes += kStoreHeaderBytes;
-    const bool small = bytes <= kStoreSmallMessageBytes;
-    const double cost_s = pending_s_ + (small ? small_cost_s(down_, bytes) : 0.0);
-    pending_s_ = 0.0;
-    if (cost_s > 0) sg4::this_actor::sleep_for(cost_s);
-    if (!small) flow(s_->coordinator, host_, bytes);
+    if (bytes <= kStoreSmallMessageBytes) {
+      defer_time(up_s + small_cost_s(down_, bytes));
+      return;
+    }
+    defer_time(up_s);
+    flow(s_->coordinator, host_, bytes);
   }
 
   void wait_keys(const std::vector<std::string>& keys, double timeout_s) {
@@ -187,7 +191,6 @@ class SimStoreClient final : public Store {
   std::shared_ptr<SimStoreServer::State> s_;
   sg4::Host* host_;
   RoutePath up_, down_;
-  double pending_s_ = 0.0;  // the small request's cost, paid with the reply
 };
 
 }  // namespace

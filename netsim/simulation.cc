@@ -20,6 +20,7 @@
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "netsim/churn.h"
+#include "netsim/deferred_time.h"
 #include "netsim/modeled_worker.h"
 #include "netsim/platform.h"
 #include "netsim/sim_runtime.h"
@@ -459,6 +460,7 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
   };
   auto barrier = [&](bool boundary, bool ok, int k) {
     store.add("barrier/" + std::to_string(k) + (boundary ? "/b" : "/v"), 1);  // network cost
+    pay_deferred_time();
     return w.coord->sync(me, boundary, ok);
   };
   const int H = w.sc.diloco.H;
@@ -568,6 +570,7 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
   }
   auto first_boundary = [&] {
     store->add("barrier/start", 1);
+    pay_deferred_time();
     return w.coord->sync(me, true, true);
   };
   if (initial) {
@@ -576,6 +579,7 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
   }
   w.emit(me, "join_requested", {});
   store->set("join/" + std::to_string(me), w.pf.names[slot]);
+  pay_deferred_time();
   for (;;) {
     Assignment a = w.coord->join_wait(me);
     if (a.finished) return;
