@@ -56,7 +56,8 @@ std::string simulate(const std::string& yaml, const std::string& tag,
 
 TEST(SimRun, HostFailingMidAllReduceLeavesSurvivorsFinishingWithNMinusOne) {
   const std::string trace = write_temp("fail.csv", "time_s,node,event\n40,eu-0,fail\n");
-  const auto events = testing::read_events(simulate(four_nodes(trace, 2), "fail"));
+  const auto events =
+      testing::read_events(simulate(four_nodes(trace, 2), "fail", {"run.driver=model"}));
   // eu-0 is the third slot: node id 2.
   const auto left = testing::of_type(events, "node_left");
   ASSERT_EQ(left.size(), 1u);
@@ -118,7 +119,8 @@ TEST(SimRun, EngineDriverSurvivesAHostFailingMidAllReduce) {
 
 TEST(SimRun, JoinerRecoversAndIsAdmitted) {
   const std::string trace = write_temp("join.csv", "time_s,node,event\n5,eu-1,join\n");
-  const auto events = testing::read_events(simulate(four_nodes(trace, 4), "join"));
+  const auto events =
+      testing::read_events(simulate(four_nodes(trace, 4), "join", {"run.driver=model"}));
   const auto rec = testing::of_type(events, "recovery_finished");
   ASSERT_EQ(rec.size(), 1u);
   EXPECT_EQ(rec[0]["bytes"], 10'211'381'248ull * 4);  // state_copies: 1 (fp32 parameters)
@@ -194,6 +196,32 @@ TEST(SimRun, AggregatedFlowsAgreeWithMessageLevelOnIntellect1Global) {
   const double wa = agg["wire_bytes_per_node_per_outer_step"],
                wm = msg["wire_bytes_per_node_per_outer_step"];
   EXPECT_NEAR(wa, wm, 0.001 * wm);
+}
+
+// The engine driver (DilocoNode, ElasticMesh, live recovery on the simulated backends) and the
+// analytic model driver time the same run alike: all-reduce and simulated time within 1 %
+// (measured on 20 outer steps: 504.4 s against 504.4 s per all-reduce).
+TEST(SimRun, EngineAndModelDriversAgreeOnIntellect1Usa) {
+  const std::string path = std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-usa.yaml";
+  auto run = [&](const std::string& driver) {
+    const std::string out = testing::temp_path(driver + "_usa.jsonl");
+    const int rc = testing::run_in_child([&] {
+      Scenario sc = load_scenario(path, {"run.outer_steps=3", "run.driver=" + driver});
+      std::ofstream f(out, std::ios::binary);
+      JsonlEventSink sink(f);
+      run_simulation(sc, sink);
+    });
+    EXPECT_EQ(rc, 0);
+    std::ifstream in(out);
+    return json::parse(summarize_events(in));
+  };
+  const json engine = run("engine"), model = run("model");
+  const double e = engine["allreduce_s"]["mean"], m = model["allreduce_s"]["mean"];
+  EXPECT_NEAR(e, m, 0.01 * m) << "engine " << e << " s, model " << m << " s";
+  EXPECT_NEAR(engine["simulated_s"].get<double>(), model["simulated_s"].get<double>(),
+              0.01 * model["simulated_s"].get<double>());
+  EXPECT_EQ(engine["outer_steps"], 3);
+  EXPECT_EQ(model["outer_steps"], 3);
 }
 
 }  // namespace
