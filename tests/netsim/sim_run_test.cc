@@ -54,6 +54,21 @@ std::string simulate(const std::string& yaml, const std::string& tag,
   return out;
 }
 
+// Runs a scenario file in a child; returns its summary.json.
+json summarize_scenario(const std::string& path, const std::string& tag,
+                        const std::vector<std::string>& overrides) {
+  const std::string out = testing::temp_path(tag + ".jsonl");
+  const int rc = testing::run_in_child([&] {
+    Scenario sc = load_scenario(path, overrides);
+    std::ofstream f(out, std::ios::binary);
+    JsonlEventSink sink(f);
+    run_simulation(sc, sink);
+  });
+  EXPECT_EQ(rc, 0);
+  std::ifstream in(out);
+  return json::parse(summarize_events(in));
+}
+
 TEST(SimRun, HostFailingMidAllReduceLeavesSurvivorsFinishingWithNMinusOne) {
   const std::string trace = write_temp("fail.csv", "time_s,node,event\n40,eu-0,fail\n");
   const auto events =
@@ -175,17 +190,9 @@ TEST(SimRun, SameSeedGivesByteIdenticalEvents) {
 TEST(SimRun, AggregatedFlowsAgreeWithMessageLevelOnIntellect1Global) {
   const std::string path = std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-global.yaml";
   auto run = [&](bool aggregate) {
-    const std::string out = testing::temp_path(aggregate ? "agg.jsonl" : "msg.jsonl");
-    const int rc = testing::run_in_child([&] {
-      Scenario sc = load_scenario(path, {"run.outer_steps=2", std::string("diloco.aggregate=") +
-                                                                  (aggregate ? "true" : "false")});
-      std::ofstream f(out, std::ios::binary);
-      JsonlEventSink sink(f);
-      run_simulation(sc, sink);
-    });
-    EXPECT_EQ(rc, 0);
-    std::ifstream in(out);
-    return json::parse(summarize_events(in));
+    return summarize_scenario(path, aggregate ? "agg" : "msg",
+                              {"run.outer_steps=2", "run.driver=model",
+                               std::string("diloco.aggregate=") + (aggregate ? "true" : "false")});
   };
   const json agg = run(true), msg = run(false);
   const double a = agg["allreduce_s"]["mean"], m = msg["allreduce_s"]["mean"];
@@ -204,16 +211,7 @@ TEST(SimRun, AggregatedFlowsAgreeWithMessageLevelOnIntellect1Global) {
 TEST(SimRun, EngineAndModelDriversAgreeOnIntellect1Usa) {
   const std::string path = std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-usa.yaml";
   auto run = [&](const std::string& driver) {
-    const std::string out = testing::temp_path(driver + "_usa.jsonl");
-    const int rc = testing::run_in_child([&] {
-      Scenario sc = load_scenario(path, {"run.outer_steps=3", "run.driver=" + driver});
-      std::ofstream f(out, std::ios::binary);
-      JsonlEventSink sink(f);
-      run_simulation(sc, sink);
-    });
-    EXPECT_EQ(rc, 0);
-    std::ifstream in(out);
-    return json::parse(summarize_events(in));
+    return summarize_scenario(path, driver + "_usa", {"run.outer_steps=3", "run.driver=" + driver});
   };
   const json engine = run("engine"), model = run("model");
   const double e = engine["allreduce_s"]["mean"], m = model["allreduce_s"]["mean"];
