@@ -789,7 +789,10 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     simulated.add("network_model", sc.network.model)
         .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
         .add("ring_flows_per_node", w.lanes)
-        .add("local_ranks_per_flow", w.lane_scale);
+        .add("local_ranks_per_flow", w.lane_scale)
+        .add("driver", sc.run.driver)
+        .add("store_small_message_bytes", kStoreSmallMessageBytes)
+        .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow");
     cfg.add("simulated", simulated);
     JsonObject f;
     f.add("mode", "simulate")
