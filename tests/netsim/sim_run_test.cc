@@ -205,6 +205,35 @@ TEST(SimRun, AggregatedFlowsAgreeWithMessageLevelOnIntellect1Global) {
   EXPECT_NEAR(wa, wm, 0.001 * wm);
 }
 
+// The engine driver charges the modelled outer-step CPU time and the blocking checkpoint on the
+// node's Runtime, and replays step-based traces: "step 2" fires when outer step 1 (H = 1) is
+// applied, so steps 0 and 1 run with 4 members and steps 2 and 3 with 3.
+TEST(SimRun, EngineDriverChargesOuterStepAndCheckpointAndReplaysStepTraces) {
+  const std::string trace = write_temp("stepfail.csv", "step,node,event\n2,us-1,fail\n");
+  const auto events = testing::read_events(
+      simulate(four_nodes(trace, 4), "estep",
+               {"run.driver=engine", "diloco.checkpoint_s=5", "diloco.outer_opt_s=2"}));
+  const auto ck = testing::of_type(events, "checkpoint");
+  EXPECT_GE(ck.size(), 4u * 2 + 3u * 2 - 1);  // the failed node may not reach its second one
+  for (auto& c : ck) EXPECT_NEAR(c["elapsed_s"].get<double>(), 5.0, 1e-9);
+  double step1_first = 1e300, step2_first = 1e300;
+  for (auto& o : testing::of_type(events, "outer_step")) {
+    EXPECT_NEAR(o["outer_opt_s"].get<double>(), 2.0, 1e-9);
+    const int k = o["outer_step"];
+    EXPECT_EQ(o["participants"], k < 2 ? 4 : 3) << "outer step " << k;
+    if (k == 1) step1_first = std::min(step1_first, o["t"].get<double>());
+    if (k == 2) step2_first = std::min(step2_first, o["t"].get<double>());
+  }
+  const auto left = testing::of_type(events, "node_left");
+  ASSERT_FALSE(left.empty());
+  EXPECT_EQ(left[0]["graceful"], false);
+  EXPECT_GE(left[0]["t"].get<double>(), step1_first);
+  EXPECT_LT(left[0]["t"].get<double>(), step2_first);
+  const auto fin = testing::of_type(events, "run_finished");
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0]["outer_steps"], 4);
+}
+
 // The engine driver (DilocoNode, ElasticMesh, live recovery on the simulated backends) and the
 // analytic model driver time the same run alike: all-reduce and simulated time within 1 %
 // (measured on 20 outer steps: 504.4 s against 504.4 s per all-reduce).
