@@ -1,7 +1,8 @@
-// The simulated run (see simulation.h). The timeline per node and the membership protocol are
-// modelled here on the engine's seams (Transport, Runtime, Store, InnerWorker) and the engine's
-// ring all-reduce; heartbeats are modelled analytically: a crashed member is evicted
-// dead_after_s after its crash, a leaving one at once (deathrattle).
+// The simulated run (see simulation.h). Engine driver (default): every node actor runs the
+// engine's DilocoNode on the simulated backends. Model driver: the timeline per node and the
+// membership protocol are modelled here on the engine's seams and the engine's ring all-reduce,
+// heartbeats analytically (a crashed member is evicted dead_after_s after its crash, a leaving
+// one at once: deathrattle).
 #include "netsim/simulation.h"
 
 #include <algorithm>

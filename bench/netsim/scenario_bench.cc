@@ -32,9 +32,9 @@ ChildResult run_scenario_in_child(const std::string& name, const std::string& dr
     close(fds[0]);
     ChildResult r;
     try {
-      auto sc = meridian::netsim::load_scenario(std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/" +
-                                                name + ".yaml",
-                                                {"run.driver=" + driver});
+      auto sc = meridian::netsim::load_scenario(
+          std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/" + name + ".yaml",
+          {"run.driver=" + driver});
       std::ofstream events("/dev/null");
       meridian::JsonlEventSink sink(events);  // events are written, as by `meridian sim`
       auto out = meridian::netsim::run_simulation(sc, sink);
