@@ -1,8 +1,9 @@
 // Deferred time: simulated time the current actor owes but has not slept yet. Small store calls
 // charge their round trip here instead of sleeping at once, so a burst of them (a heartbeat reads
 // every member's counter) costs one context switch; the simulated backends pay the debt before
-// the actor next reads the clock, waits, computes, locks or transfers. Not thread-safe (SimGrid
-// actors run in one OS thread); valid only inside a running SimGrid engine.
+// the actor next waits, sleeps, computes or transfers (not when it locks a mutex), and its clock
+// (SimRuntime::now_s) includes it. Not thread-safe (SimGrid actors run in one OS thread); valid
+// only inside a running SimGrid engine.
 #pragma once
 
 namespace meridian::netsim {
