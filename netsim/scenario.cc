@@ -376,8 +376,10 @@ Scenario parse_root(YAML::Node root, const std::string& file, const std::string&
     run.scalar<int>("outer_steps", sc.run.outer_steps, "a positive integer", positive<int>());
     run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps,
                              "an integer >= 0 (0: use outer_steps)", non_negative<std::int64_t>());
-    run.scalar<std::string>("driver", sc.run.driver, "netsim or engine",
-                            [](const std::string& v) { return v == "netsim" || v == "engine"; });
+    run.scalar<std::string>("driver", sc.run.driver, "engine or model", [](const std::string& v) {
+      return v == "engine" || v == "model" || v == "netsim";
+    });
+    if (sc.run.driver == "netsim") sc.run.driver = "model";  // the former name
     run.finish();
   }
   parse_model(r.child("model"), sc.model);

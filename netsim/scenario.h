@@ -98,10 +98,10 @@ struct RunSpec {
   std::string mode = "simulate";
   int outer_steps = 20;  // or inner_steps / H when inner_steps is given
   std::int64_t inner_steps = 0;
-  // Who runs the nodes: "netsim" (this library's timeline model, with aggregation, checkpoint
-  // and outer-step CPU time) or "engine" (the engine's DilocoNode: its ElasticMesh with real
-  // heartbeats through the simulated store, its live recovery and ring all-reduce).
-  std::string driver = "netsim";
+  // Who runs the nodes: "engine" (the engine's DilocoNode: its ElasticMesh with real heartbeats
+  // through the simulated store, its live recovery and ring all-reduce) or "model" (this
+  // library's analytic timeline of the same protocol, faster; "netsim" is accepted for it).
+  std::string driver = "engine";
 };
 
 struct Scenario {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/error.h"
+#include "netsim/deferred_time.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -30,12 +31,16 @@ class SimCondVar final : public CondVar {
   bool wait_for(Mutex& held, double timeout_s) override {
     auto* m = dynamic_cast<SimMutex*>(&held);
     MERIDIAN_CHECK(m != nullptr);  // a CondVar pairs only with a Mutex of the same Runtime
+    pay_deferred_time();
     std::unique_lock<sg4::Mutex> lk(m->native(), std::adopt_lock);
     auto status = cv_->wait_for(lk, timeout_s);
     lk.release();  // the caller still holds the mutex, as with std::condition_variable
     return status == std::cv_status::no_timeout;
   }
-  void notify_all() override { cv_->notify_all(); }
+  void notify_all() override {
+    pay_deferred_time();
+    cv_->notify_all();
+  }
 
  private:
   sg4::ConditionVariablePtr cv_;
@@ -67,18 +72,22 @@ class SimActivity final : public Activity {
 
 }  // namespace
 
-double SimRuntime::now_s() { return sg4::Engine::get_clock(); }
+// The actor's own clock: what it owes is already part of its time (see deferred_time.h).
+double SimRuntime::now_s() { return sg4::Engine::get_clock() + deferred_time_s(); }
 
 void SimRuntime::sleep_s(double seconds) {
+  pay_deferred_time();
   if (seconds > 0) sg4::this_actor::sleep_for(seconds);
 }
 
 void SimRuntime::compute_s(double seconds) {
+  pay_deferred_time();
   if (seconds <= 0) return;
   sg4::this_actor::execute(seconds * host_->get_pstate_speed(host_->get_pstate()));
 }
 
 std::unique_ptr<Activity> SimRuntime::spawn(std::string name, std::function<void()> body) {
+  pay_deferred_time();
   auto state = std::make_shared<ActivityState>();
   auto actor = sg4::Actor::create(name, host_, [state, body = std::move(body)] {
     // std::exception only: SimGrid's ForcefulKillException must unwind the actor untouched.

@@ -1,13 +1,17 @@
 // SimStore: one table on the coordinator host; clients pay a request and a reply transfer per
-// call (see sim_store.h).
+// call (see sim_store.h): a small one as its route's latency plus bytes / bottleneck bandwidth
+// on the caller's clock (deferred: see deferred_time.h), a large one as a SimGrid flow.
 #include "netsim/sim_store.h"
 
+#include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <simgrid/s4u.hpp>
 #include <string>
 
 #include "engine/error.h"
+#include "netsim/deferred_time.h"
 #include "netsim/wait_list.h"
 
 namespace meridian::netsim {
@@ -24,45 +28,66 @@ namespace {
 // Fixed per-message framing cost (header of a small TCP request/response).
 constexpr std::uint64_t kStoreHeaderBytes = 64;
 
+// One direction of a client's route to the coordinator: the sum of its links' latencies and its
+// bottleneck bandwidth (read when the client is made; variability profiles are not followed).
+struct RoutePath {
+  double latency_s = 0.0;
+  double bandwidth_Bps = 0.0;
+};
+
+RoutePath route_path(sg4::Host* from, sg4::Host* to) {
+  std::vector<sg4::Link*> links;
+  RoutePath p;
+  from->route_to(to, links, &p.latency_s);
+  p.bandwidth_Bps = std::numeric_limits<double>::infinity();
+  for (auto* l : links) p.bandwidth_Bps = std::min(p.bandwidth_Bps, l->get_bandwidth());
+  return p;
+}
+
 class SimStoreClient final : public Store {
  public:
   SimStoreClient(std::shared_ptr<SimStoreServer::State> s, sg4::Host* host)
-      : s_(std::move(s)), host_(host) {}
+      : s_(std::move(s)),
+        host_(host),
+        up_(route_path(host, s_->coordinator)),
+        down_(route_path(s_->coordinator, host)) {}
 
   void set(const std::string& key, const std::string& value) override {
-    request(key.size() + value.size());
+    const double up_s = request(key.size() + value.size());
     s_->table[key] = value;
     s_->changed.notify_all();
-    reply(0);
+    reply(up_s, 0);
   }
 
   std::string get(const std::string& key, double timeout_s) override {
-    request(key.size());
+    pay_deferred_time();  // a blocking call: the wait starts on time
+    const double up_s = request(key.size());
     wait_keys({key}, timeout_s);
     std::string v = s_->table.at(key);
-    reply(v.size());
+    reply(up_s, v.size());
     return v;
   }
 
   std::optional<std::string> try_get(const std::string& key) override {
-    request(key.size());
+    const double up_s = request(key.size());
     auto it = s_->table.find(key);
     std::optional<std::string> v;
     if (it != s_->table.end()) v = it->second;
-    reply(v ? v->size() : 0);
+    reply(up_s, v ? v->size() : 0);
     return v;
   }
 
   void wait(const std::vector<std::string>& keys, double timeout_s) override {
     std::size_t n = 0;
     for (auto& k : keys) n += k.size();
-    request(n);
+    pay_deferred_time();
+    const double up_s = request(n);
     wait_keys(keys, timeout_s);
-    reply(0);
+    reply(up_s, 0);
   }
 
   std::int64_t add(const std::string& key, std::int64_t delta) override {
-    request(key.size() + 8);
+    const double up_s = request(key.size() + 8);
     std::int64_t v = 0;
     auto it = s_->table.find(key);
     if (it != s_->table.end()) {
@@ -75,14 +100,14 @@ class SimStoreClient final : public Store {
     v += delta;
     s_->table[key] = std::to_string(v);
     s_->changed.notify_all();
-    reply(8);
+    reply(up_s, 8);
     return v;
   }
 
   std::optional<std::string> compare_set(const std::string& key,
                                          const std::optional<std::string>& expected,
                                          const std::string& desired) override {
-    request(key.size() + desired.size() + (expected ? expected->size() : 0));
+    const double up_s = request(key.size() + desired.size() + (expected ? expected->size() : 0));
     auto it = s_->table.find(key);
     std::optional<std::string> cur;
     if (it != s_->table.end()) cur = it->second;
@@ -91,19 +116,19 @@ class SimStoreClient final : public Store {
       cur = desired;
       s_->changed.notify_all();
     }
-    reply(cur ? cur->size() : 0);
+    reply(up_s, cur ? cur->size() : 0);
     return cur;
   }
 
   bool erase(const std::string& key) override {
-    request(key.size());
+    const double up_s = request(key.size());
     bool existed = s_->table.erase(key) > 0;
-    reply(0);
+    reply(up_s, 0);
     return existed;
   }
 
   std::vector<std::string> list(const std::string& prefix) override {
-    request(prefix.size());
+    const double up_s = request(prefix.size());
     std::vector<std::string> keys;
     std::size_t n = 0;
     for (auto it = s_->table.lower_bound(prefix);
@@ -111,20 +136,45 @@ class SimStoreClient final : public Store {
       keys.push_back(it->first);
       n += it->first.size();
     }
-    reply(n);
+    reply(up_s, n);
     return keys;
   }
 
  private:
-  void transfer(sg4::Host* from, sg4::Host* to, std::uint64_t bytes) {
+  // A message of at most kStoreSmallMessageBytes is charged analytically (route latency + bytes
+  // / bottleneck bandwidth); a larger one is a SimGrid flow. SimGrid's flow model is weakest for
+  // tiny messages (each briefly takes a max-min share of every link on its route, and with
+  // crosstraffic 5 % of the reverse path) and a flow costs solver passes at its start and end,
+  // which made heartbeat traffic dominate the engine driver's wall time. The table is read and
+  // written when the call is made; the small round trip's cost is deferred (deferred_time.h):
+  // the caller pays it, with any calls that follow, before it next touches the clock.
+  static double small_cost_s(const RoutePath& path, std::uint64_t bytes) {
+    return path.latency_s + static_cast<double>(bytes) / path.bandwidth_Bps;
+  }
+  void flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes) {
+    pay_deferred_time();
     try {
-      sg4::Comm::sendto(from, to, kStoreHeaderBytes + bytes);
+      sg4::Comm::sendto(from, to, bytes);
     } catch (const simgrid::NetworkFailureException&) {
       throw PeerLostError(-1, "store: coordinator unreachable");
     }
   }
-  void request(std::uint64_t bytes) { transfer(host_, s_->coordinator, bytes); }
-  void reply(std::uint64_t bytes) { transfer(s_->coordinator, host_, bytes); }
+  // Returns the small request's cost, to be charged with the reply (a large one is sent now).
+  double request(std::uint64_t bytes) {
+    bytes += kStoreHeaderBytes;
+    if (bytes <= kStoreSmallMessageBytes) return small_cost_s(up_, bytes);
+    flow(host_, s_->coordinator, bytes);
+    return 0.0;
+  }
+  void reply(double up_s, std::uint64_t bytes) {
+    bytes += kStoreHeaderBytes;
+    if (bytes <= kStoreSmallMessageBytes) {
+      defer_time(up_s + small_cost_s(down_, bytes));
+      return;
+    }
+    defer_time(up_s);
+    flow(s_->coordinator, host_, bytes);
+  }
 
   void wait_keys(const std::vector<std::string>& keys, double timeout_s) {
     const double deadline = sg4::Engine::get_clock() + timeout_s;
@@ -140,6 +190,7 @@ class SimStoreClient final : public Store {
 
   std::shared_ptr<SimStoreServer::State> s_;
   sg4::Host* host_;
+  RoutePath up_, down_;
 };
 
 }  // namespace

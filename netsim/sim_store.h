@@ -1,9 +1,12 @@
 // SimStore: the rendezvous / membership store of a simulated run. Its table lives on a
 // coordinator host that does not churn; every call made through a node's client costs a request
 // and a reply transfer between that node's host and the coordinator, so store traffic takes
-// network time. Not persistent and not replicated.
+// network time: a message of at most kStoreSmallMessageBytes costs its route's latency plus
+// bytes / bottleneck bandwidth on the caller's clock (no flow), a larger one is a SimGrid flow.
+// Not persistent and not replicated.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "engine/store.h"
@@ -13,6 +16,9 @@ class Host;
 }
 
 namespace meridian::netsim {
+
+// Store messages up to this size (framing included) are charged analytically, not as flows.
+inline constexpr std::uint64_t kStoreSmallMessageBytes = 64 * 1024;
 
 class SimStoreServer {
  public:

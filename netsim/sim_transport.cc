@@ -150,6 +150,7 @@ class SimExchange final : public PendingExchange {
     if (comm_ && !done_) comm_->cancel();
   }
   Received wait(double timeout_s) override {
+    pay_deferred_time();
     const double deadline = sg4::Engine::get_clock() + timeout_s;
     if (!comm_)
       throw PeerLostError(to_, "netsim: rank " + std::to_string(to_) + " of epoch " +
@@ -182,6 +183,7 @@ class SimTransport final : public Transport {
   std::uint64_t epoch() const override { return ep_->epoch; }
 
   void send(int to, Tag tag, Payload msg, double timeout_s) override {
+    pay_deferred_time();
     check_peer(to);
     const double deadline = sg4::Engine::get_clock() + timeout_s;
     auto comm = sg4::Comm::sendto_async(ep_->hosts[rank_], ep_->hosts[to], msg.wire_bytes);
@@ -190,18 +192,21 @@ class SimTransport final : public Transport {
   }
 
   Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
+    pay_deferred_time();
     check_peer(from);
     return receive(*net_, *ep_, rank_, from, tag, into, sg4::Engine::get_clock() + timeout_s);
   }
 
   std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
                                                   std::span<std::byte> into, Tag tag) override {
+    pay_deferred_time();
     check_peer(to);
     check_peer(from);
     return std::make_unique<SimExchange>(net_, ep_, rank_, to, out, from, into, tag);
   }
 
   void abort() override {
+    pay_deferred_time();
     if (ep_->aborted[rank_]) return;
     ep_->aborted[rank_] = true;
     ep_->notify_all();
@@ -235,6 +240,7 @@ sg4::Host* SimNetwork::host_of(std::int64_t node) const {
 
 std::unique_ptr<Transport> SimNetwork::connect(const EpochSpec& spec) {
   MERIDIAN_CHECK(spec.rank >= 0 && spec.rank < static_cast<int>(spec.members.size()));
+  pay_deferred_time();
   std::shared_ptr<EpochState> ep = state_->epochs[spec.epoch].lock();
   if (!ep) {
     auto fresh = std::make_shared<EpochState>();

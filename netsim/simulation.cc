@@ -1,7 +1,8 @@
-// The simulated run (see simulation.h). The timeline per node and the membership protocol are
-// modelled here on the engine's seams (Transport, Runtime, Store, InnerWorker) and the engine's
-// ring all-reduce; heartbeats are modelled analytically: a crashed member is evicted
-// dead_after_s after its crash, a leaving one at once (deathrattle).
+// The simulated run (see simulation.h). Engine driver (default): every node actor runs the
+// engine's DilocoNode on the simulated backends. Model driver: the timeline per node and the
+// membership protocol are modelled here on the engine's seams and the engine's ring all-reduce,
+// heartbeats analytically (a crashed member is evicted dead_after_s after its crash, a leaving
+// one at once: deathrattle).
 #include "netsim/simulation.h"
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "netsim/churn.h"
+#include "netsim/deferred_time.h"
 #include "netsim/modeled_worker.h"
 #include "netsim/platform.h"
 #include "netsim/sim_runtime.h"
@@ -86,7 +88,7 @@ class Coordinator {
   bool finished() const { return finished_; }
   // Inner steps reached by the run: the first inner step of the outer step now running.
   std::int64_t inner_progress() const {
-    return std::int64_t(std::max(0, outer_started_ - 1)) * sc_.diloco.H;
+    return std::int64_t(std::max({0, outer_started_ - 1, engine_applied_})) * sc_.diloco.H;
   }
 
   // Barrier at an outer-step boundary (boundary = true) or after an all-reduce attempt (vote).
@@ -184,6 +186,13 @@ class Coordinator {
     };
     waiters_.wait_until(inner_step >= 0 ? kForever : time_s, [&] { return finished_ || due(); });
     return !finished_;
+  }
+
+  // Engine driver: a node applied outer step `outer_step` (progress for step-based churn).
+  void outer_step_applied(int outer_step) {
+    if (outer_step + 1 <= engine_applied_) return;
+    engine_applied_ = outer_step + 1;
+    waiters_.notify_all();
   }
 
   // Ends the run early (nobody left and nobody to come).
@@ -306,6 +315,7 @@ class Coordinator {
   std::uint64_t epoch_ = 0;
   std::vector<std::int64_t> members_;
   int outer_started_ = 0;
+  int engine_applied_ = 0;  // engine driver: outer steps applied by some node
   bool finished_ = false;
   bool last_ok_ = true;
   std::uint64_t gen_ = 0;
@@ -451,6 +461,7 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
   };
   auto barrier = [&](bool boundary, bool ok, int k) {
     store.add("barrier/" + std::to_string(k) + (boundary ? "/b" : "/v"), 1);  // network cost
+    pay_deferred_time();
     return w.coord->sync(me, boundary, ok);
   };
   const int H = w.sc.diloco.H;
@@ -560,6 +571,7 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
   }
   auto first_boundary = [&] {
     store->add("barrier/start", 1);
+    pay_deferred_time();
     return w.coord->sync(me, true, true);
   };
   if (initial) {
@@ -568,6 +580,7 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
   }
   w.emit(me, "join_requested", {});
   store->set("join/" + std::to_string(me), w.pf.names[slot]);
+  pay_deferred_time();
   for (;;) {
     Assignment a = w.coord->join_wait(me);
     if (a.finished) return;
@@ -646,6 +659,23 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
   o.mesh.max_retries = w.sc.diloco.retries;
   o.mesh.initial_world = initial_world;
   o.mesh.outer_steps = w.sc.outer_steps();
+  // A joiner waits for the next boundary however long the outer step is (the engine's 600 s
+  // default is shorter than one INTELLECT-1 outer step, ~2,900 s: joiners would give up).
+  o.mesh.admission_timeout_s = kForever;
+  o.phantom_outer_opt_s = w.sc.diloco.outer_opt_s;
+  // After every applied outer step: progress for step-based churn, then the blocking checkpoint
+  // as in the netsim driver (before the next inner steps).
+  o.on_outer_step = [&w, &rt, &worker, me](const OuterStepView& v) {
+    w.coord->outer_step_applied(static_cast<int>(v.outer_step));
+    if (w.sc.diloco.checkpoint_s <= 0) return;
+    const double t_ck = rt.now_s();
+    rt.compute_s(w.sc.diloco.checkpoint_s);
+    JsonObject f;
+    f.add("outer_step", v.outer_step)
+        .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
+        .add("elapsed_s", rt.now_s() - t_ck);
+    w.emit(me, "checkpoint", f);
+  };
   DilocoNode node(worker, *store, w.net, rt, w.sink, o);
   node.run(initial, me);
 }
@@ -719,10 +749,6 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   }
   const CodecId codec = parse_codec(sc.diloco.codec);
   const bool engine_driver = sc.run.driver == "engine";
-  if (engine_driver && trace.by_step)
-    throw ConfigError(sc.file +
-                      ": key 'run.driver': the engine driver replays time_s traces only "
-                      "(step traces need the netsim driver's view of progress)");
 
   int argc = 2;
   std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
@@ -764,7 +790,10 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     simulated.add("network_model", sc.network.model)
         .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
         .add("ring_flows_per_node", w.lanes)
-        .add("local_ranks_per_flow", w.lane_scale);
+        .add("local_ranks_per_flow", w.lane_scale)
+        .add("driver", sc.run.driver)
+        .add("store_small_message_bytes", kStoreSmallMessageBytes)
+        .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow");
     cfg.add("simulated", simulated);
     JsonObject f;
     f.add("mode", "simulate")

@@ -14,6 +14,8 @@
 #include <simgrid/s4u/Semaphore.hpp>
 #include <vector>
 
+#include "netsim/deferred_time.h"
+
 namespace simgrid::s4u {
 class Host;
 }
@@ -33,6 +35,7 @@ class WaitList {
   // Returns true once pred() holds, false if `deadline_s` (simulated) passed first.
   template <typename Pred>
   bool wait_until(double deadline_s, Pred pred) {
+    pay_deferred_time();
     for (;;) {
       if (pred()) return true;
       const double now = simgrid::s4u::Engine::get_clock();

@@ -23,7 +23,7 @@ struct ChildResult {
   bool ok = false;
 };
 
-ChildResult run_scenario_in_child(const std::string& name) {
+ChildResult run_scenario_in_child(const std::string& name, const std::string& driver) {
   int fds[2];
   if (pipe(fds) != 0) return {};
   std::fflush(nullptr);
@@ -32,8 +32,9 @@ ChildResult run_scenario_in_child(const std::string& name) {
     close(fds[0]);
     ChildResult r;
     try {
-      auto sc = meridian::netsim::load_scenario(std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/" +
-                                                name + ".yaml");
+      auto sc = meridian::netsim::load_scenario(
+          std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/" + name + ".yaml",
+          {"run.driver=" + driver});
       std::ofstream events("/dev/null");
       meridian::JsonlEventSink sink(events);  // events are written, as by `meridian sim`
       auto out = meridian::netsim::run_simulation(sc, sink);
@@ -53,12 +54,12 @@ ChildResult run_scenario_in_child(const std::string& name) {
   return r;
 }
 
-void BM_Scenario(benchmark::State& state, const std::string& name) {
+void BM_Scenario(benchmark::State& state, const std::string& name, const std::string& driver) {
   ChildResult last;
   double wall_total = 0;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
-    last = run_scenario_in_child(name);
+    last = run_scenario_in_child(name, driver);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     wall_total += wall;
@@ -71,11 +72,18 @@ void BM_Scenario(benchmark::State& state, const std::string& name) {
       wall_total > 0 ? last.simulated_s * double(state.iterations()) / wall_total : 0;
 }
 
-BENCHMARK_CAPTURE(BM_Scenario, intellect1_global, std::string("intellect1-global"))
+BENCHMARK_CAPTURE(BM_Scenario, intellect1_global_engine, std::string("intellect1-global"),
+                  std::string("engine"))
     ->UseManualTime()
     ->Unit(benchmark::kSecond)
     ->Iterations(3);
-BENCHMARK_CAPTURE(BM_Scenario, intellect1_full, std::string("intellect1-full"))
+BENCHMARK_CAPTURE(BM_Scenario, intellect1_global_model, std::string("intellect1-global"),
+                  std::string("model"))
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond)
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_Scenario, intellect1_full_model, std::string("intellect1-full"),
+                  std::string("model"))
     ->UseManualTime()
     ->Unit(benchmark::kSecond)
     ->Iterations(1);

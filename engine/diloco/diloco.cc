@@ -266,6 +266,8 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
     const std::span<float> params = worker_.parameters();
     std::copy(outer_.begin(), outer_.end(), params.begin());
     worker_.parameters_updated();
+  } else if (options_.phantom_outer_opt_s > 0) {
+    runtime_.compute_s(options_.phantom_outer_opt_s);
   }
   const double outer_opt_s = runtime_.now_s() - start_s;
   emit("outer_step", JsonObject()

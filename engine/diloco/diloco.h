@@ -52,6 +52,9 @@ struct DilocoOptions {
   bool barrier_before_allreduce = true;
   RecoveryOptions recovery;  // chunking, sources, blocking mode
   MeshOptions mesh;          // heartbeats, retries (3), coordinator lease
+  // Timing-only (phantom) workers have no optimizer to run: this many seconds are charged with
+  // runtime.compute_s in its place (a simulator's modelled outer-step CPU time). Else unused.
+  double phantom_outer_opt_s = 0.0;
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
 };
