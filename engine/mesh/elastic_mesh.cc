@@ -156,7 +156,16 @@ bool ElasticMesh::is_leader() {
 }
 
 void ElasticMesh::heartbeat_loop() {
-  while (!wait_stop(options_.heartbeat_interval_s)) {
+  // Fixed-rate beats: the next beat is due one interval after the previous one was due, not one
+  // interval after this beat's store calls finished. With N members a beat costs N + 4 store
+  // round trips (lease, observation); far from the store (250 ms RTT) that alone is seconds, and
+  // sleeping a full interval on top would space beats past dead_after_s.
+  // Every wait is at least a tenth of the interval: a beat always yields (under simulation a
+  // zero wait would not let the clock move).
+  const double min_wait_s = options_.heartbeat_interval_s / 10;
+  double due_s = runtime_.now_s() + options_.heartbeat_interval_s;
+  while (!wait_stop(std::max(min_wait_s, due_s - runtime_.now_s()))) {
+    due_s = std::max(due_s + options_.heartbeat_interval_s, runtime_.now_s());
     try {
       beat_and_lease();
     } catch (const PeerLostError&) {
@@ -199,22 +208,28 @@ void ElasticMesh::beat_and_lease() {
 
 void ElasticMesh::observe_heartbeats() {
   const std::string prefix = options_.prefix + "hb/";
-  std::vector<std::pair<std::int64_t, std::int64_t>> counters;
+  struct Read {
+    std::int64_t id, counter;
+    double read_s;  // when this counter was read: a sweep of N reads can take N round trips
+  };
+  std::vector<Read> reads;
   for (const std::string& key : store_.list(prefix)) {
     const auto id = parse_i64(key.substr(prefix.size()));
+    const double read_s = runtime_.now_s();
     const auto value = store_.try_get(key);
     if (!id || !value) continue;
-    counters.emplace_back(*id, parse_i64(*value).value_or(-1));
+    reads.push_back({*id, parse_i64(*value).value_or(-1), read_s});
   }
   const double now = runtime_.now_s();
   std::lock_guard<Mutex> lock(*mu_);
   observed_s_ = now;
-  for (const auto& [id, counter] : counters) {
-    Seen& s = seen_[id];
-    if (s.counter != counter) {
-      s.counter = counter;
-      s.changed_s = now;
+  for (const Read& r : reads) {
+    Seen& s = seen_[r.id];
+    if (s.counter != r.counter) {
+      s.counter = r.counter;
+      s.changed_s = r.read_s;
     }
+    s.read_s = std::max(s.read_s, r.read_s);
   }
 }
 
@@ -223,8 +238,11 @@ bool ElasticMesh::is_dead(std::int64_t id) {
   if (store_.try_get(key_left(id))) return true;
   std::lock_guard<Mutex> lock(*mu_);
   const double now = runtime_.now_s();
-  auto [it, inserted] = seen_.try_emplace(id, Seen{-1, now});
-  return now - it->second.changed_s >= options_.dead_after_s;
+  auto [it, inserted] = seen_.try_emplace(id, Seen{-1, now, now});
+  // Dead only on evidence: reads of an unchanged counter spanning dead_after_s. The time since
+  // the last read is not silence (this node may simply not have looked: its activities starved,
+  // or its store round trips are long).
+  return it->second.read_s - it->second.changed_s >= options_.dead_after_s;
 }
 
 void ElasticMesh::coordinator_loop() {

@@ -84,7 +84,8 @@ class ElasticMesh {
  private:
   struct Seen {
     std::int64_t counter = -1;
-    double changed_s = 0.0;  // this node's clock when `counter` last changed
+    double changed_s = 0.0;  // this node's clock at the read that first saw `counter`
+    double read_s = 0.0;     // this node's clock at the latest read of the counter
   };
 
   void heartbeat_loop();
