@@ -2,6 +2,12 @@
 // formulas. Every choice the schema leaves open is written next to the code that makes it.
 #include "analysis/summary.h"
 
+#include <initializer_list>
+
+#include <sstream>
+
+#include <cstdio>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -278,6 +284,16 @@ Summary summarize(const std::vector<EventRecord>& events) {
     s.steps.push_back(st);
   }
   s.outer_step_utilization = safe_div(util_sum, static_cast<double>(s.steps.size()));
+  // Node-count extremes as the report's node-count figure reads them: the participants of each
+  // outer step. The alive-count step function would also see the start-up ramp (nodes register
+  // one store round trip apart), a transient no outer step ever ran with.
+  if (!s.steps.empty()) {
+    const auto [lo, hi] = std::minmax_element(
+        s.steps.begin(), s.steps.end(),
+        [](const OuterStepStats& a, const OuterStepStats& b) { return a.participants < b.participants; });
+    s.nodes.min = lo->participants;
+    s.nodes.max = hi->participants;
+  }
   s.allreduce_s = distribution(slowest_allreduce);
   s.outer_steps = finished ? finished->outer_steps : static_cast<std::int64_t>(s.steps.size());
   for (auto it = s.steps.rbegin(); it != s.steps.rend(); ++it)
@@ -317,12 +333,31 @@ nlohmann::ordered_json num(double v) {
 nlohmann::ordered_json num(const std::optional<double>& v) {
   return v ? num(*v) : nlohmann::ordered_json(nullptr);
 }
+
+// The resolved configuration's value at `path`, or null.
+nlohmann::json config_value(const Summary& s, std::initializer_list<const char*> path) {
+  const nlohmann::json* v = &s.config;
+  for (const char* k : path) {
+    if (!v->is_object() || !v->contains(k)) return nullptr;
+    v = &(*v)[k];
+  }
+  return *v;
+}
+
 }  // namespace
 
 nlohmann::ordered_json to_json(const Summary& s) {
   using J = nlohmann::ordered_json;
   J j;
   j["mode"] = s.mode;
+  j["seed"] = s.seed;
+  if (const auto name = config_value(s, {"run", "name"}); name.is_string()) j["scenario"] = name;
+  if (const auto net = config_value(s, {"network"}); net.is_object()) {
+    J echo = J::object();  // what the simulator was given (issue: echoed into the results)
+    for (const char* k : {"model", "tcp_gamma_bytes", "crosstraffic"})
+      if (net.contains(k)) echo[k] = net[k];
+    j["network"] = echo;
+  }
   j["simulated_s"] = num(s.simulated_s);
   j["outer_steps"] = s.outer_steps;
   j["tokens"] = num(s.tokens);
@@ -375,6 +410,46 @@ nlohmann::ordered_json to_json(const Summary& s) {
   }
   j["per_node"] = nodes;
   return j;
+}
+
+std::string summary_table(const Summary& s) {
+  std::ostringstream os;
+  char buf[256];
+  auto row = [&](const char* k, const std::string& v) {
+    std::snprintf(buf, sizeof buf, "  %-36s %s\n", k, v.c_str());
+    os << buf;
+  };
+  auto num = [&](double v, const char* fmt) {
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return std::string(buf);
+  };
+  const auto name = config_value(s, {"run", "name"});
+  os << (s.mode.empty() ? "run" : s.mode) << " " << (name.is_string() ? name.get<std::string>() : "")
+     << " (seed " << s.seed;
+  const auto net = config_value(s, {"network"});
+  if (net.is_object() && net.contains("model") && net.contains("tcp_gamma_bytes"))
+    os << ", " << net["model"].get<std::string>() << ", TCP window "
+       << num(net["tcp_gamma_bytes"].get<double>() / 1048576.0, "%.1f MiB");
+  os << ")\n";
+  row("simulated time", num(s.simulated_s, "%.0f s") + " (" + num(s.simulated_s / 86400, "%.2f days") + ")");
+  row("outer steps", std::to_string(s.outer_steps));
+  row("nodes min / mean / max", num(double(s.nodes.min), "%.0f") + " / " +
+                                    num(s.nodes.mean, "%.2f") + " / " +
+                                    num(double(s.nodes.max), "%.0f"));
+  row("inner step", num(s.inner_step_s, "%.2f s"));
+  row("all-reduce p10 / p50 / p90 / mean",
+      num(s.allreduce_s.p10, "%.1f") + " / " + num(s.allreduce_s.p50, "%.1f") + " / " +
+          num(s.allreduce_s.p90, "%.1f") + " / " + num(s.allreduce_s.mean, "%.1f s"));
+  row("outer-step utilization (report form)", num(100 * s.outer_step_utilization, "%.1f %%"));
+  row("compute utilization", num(100 * s.compute_utilization, "%.1f %%"));
+  row("MFU", num(100 * s.mfu, "%.1f %%"));
+  row("wire bytes / node / outer step", num(s.wire_bytes_per_node_per_outer_step / 1e9, "%.2f GB"));
+  if (s.bandwidth_reduction_vs_ddp)
+    row("bandwidth reduction vs DDP", num(*s.bandwidth_reduction_vs_ddp, "%.0fx"));
+  row("tokens", num(s.tokens / 1e9, "%.2f B"));
+  if (s.retries || s.fallbacks)
+    row("retries / fallbacks", std::to_string(s.retries) + " / " + std::to_string(s.fallbacks));
+  return os.str();
 }
 
 }  // namespace meridian::analysis

@@ -107,7 +107,11 @@ struct Summary {
 // Computes every statistic. Throws ConfigError when the events lack a config record.
 Summary summarize(const std::vector<EventRecord>& events);
 
-// summary.json: the SCHEMA.md keys plus per-node and recovery details; NaN becomes null.
+// summary.json: the SCHEMA.md keys plus per-node and recovery details, and the run's name, seed
+// and network model echoed from the config record; NaN becomes null.
 nlohmann::ordered_json to_json(const Summary& s);
+
+// The headline numbers as an aligned text table (what `meridian sim` prints on stdout).
+std::string summary_table(const Summary& s);
 
 }  // namespace meridian::analysis

@@ -8,12 +8,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "analysis/events.h"
+#include "analysis/summary.h"
 #include "cli/command.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
-#include "netsim/summary.h"
 
 namespace meridian::cli {
 namespace {
@@ -98,10 +99,12 @@ int run_sim(const std::vector<std::string>& args) {
                wall, wall > 0 ? r.simulated_s / wall : 0.0,
                static_cast<unsigned long long>(r.messages));
 
-  std::ifstream in(events_path);
-  const std::string summary = netsim::summarize_events(in);
-  std::ofstream(std::filesystem::path(out) / "summary.json") << summary;
-  std::cout << netsim::summary_table(summary) << "  events: " << events_path << "\n";
+  // summary.json comes from the events alone, by the one implementation of SCHEMA.md's metrics
+  // (analysis/), exactly as `meridian report` and `meridian sweep` compute it.
+  const analysis::Summary summary = analysis::summarize(analysis::read_events_file(events_path));
+  std::ofstream(std::filesystem::path(out) / "summary.json") << analysis::to_json(summary).dump(2)
+                                                                 << "\n";
+  std::cout << analysis::summary_table(summary) << "  events: " << events_path << "\n";
   return kExitOk;
 }
 

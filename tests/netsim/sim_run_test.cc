@@ -8,7 +8,7 @@
 #include "engine/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
-#include "netsim/summary.h"
+#include "analysis/summary.h"
 #include "tests/netsim/sim_test_util.h"
 
 namespace meridian::netsim {
@@ -54,6 +54,11 @@ std::string simulate(const std::string& yaml, const std::string& tag,
   return out;
 }
 
+// summary.json of an events file, as `meridian sim` writes it.
+json summary_of(const std::string& events) {
+  return json::parse(analysis::to_json(analysis::summarize(analysis::read_events_file(events))).dump());
+}
+
 // Runs a scenario file in a child; returns its summary.json.
 json summarize_scenario(const std::string& path, const std::string& tag,
                         const std::vector<std::string>& overrides) {
@@ -65,8 +70,7 @@ json summarize_scenario(const std::string& path, const std::string& tag,
     run_simulation(sc, sink);
   });
   EXPECT_EQ(rc, 0);
-  std::ifstream in(out);
-  return json::parse(summarize_events(in));
+  return summary_of(out);
 }
 
 TEST(SimRun, HostFailingMidAllReduceLeavesSurvivorsFinishingWithNMinusOne) {
@@ -157,8 +161,7 @@ TEST(SimRun, PlatformXmlAndBandwidthVariability) {
       "  nodes: [{site: a, bandwidth_gbps: 1}, {site: b, bandwidth_gbps: 1}]\n"
       "diloco: {H: 1, buckets: \"4\", local_ranks: 1, checkpoint_s: 0}\n";
   auto ar = [](const std::string& events) {
-    std::ifstream in(events);
-    return json::parse(summarize_events(in))["allreduce_s"]["mean"].get<double>();
+    return summary_of(events)["allreduce_s"]["mean"].get<double>();
   };
   const double built = ar(simulate(two, "built"));
   const double xml = ar(simulate(
