@@ -205,6 +205,9 @@ struct ClusterOptions {
   std::function<double(std::int64_t, std::int64_t)> bandwidth_bps;  // null = uniform
   double heartbeat_s = 0.1;
   double dead_after_s = 0.3;
+  // Called for every node when its worker is made, before its activity starts: hooks installed
+  // here cannot race the node's first steps.
+  std::function<void(std::int64_t id, SyntheticWorker& worker)> on_launch;
 };
 
 // One applied outer step as a node saw it.
@@ -468,6 +471,7 @@ class Cluster {
     auto n = std::make_unique<Node>(store_);
     n->worker = std::make_unique<SyntheticWorker>(id, o_.params, o_.boundaries, runtime_,
                                                   o_.inner_step_s, o_.phantom);
+    if (o_.on_launch) o_.on_launch(id, *n->worker);
     DilocoOptions d;
     d.inner_steps = o_.inner_steps;
     d.outer_steps = o_.outer_steps;

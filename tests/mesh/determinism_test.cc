@@ -22,12 +22,25 @@ RunData run_scripted_churn() {
   ClusterOptions o;
   o.initial = 4;
   o.outer_steps = 7;
-  Cluster c(o);
   // Node 3 crashes in the inner steps of step 2; a joiner arrives after step 3 (admitted at
-  // the boundary of step 5); node 2 leaves gracefully after step 5.
-  c.at_step(1, [&] { c.worker(3).set_before_inner([&] { c.kill(3); }); });
+  // the boundary of step 5); node 2 asks to leave during step 5 and leaves gracefully after it.
+  // The crash and the leave are armed at launch and counted on the node's own activity (inner
+  // steps run once per outer step; retries skip them). Arming them from another node's at_step
+  // callback raced the node: the crash could land in step 3, the leave after step 6's round
+  // had formed (costing a retry).
+  Cluster* cluster = nullptr;
+  int calls3 = 0, calls2 = 0;
+  o.on_launch = [&](std::int64_t id, SyntheticWorker& w) {
+    if (id == 3) w.set_before_inner([&] {
+        if (++calls3 == 3) cluster->kill(3);
+      });
+    if (id == 2) w.set_before_inner([&] {
+        if (++calls2 == 6) cluster->leave(2);
+      });
+  };
+  Cluster c(o);
+  cluster = &c;
   c.at_step(3, [&] { c.add_joiner(); });
-  c.at_step(4, [&] { c.leave(2); });
   c.start();
   c.join();
   c.check_invariants();
