@@ -33,9 +33,11 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Every ctest label but gpu (see README "Tests").
+# Every ctest label but gpu (see README "Tests"). A failing test is run once more: a few
+# multi-threaded mesh tests depend on thread timing (named in README "Tests"); one that fails
+# twice fails the suite.
 test: build
-	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -LE gpu $(CTEST_FLAGS)
+	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -LE gpu --repeat until-pass:2 $(CTEST_FLAGS)
 
 demo: build
 	OMP_NUM_THREADS=1 ./scripts/demo.sh $(BUILD)
