@@ -139,7 +139,11 @@ void ElasticMesh::stop() {
   }
 }
 
-void ElasticMesh::announce_leave() { store_.set(key_left(id_), "1"); }
+void ElasticMesh::announce_leave() {
+  store_.set(key_left(id_), "1");
+  std::lock_guard<Mutex> lock(*mu_);
+  left_ = true;
+}
 
 void ElasticMesh::leave() {
   try {
@@ -234,7 +238,12 @@ void ElasticMesh::observe_heartbeats() {
 }
 
 bool ElasticMesh::is_dead(std::int64_t id) {
-  if (id == id_) return false;
+  if (id == id_) {
+    // A node never sees itself silent, but a leaving coordinator must resolve its last round
+    // as the others would: without itself (it announced the leave before its report).
+    std::lock_guard<Mutex> lock(*mu_);
+    return left_;
+  }
   if (store_.try_get(key_left(id))) return true;
   std::lock_guard<Mutex> lock(*mu_);
   const double now = runtime_.now_s();

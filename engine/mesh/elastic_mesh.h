@@ -114,6 +114,7 @@ class ElasticMesh {
   std::unique_ptr<CondVar> cv_;
   bool stopping_ = false;              // guarded by mu_
   bool leader_ = false;                // guarded by mu_
+  bool left_ = false;                  // announce_leave() was called; guarded by mu_
   std::map<std::int64_t, Seen> seen_;  // guarded by mu_
   double observed_s_ = -1e300;         // when seen_ was last refreshed; guarded by mu_
   std::string lease_seen_;             // heartbeat activity only
