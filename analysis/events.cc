@@ -3,6 +3,7 @@
 // Not a validator of the run's logic (e.g. that outer steps increase): the statistics do that.
 #include "analysis/events.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -97,7 +98,9 @@ ConfigRecord parse_config(const Fields& f) {
   r.metrics.H = m.integer("H");
   if (m.has("codec")) r.metrics.codec = m.string("codec");
   if (m.has("local_ranks")) r.metrics.local_ranks = m.integer("local_ranks");
-  if (r.metrics.gpus_per_node <= 0) m.fail("gpus_per_node", "must be > 0");
+  if (f.has("clock_origin_unix_s")) r.clock_origin_unix_s = f.number("clock_origin_unix_s");
+  if (r.metrics.gpus_per_node < 0 || (r.metrics.gpus_per_node == 0 && r.mode != "real"))
+    m.fail("gpus_per_node", "must be > 0 (0 only for a real run trained on CPUs)");
   if (r.metrics.H <= 0) m.fail("H", "must be > 0");
   return r;
 }
@@ -199,12 +202,98 @@ std::string events_path(const std::string& run_dir_or_file) {
   return run_dir_or_file;
 }
 
-std::vector<EventRecord> read_events_file(const std::string& path) {
-  const std::string file = events_path(path);
+namespace {
+
+std::vector<EventRecord> read_one_file(const std::string& file) {
   std::ifstream in(file);
   if (!in)
     throw ConfigError(file + ": cannot open the events file (expected RUN_DIR/events.jsonl)");
   return read_events(in, file);
+}
+
+// DIR/node-<ID>/events.jsonl of a real run, in node-id order; empty when there are none.
+std::vector<std::string> node_stream_files(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<long long, std::string>> found;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind("node-", 0) != 0) continue;
+    const std::string digits = name.substr(5);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const fs::path file = entry.path() / "events.jsonl";
+    if (fs::exists(file)) found.push_back({std::stoll(digits), file.string()});
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> files;
+  for (auto& f : found) files.push_back(std::move(f.second));
+  return files;
+}
+
+}  // namespace
+
+std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>> streams,
+                                            const std::vector<std::string>& names) {
+  MERIDIAN_CHECK_EQ(streams.size(), names.size());
+  if (streams.size() == 1) return std::move(streams.front());
+  std::vector<double> origin(streams.size());
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    const ConfigRecord* config =
+        streams[i].empty() ? nullptr : streams[i].front().as<ConfigRecord>();
+    if (!config)
+      throw ConfigError(names[i] + ": the first record must be 'config' to merge the streams");
+    if (!config->clock_origin_unix_s)
+      throw ConfigError(names[i] + ": 'config' has no clock_origin_unix_s: streams of several " +
+                        "processes cannot be put on one clock (written by an older meridian?)");
+    origin[i] = *config->clock_origin_unix_s;
+  }
+  const std::size_t first = std::min_element(origin.begin(), origin.end()) - origin.begin();
+  std::vector<EventRecord> out;
+  std::optional<EventRecord> finished;
+  for (std::size_t i = 0; i < streams.size(); ++i) {
+    const double shift_s = origin[i] - origin[first];
+    for (EventRecord& e : streams[i]) {
+      e.t_s += shift_s;
+      // Absolute times inside records move with the clock; durations do not.
+      if (auto* r = std::get_if<InnerStepsRecord>(&e.body)) r->start_s += shift_s;
+      if (auto* r = std::get_if<AllreduceRecord>(&e.body)) r->start_s += shift_s;
+      if (e.as<ConfigRecord>() && i != first) continue;
+      if (const auto* f = e.as<RunFinishedRecord>()) {
+        if (!finished || e.t_s >= finished->t_s) {
+          const std::int64_t steps =
+              finished ? std::max(finished->as<RunFinishedRecord>()->outer_steps, f->outer_steps)
+                       : f->outer_steps;
+          finished = e;
+          finished->body = RunFinishedRecord{e.t_s, steps};
+        } else {
+          auto& kept = std::get<RunFinishedRecord>(finished->body);
+          kept.outer_steps = std::max(kept.outer_steps, f->outer_steps);
+        }
+        continue;
+      }
+      out.push_back(std::move(e));
+    }
+  }
+  if (finished) out.push_back(std::move(*finished));
+  // The config record first, then time order; ties keep node order (streams are by node id).
+  std::stable_sort(out.begin(), out.end(), [](const EventRecord& a, const EventRecord& b) {
+    const bool ca = a.as<ConfigRecord>() != nullptr, cb = b.as<ConfigRecord>() != nullptr;
+    if (ca != cb) return ca;
+    return a.t_s < b.t_s;
+  });
+  return out;
+}
+
+std::vector<EventRecord> read_events_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_directory(path) && !fs::exists(fs::path(path) / "events.jsonl")) {
+    const std::vector<std::string> files = node_stream_files(path);
+    if (!files.empty()) {
+      std::vector<std::vector<EventRecord>> streams;
+      for (const std::string& f : files) streams.push_back(read_one_file(f));
+      return merge_node_streams(std::move(streams), files);
+    }
+  }
+  return read_one_file(events_path(path));
 }
 
 }  // namespace meridian::analysis

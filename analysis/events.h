@@ -18,7 +18,7 @@ struct RunMetrics {
   double param_count = 0;
   double flops_per_token = 0;
   double tokens_per_inner_step = 0;  // per node
-  double gpus_per_node = 1;
+  double gpus_per_node = 1;          // 0: trained on CPUs (a real CPU run), MFU undefined
   double peak_flops_per_gpu = 0;
   std::int64_t H = 0;
   std::string codec;             // optional in the reader ("" when absent)
@@ -32,6 +32,9 @@ struct ConfigRecord {
   nlohmann::json versions;  // object; empty when absent
   RunMetrics metrics;
   nlohmann::json config;  // the fully resolved configuration; null when absent
+  // Real runs: the wall-clock time (Unix seconds) of this writer's t = 0, so that the files
+  // of a run's processes can be put on one time axis. Absent in simulation.
+  std::optional<double> clock_origin_unix_s;
 };
 struct NodeStartedRecord {
   bool initial = false;
@@ -141,9 +144,19 @@ EventRecord parse_event_line(const std::string& line, const std::string& where);
 // Reads a whole stream; blank lines are skipped. Errors name `source_name` and the line.
 std::vector<EventRecord> read_events(std::istream& in, const std::string& source_name);
 
-// Reads a file; a missing file is a ConfigError. Accepts a run directory (reads
-// DIR/events.jsonl) or the events file itself.
+// Reads a file; a missing file is a ConfigError. Accepts the events file itself, a run
+// directory with DIR/events.jsonl (simulation, emulation), or the output directory of a real
+// run, one DIR/node-<ID>/events.jsonl per process: see merge_node_streams.
 std::vector<EventRecord> read_events_file(const std::string& path);
+
+// One stream from the per-process streams of a real run: every stream's times (`t` and the
+// records' `start_s`) are moved onto the earliest process's clock by the `clock_origin_unix_s`
+// of its config record (required when there is more than one stream); the first config record
+// is kept and the others dropped; the per-process `run_finished` records become one at the last
+// of them (its `simulated_s` the run's wall time on the common clock); the result is ordered by
+// time (stable). `names` label the streams in errors.
+std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>> streams,
+                                            const std::vector<std::string>& names);
 
 // The events.jsonl path for a run directory or an events file.
 std::string events_path(const std::string& run_dir_or_file);

@@ -183,19 +183,27 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
          << color(i) << "' title " << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", "
          << f << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' title "
          << gp_quote(tag + "inner compute / outer-step wall time");
-    mfu << (mfu.tellp() > 0 ? ", " : "plot ") << f << " using 1:4 with " << style << " lc rgb '"
-        << color(i) << "' title " << gp_quote(runs[i]->label);
+    // No MFU without GPUs and a peak (a real run on CPUs): no series rather than an empty one.
+    const bool has_mfu = std::any_of(s.steps.begin(), s.steps.end(), [](const OuterStepStats& st) {
+      return std::isfinite(st.mfu);
+    });
+    if (has_mfu)
+      mfu << (mfu.tellp() > 0 ? ", " : "plot ") << f << " using 1:4 with " << style << " lc rgb '"
+          << color(i) << "' title " << gp_quote(runs[i]->label);
   }
   if (util.tellp() == 0) return;
+  const bool any_mfu = mfu.tellp() > 0;
   std::ostringstream body;
-  body << "set multiplot layout 1,2\nset grid\nset key bottom left font ',10'\n"
+  body << (any_mfu ? "set multiplot layout 1,2\n" : "")
+       << "set grid\nset key bottom left font ',10'\n"
        << "set xlabel 'time since start [" << u.name << "]'\n"
        << "set title 'Compute utilization per outer step'\nset ylabel 'utilization [%]'\n"
        << "set yrange [0:105]\n"
-       << util.str() << "\n"
-       << "set title 'MFU per outer step'\nset ylabel 'model FLOPs utilization [%]'\n"
-       << "set yrange [0:*]\n"
-       << mfu.str() << "\n";
+       << util.str() << "\n";
+  if (any_mfu)
+    body << "set title 'MFU per outer step'\nset ylabel 'model FLOPs utilization [%]'\n"
+         << "set yrange [0:*]\n"
+         << mfu.str() << "\n";
   sc.figure(name, body.str());
 }
 

@@ -221,7 +221,8 @@ class PausingFactory final : public TransportFactory {
   std::atomic<std::uint64_t> sent_{0};
 };
 
-JsonObject config_event(const trainer::RunConfig& c, const std::string& command) {
+JsonObject config_event(const trainer::RunConfig& c, const std::string& command,
+                        double clock_origin_unix_s) {
   const auto& m = c.trainer.model;
   JsonObject versions, metrics;
   versions.add("meridian", kVersion);
@@ -235,6 +236,7 @@ JsonObject config_event(const trainer::RunConfig& c, const std::string& command)
       .add("local_ranks", c.diloco.local_ranks);
   JsonObject f;
   f.add("mode", "real").add("seed", c.seed).add("command", command);
+  f.add("clock_origin_unix_s", clock_origin_unix_s);
   f.add("versions", versions).add("metrics", metrics).add("config", trainer::run_config_json(c));
   return f;
 }
@@ -296,7 +298,11 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   ThreadRuntime runtime;
   std::string command = "meridian train";
   for (const auto& s : argv) command += " " + s;
-  events.emit(Event{runtime.now_s(), -1, "config", config_event(c, command)});
+  // The wall-clock time of this process's t = 0: analysis merges the nodes' files with it.
+  const double unix_now_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double t_s = runtime.now_s();
+  events.emit(Event{t_s, -1, "config", config_event(c, command, unix_now_s - t_s)});
 
   trainer::TorchWorkerOptions wo;
   wo.config = c.trainer;

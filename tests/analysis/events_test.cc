@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "engine/error.h"
@@ -57,6 +59,81 @@ TEST(Events, ReadsADirectoryOrAFile) {
   const auto from_file = read_events_file(dir + "/events.jsonl");
   EXPECT_EQ(from_dir.size(), from_file.size());
   EXPECT_GT(from_dir.size(), 100u);
+}
+
+// A real run: one file per process, each on its own clock (t = 0 at its own start).
+std::string real_config(double origin_unix_s) {
+  return R"({"t":0,"node":-1,"type":"config","mode":"real","clock_origin_unix_s":)" +
+         std::to_string(origin_unix_s) +
+         R"(,"metrics":{"param_count":1,"flops_per_token":6,"tokens_per_inner_step":1,)"
+         R"("gpus_per_node":0,"peak_flops_per_gpu":0,"H":5}})";
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+TEST(Events, ARealRunsNodeFilesAreMergedOnOneClock) {
+  const std::string dir = ::testing::TempDir() + "/events_test_real";
+  std::filesystem::remove_all(dir);
+  // Node 1 started at Unix time 1000, node 2 2.5 s later.
+  write_file(dir + "/node-1/events.jsonl",
+             real_config(1000) + "\n" +
+                 R"({"t":0.5,"node":1,"type":"node_started","initial":true})"
+                 "\n"
+                 R"({"t":4,"node":1,"type":"node_left","graceful":true})"
+                 "\n"
+                 R"({"t":4.25,"node":-1,"type":"run_finished","simulated_s":4.25,"outer_steps":3})"
+                 "\n");
+  write_file(dir + "/node-2/events.jsonl",
+             real_config(1002.5) + "\n" +
+                 R"({"t":0.25,"node":2,"type":"node_started","initial":true})"
+                 "\n"
+                 R"({"t":0.5,"node":2,"type":"inner_steps","outer_step":0,"steps":1,"tokens":1,)"
+                 R"("start_s":0.3,"compute_s":0.2,"loss":null})"
+                 "\n"
+                 R"({"t":1,"node":2,"type":"node_left","graceful":true})"
+                 "\n"
+                 R"({"t":1.25,"node":-1,"type":"run_finished","simulated_s":1.25,"outer_steps":2})"
+                 "\n");
+  std::filesystem::create_directories(dir + "/node-x");  // not a node directory: ignored
+  const auto events = read_events_file(dir);
+  std::vector<std::pair<std::string, double>> got;
+  for (const auto& e : events) got.push_back({e.type + "@" + std::to_string(e.node), e.t_s});
+  const std::vector<std::pair<std::string, double>> want = {
+      {"config@-1", 0},         {"node_started@1", 0.5}, {"node_started@2", 2.75},
+      {"inner_steps@2", 3.0},   {"node_left@2", 3.5},    {"node_left@1", 4},
+      {"run_finished@-1", 4.25}};
+  EXPECT_EQ(got, want);
+  EXPECT_DOUBLE_EQ(events[3].as<InnerStepsRecord>()->start_s, 2.8);  // moved with the clock
+  const auto* fin = events.back().as<RunFinishedRecord>();
+  ASSERT_NE(fin, nullptr);
+  EXPECT_DOUBLE_EQ(fin->simulated_s, 4.25);  // the run's span on node 1's clock
+  EXPECT_EQ(fin->outer_steps, 3);
+  EXPECT_DOUBLE_EQ(*events.front().as<ConfigRecord>()->clock_origin_unix_s, 1000);
+}
+
+TEST(Events, NodeFilesWithoutAClockOriginAreRefused) {
+  const std::string dir = ::testing::TempDir() + "/events_test_real_old";
+  std::filesystem::remove_all(dir);
+  write_file(dir + "/node-1/events.jsonl", real_config(1000) + "\n");
+  write_file(dir + "/node-2/events.jsonl", kConfig + "\n");
+  try {
+    read_events_file(dir);
+    FAIL() << "merged streams without a common clock";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("node-2/events.jsonl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("clock_origin_unix_s"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Events, NoGpusIsValidOnlyForARealRun) {
+  std::istringstream real(real_config(0) + "\n");
+  EXPECT_EQ(read_events(real, "x").front().as<ConfigRecord>()->metrics.gpus_per_node, 0);
+  std::string sim = kConfig;
+  sim.replace(sim.find("\"gpus_per_node\":1"), 17, "\"gpus_per_node\":0");
+  EXPECT_NE(error_of(sim + "\n").find("gpus_per_node"), std::string::npos);
 }
 
 TEST(Events, BlankLinesAreSkippedAndLinesCounted) {
