@@ -155,6 +155,8 @@ EventBody parse_body(const std::string& type, const Fields& f) {
   }
   if (type == "checkpoint")
     return CheckpointRecord{f.integer("outer_step"), f.number("bytes"), f.number("elapsed_s")};
+  if (type == "evaluation")
+    return EvaluationRecord{f.integer("outer_step"), f.nullable_number("val_loss")};
   if (type == "run_finished")
     return RunFinishedRecord{f.number("simulated_s"), f.integer("outer_steps")};
   return UnknownRecord{};

@@ -112,6 +112,10 @@ struct CheckpointRecord {
   double bytes = 0;
   double elapsed_s = 0;
 };
+struct EvaluationRecord {
+  std::int64_t outer_step = 0;
+  std::optional<double> val_loss;
+};
 struct RunFinishedRecord {
   double simulated_s = 0;
   std::int64_t outer_steps = 0;
@@ -119,11 +123,11 @@ struct RunFinishedRecord {
 // A type this reader does not know (a newer writer): kept, ignored by the statistics.
 struct UnknownRecord {};
 
-using EventBody =
-    std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
-                 RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord, NodeLeftRecord,
-                 EpochFormedRecord, InnerStepsRecord, AllreduceRecord, RetryRecord, FallbackRecord,
-                 OuterStepRecord, CheckpointRecord, RunFinishedRecord, UnknownRecord>;
+using EventBody = std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
+                               RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord,
+                               NodeLeftRecord, EpochFormedRecord, InnerStepsRecord, AllreduceRecord,
+                               RetryRecord, FallbackRecord, OuterStepRecord, CheckpointRecord,
+                               EvaluationRecord, RunFinishedRecord, UnknownRecord>;
 
 struct EventRecord {
   double t_s = 0;

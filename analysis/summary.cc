@@ -323,6 +323,14 @@ Summary summarize(const std::vector<EventRecord>& events) {
   if (sent_total > 0) s.bandwidth_reduction_vs_ddp = ddp_total / sent_total;
 
   for (auto& [id, n] : nodes) s.per_node.push_back(n);
+  std::map<std::int64_t, std::pair<double, int>> val;  // outer step -> (Σ val_loss, count)
+  for (const auto& e : events)
+    if (const auto* r = e.as<EvaluationRecord>(); r && r->val_loss) {
+      auto& v = val[r->outer_step];
+      v.first += *r->val_loss;
+      ++v.second;
+    }
+  if (!val.empty()) s.val_loss = val.rbegin()->second.first / val.rbegin()->second.second;
   return s;
 }
 
@@ -389,6 +397,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["joins"] = s.joins;
   j["loss"] = num(s.loss);
   j["perplexity"] = num(s.perplexity);
+  j["val_loss"] = num(s.val_loss);
   J nodes = J::array();
   for (const NodeStats& n : s.per_node) {
     nodes.push_back({{"node", n.node},
@@ -449,6 +458,8 @@ std::string summary_table(const Summary& s) {
   row("tokens", num(s.tokens / 1e9, "%.2f B"));
   if (s.retries || s.fallbacks)
     row("retries / fallbacks", std::to_string(s.retries) + " / " + std::to_string(s.fallbacks));
+  if (s.loss) row("final loss (train, mean over nodes)", num(*s.loss, "%.4f"));
+  if (s.val_loss) row("final validation loss", num(*s.val_loss, "%.4f"));
   return os.str();
 }
 

@@ -96,6 +96,7 @@ struct Summary {
 
   std::optional<double> loss;        // last outer step with a loss
   std::optional<double> perplexity;  // exp(loss)
+  std::optional<double> val_loss;    // mean of the last outer step's `evaluation` records
 
   std::vector<NodeStats> per_node;    // by node id
   std::vector<OuterStepStats> steps;  // by outer step

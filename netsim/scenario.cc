@@ -334,6 +334,31 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.finish();
 }
 
+// worker: modeled|torch and the `trainer:` section, kept as YAML text: netsim does not know the
+// trainer's keys; the torch worker kind (trainer/emulation) parses them with the trainer's own
+// readers. With worker: torch the model and the batch come from the trainer section.
+void parse_worker(Reader& r, const YAML::Node& root, Scenario& sc) {
+  r.scalar<std::string>("worker", sc.worker, "modeled or torch",
+                        [](const std::string& v) { return v == "modeled" || v == "torch"; });
+  YAML::Node t = r.get("trainer");
+  if (t && !t.IsNull()) {
+    if (sc.worker != "torch") r.fail("trainer", "no trainer section unless worker: torch");
+    if (!t.IsMap()) r.fail("trainer", "a mapping of trainer settings", &t);
+    YAML::Emitter out;
+    out << t;
+    sc.trainer_yaml = out.c_str();
+  }
+  if (sc.worker != "torch") return;
+  const YAML::Node& c = root;
+  if (c["model"])
+    r.fail("model", "no model section with worker: torch (the real model is trainer.model)");
+  if (c["hardware"] && c["hardware"].IsMap() && c["hardware"]["batch_sequences"])
+    r.fail("hardware.batch_sequences",
+           "no value with worker: torch (the batch is trainer.data.batch)");
+  if (sc.run.driver != "engine")
+    r.fail("run.driver", "engine with worker: torch (the model driver has no real parameters)");
+}
+
 // network.sites_from: FILE (relative to the scenario) supplies network.sites and network.rtt,
 // so that several scenarios share one measured latency table. Keys given inline win.
 void merge_sites_from(YAML::Node& root, const std::string& file, const std::string& base_dir) {
@@ -396,6 +421,7 @@ Scenario parse_root(YAML::Node root, const std::string& file, const std::string&
     out.scalar<std::string>("dir", sc.output_dir, "a directory path");
     out.finish();
   }
+  parse_worker(r, root, sc);
   r.finish();
   if (sc.run.name.empty()) {
     sc.run.name = std::filesystem::path(file).stem().string();
@@ -518,6 +544,7 @@ JsonObject Scenario::to_json() const {
   out.add("dir", output_dir);
   JsonObject all;
   all.add("file", file)
+      .add("worker", worker)
       .add("run", run_j)
       .add("model", model_j)
       .add("hardware", hw)

@@ -114,6 +114,10 @@ struct Scenario {
   DilocoSpec diloco;
   std::string churn_trace;  // path, "" = no churn
   std::string output_dir;   // default results/<run.name>
+  // Who computes inner steps: "modeled" (ModeledWorker, phantom buffers) or "torch" (real
+  // LibTorch training, trainer/emulation; the model then comes from the trainer section).
+  std::string worker = "modeled";
+  std::string trainer_yaml;  // the `trainer:` section as YAML text (only with worker: torch)
 
   std::int64_t tokens_per_inner_step() const {
     return static_cast<std::int64_t>(hardware.batch_sequences) * model.seq_len;

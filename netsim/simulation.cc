@@ -372,6 +372,7 @@ struct World {
   std::uint64_t recovery_bytes = 0;
   std::exception_ptr error;  // first unexpected error of any actor
   int initial_world = 0;     // nodes running at t = 0
+  WorkerPlugin plugin;       // makes the engine driver's workers (default: ModeledWorker)
 
   void emit(std::int64_t node, const char* type, JsonObject f) {
     sink.emit(Event{sg4::Engine::get_clock(), node, type, std::move(f)});
@@ -643,7 +644,11 @@ void guarded(World& w, F&& body) {
 // the L local ranks into one ring (local_ranks 1, L× window and chunk) as in the netsim driver.
 void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int initial_world) {
   SimRuntime rt(w.pf.hosts[slot]);
-  ModeledWorker worker(w.sc, rt, w.speed[slot]);
+  const NodeWorkerContext ctx{me, slot, static_cast<int>(w.pf.hosts.size()), &rt, w.speed[slot]};
+  std::unique_ptr<InnerWorker> owned_worker =
+      w.plugin.make_worker ? w.plugin.make_worker(ctx)
+                           : std::make_unique<ModeledWorker>(w.sc, rt, w.speed[slot]);
+  InnerWorker& worker = *owned_worker;
   auto store = w.store->client(w.pf.hosts[slot]);
   DilocoOptions o;
   o.inner_steps = w.sc.diloco.H;
@@ -665,8 +670,9 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
   o.phantom_outer_opt_s = w.sc.diloco.outer_opt_s;
   // After every applied outer step: progress for step-based churn, then the blocking checkpoint
   // as in the netsim driver (before the next inner steps).
-  o.on_outer_step = [&w, &rt, &worker, me](const OuterStepView& v) {
+  o.on_outer_step = [&w, &rt, &worker, &ctx, me](const OuterStepView& v) {
     w.coord->outer_step_applied(static_cast<int>(v.outer_step));
+    if (w.plugin.after_outer_step) w.plugin.after_outer_step(ctx, worker, v, w.sink);
     if (w.sc.diloco.checkpoint_s <= 0) return;
     const double t_ck = rt.now_s();
     rt.compute_s(w.sc.diloco.checkpoint_s);
@@ -749,18 +755,26 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   }
   const CodecId codec = parse_codec(sc.diloco.codec);
   const bool engine_driver = sc.run.driver == "engine";
+  if (sc.worker != options.worker.kind)
+    throw ConfigError(sc.file + ": key 'worker': '" + sc.worker +
+                      "' needs its worker plugin (netsim::resolve_worker), got '" +
+                      options.worker.kind + "'");
+  if (options.worker.make_worker && !engine_driver)
+    throw ConfigError(sc.file + ": key 'run.driver': expected engine with worker: " + sc.worker);
 
   int argc = 2;
   std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
   char arg0[] = "meridian";
   char* argv[] = {arg0, log_arg.data(), nullptr};
   sg4::Engine e(&argc, argv);
+  for (const auto& item : options.worker.simgrid_config) e.set_config(item);
   const int L = sc.diloco.local_ranks;
   configure_network(e, sc, sc.diloco.aggregate ? L : 1);
 
   OuterStepCounter counting(sink);
   World w(sc, counting, build_platform(e, sc));
   w.codec = codec;
+  w.plugin = options.worker;
   start_notifier(w.pf.coordinator);
   w.store = std::make_unique<SimStoreServer>(w.pf.coordinator);
   w.coord = std::make_unique<Coordinator>(sc, w.pf, sink, options);
@@ -795,8 +809,9 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
         .add("store_small_message_bytes", kStoreSmallMessageBytes)
         .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow");
     cfg.add("simulated", simulated);
+    if (options.worker.make_worker) cfg.add("trainer", options.worker.config);
     JsonObject f;
-    f.add("mode", "simulate")
+    f.add("mode", options.worker.mode)
         .add("seed", sc.run.seed)
         .add("command", options.command)
         .add("versions", versions)

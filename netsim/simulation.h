@@ -10,6 +10,7 @@
 
 #include "engine/events/event_sink.h"
 #include "netsim/scenario.h"
+#include "netsim/worker_plugin.h"
 
 namespace meridian::netsim {
 
@@ -20,6 +21,9 @@ struct SimOptions {
   std::string simgrid_log = "critical";
   // Called at every outer-step boundary with simulated seconds and outer steps done.
   std::function<void(double simulated_s, int outer_done, int outer_total)> on_progress;
+  // The nodes' workers (resolve_worker(sc)); the default is the ModeledWorker. A scenario whose
+  // `worker` is not "modeled" needs the plugin of its kind here.
+  WorkerPlugin worker;
 };
 
 struct SimOutcome {

@@ -86,8 +86,9 @@ ModelConfig read_model(const YAML::Node& node, const std::string& where) {
   return m;
 }
 
-TrainConfig read_train(const YAML::Node& node, const std::string& where) {
-  TrainConfig t;
+}  // namespace
+
+TrainConfig read_train_config(const YAML::Node& node, const std::string& where, TrainConfig t) {
   MapReader r(node, where);
   r.read("batch", t.batch);
   r.read("bf16_autocast", t.bf16_autocast);
@@ -113,8 +114,6 @@ TrainConfig read_train(const YAML::Node& node, const std::string& where) {
   if (t.optim.z_loss_weight < 0) throw ConfigError(where + ".z_loss_weight: expected >= 0");
   return t;
 }
-
-}  // namespace
 
 void validate(const ModelConfig& m, const std::string& where) {
   auto need = [&](bool ok, const char* key, const char* what) {
@@ -151,7 +150,7 @@ TrainerConfig load_trainer_config(const std::string& path) {
   }
   if (!root["model"]) throw ConfigError(path + ": missing the 'model' section");
   c.model = read_model(root["model"], path + ": model");
-  if (root["train"]) c.train = read_train(root["train"], path + ": train");
+  if (root["train"]) c.train = read_train_config(root["train"], path + ": train");
   return c;
 }
 

@@ -7,6 +7,10 @@
 #include <string>
 #include <vector>
 
+namespace YAML {
+class Node;
+}
+
 namespace meridian::trainer {
 
 // A Llama-3-style decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied embeddings).
@@ -56,6 +60,11 @@ struct TrainerConfig {
 TrainerConfig load_trainer_config(const std::string& path);
 // Loads trainer/configs/<name>.yaml (the directory compiled in) or a path ending in .yaml.
 TrainerConfig load_named_config(const std::string& name_or_path);
+// Reads a `train:` map (batch, lr, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps,
+// decay_start_step, total_steps, z_loss_weight, bf16_autocast) over `base`; unknown keys and
+// bad values raise ConfigError naming `where` and the key.
+TrainConfig read_train_config(const YAML::Node& node, const std::string& where,
+                              TrainConfig base = {});
 // Directory holding the shipped configs.
 std::string config_dir();
 // Raises ConfigError when the shapes are inconsistent (heads % kv_heads, hidden % heads, ...).

@@ -15,8 +15,10 @@ namespace {
 // One YAML map section: typed reads, and every key it holds must have been read.
 class Section {
  public:
-  Section(const YAML::Node& root, const std::string& file, const std::string& name)
-      : file_(file), name_(name) {
+  // `name` is looked up in `root`; messages name it after `prefix` (e.g. "trainer.").
+  Section(const YAML::Node& root, const std::string& file, const std::string& name,
+          const std::string& prefix = "")
+      : file_(file), name_(prefix + name) {
     node_ = name.empty() ? root : root[name];
     if (node_ && !node_.IsMap()) fail("", "expected a map of keys");
   }
@@ -63,6 +65,43 @@ void positive(const Section& s, const std::string& key, double v) {
   if (!(v > 0)) s.fail(key, "expected a positive value");
 }
 
+// The data keys RUN.yaml and a scenario's trainer section share (RUN.yaml adds `shards`).
+struct DataKeys {
+  int batch = 0, seq_len = 0;  // 0: the model config's
+  int validation_sequences = 16;
+};
+
+void read_data_keys(Section& data, DataOptions& options, DataKeys& k) {
+  options.cache_dir = ".cache/meridian-trainer";
+  data.read("cache_dir", options.cache_dir);
+  data.read("corpus_dir", options.corpus_dir);
+  data.read("files", options.files);
+  data.read("batch", k.batch);
+  data.read("seq_len", k.seq_len);
+  data.read("validation_sequences", k.validation_sequences);
+  data.finish();
+  if (k.batch < 0) data.fail("batch", "expected a positive integer");
+  if (k.seq_len < 0) data.fail("seq_len", "expected a positive integer");
+  if (k.validation_sequences < 1) data.fail("validation_sequences", "expected a positive integer");
+}
+
+// The data section's batch and sequence length over the model config's.
+void apply_data_keys(TrainerConfig& t, const DataKeys& k, const std::string& where) {
+  if (k.batch > 0) t.train.batch = k.batch;
+  if (k.seq_len > 0) t.model.seq_len = k.seq_len;
+  validate(t.model, where);
+}
+
+void read_outer(Section& s, OuterOptimizerOptions& outer) {
+  double outer_lr = outer.lr, outer_momentum = outer.momentum;
+  s.read("outer_lr", outer_lr);
+  s.read("outer_momentum", outer_momentum);
+  positive(s, "outer_lr", outer_lr);
+  if (!(outer_momentum >= 0 && outer_momentum < 1)) s.fail("outer_momentum", "expected [0, 1)");
+  outer.lr = static_cast<float>(outer_lr);
+  outer.momentum = static_cast<float>(outer_momentum);
+}
+
 }  // namespace
 
 RunConfig load_run_config(const std::string& path) {
@@ -77,7 +116,7 @@ RunConfig load_run_config(const std::string& path) {
   if (!root.IsMap()) throw ConfigError(path + ": expected a map of keys at the top level");
   RunConfig c;
   DilocoOptions& d = c.diloco;
-  int batch = 0, seq_len = 0;
+  DataKeys keys;
 
   Section top(root, path, "");
   top.read("model", c.model);
@@ -95,27 +134,16 @@ RunConfig load_run_config(const std::string& path) {
   if (c.output_dir.empty()) top.fail("output_dir", "expected a directory path");
 
   Section data(root, path, "data");
-  c.data.cache_dir = ".cache/meridian-trainer";
   data.read("shards", c.shards);
-  data.read("cache_dir", c.data.cache_dir);
-  data.read("corpus_dir", c.data.corpus_dir);
-  data.read("files", c.data.files);
-  data.read("batch", batch);
-  data.read("seq_len", seq_len);
-  data.read("validation_sequences", c.validation_sequences);
-  data.finish();
+  read_data_keys(data, c.data, keys);
+  c.validation_sequences = keys.validation_sequences;
   if (c.shards < 1) data.fail("shards", "expected a positive integer");
-  if (batch < 0) data.fail("batch", "expected a positive integer");
-  if (seq_len < 0) data.fail("seq_len", "expected a positive integer");
-  if (c.validation_sequences < 1) data.fail("validation_sequences", "expected a positive integer");
 
   Section dl(root, path, "diloco");
   std::string codec = "fp32";
-  double outer_lr = d.outer.lr, outer_momentum = d.outer.momentum;
   dl.read("inner_steps", d.inner_steps);
   dl.read("codec", codec);
-  dl.read("outer_lr", outer_lr);
-  dl.read("outer_momentum", outer_momentum);
+  read_outer(dl, d.outer);
   dl.read("local_ranks", d.local_ranks);
   dl.read("allreduce_timeout_s", d.allreduce_timeout_s);
   dl.read("max_chunk_bytes", d.max_chunk_bytes);
@@ -129,10 +157,6 @@ RunConfig load_run_config(const std::string& path) {
   } catch (const Error& e) {
     dl.fail("codec", e.what());
   }
-  positive(dl, "outer_lr", outer_lr);
-  if (!(outer_momentum >= 0 && outer_momentum < 1)) dl.fail("outer_momentum", "expected [0, 1)");
-  d.outer.lr = static_cast<float>(outer_lr);
-  d.outer.momentum = static_cast<float>(outer_momentum);
   if (d.local_ranks < 1) dl.fail("local_ranks", "expected a positive integer");
   positive(dl, "allreduce_timeout_s", d.allreduce_timeout_s);
   if (d.max_chunk_bytes < 1024) dl.fail("max_chunk_bytes", "expected at least 1024");
@@ -159,13 +183,66 @@ RunConfig load_run_config(const std::string& path) {
   if (d.recovery.max_sources < 1) rc.fail("max_sources", "expected a positive integer");
 
   c.trainer = load_named_config(c.model);
-  if (batch > 0) c.trainer.train.batch = batch;
-  if (seq_len > 0) c.trainer.model.seq_len = seq_len;
-  validate(c.trainer.model, path + ": data.seq_len");
+  apply_data_keys(c.trainer, keys, path + ": data.seq_len");
   c.data.vocab = c.trainer.model.vocab;
   d.mesh.initial_world = c.initial_nodes;
   d.mesh.outer_steps = d.outer_steps;
   return c;
+}
+
+TrainerSection parse_trainer_section(const std::string& yaml_text, const std::string& file) {
+  YAML::Node root;
+  try {
+    root["trainer"] = YAML::Load(yaml_text.empty() ? "{}" : yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file + ": trainer: not valid YAML: " + e.what());
+  }
+  TrainerSection t;
+  DataKeys keys;
+  Section top(root, file, "trainer");
+  top.read("model", t.model);
+  read_outer(top, t.outer);
+  for (const char* s : {"data", "train"}) {
+    YAML::Node ignored;
+    top.read(s, ignored);
+  }
+  top.finish();
+  Section data(root["trainer"], file, "data", "trainer.");
+  read_data_keys(data, t.data, keys);
+  t.validation_sequences = keys.validation_sequences;
+  try {
+    t.trainer = load_named_config(t.model);
+  } catch (const ConfigError& e) {
+    top.fail("model", e.what());
+  }
+  apply_data_keys(t.trainer, keys, file + ": trainer.data.seq_len");
+  const YAML::Node train = root["trainer"]["train"];
+  if (train && !train.IsNull())
+    t.trainer.train = read_train_config(train, file + ": trainer.train", t.trainer.train);
+  t.data.vocab = t.trainer.model.vocab;
+  return t;
+}
+
+JsonObject trainer_section_json(const TrainerSection& t) {
+  const ModelConfig& m = t.trainer.model;
+  const TrainConfig& tr = t.trainer.train;
+  JsonObject model, train, data;
+  model.add("name", m.name).add("layers", m.layers).add("hidden", m.hidden);
+  model.add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn);
+  model.add("vocab", m.vocab).add("seq_len", m.seq_len).add("rope_theta", m.rope_theta);
+  train.add("batch", tr.batch).add("bf16_autocast", tr.bf16_autocast).add("lr", tr.optim.lr);
+  train.add("beta1", tr.optim.beta1).add("beta2", tr.optim.beta2);
+  train.add("weight_decay", tr.optim.weight_decay).add("grad_clip", tr.optim.grad_clip);
+  train.add("warmup_steps", tr.optim.warmup_steps);
+  train.add("decay_start_step", tr.optim.decay_start_step);
+  train.add("total_steps", tr.optim.total_steps).add("z_loss_weight", tr.optim.z_loss_weight);
+  data.add("cache_dir", t.data.cache_dir).add("corpus_dir", t.data.corpus_dir);
+  data.add("files", t.data.files).add("validation_sequences", t.validation_sequences);
+  JsonObject out;
+  out.add("model", model).add("train", train).add("data", data);
+  out.add("outer_lr", static_cast<double>(t.outer.lr));
+  out.add("outer_momentum", static_cast<double>(t.outer.momentum));
+  return out;
 }
 
 JsonObject run_config_json(const RunConfig& c) {

@@ -29,6 +29,22 @@ struct RunConfig {
 // the file and the key (e.g. "run.yaml: diloco.codecc: unknown key").
 RunConfig load_run_config(const std::string& path);
 
+// The `trainer:` section of a simulator scenario with `worker: torch` (netsim/README.md), read
+// with the same readers as RUN.yaml: `model` (a config name or a .yaml path), `data` (RUN.yaml's
+// data keys but `shards`: one shard per host slot), `train` (overrides of the model config's
+// train section: lr, schedule, ...), `outer_lr`, `outer_momentum`.
+struct TrainerSection {
+  std::string model = "tiny";
+  TrainerConfig trainer;  // the model config with data.batch/seq_len and `train` applied
+  DataOptions data;       // vocab set from the model
+  int validation_sequences = 16;
+  OuterOptimizerOptions outer;
+};
+
+// `yaml_text` is the section's content; errors name `file` and the key ("trainer.data.batch").
+TrainerSection parse_trainer_section(const std::string& yaml_text, const std::string& file);
+JsonObject trainer_section_json(const TrainerSection& t);
+
 // The resolved configuration as a JSON object text (the `config` event's `config` field and the
 // text hashed for the store's configuration check).
 JsonObject run_config_json(const RunConfig& c);

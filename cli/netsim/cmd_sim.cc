@@ -21,7 +21,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: meridian sim SCENARIO.yaml [--out DIR] [--seed N] [--set key.path=value ...]\n"
-    "  Simulates the scenario (SimGrid network model, modelled compute, churn trace).\n"
+    "  Simulates the scenario (SimGrid network model, modelled compute, churn trace);\n"
+    "  with `worker: torch` every node also trains a real LibTorch model (emulation).\n"
     "  --out DIR      output folder (default: the scenario's output.dir, else results/<name>)\n"
     "  --seed N       overrides run.seed\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
@@ -64,6 +65,9 @@ int run_sim(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   netsim::Scenario sc = netsim::load_scenario(path, overrides);
+  // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the
+  // corpus and fails with a clear error when this build has no LibTorch.
+  netsim::WorkerPlugin worker = netsim::resolve_worker(sc);
   if (out.empty()) out = sc.output_dir;
   std::filesystem::create_directories(out);
   const std::string events_path = (std::filesystem::path(out) / "events.jsonl").string();
@@ -79,6 +83,7 @@ int run_sim(const std::vector<std::string>& args) {
   netsim::SimOptions opts;
   opts.command = command;
   opts.simgrid_log = simgrid_log;
+  opts.worker = std::move(worker);
   opts.on_progress = [&](double sim_s, int done, int total) {
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();

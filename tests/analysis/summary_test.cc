@@ -218,5 +218,37 @@ TEST(Summary, AgreesWithTheSimulatorsOwnSummary) {
   EXPECT_EQ(s.failures, 1);  // the crash (the graceful leave is not a failure)
 }
 
+TEST(Summary, ValidationLossFromTheLastStepsEvaluationsAndTheTableShowsTheLosses) {
+  std::vector<EventRecord> events = read_events_file(kData + "/small_run.jsonl");
+  EXPECT_FALSE(summarize(events).val_loss.has_value());
+  EXPECT_EQ(summary_table(summarize(events)).find("validation loss"), std::string::npos);
+  auto evaluation = [](std::int64_t node, std::int64_t step, std::optional<double> v) {
+    EventRecord e;
+    e.node = node;
+    e.type = "evaluation";
+    e.body = EvaluationRecord{step, v};
+    return e;
+  };
+  events.insert(events.end() - 1, evaluation(0, 1, 9.0));
+  events.insert(events.end() - 1, evaluation(0, 2, 3.0));
+  events.insert(events.end() - 1, evaluation(1, 2, 3.5));
+  events.insert(events.end() - 1, evaluation(2, 2, std::nullopt));
+  const Summary s = summarize(events);
+  ASSERT_TRUE(s.val_loss.has_value());
+  EXPECT_DOUBLE_EQ(*s.val_loss, 3.25);
+  EXPECT_DOUBLE_EQ(to_json(s)["val_loss"].get<double>(), 3.25);
+  const std::string table = summary_table(s);
+  EXPECT_NE(table.find("final loss (train, mean over nodes)  2.5000"), std::string::npos) << table;
+  EXPECT_NE(table.find("final validation loss                3.2500"), std::string::npos) << table;
+  // The reader parses the record as written by engine/events.
+  const EventRecord r = parse_event_line(
+      R"({"t":1,"node":2,"type":"evaluation","outer_step":4,"val_loss":2.75,"sequences":16,)"
+      R"("params_crc32c":"0a1b2c3d"})",
+      "x:1");
+  ASSERT_NE(r.as<EvaluationRecord>(), nullptr);
+  EXPECT_EQ(r.as<EvaluationRecord>()->outer_step, 4);
+  EXPECT_DOUBLE_EQ(*r.as<EvaluationRecord>()->val_loss, 2.75);
+}
+
 }  // namespace
 }  // namespace meridian::analysis

@@ -7,6 +7,8 @@
 #include "engine/error.h"
 #include "netsim/churn.h"
 #include "netsim/platform.h"
+#include "netsim/simulation.h"
+#include "netsim/worker_plugin.h"
 
 namespace meridian::netsim {
 namespace {
@@ -136,6 +138,52 @@ TEST(Churn, ErrorsNameLineColumnAndExpectation) {
             std::string::npos);
   EXPECT_NE(churn_error("").find("empty trace"), std::string::npos);
   EXPECT_THROW(load_churn("/nonexistent.csv", kHosts, kRunning), ConfigError);
+}
+
+// worker: torch keeps the trainer section as text for the trainer's own parser; the model and
+// the batch then come from it, and only the engine driver runs real parameters.
+TEST(Scenario, WorkerTorchKeepsTheTrainerSectionAndRefusesWhatItReplaces) {
+  Scenario sc =
+      parse_scenario(std::string(kMinimal) + "worker: torch\ntrainer: {model: tiny}\n", "emu.yaml");
+  EXPECT_EQ(sc.worker, "torch");
+  EXPECT_NE(sc.trainer_yaml.find("model: tiny"), std::string::npos) << sc.trainer_yaml;
+  EXPECT_EQ(parse_scenario(kMinimal, "min.yaml").worker, "modeled");
+
+  std::string e = error_of(std::string(kMinimal) + "trainer: {model: tiny}\n");
+  EXPECT_NE(e.find("bad.yaml: key 'trainer'"), std::string::npos) << e;
+  EXPECT_NE(e.find("unless worker: torch"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "worker: torch\nmodel: {layers: 2}\n");
+  EXPECT_NE(e.find("key 'model'"), std::string::npos) << e;
+  EXPECT_NE(e.find("trainer.model"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "worker: torch\nhardware: {batch_sequences: 3}\n");
+  EXPECT_NE(e.find("key 'hardware.batch_sequences'"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "worker: torch\nrun: {driver: model}\n");
+  EXPECT_NE(e.find("key 'run.driver'"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "worker: jax\n");
+  EXPECT_NE(e.find("key 'worker': expected modeled or torch, got 'jax'"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "worker: torch\ntrainer: [1, 2]\n");
+  EXPECT_NE(e.find("key 'trainer': expected a mapping"), std::string::npos) << e;
+}
+
+// Nothing in this test program registers `torch` (meridian does when built with LibTorch): the
+// error says what is missing and how to get it.
+TEST(Scenario, WorkerTorchWithoutTheTrainerIsAClearError) {
+  Scenario sc = parse_scenario(std::string(kMinimal) + "worker: torch\n", "emu.yaml");
+  try {
+    resolve_worker(sc);
+    FAIL() << "resolve_worker accepted worker: torch without the trainer";
+  } catch (const ConfigError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("emu.yaml: key 'worker': 'torch' is not part of this build"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("MERIDIAN_WITH_TORCH=ON"), std::string::npos) << m;
+  }
+  NullEventSink sink;  // run_simulation refuses it too, before SimGrid starts
+  EXPECT_THROW(run_simulation(sc, sink), ConfigError);
+  Scenario modeled = parse_scenario(kMinimal, "min.yaml");
+  EXPECT_EQ(resolve_worker(modeled).kind, "modeled");
+  EXPECT_FALSE(resolve_worker(modeled).make_worker);
 }
 
 }  // namespace

@@ -1,0 +1,114 @@
+// The `worker: torch` kind of the simulator (see torch_sim_worker.h).
+#include "trainer/emulation/torch_sim_worker.h"
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "engine/error.h"
+#include "engine/util/crc32c.h"
+#include "trainer/run_config.h"
+#include "trainer/torch_worker.h"
+
+namespace meridian::trainer {
+namespace {
+
+// A TorchWorker whose inner steps also cost the modelled step time on the simulated clock.
+class SimTorchWorker final : public InnerWorker {
+ public:
+  SimTorchWorker(TorchWorkerOptions options, TokenizedCorpus corpus, Runtime& runtime,
+                 double step_s, std::shared_ptr<const double> speed_factor)
+      : torch_(std::move(options), std::move(corpus)),
+        runtime_(runtime),
+        step_s_(step_s),
+        speed_factor_(std::move(speed_factor)) {}
+
+  InnerStepsResult run_inner_steps(int steps) override {
+    // The modelled time first: a node whose host fails meanwhile is killed in compute_s and
+    // does not spend real time on steps that never finish in the simulated world.
+    const double t0 = runtime_.now_s();
+    runtime_.compute_s(steps * step_s_ / *speed_factor_);
+    InnerStepsResult r = torch_.run_inner_steps(steps);
+    r.compute_s = runtime_.now_s() - t0;
+    return r;
+  }
+  std::uint64_t parameter_count() const override { return torch_.parameter_count(); }
+  std::span<float> parameters() override { return torch_.parameters(); }
+  void parameters_updated() override { torch_.parameters_updated(); }
+  std::vector<std::uint64_t> bucket_boundaries() const override {
+    return torch_.bucket_boundaries();
+  }
+  std::vector<StateSection> state_sections() override { return torch_.state_sections(); }
+  std::string progress() const override { return torch_.progress(); }
+  void restore_progress(const std::string& p) override { torch_.restore_progress(p); }
+
+  TorchWorker& torch() { return torch_; }
+
+ private:
+  TorchWorker torch_;
+  Runtime& runtime_;
+  const double step_s_;
+  std::shared_ptr<const double> speed_factor_;
+};
+
+}  // namespace
+
+netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc) {
+  const TrainerSection t = parse_trainer_section(sc.trainer_yaml, sc.file);
+  const ModelConfig& m = t.trainer.model;
+  // The modelled cluster trains the real model: the FLOPs model, param_count and tokens per
+  // step of the metrics follow it (untied embeddings, as the trainer's decoder).
+  sc.model.layers = m.layers;
+  sc.model.hidden = m.hidden;
+  sc.model.heads = m.heads;
+  sc.model.kv_heads = m.kv_heads;
+  sc.model.ffn = m.ffn;
+  sc.model.vocab = m.vocab;
+  sc.model.seq_len = m.seq_len;
+  sc.model.tied_embeddings = false;
+  sc.hardware.batch_sequences = t.trainer.train.batch;
+  MERIDIAN_CHECK_EQ(sc.model.param_count(), parameter_count(m));
+
+  TorchWorkerOptions base;
+  base.config = t.trainer;
+  base.data = t.data;
+  base.seed = sc.run.seed;
+  base.validation_sequences = t.validation_sequences;
+  base.world = sc.total_nodes();
+  auto corpus = std::make_shared<const TokenizedCorpus>(prepare_corpus(t.data));
+  const double step_s = sc.inner_step_s();
+
+  netsim::WorkerPlugin p;
+  p.mode = "emulate";
+  p.config = trainer_section_json(t);
+  p.config.add("tokenizer_model", corpus->tokenizer_model)
+      .add("corpus", corpus->corpus_checksum)
+      .add("train_tokens", static_cast<std::uint64_t>(corpus->train->size()))
+      .add("shards", base.world)
+      .add("charged_inner_step_s", step_s);
+  p.simgrid_config = {"contexts/stack-size:" + std::to_string(kTorchActorStackKiB)};
+  p.make_worker = [base, corpus, step_s](const netsim::NodeWorkerContext& ctx) {
+    TorchWorkerOptions o = base;
+    o.rank = ctx.slot;
+    Runtime* rt = ctx.runtime;
+    o.clock = [rt] { return rt->now_s(); };
+    return std::make_unique<SimTorchWorker>(std::move(o), *corpus, *rt, step_s, ctx.speed_factor);
+  };
+  p.after_outer_step = [sequences = t.validation_sequences](
+                           const netsim::NodeWorkerContext& ctx, InnerWorker& worker,
+                           const OuterStepView& v, EventSink& sink) {
+    auto& w = dynamic_cast<SimTorchWorker&>(worker);
+    const std::span<const float> params = w.parameters();
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(std::as_bytes(params)));
+    Event e{ctx.runtime->now_s(), ctx.node, "evaluation", {}};
+    e.fields.add("outer_step", v.outer_step)
+        .add("val_loss", w.torch().evaluate())
+        .add("sequences", sequences)
+        .add("params_crc32c", std::string(crc));
+    sink.emit(e);
+  };
+  return p;
+}
+
+}  // namespace meridian::trainer
