@@ -2,10 +2,10 @@
 // netem). An L2 forwarder over AF_PACKET sockets, one per port (the switch-side veth end of each
 // node): frames are learnt, held for the pair's one-way delay and sent on. Rate limits stay with
 // tbf on the veths. Linux only; needs CAP_NET_RAW in the namespace that owns the ports.
+#include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -98,27 +98,8 @@ int open_port(const std::string& ifname) {
   return fd;
 }
 
-std::vector<double> parse_ms_list(const std::string& text) {
-  std::vector<double> out;
-  std::stringstream in(text);
-  std::string field;
-  while (std::getline(in, field, ',')) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(field, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != field.size())
-      throw ConfigError("--access-delay-ms: expected comma-separated ms, got '" + field + "'");
-    out.push_back(v);
-  }
-  return out;
-}
-
 double parse_ms(const std::string& text) {
-  const std::vector<double> v = parse_ms_list(text);
+  const std::vector<double> v = netdelay::parse_delays_ms(text, "--delay-ms");
   if (v.size() != 1) throw ConfigError("--delay-ms: expected one number of ms, got '" + text + "'");
   return v[0];
 }
@@ -181,14 +162,16 @@ int run_netdelay(const std::vector<std::string>& args) {
   const int given = !delay_ms.empty() + !access_ms.empty() + !matrix_file.empty();
   if (given != 1) {
     throw ConfigError(std::string("netdelay: give exactly one of --delay-ms, --access-delay-ms, "
-                                  "--matrix\n") + kUsage);
+                                  "--matrix\n") +
+                      kUsage);
   }
   const int n = static_cast<int>(ports.size());
   DelayMatrix delays = DelayMatrix::uniform(1, 0);
   if (!delay_ms.empty()) {
     delays = DelayMatrix::uniform(n, parse_ms(delay_ms));
   } else if (!access_ms.empty()) {
-    delays = DelayMatrix::from_access_delays(parse_ms_list(access_ms));
+    delays =
+        DelayMatrix::from_access_delays(netdelay::parse_delays_ms(access_ms, "--access-delay-ms"));
   } else {
     std::ifstream in(matrix_file);
     if (!in) throw ConfigError("--matrix: cannot read '" + matrix_file + "'");
@@ -207,7 +190,7 @@ int run_netdelay(const std::vector<std::string>& args) {
 
   // Stop signals are blocked except inside ppoll, so a signal cannot slip in between the check
   // of g_stop and the wait.
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);

@@ -32,7 +32,8 @@ constexpr char kUsage[] =
     "serve: listens on HOST:P (P = 0: a free port, written to F), answers K connections (default:\n"
     "until killed). Client: N 64-byte ping-pongs on one TCP_NODELAY connection (default 20), then\n"
     "B bytes (default 10000000) sent on a second connection; prints one line\n"
-    "  connect_ms=.. rtt_ms_min=.. rtt_ms_median=.. rtt_ms_max=.. bytes=.. seconds=.. mbit_per_s=..\n"
+    "  connect_ms=.. rtt_ms_min=.. rtt_ms_median=.. rtt_ms_max=.. bytes=.. seconds=.. "
+    "mbit_per_s=..\n"
     "where seconds runs from the first byte sent to the receiver's count coming back (so it\n"
     "includes one round trip).\n";
 
@@ -115,7 +116,8 @@ std::uint64_t parse_count(const std::string& text, const std::string& what) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size()) throw ConfigError(what + ": expected a count, got '" + text + "'");
+  if (used == 0 || used != text.size())
+    throw ConfigError(what + ": expected a count, got '" + text + "'");
   return v;
 }
 
@@ -152,11 +154,16 @@ int run_serve(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
       return args[++i];
     };
-    if (a == "--bind") bind_host = value();
-    else if (a == "--port") port = parse_port(value(), "--port");
-    else if (a == "--port-file") port_file = value();
-    else if (a == "--connections") connections = parse_count(value(), "--connections");
-    else throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
+    if (a == "--bind")
+      bind_host = value();
+    else if (a == "--port")
+      port = parse_port(value(), "--port");
+    else if (a == "--port-file")
+      port_file = value();
+    else if (a == "--connections")
+      connections = parse_count(value(), "--connections");
+    else
+      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
   }
   const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (lfd < 0) fail_errno("socket");
@@ -194,14 +201,16 @@ int run_serve(const std::vector<std::string>& args) {
 int connect_to(const sockaddr_in& addr) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) fail_errno("socket");
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0) fail_errno("connect");
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
+    fail_errno("connect");
   return fd;
 }
 
 int run_client(const std::vector<std::string>& args) {
   const std::string target = args[0];
   const auto colon = target.rfind(':');
-  if (colon == std::string::npos) throw ConfigError("netprobe: expected HOST:PORT, got '" + target + "'");
+  if (colon == std::string::npos)
+    throw ConfigError("netprobe: expected HOST:PORT, got '" + target + "'");
   const sockaddr_in addr =
       resolve(target.substr(0, colon), parse_port(target.substr(colon + 1), "HOST:PORT"));
   std::uint64_t pings = 20, bytes = 10'000'000;
@@ -211,9 +220,12 @@ int run_client(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
       return args[++i];
     };
-    if (a == "--pings") pings = parse_count(value(), "--pings");
-    else if (a == "--bytes") bytes = parse_count(value(), "--bytes");
-    else throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
+    if (a == "--pings")
+      pings = parse_count(value(), "--pings");
+    else if (a == "--bytes")
+      bytes = parse_count(value(), "--bytes");
+    else
+      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
   }
   if (pings == 0) throw ConfigError("--pings: expected at least 1");
 
@@ -261,7 +273,8 @@ int run_client(const std::vector<std::string>& args) {
 }
 
 int run_netprobe(const std::vector<std::string>& args) {
-  if (args.empty()) throw ConfigError(std::string("netprobe: expected serve or HOST:PORT\n") + kUsage);
+  if (args.empty())
+    throw ConfigError(std::string("netprobe: expected serve or HOST:PORT\n") + kUsage);
   return args[0] == "serve" ? run_serve(args) : run_client(args);
 }
 

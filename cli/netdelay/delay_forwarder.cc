@@ -40,6 +40,26 @@ std::uint64_t key_of(const Mac& mac) {  // the 48 bits, and bit 63 to tell a use
 
 }  // namespace
 
+std::vector<double> parse_delays_ms(std::string text, const std::string& what) {
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::istringstream fields(text);
+  std::vector<double> out;
+  std::string field;
+  while (fields >> field) {
+    std::size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(field, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != field.size())
+      throw ConfigError(what + ": expected a delay in ms, got '" + field + "'");
+    out.push_back(v);
+  }
+  return out;
+}
+
 DelayMatrix::DelayMatrix(int ports, std::vector<std::int64_t> delay_ns)
     : ports_(ports), delay_ns_(std::move(delay_ns)) {}
 
@@ -55,8 +75,8 @@ DelayMatrix DelayMatrix::from_access_delays(std::span<const double> access_ms) {
   std::vector<std::int64_t> d(static_cast<std::size_t>(n * n));
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
-      const std::string what = "--access-delay-ms (ports " + std::to_string(i) + ", " +
-                               std::to_string(j) + ")";
+      const std::string what =
+          "--access-delay-ms (ports " + std::to_string(i) + ", " + std::to_string(j) + ")";
       d[static_cast<std::size_t>(i * n + j)] = to_ns(access_ms[i] + access_ms[j], what);
     }
   }
@@ -71,24 +91,7 @@ DelayMatrix DelayMatrix::parse(const std::string& text, const std::string& sourc
   while (std::getline(in, line)) {
     ++line_no;
     if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
-    std::replace(line.begin(), line.end(), ',', ' ');
-    std::istringstream fields(line);
-    std::vector<double> row;
-    std::string field;
-    while (fields >> field) {
-      std::size_t used = 0;
-      double v = 0;
-      try {
-        v = std::stod(field, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != field.size()) {
-        throw ConfigError(source + ":" + std::to_string(line_no) + ": expected a delay in ms, got '" +
-                          field + "'");
-      }
-      row.push_back(v);
-    }
+    std::vector<double> row = parse_delays_ms(line, source + ":" + std::to_string(line_no));
     if (row.empty()) continue;
     if (!rows.empty() && row.size() != rows.front().size()) {
       throw ConfigError(source + ":" + std::to_string(line_no) + ": expected " +
@@ -107,8 +110,8 @@ DelayMatrix DelayMatrix::parse(const std::string& text, const std::string& sourc
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
       d[static_cast<std::size_t>(i * n + j)] =
-          to_ns(rows[i][j], source + ": row " + std::to_string(i + 1) + ", column " +
-                                std::to_string(j + 1));
+          to_ns(rows[i][j],
+                source + ": row " + std::to_string(i + 1) + ", column " + std::to_string(j + 1));
     }
   }
   return DelayMatrix(n, std::move(d));
@@ -127,7 +130,8 @@ std::size_t MacTable::probe_start(std::uint64_t key) const {
 void MacTable::learn(const Mac& mac, int port) {
   if (is_group(mac)) return;
   const std::uint64_t key = key_of(mac);
-  for (std::size_t i = probe_start(key), k = 0; k < slots_.size(); ++k, i = (i + 1) & (slots_.size() - 1)) {
+  for (std::size_t i = probe_start(key), k = 0; k < slots_.size();
+       ++k, i = (i + 1) & (slots_.size() - 1)) {
     Slot& s = slots_[i];
     if (s.key == key) {
       s.port = port;
@@ -145,7 +149,8 @@ void MacTable::learn(const Mac& mac, int port) {
 
 int MacTable::lookup(const Mac& mac) const {
   const std::uint64_t key = key_of(mac);
-  for (std::size_t i = probe_start(key), k = 0; k < slots_.size(); ++k, i = (i + 1) & (slots_.size() - 1)) {
+  for (std::size_t i = probe_start(key), k = 0; k < slots_.size();
+       ++k, i = (i + 1) & (slots_.size() - 1)) {
     const Slot& s = slots_[i];
     if (s.key == key) return s.port;
     if (s.key == 0) return -1;

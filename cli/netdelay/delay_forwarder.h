@@ -17,6 +17,10 @@ namespace meridian::netdelay {
 
 inline constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
+// Delays in ms separated by commas or blanks ("5,10 20"); a bad field is a ConfigError
+// "<what>: expected a delay in ms, got '<field>'".
+std::vector<double> parse_delays_ms(std::string text, const std::string& what);
+
 // One-way delay (ns) for every ordered (from, to) port pair; the diagonal is never used.
 class DelayMatrix {
  public:
@@ -64,18 +68,18 @@ class MacTable {
 };
 
 struct ForwarderOptions {
-  std::size_t small_slots = 16384;       // frames up to small_slot_bytes (one MTU frame + header)
+  std::size_t small_slots = 16384;  // frames up to small_slot_bytes (one MTU frame + header)
   std::size_t small_slot_bytes = 2048;
-  std::size_t large_slots = 512;         // larger (GSO) frames up to large_slot_bytes
+  std::size_t large_slots = 512;  // larger (GSO) frames up to large_slot_bytes
   std::size_t large_slot_bytes = 65536 + 256;
 };
 
 struct ForwarderStats {
   std::uint64_t frames_in = 0;
   std::uint64_t bytes_in = 0;
-  std::uint64_t copies_queued = 0;   // one per destination port
+  std::uint64_t copies_queued = 0;  // one per destination port
   std::uint64_t copies_released = 0;
-  std::uint64_t flooded = 0;         // frames sent to every other port (group or unknown dst)
+  std::uint64_t flooded = 0;  // frames sent to every other port (group or unknown dst)
   std::uint64_t dropped_no_buffer = 0;
   std::uint64_t dropped_malformed = 0;  // shorter than an Ethernet header, or larger than a slot
   std::uint64_t dropped_same_port = 0;  // destination learnt on the port it came from
@@ -122,7 +126,7 @@ class DelayForwarder {
   };
   struct Pool {
     std::unique_ptr<std::uint8_t[]> storage;  // not zeroed: pages are touched only when used
-    std::vector<std::uint32_t> free;  // buffer indices
+    std::vector<std::uint32_t> free;          // buffer indices
   };
   static bool later(const Copy& a, const Copy& b) {
     return a.release_ns != b.release_ns ? a.release_ns > b.release_ns : a.seq > b.seq;

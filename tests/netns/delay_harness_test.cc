@@ -53,13 +53,15 @@ class Harness {  // `netns.sh up` in the constructor, `down` (always) in the des
  public:
   Harness(const std::string& prefix, int nodes, int rate_mbit, int rtt_ms)
       : prefix_(prefix), nodes_(nodes) {
-    up_ = run("MERIDIAN=" + kMeridian + " " + kNetns + " up " + prefix + " " +
-              std::to_string(nodes) + " " + std::to_string(rate_mbit) + " " +
-              std::to_string(rtt_ms));
+    up_ =
+        run("MERIDIAN=" + kMeridian + " " + kNetns + " up " + prefix + " " + std::to_string(nodes) +
+            " " + std::to_string(rate_mbit) + " " + std::to_string(rtt_ms));
   }
   ~Harness() { run(kNetns + " down " + prefix_ + " " + std::to_string(nodes_)); }
   const Result& up() const { return up_; }
-  std::string ip(int i) const { return run(kNetns + " ip " + prefix_ + " " + std::to_string(i)).out; }
+  std::string ip(int i) const {
+    return run(kNetns + " ip " + prefix_ + " " + std::to_string(i)).out;
+  }
 
  private:
   std::string prefix_;
@@ -81,12 +83,11 @@ TEST(DelayHarness, RoundTripIsTheConfiguredDelayAndDataArrivesWhole) {
   Harness h(prefix, 2, 100, 40);
   ASSERT_EQ(h.up().status, 0) << h.up().out;
   const std::string ip1 = trim(h.ip(1));
-  const fs::path port_file =
-      fs::temp_directory_path() / ("meridian-netprobe-" + prefix + ".port");
+  const fs::path port_file = fs::temp_directory_path() / ("meridian-netprobe-" + prefix + ".port");
   fs::remove(port_file);
-  const Result server = run("ip netns exec " + prefix + "-1 " + kMeridian +
-                            " netprobe serve --bind " + ip1 + " --port 0 --port-file " +
-                            port_file.string() + " --connections 2 >/dev/null 2>&1 &");
+  const Result server =
+      run("ip netns exec " + prefix + "-1 " + kMeridian + " netprobe serve --bind " + ip1 +
+          " --port 0 --port-file " + port_file.string() + " --connections 2 >/dev/null 2>&1 &");
   ASSERT_EQ(server.status, 0) << server.out;
   // The server writes its port once listening (bounded wait, generous for a loaded machine;
   // `down` stops the server if the test fails).

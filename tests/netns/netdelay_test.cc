@@ -1,14 +1,13 @@
 // Unit tests of the delay element's logic (cli/netdelay/delay_forwarder.h): delay matrices and
 // their errors, MAC learning, release order and times, flooding, and the fixed buffer pool.
 // Pure code: frames are byte vectors and time is a number.
-#include "cli/netdelay/delay_forwarder.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "cli/netdelay/delay_forwarder.h"
 #include "engine/error.h"
 
 namespace meridian::netdelay {
@@ -87,6 +86,17 @@ TEST(DelayMatrix, BadInputNamesTheProblem) {
   EXPECT_THROW(DelayMatrix::uniform(2, -1), ConfigError);
 }
 
+TEST(DelayMatrix, DelayListsTakeCommasOrBlanks) {
+  EXPECT_EQ(parse_delays_ms("5,10 2.5", "--x"), (std::vector<double>{5, 10, 2.5}));
+  EXPECT_TRUE(parse_delays_ms("  ", "--x").empty());
+  try {
+    parse_delays_ms("5,1O", "--access-delay-ms");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_STREQ(e.what(), "--access-delay-ms: expected a delay in ms, got '1O'");
+  }
+}
+
 TEST(MacTable, LearnsMovesAndIgnoresGroupAddresses) {
   MacTable t(4);
   EXPECT_EQ(t.lookup(host(1)), -1);
@@ -151,12 +161,14 @@ TEST(DelayForwarder, OnePairKeepsArrivalOrderAndPairsInterleaveByReleaseTime) {
   DelayForwarder f(DelayMatrix::parse("0 30 0\n30 0 5\n0 5 0\n", "m"), 0);
   f.on_frame(1, frame(kBroadcast, host(2), 0), 0);  // learn host 2 on port 1
   drain(f, 100 * kMs);
-  for (std::uint8_t k = 0; k < 5; ++k) f.on_frame(0, frame(host(2), host(1), static_cast<std::uint8_t>(10 + k)), 200 * kMs);
+  for (std::uint8_t k = 0; k < 5; ++k)
+    f.on_frame(0, frame(host(2), host(1), static_cast<std::uint8_t>(10 + k)), 200 * kMs);
   f.on_frame(2, frame(host(2), host(3), 99), 201 * kMs);
   const auto sent = drain(f, 1000 * kMs);
   ASSERT_EQ(sent.size(), 6u);
   EXPECT_EQ(sent[0], (Sent{1, 206 * kMs, 99, 60}));
-  for (std::uint8_t k = 0; k < 5; ++k) EXPECT_EQ(sent[1 + k], (Sent{1, 230 * kMs, static_cast<std::uint8_t>(10 + k), 60}));
+  for (std::uint8_t k = 0; k < 5; ++k)
+    EXPECT_EQ(sent[1 + k], (Sent{1, 230 * kMs, static_cast<std::uint8_t>(10 + k), 60}));
 }
 
 TEST(DelayForwarder, PrefixBytesTravelWithTheFrame) {
@@ -191,8 +203,8 @@ TEST(DelayForwarder, BuffersAreReusedAndExhaustionDrops) {
   EXPECT_EQ(f.free_buffers(), 3u);
   EXPECT_EQ(f.on_frame(0, frame(kBroadcast, host(1), 1), 0), 2);  // one buffer, two copies
   EXPECT_EQ(f.on_frame(0, frame(kBroadcast, host(1), 2), 0), 2);
-  EXPECT_EQ(f.on_frame(0, frame(kBroadcast, host(1), 3), 0), 0);  // small buffers used up
-  EXPECT_EQ(f.on_frame(0, frame(kBroadcast, host(1), 4, 0, 500), 0), 2);  // a large one
+  EXPECT_EQ(f.on_frame(0, frame(kBroadcast, host(1), 3), 0), 0);           // small buffers used up
+  EXPECT_EQ(f.on_frame(0, frame(kBroadcast, host(1), 4, 0, 500), 0), 2);   // a large one
   EXPECT_EQ(f.on_frame(0, frame(kBroadcast, host(1), 5, 0, 2000), 0), 0);  // larger than a slot
   EXPECT_EQ(f.stats().dropped_no_buffer, 1u);
   EXPECT_EQ(f.stats().dropped_malformed, 1u);
