@@ -65,7 +65,7 @@ std::int64_t monotonic_ns() {
 }
 
 [[noreturn]] void fail_errno(const std::string& what) {
-  throw Error("netdelay: " + what + ": " + std::strerror(errno));
+  throw Error(what + ": " + std::strerror(errno));
 }
 
 void set_int_option(int fd, int level, int name, int value, const std::string& what) {
@@ -76,7 +76,7 @@ void set_int_option(int fd, int level, int name, int value, const std::string& w
 // kernel's virtio_net_hdr in front so GSO frames and partial checksums survive the round trip.
 int open_port(const std::string& ifname) {
   const unsigned index = if_nametoindex(ifname.c_str());
-  if (index == 0) fail_errno("interface '" + ifname + "'");
+  if (index == 0) throw ConfigError("--port: no interface '" + ifname + "' in this namespace");
   const int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL));
   if (fd < 0) fail_errno("AF_PACKET socket (needs CAP_NET_RAW)");
   set_int_option(fd, SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR on " + ifname);
@@ -158,10 +158,10 @@ int run_netdelay(const std::vector<std::string>& args) {
       throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
     }
   }
-  if (ports.empty()) throw ConfigError(std::string("netdelay: no --port given\n") + kUsage);
+  if (ports.empty()) throw ConfigError(std::string("no --port given\n") + kUsage);
   const int given = !delay_ms.empty() + !access_ms.empty() + !matrix_file.empty();
   if (given != 1) {
-    throw ConfigError(std::string("netdelay: give exactly one of --delay-ms, --access-delay-ms, "
+    throw ConfigError(std::string("give exactly one of --delay-ms, --access-delay-ms, "
                                   "--matrix\n") +
                       kUsage);
   }
@@ -180,7 +180,7 @@ int run_netdelay(const std::vector<std::string>& args) {
         matrix_file);
   }
   if (delays.ports() != n) {
-    throw ConfigError("netdelay: " + std::to_string(n) + " ports but delays for " +
+    throw ConfigError("" + std::to_string(n) + " ports but delays for " +
                       std::to_string(delays.ports()));
   }
 

@@ -47,7 +47,7 @@ double now_s() {
 }
 
 [[noreturn]] void fail_errno(const std::string& what) {
-  throw Error("netprobe: " + what + ": " + std::strerror(errno));
+  throw Error(what + ": " + std::strerror(errno));
 }
 
 void write_all(int fd, const void* data, std::size_t n) {
@@ -75,7 +75,7 @@ bool read_all(int fd, void* data, std::size_t n) {
     }
     if (r == 0) {
       if (got == 0) return false;
-      throw Error("netprobe: connection closed mid-message");
+      throw Error("connection closed mid-message");
     }
     got += static_cast<std::size_t>(r);
   }
@@ -92,7 +92,7 @@ sockaddr_in resolve(const std::string& host, std::uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
-    throw ConfigError("netprobe: '" + host + "' is not an IPv4 address");
+    throw ConfigError("'" + host + "' is not an IPv4 address");
   return a;
 }
 
@@ -140,7 +140,7 @@ void serve_one(int fd, std::vector<std::uint8_t>& buf) {
     }
     write_all(fd, &total, sizeof total);
   } else {
-    throw ProtocolError("netprobe: unknown mode byte");
+    throw ProtocolError("unknown mode byte");
   }
 }
 
@@ -209,8 +209,7 @@ int connect_to(const sockaddr_in& addr) {
 int run_client(const std::vector<std::string>& args) {
   const std::string target = args[0];
   const auto colon = target.rfind(':');
-  if (colon == std::string::npos)
-    throw ConfigError("netprobe: expected HOST:PORT, got '" + target + "'");
+  if (colon == std::string::npos) throw ConfigError("expected HOST:PORT, got '" + target + "'");
   const sockaddr_in addr =
       resolve(target.substr(0, colon), parse_port(target.substr(colon + 1), "HOST:PORT"));
   std::uint64_t pings = 20, bytes = 10'000'000;
@@ -240,7 +239,7 @@ int run_client(const std::vector<std::string>& args) {
   for (std::uint64_t k = 0; k < pings; ++k) {
     const double s = now_s();
     write_all(fd, buf.data(), kPingBytes);
-    if (!read_all(fd, buf.data(), kPingBytes)) throw Error("netprobe: server closed during pings");
+    if (!read_all(fd, buf.data(), kPingBytes)) throw Error("server closed during pings");
     rtt_ms.push_back((now_s() - s) * 1e3);
   }
   close(fd);
@@ -257,7 +256,7 @@ int run_client(const std::vector<std::string>& args) {
   }
   shutdown(fd, SHUT_WR);
   std::uint64_t counted = 0;
-  if (!read_all(fd, &counted, sizeof counted)) throw Error("netprobe: no count from the server");
+  if (!read_all(fd, &counted, sizeof counted)) throw Error("no count from the server");
   const double seconds = now_s() - s;
   close(fd);
 
@@ -273,8 +272,7 @@ int run_client(const std::vector<std::string>& args) {
 }
 
 int run_netprobe(const std::vector<std::string>& args) {
-  if (args.empty())
-    throw ConfigError(std::string("netprobe: expected serve or HOST:PORT\n") + kUsage);
+  if (args.empty()) throw ConfigError(std::string("expected serve or HOST:PORT\n") + kUsage);
   return args[0] == "serve" ? run_serve(args) : run_client(args);
 }
 
