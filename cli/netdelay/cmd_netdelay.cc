@@ -22,6 +22,7 @@
 #include <iterator>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/command.h"
@@ -74,10 +75,26 @@ void set_int_option(int fd, int level, int name, int value, const std::string& w
 
 // A raw socket on `ifname` that sees every frame arriving there (not the ones it sends), with the
 // kernel's virtio_net_hdr in front so GSO frames and partial checksums survive the round trip.
-int open_port(const std::string& ifname) {
+// Owns a file descriptor (closed on every path out, errors included).
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&&) = delete;
+  ~UniqueFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+UniqueFd open_port(const std::string& ifname) {
   const unsigned index = if_nametoindex(ifname.c_str());
   if (index == 0) throw ConfigError("--port: no interface '" + ifname + "' in this namespace");
-  const int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL));
+  UniqueFd owned(socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL)));
+  const int fd = owned.get();
   if (fd < 0) fail_errno("AF_PACKET socket (needs CAP_NET_RAW)");
   set_int_option(fd, SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR on " + ifname);
   set_int_option(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING on " + ifname);
@@ -95,7 +112,7 @@ int open_port(const std::string& ifname) {
   mr.mr_type = PACKET_MR_PROMISC;
   if (setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr) != 0)
     fail_errno("promiscuous mode on " + ifname);
-  return fd;
+  return owned;
 }
 
 double parse_ms(const std::string& text) {
@@ -184,8 +201,12 @@ int run_netdelay(const std::vector<std::string>& args) {
                       std::to_string(delays.ports()));
   }
 
+  std::vector<UniqueFd> sockets;
   std::vector<pollfd> fds;
-  for (const std::string& p : ports) fds.push_back(pollfd{open_port(p), POLLIN, 0});
+  for (const std::string& p : ports) {
+    sockets.push_back(open_port(p));
+    fds.push_back(pollfd{sockets.back().get(), POLLIN, 0});
+  }
   DelayForwarder forwarder(std::move(delays), kVnetHdrBytes);
 
   // Stop signals are blocked except inside ppoll, so a signal cannot slip in between the check
@@ -269,7 +290,7 @@ int run_netdelay(const std::vector<std::string>& args) {
       }
     }
   }
-  for (const pollfd& p : fds) close(p.fd);
+  sockets.clear();
   const std::string text = stats_text(forwarder, late, send_errors, truncated);
   std::cerr << "netdelay: stopped\n" << text;
   if (!stats_file.empty()) std::ofstream(stats_file) << text;
