@@ -14,6 +14,7 @@
 # "--access-delay-ms 5,10,20,40" or "--matrix FILE") when set. MERIDIAN=path/to/meridian
 # (default: build/bin/meridian of this checkout). It runs SCHED_FIFO unless NETDELAY_REALTIME=0.
 # Its log and counters (lateness of releases included): $(netns.sh dir PREFIX).
+# NODE_SYSCTL="key=value ..." is applied in every node namespace (e.g. TCP settings).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -78,6 +79,8 @@ case "$cmd" in
       ip -n "$ns" addr add "$net.$(( i + 1 ))/24" dev eth0
       ip -n "$ns" link set eth0 up
       ip -n "$ns" link set lo up
+      # NODE_SYSCTL="k=v ...": per-namespace kernel settings (e.g. TCP) for every node.
+      [[ -n ${NODE_SYSCTL:-} ]] && ip netns exec "$ns" sysctl -qw ${NODE_SYSCTL}
       # Upload (node -> switch) and download (switch -> node), each at the access rate.
       shape ip netns exec "$ns" eth0 "$rate"
       shape "${on_port[@]}" "$port" "$rate"
