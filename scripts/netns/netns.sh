@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
-# Network-namespace harness: N namespaces on one bridge, each node's access link shaped by tbf
-# in both directions. netem is not available on this kernel, so there is no added delay here
-# (see README.md). Needs root (or CAP_NET_ADMIN) and iproute2; `check` says why when not.
+# Network-namespace harness: N namespaces, each node's access link shaped by tbf in both
+# directions, joined by a Linux bridge, or (with RTT_MS) by `meridian netdelay`, a user-space L2
+# forwarder that adds the one-way delay (this kernel has no netem; see README.md).
+# Needs root (or CAP_NET_ADMIN) and iproute2; `check` says why when not.
 #
-#   netns.sh check                      exit 0 if namespaces can be made, 77 (+ reason) if not
-#   netns.sh up PREFIX N RATE_MBIT      make PREFIX-0..N-1, bridge PREFIX-br; prints node IPs
-#   netns.sh ip PREFIX I                the IP of node I
-#   netns.sh down PREFIX N              remove them (idempotent)
+#   netns.sh check                           exit 0 if namespaces can be made, 77 (+ reason) if not
+#   netns.sh up PREFIX N RATE_MBIT [RTT_MS]  make PREFIX-0..N-1; prints "namespace IP" per node
+#   netns.sh ip PREFIX I                     the IP of node I
+#   netns.sh down PREFIX N                   remove them, stop the forwarder (idempotent)
+#
+# With RTT_MS the nodes' veths end in namespace PREFIX-sw, where `meridian netdelay` forwards
+# between them with RTT_MS/2 one way (any pair), or with the delays of NETDELAY_DELAY (e.g.
+# "--access-delay-ms 5,10,20,40" or "--matrix FILE") when set. MERIDIAN=path/to/meridian
+# (default: build/bin/meridian of this checkout). It runs SCHED_FIFO unless NETDELAY_REALTIME=0.
+# Its log and counters (lateness of releases included): $(netns.sh dir PREFIX).
+# NODE_SYSCTL="key=value ..." is applied in every node namespace (e.g. TCP settings).
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 
 subnet() {  # a /24 derived from the prefix, so parallel harnesses do not collide
   local h
   h=$(printf '%s' "$1" | cksum | cut -d' ' -f1)
   echo "10.$(( 100 + h % 100 )).$(( (h / 100) % 250 ))"
+}
+state_dir() { echo "${TMPDIR:-/tmp}/meridian-netns-$1"; }
+
+shape() {  # shape NS_EXEC_PREFIX... DEV RATE: tbf at RATE Mbit/s on DEV's egress
+  local rate=${*: -1} dev=${*: -2:1}
+  "${@:1:$#-2}" tc qdisc add dev "$dev" root tbf rate "${rate}mbit" burst 128kb latency 400ms
 }
 
 cmd=${1:-}
@@ -30,31 +45,84 @@ case "$cmd" in
     exit 0 ;;
   ip)
     echo "$(subnet "$2").$(( $3 + 1 ))" ;;
+  dir)
+    state_dir "$2" ;;
   up)
-    prefix=$2; n=$3; rate=$4
+    prefix=$2; n=$3; rate=$4; rtt=${5:-}
     net=$(subnet "$prefix")
-    ip link add "$prefix-br" type bridge
-    ip link set "$prefix-br" up
+    if [[ -z $rtt ]]; then
+      ip link add "$prefix-br" type bridge
+      ip link set "$prefix-br" up
+    else
+      meridian=${MERIDIAN:-$here/../../build/bin/meridian}
+      [[ -x $meridian ]] || { echo "netns.sh: $meridian is not built (MERIDIAN=...)" >&2; exit 2; }
+      ip netns add "$prefix-sw"
+      ip -n "$prefix-sw" link set lo up
+      # The switch namespace has no addresses: its kernel must not talk on the ports.
+      ip netns exec "$prefix-sw" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 \
+        net.ipv6.conf.default.disable_ipv6=1
+    fi
+    ports=()
     for ((i = 0; i < n; i++)); do
-      ns="$prefix-$i"
+      ns="$prefix-$i" port="$prefix-h$i"
       ip netns add "$ns"
-      ip link add "$prefix-h$i" type veth peer name eth0 netns "$ns"
-      ip link set "$prefix-h$i" master "$prefix-br" up
+      ip link add "$port" type veth peer name eth0 netns "$ns"
+      if [[ -z $rtt ]]; then
+        ip link set "$port" master "$prefix-br" up
+        on_port=()
+      else
+        ip link set "$port" netns "$prefix-sw"
+        on_port=(ip netns exec "$prefix-sw")
+        "${on_port[@]}" ip link set "$port" up
+      fi
+      ports+=(--port "$port")
       ip -n "$ns" addr add "$net.$(( i + 1 ))/24" dev eth0
       ip -n "$ns" link set eth0 up
       ip -n "$ns" link set lo up
-      # Upload (node -> bridge) and download (bridge -> node), each at the access rate.
-      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "${rate}mbit" burst 128kb latency 400ms
-      tc qdisc add dev "$prefix-h$i" root tbf rate "${rate}mbit" burst 128kb latency 400ms
+      # NODE_SYSCTL="k=v ...": per-namespace kernel settings (e.g. TCP) for every node.
+      [[ -n ${NODE_SYSCTL:-} ]] && ip netns exec "$ns" sysctl -qw ${NODE_SYSCTL}
+      # Upload (node -> switch) and download (switch -> node), each at the access rate.
+      shape ip netns exec "$ns" eth0 "$rate"
+      shape "${on_port[@]}" "$port" "$rate"
       echo "$ns $net.$(( i + 1 ))"
-    done ;;
+    done
+    if [[ -n $rtt ]]; then
+      dir=$(state_dir "$prefix")
+      mkdir -p "$dir"
+      rm -f "$dir/ready"
+      # shellcheck disable=SC2206  # NETDELAY_DELAY is a list of arguments on purpose
+      delay=(${NETDELAY_DELAY:---delay-ms $(awk -v r="$rtt" 'BEGIN { print r / 2 }')})
+      rt=--realtime  # SCHED_FIFO: on a loaded machine releases would otherwise be late
+      [[ ${NETDELAY_REALTIME:-1} == 0 ]] && rt=""
+      ip netns exec "$prefix-sw" "$meridian" netdelay "${ports[@]}" "${delay[@]}" \
+        --ready-file "$dir/ready" --stats-file "$dir/stats" $rt >"$dir/netdelay.log" 2>&1 &
+      echo $! >"$dir/netdelay.pid"
+      for _ in $(seq 1 200); do  # bounded wait for its sockets
+        [[ -e $dir/ready ]] && break
+        kill -0 "$(cat "$dir/netdelay.pid")" 2>/dev/null || break
+        sleep 0.05
+      done
+      [[ -e $dir/ready ]] || { echo "netns.sh: netdelay did not start:" >&2; cat "$dir/netdelay.log" >&2; exit 1; }
+    fi ;;
   down)
     prefix=$2; n=$3
+    dir=$(state_dir "$prefix")
+    for ((i = 0; i < n; i++)); do  # processes a harness left in its namespaces
+      pids=$(ip netns pids "$prefix-$i" 2>/dev/null || true)
+      [[ -n $pids ]] && kill $pids 2>/dev/null || true
+    done
+    if [[ -f $dir/netdelay.pid ]]; then
+      pid=$(cat "$dir/netdelay.pid")
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+      rm -f "$dir/netdelay.pid"
+    fi
     for ((i = 0; i < n; i++)); do
       ip netns del "$prefix-$i" 2>/dev/null || true
       ip link del "$prefix-h$i" 2>/dev/null || true
     done
+    ip netns del "$prefix-sw" 2>/dev/null || true
     ip link del "$prefix-br" 2>/dev/null || true ;;
   *)
-    sed -n '2,10p' "$0"; exit 2 ;;
+    sed -n '2,15p' "$0"; exit 2 ;;
 esac

@@ -1,0 +1,304 @@
+// `meridian netdelay`: the user-space delay element of scripts/netns/ (this kernel has no
+// netem). An L2 forwarder over AF_PACKET sockets, one per port (the switch-side veth end of each
+// node): frames are learnt, held for the pair's one-way delay and sent on. Rate limits stay with
+// tbf on the veths. Linux only; needs CAP_NET_RAW in the namespace that owns the ports.
+#include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/command.h"
+#include "cli/netdelay/delay_forwarder.h"
+#include "engine/error.h"
+
+namespace meridian::cli {
+namespace {
+
+using netdelay::DelayForwarder;
+using netdelay::DelayMatrix;
+
+constexpr char kUsage[] =
+    "usage: meridian netdelay --port IFNAME [--port IFNAME ...]\n"
+    "                         (--delay-ms D | --access-delay-ms D0,D1,... | --matrix FILE)\n"
+    "                         [--ready-file F] [--stats-file F] [--realtime]\n"
+    "\n"
+    "Forwards Ethernet frames between the given interfaces (port i = the i-th --port), each\n"
+    "copy held for the one-way delay of its (in, out) port pair: D for every pair, D_i + D_j\n"
+    "(each node's access delay), or row i column j of FILE (N lines of N delays in ms). Learns\n"
+    "source MACs; broadcast, multicast and unknown destinations go to every other port. Runs\n"
+    "until SIGINT/SIGTERM, then prints its counters (and writes them to --stats-file).\n"
+    "--ready-file is written once every socket is bound. Rate limits: tbf on the interfaces.\n"
+    "--realtime: run under SCHED_FIFO (priority 10) so that a loaded machine does not delay\n"
+    "releases (the forwarder needs little CPU; a warning, not an error, when not permitted).\n";
+
+// struct virtio_net_hdr (linux/virtio_net.h, a fixed ABI; the header does not compile as C++):
+// flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
+constexpr std::size_t kVnetHdrBytes = 10;
+constexpr int kBatch = 32;                        // frames per recvmmsg
+constexpr std::size_t kFrameBytes = 65536 + 256;  // a GSO frame and its virtio_net_hdr
+constexpr int kSocketBufferBytes = 32 << 20;
+
+std::atomic<bool> g_stop{false};
+void on_stop_signal(int) { g_stop = true; }
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+[[noreturn]] void fail_errno(const std::string& what) {
+  throw Error(what + ": " + std::strerror(errno));
+}
+
+void set_int_option(int fd, int level, int name, int value, const std::string& what) {
+  if (setsockopt(fd, level, name, &value, sizeof value) != 0) fail_errno(what);
+}
+
+// A raw socket on `ifname` that sees every frame arriving there (not the ones it sends), with the
+// kernel's virtio_net_hdr in front so GSO frames and partial checksums survive the round trip.
+// Owns a file descriptor (closed on every path out, errors included).
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&&) = delete;
+  ~UniqueFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+UniqueFd open_port(const std::string& ifname) {
+  const unsigned index = if_nametoindex(ifname.c_str());
+  if (index == 0) throw ConfigError("--port: no interface '" + ifname + "' in this namespace");
+  UniqueFd owned(socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL)));
+  const int fd = owned.get();
+  if (fd < 0) fail_errno("AF_PACKET socket (needs CAP_NET_RAW)");
+  set_int_option(fd, SOL_PACKET, PACKET_VNET_HDR, 1, "PACKET_VNET_HDR on " + ifname);
+  set_int_option(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, 1, "PACKET_IGNORE_OUTGOING on " + ifname);
+  // The send buffer holds what waits in the port's tbf queue: size it so tbf, not the socket,
+  // decides what is dropped.
+  set_int_option(fd, SOL_SOCKET, SO_RCVBUFFORCE, kSocketBufferBytes, "SO_RCVBUFFORCE");
+  set_int_option(fd, SOL_SOCKET, SO_SNDBUFFORCE, kSocketBufferBytes, "SO_SNDBUFFORCE");
+  sockaddr_ll addr{};
+  addr.sll_family = AF_PACKET;
+  addr.sll_protocol = htons(ETH_P_ALL);
+  addr.sll_ifindex = static_cast<int>(index);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fail_errno("bind " + ifname);
+  packet_mreq mr{};
+  mr.mr_ifindex = static_cast<int>(index);
+  mr.mr_type = PACKET_MR_PROMISC;
+  if (setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mr, sizeof mr) != 0)
+    fail_errno("promiscuous mode on " + ifname);
+  return owned;
+}
+
+double parse_ms(const std::string& text) {
+  const std::vector<double> v = netdelay::parse_delays_ms(text, "--delay-ms");
+  if (v.size() != 1) throw ConfigError("--delay-ms: expected one number of ms, got '" + text + "'");
+  return v[0];
+}
+
+struct Lateness {  // how late copies left against their release time (the forwarder's error)
+  std::uint64_t count = 0;
+  double sum_us = 0;
+  double max_us = 0;
+  void add(std::int64_t late_ns) {
+    const double us = static_cast<double>(late_ns) / 1e3;
+    ++count;
+    sum_us += us;
+    max_us = std::max(max_us, us);
+  }
+};
+
+std::string stats_text(const DelayForwarder& f, const Lateness& late, std::uint64_t send_errors,
+                       std::uint64_t truncated) {
+  const netdelay::ForwarderStats& s = f.stats();
+  std::ostringstream os;
+  os << "frames_in " << s.frames_in << "\nbytes_in " << s.bytes_in << "\ncopies_queued "
+     << s.copies_queued << "\ncopies_released " << s.copies_released << "\nflooded " << s.flooded
+     << "\ndropped_no_buffer " << s.dropped_no_buffer << "\ndropped_malformed "
+     << s.dropped_malformed << "\ndropped_truncated " << truncated << "\ndropped_same_port "
+     << s.dropped_same_port << "\nsend_errors " << send_errors << "\nmax_queued " << s.max_queued
+     << "\nlate_mean_us " << (late.count ? late.sum_us / static_cast<double>(late.count) : 0.0)
+     << "\nlate_max_us " << late.max_us << "\n";
+  return os.str();
+}
+
+int run_netdelay(const std::vector<std::string>& args) {
+  std::vector<std::string> ports;
+  std::string delay_ms, access_ms, matrix_file, ready_file, stats_file;
+  bool realtime = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
+      return args[++i];
+    };
+    if (a == "--port") {
+      ports.push_back(value());
+    } else if (a == "--delay-ms") {
+      delay_ms = value();
+    } else if (a == "--access-delay-ms") {
+      access_ms = value();
+    } else if (a == "--matrix") {
+      matrix_file = value();
+    } else if (a == "--ready-file") {
+      ready_file = value();
+    } else if (a == "--stats-file") {
+      stats_file = value();
+    } else if (a == "--realtime") {
+      realtime = true;
+    } else {
+      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
+    }
+  }
+  if (ports.empty()) throw ConfigError(std::string("no --port given\n") + kUsage);
+  const int given = !delay_ms.empty() + !access_ms.empty() + !matrix_file.empty();
+  if (given != 1) {
+    throw ConfigError(std::string("give exactly one of --delay-ms, --access-delay-ms, "
+                                  "--matrix\n") +
+                      kUsage);
+  }
+  const int n = static_cast<int>(ports.size());
+  DelayMatrix delays = DelayMatrix::uniform(1, 0);
+  if (!delay_ms.empty()) {
+    delays = DelayMatrix::uniform(n, parse_ms(delay_ms));
+  } else if (!access_ms.empty()) {
+    delays =
+        DelayMatrix::from_access_delays(netdelay::parse_delays_ms(access_ms, "--access-delay-ms"));
+  } else {
+    std::ifstream in(matrix_file);
+    if (!in) throw ConfigError("--matrix: cannot read '" + matrix_file + "'");
+    delays = DelayMatrix::parse(
+        std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+        matrix_file);
+  }
+  if (delays.ports() != n) {
+    throw ConfigError("" + std::to_string(n) + " ports but delays for " +
+                      std::to_string(delays.ports()));
+  }
+
+  std::vector<UniqueFd> sockets;
+  std::vector<pollfd> fds;
+  for (const std::string& p : ports) {
+    sockets.push_back(open_port(p));
+    fds.push_back(pollfd{sockets.back().get(), POLLIN, 0});
+  }
+  DelayForwarder forwarder(std::move(delays), kVnetHdrBytes);
+
+  // Stop signals are blocked except inside ppoll, so a signal cannot slip in between the check
+  // of g_stop and the wait.
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigset_t stop_signals, wait_mask;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigprocmask(SIG_BLOCK, &stop_signals, &wait_mask);
+  sigdelset(&wait_mask, SIGINT);
+  sigdelset(&wait_mask, SIGTERM);
+
+  if (realtime) {
+    sched_param sp{};
+    sp.sched_priority = 10;
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0)
+      std::cerr << "netdelay: --realtime: " << std::strerror(errno) << " (going on without)\n";
+  }
+  if (!ready_file.empty()) {
+    std::ofstream(ready_file) << "ready\n";
+  }
+  std::cerr << "netdelay: forwarding between " << n << " ports" << std::endl;
+
+  std::vector<std::uint8_t> scratch(kBatch * kFrameBytes);
+  std::vector<iovec> iov(kBatch);
+  std::vector<mmsghdr> msgs(kBatch);
+  for (int k = 0; k < kBatch; ++k) iov[k] = iovec{scratch.data() + k * kFrameBytes, kFrameBytes};
+  Lateness late;
+  std::uint64_t send_errors = 0, truncated = 0;
+  const auto send = [&](int out, std::span<const std::uint8_t> frame, std::int64_t release_ns) {
+    if (::send(fds[out].fd, frame.data(), frame.size(), MSG_DONTWAIT) < 0) ++send_errors;
+    late.add(monotonic_ns() - release_ns);
+  };
+
+  while (!g_stop) {
+    std::int64_t now = monotonic_ns();
+    forwarder.release_due(now, send);
+    const std::int64_t next = forwarder.next_release_ns();
+    timespec timeout{};
+    timespec* timeout_ptr = nullptr;
+    if (next != netdelay::kNever) {
+      const std::int64_t wait_ns = std::max<std::int64_t>(0, next - monotonic_ns());
+      timeout.tv_sec = static_cast<time_t>(wait_ns / 1'000'000'000);
+      timeout.tv_nsec = static_cast<long>(wait_ns % 1'000'000'000);
+      timeout_ptr = &timeout;
+    }
+    const int ready = ppoll(fds.data(), fds.size(), timeout_ptr, &wait_mask);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      fail_errno("ppoll");
+    }
+    if (ready == 0) continue;
+    for (int port = 0; port < n; ++port) {
+      if ((fds[port].revents & POLLIN) == 0) continue;
+      while (true) {
+        for (int k = 0; k < kBatch; ++k) {
+          msgs[k] = mmsghdr{};
+          msgs[k].msg_hdr.msg_iov = &iov[k];
+          msgs[k].msg_hdr.msg_iovlen = 1;
+        }
+        const int got = recvmmsg(fds[port].fd, msgs.data(), kBatch, MSG_DONTWAIT, nullptr);
+        if (got < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+          fail_errno("recvmmsg on " + ports[port]);
+        }
+        now = monotonic_ns();
+        for (int k = 0; k < got; ++k) {
+          if (msgs[k].msg_hdr.msg_flags & MSG_TRUNC) {
+            ++truncated;
+            continue;
+          }
+          forwarder.on_frame(port, {scratch.data() + k * kFrameBytes, msgs[k].msg_len}, now);
+        }
+        // Copies due while we read (zero delay, or a long batch) leave now, not after the poll.
+        forwarder.release_due(now, send);
+        if (got < kBatch) break;
+      }
+    }
+  }
+  sockets.clear();
+  const std::string text = stats_text(forwarder, late, send_errors, truncated);
+  std::cerr << "netdelay: stopped\n" << text;
+  if (!stats_file.empty()) std::ofstream(stats_file) << text;
+  return kExitOk;
+}
+
+MERIDIAN_COMMAND("netdelay", "forward frames between interfaces with a per-pair one-way delay",
+                 kUsage, run_netdelay);
+
+}  // namespace
+}  // namespace meridian::cli

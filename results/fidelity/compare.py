@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The fidelity study's bookkeeping (README.md): merges the real run's per-node events into one
+events.jsonl, and compares the all-reduce time per outer step of the real and simulated runs.
+Not a metrics library: the run metrics are analysis/'s (`meridian plot`, summary.json).
+
+  compare.py merge REAL_DIR              REAL_DIR/nodes/node-*/events.jsonl -> REAL_DIR/events.jsonl
+  compare.py step-time REAL_DIR          mean inner-step seconds of the real run (for the sim)
+  compare.py table OUT_PREFIX LABEL REAL_DIR SIM_DIR [LABEL REAL_DIR SIM_DIR ...]
+                                         OUT_PREFIX.md / .csv / .dat (per outer step, per run)
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def merge(real_dir):
+    files = sorted(glob.glob(os.path.join(real_dir, "nodes", "node-*", "events.jsonl")))
+    if not files:
+        sys.exit(f"compare.py: no {real_dir}/nodes/node-*/events.jsonl")
+    config, finished, body = None, [], []
+    for path in files:
+        for r in read(path):
+            if r["type"] == "config":
+                config = config or r
+            elif r["type"] == "run_finished":
+                finished.append(r)
+            else:
+                body.append(r)
+    # analysis/ needs GPU figures for MFU; a CPU run has none, so the merged file takes the
+    # simulator's (1 "GPU" per node at the default peak): MFU is meaningless in both.
+    config = json.loads(json.dumps(config))
+    config["metrics"]["gpus_per_node"] = 1
+    config["metrics"]["peak_flops_per_gpu"] = 989.0e12
+    config["merged_from"] = [os.path.relpath(p, real_dir) for p in files]
+    # Each node's clock starts with its own process (launched together, within milliseconds).
+    body.sort(key=lambda r: r["t"])
+    end = max(finished, key=lambda r: r["simulated_s"]) if finished else None
+    with open(os.path.join(real_dir, "events.jsonl"), "w") as out:
+        for r in [config] + body + ([end] if end else []):
+            out.write(json.dumps(r, separators=(",", ":")) + "\n")
+    print(f"merged {len(files)} nodes, {len(body)} records -> {real_dir}/events.jsonl")
+
+
+def inner_step_s(run_dir):
+    rs = [r for r in read(os.path.join(run_dir, "events.jsonl")) if r["type"] == "inner_steps"]
+    return sum(r["compute_s"] for r in rs) / sum(r["steps"] for r in rs)
+
+
+def per_step(run_dir):
+    """outer step -> {max, min, mean} of the nodes' outer_step.allreduce_s, and bytes sent."""
+    steps = {}
+    for r in read(os.path.join(run_dir, "events.jsonl")):
+        if r["type"] == "outer_step":
+            steps.setdefault(r["outer_step"], {"ar": [], "bytes": 0})["ar"].append(r["allreduce_s"])
+        elif r["type"] == "allreduce":
+            steps.setdefault(r["outer_step"], {"ar": [], "bytes": 0})["bytes"] += r["bytes_sent"]
+    out = {}
+    for k, v in sorted(steps.items()):
+        if v["ar"]:
+            out[k] = {"max": max(v["ar"]), "min": min(v["ar"]), "mean": statistics.mean(v["ar"]),
+                      "nodes": len(v["ar"]), "bytes_per_node": v["bytes"] / len(v["ar"])}
+    return out
+
+
+def protocol_extra_s(sim_dir):
+    """What the Gloo transport's two extra one-way trips per ring step add to one all-reduce
+    (README "Why they differ" 1): 2 x the configured one-way delay x the sequential ring steps
+    (buckets x 2(N-1), from node 1's first outer step). Derived from the configuration only."""
+    records = read(os.path.join(sim_dir, "events.jsonl"))
+    one_way_s = records[0]["config"]["network"]["intra_site_rtt_ms"] / 2 / 1000
+    node = min(r["node"] for r in records if r["type"] == "allreduce")
+    buckets = [r for r in records
+               if r["type"] == "allreduce" and r["node"] == node and r["outer_step"] == 0]
+    steps = sum(2 * (r["participants"] - 1) for r in buckets)
+    return 2 * one_way_s * steps, steps
+
+
+def table(prefix, triples):
+    md = ["| run | outer step | real: slowest node (s) | real: fastest node (s) | "
+          "sim: slowest node (s) | sim: fastest node (s) | sim / real (slowest) | "
+          "bytes sent per node, real / sim (MB) |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    csv = ["run,outer_step,real_max_s,real_min_s,sim_max_s,sim_min_s,ratio_max,"
+           "real_bytes_per_node,sim_bytes_per_node"]
+    dat = []
+    summary = []
+    for label, real_dir, sim_dir in triples:
+        real, sim = per_step(real_dir), per_step(sim_dir)
+        rows = []
+        for k in sorted(set(real) & set(sim)):
+            a, b = real[k], sim[k]
+            ratio = b["max"] / a["max"]
+            rows.append((k, a, b, ratio))
+            md.append(f"| {label} | {k} | {a['max']:.3f} | {a['min']:.3f} | {b['max']:.3f} | "
+                      f"{b['min']:.3f} | {ratio:.3f} | {a['bytes_per_node'] / 1e6:.2f} / "
+                      f"{b['bytes_per_node'] / 1e6:.2f} |")
+            csv.append(f"{label},{k},{a['max']:.6f},{a['min']:.6f},{b['max']:.6f},{b['min']:.6f},"
+                       f"{ratio:.6f},{a['bytes_per_node']:.0f},{b['bytes_per_node']:.0f}")
+        dat.append(f"# {label}: outer_step real_max real_min sim_max sim_min")
+        dat += [f"{k} {a['max']:.6f} {a['min']:.6f} {b['max']:.6f} {b['min']:.6f}"
+                for k, a, b, _ in rows]
+        dat += ["", ""]
+        if rows:
+            rm = statistics.mean(a["max"] for _, a, _, _ in rows)
+            rn = statistics.mean(a["min"] for _, a, _, _ in rows)
+            sm = statistics.mean(b["max"] for _, _, b, _ in rows)
+            extra_s, steps = protocol_extra_s(sim_dir)
+            summary.append((label, len(rows), rm, rn, sm, (sm - rm) / rm, (sm - rn) / rn,
+                            extra_s, steps))
+    md += ["", "| run | outer steps | real mean, slowest node (s) | real mean, fastest node (s) | "
+           "sim mean (s) | sim vs real slowest | sim vs real fastest |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
+    md += [f"| {l} | {n} | {rm:.3f} | {rn:.3f} | {sm:.3f} | {dm * 100:+.1f} % | {dn * 100:+.1f} % |"
+           for l, n, rm, rn, sm, dm, dn, _, _ in summary]
+    md += ["", "Simulated + the Gloo transport's two extra one-way trips per ring step (README):",
+           "", "| run | ring steps | simulated (s) | + 2 trips x steps (s) | corrected (s) | "
+           "measured, slowest node (s) | corrected vs measured |", "|---|---:|---:|---:|---:|---:|---:|"]
+    md += [f"| {l} | {st} | {sm:.3f} | {ex:.3f} | {sm + ex:.3f} | {rm:.3f} | "
+           f"{(sm + ex - rm) / rm * 100:+.1f} % |"
+           for l, n, rm, rn, sm, dm, dn, ex, st in summary]
+    for ext, lines in ((".md", md), (".csv", csv), (".dat", dat)):
+        with open(prefix + ext, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    print("\n".join(md))
+
+
+def main(argv):
+    if len(argv) >= 2 and argv[0] == "merge":
+        merge(argv[1])
+    elif len(argv) >= 2 and argv[0] == "step-time":
+        print(f"{inner_step_s(argv[1]):.6f}")
+    elif len(argv) >= 5 and argv[0] == "table" and (len(argv) - 2) % 3 == 0:
+        table(argv[1], [tuple(argv[i:i + 3]) for i in range(2, len(argv), 3)])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Reproduces results/fidelity/ (README.md): for each codec, 4 `meridian train` nodes on shaped
+# namespaces (100 Mbit/s per node, 60 ms RTT through `meridian netdelay`, the store in a fifth
+# namespace), then the same run in `meridian sim` (scenario-<codec>.yaml, compute time = the
+# real run's mean inner step), the comparison table and the plots. Needs root (namespaces).
+#
+#   results/fidelity/run.sh [BUILD_DIR=build] [CODECS="int8 fp32"]
+#   RTT_MS=60 (the harness's RTT; the sim gets the same through --set network.intra_site_rtt_ms)
+#   TAG="" (appended to the run folders: real-<codec><TAG>, sim-<codec><TAG>)
+#   NODE_SYSCTL="key=value ..." (kernel settings in the node namespaces, see netns.sh)
+#   results/fidelity/run.sh table [RUN...]   only the comparison and plots (RUN: int8, int8-rtt0...)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=results/fidelity
+M=build/bin/meridian
+NETNS=scripts/netns/netns.sh
+RATE_MBIT=100
+RTT_MS=${RTT_MS:-60}
+TAG=${TAG:-}
+NODES=4
+
+table() {  # the comparison table, its plot, and analysis/'s side-by-side figures
+  local args=() runs=() r
+  for r in "$@"; do
+    args+=("$r" "$OUT/real-$r" "$OUT/sim-$r")
+    runs+=("$OUT/real-$r" "$OUT/sim-$r")
+  done
+  python3 "$OUT/compare.py" table "$OUT/comparison" "${args[@]}"
+  gnuplot "$OUT/comparison.gp"
+  "$M" plot "${runs[@]}" --out "$OUT/plots" >/dev/null
+}
+if [[ ${1:-} == table ]]; then
+  shift
+  if [[ $# -eq 0 ]]; then set -- int8 fp32 int8-rtt0 int8-rtt30 int8-noidlerestart; fi
+  table "$@"
+  exit 0
+fi
+BUILD=${1:-build}
+CODECS=${2:-int8 fp32}
+M=$BUILD/bin/meridian
+export OMP_NUM_THREADS=1
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+"$NETNS" check
+prefix="mfid$$"
+trap '"$NETNS" down "$prefix" $((NODES + 1))' EXIT
+work=$(mktemp -d)
+(umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret")
+
+for codec in $CODECS; do
+  real=$OUT/real-$codec$TAG sim=$OUT/sim-$codec$TAG
+  rm -rf "$real" "$sim"
+  mkdir -p "$real"
+  echo "RTT_MS=$RTT_MS TAG=$TAG NODE_SYSCTL='${NODE_SYSCTL:-}' $0 $BUILD $codec" >"$real/command.txt"
+  # The run's own copy of RUN.yaml: only output_dir differs (not part of the configuration hash).
+  sed "s|^output_dir:.*|output_dir: $real/nodes|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
+  log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s, RTT $RTT_MS ms"
+  MERIDIAN=$M "$NETNS" up "$prefix" $((NODES + 1)) "$RATE_MBIT" "$RTT_MS" >"$real/namespaces.txt"
+  store_ip=$("$NETNS" ip "$prefix" "$NODES")
+  ip netns exec "$prefix-$NODES" "$M" store --bind "$store_ip" --port 29500 \
+    --secret-file "$work/secret" >"$work/store.out" 2>"$real/store.log" &
+  store_pid=$!
+  for _ in $(seq 1 200); do
+    grep -q '^store listening on ' "$work/store.out" 2>/dev/null && break
+    sleep 0.05
+  done
+  grep -q '^store listening on ' "$work/store.out" || { log "the store did not start"; exit 1; }
+  { echo "# load before the run"; uptime; } >"$real/machine.txt"
+  log "$codec: training ($(uptime | sed 's/.*load/load/'))"
+  pids=()
+  for ((i = 0; i < NODES; i++)); do
+    ip netns exec "$prefix-$i" "$M" train "$real/run.yaml" --node-id $((i + 1)) \
+      --secret-file "$work/secret" --store "$store_ip:29500" --host "$("$NETNS" ip "$prefix" "$i")" \
+      >"$real/node$((i + 1)).log" 2>&1 &
+    pids+=($!)
+  done
+  status=0
+  for p in "${pids[@]}"; do wait "$p" || status=$?; done
+  { echo "# load after the run"; uptime; } >>"$real/machine.txt"
+  kill "$store_pid" 2>/dev/null || true
+  wait "$store_pid" 2>/dev/null || true
+  "$NETNS" down "$prefix" $((NODES + 1))
+  cp "$("$NETNS" dir "$prefix")/stats" "$real/netdelay-stats.txt"
+  [[ $status -eq 0 ]] || { log "$codec: a node failed (status $status), see $real/node*.log"; exit 1; }
+
+  python3 "$OUT/compare.py" merge "$real"
+  step_s=$(python3 "$OUT/compare.py" step-time "$real")
+  log "$codec: measured inner step $step_s s; simulating"
+  sim_args=("$OUT/scenario-$codec.yaml" --out "$sim" --set "hardware.step_time_s=$step_s"
+            --set "network.intra_site_rtt_ms=$RTT_MS")
+  "$M" sim "${sim_args[@]}" >"$sim.log" 2>&1
+  echo "meridian sim ${sim_args[*]}" >"$sim/command.txt"
+  "$M" plot "$real" >/dev/null
+  "$M" report "$real" >/dev/null   # analysis/'s summary of the real run (sim: summary.json)
+  "$M" plot "$sim" >/dev/null
+done
+
+rm -rf "$work"
+log "runs done; the table: $0 table <runs>"
