@@ -330,27 +330,44 @@ void fig_loss(Script& sc, const RunData& run) {
   const Summary& s = run.summary;
   const TimeUnit u = time_unit_for(run_span_s(run));
   std::ostringstream rows;
-  for (const OuterStepStats& st : s.steps)
-    if (st.loss)
-      rows << st.cumulative_tokens << " " << (st.t_end_s - s.run_start_s) / u.divisor_s << " "
-           << *st.loss << " " << std::exp(*st.loss) << "\n";
+  bool any_val = false;
+  for (const OuterStepStats& st : s.steps) {
+    if (!st.loss) continue;
+    any_val = any_val || st.val_loss.has_value();
+    rows << st.cumulative_tokens << " " << (st.t_end_s - s.run_start_s) / u.divisor_s << " "
+         << *st.loss << " " << std::exp(*st.loss) << " ";
+    if (st.val_loss)
+      rows << *st.val_loss << " " << std::exp(*st.val_loss) << "\n";
+    else
+      rows << "NaN NaN\n";
+  }
   if (rows.tellp() == 0) return;
   {
     auto out = open_data(sc.data("loss.dat"));
-    out << "# tokens time_" << u.name << " loss perplexity (mean over the step's nodes)\n"
+    out << "# tokens time_" << u.name
+        << " loss perplexity val_loss val_perplexity (means over the step's nodes)\n"
         << rows.str();
   }
   const std::string f = gp_quote(sc.data("loss.dat").string());
+  // Validation (held-out split, emulation's `evaluation` records) next to training, when present.
+  auto series = [&](int col, int loss_col, const char* color_hex) {
+    std::ostringstream p;
+    p << "plot " << f << " using " << col << ":" << loss_col
+      << " with linespoints pt 7 ps 0.5 lc rgb '" << color_hex << "' title 'training'";
+    if (any_val)
+      p << ", " << f << " using " << col << ":" << loss_col + 2
+        << " with linespoints pt 5 ps 0.5 dt 2 lc rgb '" << color(2) << "' title 'validation'";
+    return p.str();
+  };
   auto body = [&](const std::string& x_label, int col, const std::string& fmt) {
     std::ostringstream b;
-    b << "set multiplot layout 1,2\nset grid\nset key off\n"
-      << fmt << "set xlabel " << gp_quote(x_label) << "\n"
-      << "set title 'Loss'\nset ylabel 'training loss [nats/token]'\n"
-      << "plot " << f << " using " << col << ":3 with linespoints pt 7 ps 0.5 lc rgb '" << color(0)
-      << "'\n"
+    b << "set multiplot layout 1,2\nset grid\n"
+      << (any_val ? "set key top right font ',10'\n" : "set key off\n") << fmt << "set xlabel "
+      << gp_quote(x_label) << "\n"
+      << "set title 'Loss'\nset ylabel 'loss [nats/token]'\n"
+      << series(col, 3, color(0)) << "\n"
       << "set title 'Perplexity'\nset ylabel 'perplexity = exp(loss)'\nset logscale y\n"
-      << "plot " << f << " using " << col << ":4 with linespoints pt 7 ps 0.5 lc rgb '" << color(1)
-      << "'\n";
+      << series(col, 4, color(1)) << "\n";
     return b.str();
   };
   sc.figure("loss_vs_tokens", body("tokens (all nodes)", 1, "set format x '%.0s%c'\n"));

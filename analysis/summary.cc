@@ -2,17 +2,14 @@
 // formulas. Every choice the schema leaves open is written next to the code that makes it.
 #include "analysis/summary.h"
 
-#include <initializer_list>
-
-#include <sstream>
-
-#include <cstdio>
-
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "engine/error.h"
 
@@ -288,9 +285,10 @@ Summary summarize(const std::vector<EventRecord>& events) {
   // outer step. The alive-count step function would also see the start-up ramp (nodes register
   // one store round trip apart), a transient no outer step ever ran with.
   if (!s.steps.empty()) {
-    const auto [lo, hi] = std::minmax_element(
-        s.steps.begin(), s.steps.end(),
-        [](const OuterStepStats& a, const OuterStepStats& b) { return a.participants < b.participants; });
+    const auto [lo, hi] = std::minmax_element(s.steps.begin(), s.steps.end(),
+                                              [](const OuterStepStats& a, const OuterStepStats& b) {
+                                                return a.participants < b.participants;
+                                              });
     s.nodes.min = lo->participants;
     s.nodes.max = hi->participants;
   }
@@ -331,6 +329,9 @@ Summary summarize(const std::vector<EventRecord>& events) {
       ++v.second;
     }
   if (!val.empty()) s.val_loss = val.rbegin()->second.first / val.rbegin()->second.second;
+  for (OuterStepStats& st : s.steps)
+    if (auto it = val.find(st.outer_step); it != val.end())
+      st.val_loss = it->second.first / it->second.second;
   return s;
 }
 
@@ -432,30 +433,42 @@ std::string summary_table(const Summary& s) {
     std::snprintf(buf, sizeof buf, fmt, v);
     return std::string(buf);
   };
+  // Counts of any size (a 10B run's tokens, an emulation's few thousand): three digits and a
+  // prefix, k M G T (tokens: B for billions, as the field says).
+  auto scaled = [&](double v, const char* unit, const char* giga) {
+    if (!std::isfinite(v)) return std::string("n/a");
+    const char* prefix[] = {"", "k", "M", giga, "T"};
+    int k = 0;
+    while (k < 4 && std::fabs(v) >= 999.5) v /= 1000, ++k;
+    std::snprintf(buf, sizeof buf, "%.3g %s%s", v, prefix[k], unit);
+    return std::string(buf);
+  };
+  auto pct = [&](double v) { return std::isfinite(v) ? num(100 * v, "%.1f %%") : "n/a"; };
   const auto name = config_value(s, {"run", "name"});
-  os << (s.mode.empty() ? "run" : s.mode) << " " << (name.is_string() ? name.get<std::string>() : "")
-     << " (seed " << s.seed;
+  os << (s.mode.empty() ? "run" : s.mode) << " "
+     << (name.is_string() ? name.get<std::string>() : "") << " (seed " << s.seed;
   const auto net = config_value(s, {"network"});
   if (net.is_object() && net.contains("model") && net.contains("tcp_gamma_bytes"))
     os << ", " << net["model"].get<std::string>() << ", TCP window "
        << num(net["tcp_gamma_bytes"].get<double>() / 1048576.0, "%.1f MiB");
   os << ")\n";
-  row("simulated time", num(s.simulated_s, "%.0f s") + " (" + num(s.simulated_s / 86400, "%.2f days") + ")");
+  row("simulated time",
+      num(s.simulated_s, "%.0f s") + " (" + num(s.simulated_s / 86400, "%.2f days") + ")");
   row("outer steps", std::to_string(s.outer_steps));
   row("nodes min / mean / max", num(double(s.nodes.min), "%.0f") + " / " +
                                     num(s.nodes.mean, "%.2f") + " / " +
                                     num(double(s.nodes.max), "%.0f"));
-  row("inner step", num(s.inner_step_s, "%.2f s"));
+  row("inner step", num(s.inner_step_s, s.inner_step_s < 0.1 ? "%.4f s" : "%.2f s"));
   row("all-reduce p10 / p50 / p90 / mean",
       num(s.allreduce_s.p10, "%.1f") + " / " + num(s.allreduce_s.p50, "%.1f") + " / " +
           num(s.allreduce_s.p90, "%.1f") + " / " + num(s.allreduce_s.mean, "%.1f s"));
-  row("outer-step utilization (report form)", num(100 * s.outer_step_utilization, "%.1f %%"));
-  row("compute utilization", num(100 * s.compute_utilization, "%.1f %%"));
-  row("MFU", num(100 * s.mfu, "%.1f %%"));
-  row("wire bytes / node / outer step", num(s.wire_bytes_per_node_per_outer_step / 1e9, "%.2f GB"));
+  row("outer-step utilization (report form)", pct(s.outer_step_utilization));
+  row("compute utilization", pct(s.compute_utilization));
+  row("MFU", pct(s.mfu));
+  row("wire bytes / node / outer step", scaled(s.wire_bytes_per_node_per_outer_step, "B", "G"));
   if (s.bandwidth_reduction_vs_ddp)
     row("bandwidth reduction vs DDP", num(*s.bandwidth_reduction_vs_ddp, "%.0fx"));
-  row("tokens", num(s.tokens / 1e9, "%.2f B"));
+  row("tokens", scaled(s.tokens, "", "B"));
   if (s.retries || s.fallbacks)
     row("retries / fallbacks", std::to_string(s.retries) + " / " + std::to_string(s.fallbacks));
   if (s.loss) row("final loss (train, mean over nodes)", num(*s.loss, "%.4f"));

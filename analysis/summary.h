@@ -57,7 +57,8 @@ struct OuterStepStats {
   double utilization = 0;          // T_inner / (T_inner + T_allreduce)
   double compute_utilization = 0;  // inner_s / duration_s
   double mfu = 0;  // flops_per_token × tokens / (duration × participants × GPUs × peak)
-  std::optional<double> loss;  // mean of the nodes' non-null losses
+  std::optional<double> loss;      // mean of the nodes' non-null losses
+  std::optional<double> val_loss;  // mean of the step's `evaluation` records (emulation)
 };
 
 struct Summary {
