@@ -10,6 +10,16 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns about the deliberately undefined upper halves inside its own intrinsic headers
+// (_mm512_undefined_*) once they are inlined; the warning is about the header, not our code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
 namespace meridian::codec_detail {
 
 static_assert(std::endian::native == std::endian::little,

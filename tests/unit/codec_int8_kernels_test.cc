@@ -1,6 +1,7 @@
-// The int8 PRIME kernels: the AVX-512 and the portable kernels give bit-identical encodings and
-// decodings (edge sizes, outliers, non-finite values), and the shipped bin means match a
-// double-precision reference within the stated fixed-point bound. Not a speed test (bench/).
+// The int8 kernels: for PRIME and min-max the AVX-512 and the portable kernels give bit-identical
+// encodings and decodings (edge sizes, outliers, non-finite values), and PRIME's shipped bin
+// means match a double-precision reference within the stated fixed-point bound. Not a speed
+// test (bench/).
 #include <gtest/gtest.h>
 
 #include <cfloat>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "engine/codec/codec_isa.h"
+#include "engine/codec/int8_minmax_codec.h"
 #include "engine/codec/int8_prime_codec.h"
 #include "tests/unit/codec_test_util.h"
 
@@ -55,10 +57,9 @@ float f32_at(std::span<const std::byte> bytes, std::size_t offset) {
 // Sizes around the 64-value block, the 8-way tables and the 2^19-value flush segment.
 const std::size_t kSizes[] = {0, 1, 7, 8, 63, 64, 65, 511, 512, 1000, 4099, (1u << 19) + 77};
 
-TEST(Int8PrimeKernels, Avx512AndPortableEncodeIdentically) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+// Encodes each size and kind of data with both kernel sets and asserts identical bytes.
+void expect_identical_encodings(const Codec& codec) {
   KernelChoice choice;
-  Int8PrimeCodec codec;
   for (std::size_t n : kSizes) {
     for (int kind = 0; kind < 3; ++kind) {
       std::vector<float> x = kind == 0 ? gaussian(n, n) : awkward(n, n + 17);
@@ -69,9 +70,19 @@ TEST(Int8PrimeKernels, Avx512AndPortableEncodeIdentically) {
       const auto portable = encode(codec, x);
       choice.use(CodecIsa::kAvx512);
       const auto avx512 = encode(codec, x);
-      ASSERT_EQ(portable, avx512) << "n = " << n << ", kind " << kind;
+      ASSERT_EQ(portable, avx512) << codec.name() << ", n = " << n << ", kind " << kind;
     }
   }
+}
+
+TEST(Int8PrimeKernels, Avx512AndPortableEncodeIdentically) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+  expect_identical_encodings(Int8PrimeCodec());
+}
+
+TEST(Int8MinMaxKernels, Avx512AndPortableEncodeIdentically) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+  expect_identical_encodings(Int8MinMaxCodec());
 }
 
 TEST(Int8PrimeKernels, Avx512AndPortableDecodeIdentically) {
