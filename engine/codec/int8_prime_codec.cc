@@ -128,10 +128,18 @@ MERIDIAN_ALWAYS_INLINE inline void quantize_block(const float* __restrict x,
   alignas(8) std::uint8_t outside[kBlock];
   for (std::size_t j = 0; j < len; ++j) outside[j] = code_of(x[j], s, q[j]);
   for (std::size_t j = 0; j < len; ++j) words[j] = word_of(x[j], q[j], s);
-  std::uint64_t any = 0;
-  for (std::size_t j = 0; j < len; ++j) any |= outside[j];
-  if (any == 0) return;
-  for (std::size_t j = 0; j < len; ++j) {
+  // Scan the flags 8 at a time: most groups of 8 have none (~2 % of N(0, 1) groups have one).
+  std::size_t j = 0;
+  for (; j + 8 <= len; j += 8) {
+    std::uint64_t flags;
+    std::memcpy(&flags, outside + j, sizeof flags);
+    while (flags != 0) {
+      const std::size_t i = j + static_cast<std::size_t>(std::countr_zero(flags)) / 8;
+      fix_value(x[i], q[i], s, words[i], excess);
+      flags &= flags - 1;  // each flag is 0 or 1: clears exactly that byte's bit
+    }
+  }
+  for (; j < len; ++j) {
     if (outside[j]) fix_value(x[j], q[j], s, words[j], excess);
   }
 }
