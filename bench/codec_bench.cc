@@ -5,9 +5,12 @@
 
 #include <cstring>
 #include <random>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/codec/codec.h"
+#include "engine/codec/codec_isa.h"
 
 namespace meridian {
 namespace {
@@ -86,7 +89,19 @@ void register_all() {
 }  // namespace meridian
 
 int main(int argc, char** argv) {
+  // --portable: run the portable kernels even where the CPU has AVX-512 (codec_isa.h).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--portable") {
+      meridian::set_codec_avx512_allowed(false);
+      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+      --argc;
+      break;
+    }
+  }
   benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("codec_kernels", meridian::codec_isa() == meridian::CodecIsa::kAvx512
+                                                   ? "avx512"
+                                                   : "portable");
   meridian::register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -1,7 +1,10 @@
 // Codec registry: ids, names and construction.
 #include "engine/codec/codec.h"
 
+#include <atomic>
+
 #include "engine/codec/bf16_codec.h"
+#include "engine/codec/codec_isa.h"
 #include "engine/codec/fp32_codec.h"
 #include "engine/codec/int8_minmax_codec.h"
 #include "engine/codec/int8_prime_codec.h"
@@ -43,6 +46,32 @@ CodecId parse_codec(std::string_view name) {
   }
   throw ConfigError("unknown codec '" + std::string(name) +
                     "': expected one of fp32, bf16, int8, int8-minmax");
+}
+
+namespace {
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vbmi");
+#else
+  return false;
+#endif
+}
+
+std::atomic<bool> avx512_allowed{true};
+
+}  // namespace
+
+CodecIsa codec_isa() {
+  static const bool has_avx512 = cpu_has_avx512();
+  return has_avx512 && avx512_allowed.load(std::memory_order_relaxed) ? CodecIsa::kAvx512
+                                                                       : CodecIsa::kPortable;
+}
+
+void set_codec_avx512_allowed(bool allowed) {
+  avx512_allowed.store(allowed, std::memory_order_relaxed);
 }
 
 }  // namespace meridian

@@ -10,6 +10,16 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12 warns about the deliberately undefined upper halves inside its own intrinsic headers
+// (_mm512_undefined_*) once they are inlined; the warning is about the header, not our code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
 namespace meridian::codec_detail {
 
 static_assert(std::endian::native == std::endian::little,
@@ -24,6 +34,18 @@ static_assert(std::endian::native == std::endian::little,
 inline constexpr std::size_t kBlock = 64;
 
 #define MERIDIAN_ALWAYS_INLINE __attribute__((always_inline))
+
+// AVX-512 variants of a kernel are the same always-inline C++ (or intrinsics) compiled inside a
+// function carrying this attribute, called only when codec_isa() (codec_isa.h) says kAvx512.
+// prefer-vector-width=512: without it GCC's generic tuning vectorises with 256-bit vectors.
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MERIDIAN_CODEC_AVX512 1
+#define MERIDIAN_TARGET_AVX512                                                       \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,"            \
+                        "prefer-vector-width=512")))
+#else
+#define MERIDIAN_CODEC_AVX512 0
+#endif
 
 // Calls body(begin, len) over [0, n): len == kBlock except for the last call.
 template <typename Body>

@@ -14,6 +14,8 @@ namespace meridian {
 //   sigma = sqrt(sum x^2 / (n - 1))  (n >= 2; sqrt(x^2) for n == 1; 0 for n == 0)
 //   scale = 6 sigma / 256, q = clamp(round_even(x / scale) + 128, 0, 255)
 //   lut[b] = mean of the x with q == b (0 for an empty bin); decode: x^ = lut[q].
+// The encoder sums each value's offset within its bin in fixed point: a shipped mean is within
+// 2^-29 bin widths (~1.7e-11 sigma) of the exact mean, plus its rounding to fp32.
 // Non-finite inputs (the codec cannot carry them; the message must stay valid): they add 0 to
 // sigma's sum, NaN is binned as 0 (bin 128), +-inf saturate to bins 255 / 0, and none of them
 // adds to a bin's mean (they count as 0). All-zero (sigma == 0) chunks encode every value in

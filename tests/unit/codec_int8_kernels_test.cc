@@ -1,0 +1,198 @@
+// The int8 kernels: for PRIME and min-max the AVX-512 and the portable kernels give bit-identical
+// encodings and decodings (edge sizes, outliers, non-finite values), and PRIME's shipped bin
+// means match a double-precision reference within the stated fixed-point bound. Not a speed
+// test (bench/).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/codec/codec_isa.h"
+#include "engine/codec/int8_minmax_codec.h"
+#include "engine/codec/int8_prime_codec.h"
+#include "tests/unit/codec_test_util.h"
+
+namespace meridian {
+namespace {
+
+using codec_test::encode;
+using codec_test::gaussian;
+
+constexpr std::size_t kLut = Int8PrimeCodec::kLutBytes;
+
+// Restores the default kernel choice when a test ends, even on a failed assertion.
+class KernelChoice {
+ public:
+  ~KernelChoice() { set_codec_avx512_allowed(true); }
+  void use(CodecIsa isa) { set_codec_avx512_allowed(isa == CodecIsa::kAvx512); }
+};
+
+bool have_avx512() {
+  set_codec_avx512_allowed(true);
+  return codec_isa() == CodecIsa::kAvx512;
+}
+
+// Gaussian values with a few far outliers (clamped to the end bins), NaN, +-inf, +-0 and
+// subnormals spread through them.
+std::vector<float> awkward(std::size_t n, std::uint64_t seed) {
+  std::vector<float> x = gaussian(n, seed);
+  std::mt19937_64 rng(seed + 1);
+  const float specials[] = {40.0f, -75.0f, NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-40f, 3.2f,
+                            -3.3f};
+  for (std::size_t i = 0; i < n / 50 + 1 && n > 0; ++i) {
+    x[rng() % n] = specials[rng() % std::size(specials)];
+  }
+  return x;
+}
+
+float f32_at(std::span<const std::byte> bytes, std::size_t offset) {
+  float v;
+  std::memcpy(&v, bytes.data() + offset, sizeof v);
+  return v;
+}
+
+// Bit-for-bit equality (NaN-safe; no memcmp on the null data() of empty vectors).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
+}
+
+// Sizes around the 64-value block, the 8-way tables and the 2^19-value flush segment.
+const std::size_t kSizes[] = {0, 1, 7, 8, 63, 64, 65, 511, 512, 1000, 4099, (1u << 19) + 77};
+
+// Encodes each size and kind of data with both kernel sets and asserts identical bytes.
+void expect_identical_encodings(const Codec& codec) {
+  KernelChoice choice;
+  for (std::size_t n : kSizes) {
+    for (int kind = 0; kind < 3; ++kind) {
+      std::vector<float> x = kind == 0 ? gaussian(n, n) : awkward(n, n + 17);
+      if (kind == 2) {
+        for (float& v : x) v *= 1e-3f;  // a different sigma, so other inv_scale roundings
+      }
+      choice.use(CodecIsa::kPortable);
+      const auto portable = encode(codec, x);
+      choice.use(CodecIsa::kAvx512);
+      const auto avx512 = encode(codec, x);
+      ASSERT_EQ(portable, avx512) << codec.name() << ", n = " << n << ", kind " << kind;
+    }
+  }
+}
+
+TEST(Int8PrimeKernels, Avx512AndPortableEncodeIdentically) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+  expect_identical_encodings(Int8PrimeCodec());
+}
+
+TEST(Int8MinMaxKernels, Avx512AndPortableEncodeIdentically) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+  expect_identical_encodings(Int8MinMaxCodec());
+}
+
+TEST(Int8PrimeKernels, Avx512AndPortableDecodeIdentically) {
+  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+  KernelChoice choice;
+  Int8PrimeCodec codec;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (std::size_t n : kSizes) {
+    // A table whose 256 entries all differ in all four bytes' worth of bits, and every code.
+    std::vector<std::byte> bytes(codec.encoded_bytes(n));
+    for (std::size_t b = 0; b < 256; ++b) {
+      const float v = dist(rng) * 1e3f;
+      std::memcpy(bytes.data() + 4 * b, &v, 4);
+    }
+    for (std::size_t i = 0; i < n; ++i) bytes[kLut + i] = static_cast<std::byte>(rng());
+    std::vector<float> acc0(n), acc1;
+    for (float& v : acc0) v = dist(rng);
+    acc1 = acc0;
+    std::vector<float> out0(n, -1.0f), out1(n, -2.0f);
+    choice.use(CodecIsa::kPortable);
+    codec.decode(bytes, out0);
+    codec.decode_add(bytes, acc0);
+    choice.use(CodecIsa::kAvx512);
+    codec.decode(bytes, out1);
+    codec.decode_add(bytes, acc1);
+    ASSERT_TRUE(same_bits(out0, out1)) << "decode, n = " << n;
+    ASSERT_TRUE(same_bits(acc0, acc1)) << "decode_add, n = " << n;
+    for (std::size_t i = 0; i < n; ++i) {
+      float expect;
+      std::memcpy(&expect, bytes.data() + 4 * static_cast<std::uint8_t>(bytes[kLut + i]), 4);
+      ASSERT_EQ(out1[i], expect) << i;
+    }
+  }
+}
+
+// The shipped means against means computed in double from the shipped codes. The histogram sums
+// each value's offset inside its bin as fixed point with 28 fraction bits (round to nearest: at
+// most 2^-29 bin widths off per value, so also for the mean); everything else is exact or
+// double rounding. So |lut[b] - mean_b| <= 2^-29 bin widths + double rounding, then the fp32
+// rounding of the mean: half an ulp. Asserted with 2^-28 bin widths to cover the double terms.
+void expect_means_within_bound(std::span<const float> x, std::span<const std::byte> bytes) {
+  const std::size_t n = x.size();
+  std::vector<double> sum(256, 0.0), count(256, 0.0);
+  double sum_sq = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint8_t q = static_cast<std::uint8_t>(bytes[kLut + i]);
+    const bool finite = std::isfinite(x[i]);
+    sum[q] += finite ? static_cast<double>(x[i]) : 0.0;
+    count[q] += 1.0;
+    if (finite) sum_sq += static_cast<double>(x[i]) * x[i];
+  }
+  const double sigma = std::sqrt(sum_sq / static_cast<double>(n > 1 ? n - 1 : 1));
+  const double bin_width = 6.0 * sigma / 256.0;
+  for (std::size_t b = 0; b < 256; ++b) {
+    const float shipped = f32_at(bytes, 4 * b);
+    if (count[b] == 0.0) {
+      ASSERT_EQ(shipped, 0.0f) << "empty bin " << b;
+      continue;
+    }
+    const double mean = sum[b] / count[b];
+    const double ulp = std::nextafter(std::fabs(static_cast<float>(mean)), INFINITY) -
+                       std::fabs(static_cast<float>(mean));
+    const double bound = 0x1p-28 * bin_width + 0.5 * ulp;
+    ASSERT_LE(std::fabs(static_cast<double>(shipped) - mean), bound)
+        << "bin " << b << " (" << count[b] << " values)";
+  }
+}
+
+TEST(Int8PrimeKernels, BinMeansMatchADoubleReferenceWithinTheFixedPointBound) {
+  KernelChoice choice;
+  Int8PrimeCodec codec;
+  for (CodecIsa isa : {CodecIsa::kPortable, CodecIsa::kAvx512}) {
+    choice.use(isa);
+    for (std::size_t n : {std::size_t{1000}, std::size_t{200'003}}) {
+      for (int kind = 0; kind < 2; ++kind) {
+        const std::vector<float> x = kind == 0 ? gaussian(n, 99 + n) : awkward(n, 5 + n);
+        expect_means_within_bound(x, encode(codec, x));
+      }
+      // Heavy tails: many values clamped into the end bins.
+      std::vector<float> t = gaussian(n, 3);
+      for (std::size_t i = 0; i < n; i += 3) t[i] = t[i] * t[i] * t[i] * 4.0f;
+      expect_means_within_bound(t, encode(codec, t));
+    }
+  }
+}
+
+TEST(Int8PrimeKernels, OneBinHoldingMoreThanASegmentStaysExact) {
+  // 2^20 + 5 equal values: every sub-table takes the most values it may hold between two
+  // flushes (2^16), the count fields must not overflow, and the mean is the value itself.
+  KernelChoice choice;
+  Int8PrimeCodec codec;
+  for (CodecIsa isa : {CodecIsa::kPortable, CodecIsa::kAvx512}) {
+    choice.use(isa);
+    const std::vector<float> x((1u << 20) + 5, 0.7f);
+    const auto bytes = encode(codec, x);
+    const std::uint8_t q = static_cast<std::uint8_t>(bytes[kLut]);
+    EXPECT_EQ(f32_at(bytes, 4 * q), 0.7f);
+    for (std::size_t b = 0; b < 256; ++b) {
+      if (b != q) {
+        ASSERT_EQ(f32_at(bytes, 4 * b), 0.0f) << b;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace meridian
