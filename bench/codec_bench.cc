@@ -3,8 +3,10 @@
 // for every row, memcpy included, so rows compare directly. Not a multi-threaded benchmark.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +72,27 @@ void BM_Codec(benchmark::State& state, CodecId id, Op op) {
       static_cast<double>(codec->encoded_bytes(n)) / static_cast<double>(n);
 }
 
+// The ring's use: a 64 MiB bucket from main memory encoded as the ring encodes it, one chunk of
+// RingOptions::max_chunk_bytes (4 MiB = 1 Mi values) at a time, each chunk its own codec frame.
+void BM_CodecChunked(benchmark::State& state, CodecId id) {
+  const std::size_t n = static_cast<std::size_t>(state.range(0));
+  const std::size_t chunk = static_cast<std::size_t>(state.range(1));
+  const auto codec = make_codec(id);
+  const std::vector<float> x = gaussian(n);
+  const std::size_t frame = codec->encoded_bytes(chunk);
+  std::vector<std::byte> bytes(frame * ((n + chunk - 1) / chunk));
+  for (auto _ : state) {
+    for (std::size_t off = 0, k = 0; off < n; off += chunk, ++k) {
+      const std::size_t len = std::min(chunk, n - off);
+      codec->encode(std::span<const float>(x.data() + off, len),
+                    std::span<std::byte>(bytes.data() + k * frame, codec->encoded_bytes(len)));
+    }
+    benchmark::DoNotOptimize(bytes.data());
+    benchmark::ClobberMemory();
+  }
+  set_fp32_bytes(state, n);
+}
+
 // 1 Mi values (4 MiB: beyond L2, inside L3) and 16 Mi values (64 MiB: main memory).
 constexpr std::int64_t kSizes[] = {1 << 20, 1 << 24};
 
@@ -82,6 +105,8 @@ void register_all() {
       auto* b = benchmark::RegisterBenchmark((name + "/" + op_name).c_str(), BM_Codec, id, op);
       for (std::int64_t n : kSizes) b->Arg(n);
     }
+    benchmark::RegisterBenchmark((name + "/encode_chunked").c_str(), BM_CodecChunked, id)
+        ->Args({1 << 24, 1 << 20});
   }
 }
 
