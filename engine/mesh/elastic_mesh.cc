@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <mutex>
 #include <set>
 
@@ -13,10 +12,11 @@
 namespace meridian {
 namespace {
 
+// v in decimal, zero-padded to 12 digits (more if it needs them), so keys sort by number.
 std::string padded(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%012llu", static_cast<unsigned long long>(v));
-  return buf;
+  std::string s = std::to_string(v);
+  if (s.size() < 12) s.insert(0, 12 - s.size(), '0');
+  return s;
 }
 
 std::optional<std::int64_t> parse_i64(const std::string& s) {
