@@ -43,7 +43,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:282.25]
+set yrange [0:281.1]
 plot '/work/main/results/intellect1-full/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -60,7 +60,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:282.25]
+set yrange [0:281.1]
 plot '/work/main/results/intellect1-full/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
