@@ -666,7 +666,7 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
   // default is shorter than one INTELLECT-1 outer step, ~2,900 s: joiners would give up).
   o.mesh.admission_timeout_s = kForever;
   // Likewise for the next record: a joiner named in a round recovers (163 GB at 0.5-4 Gb/s:
-  // 20+ minutes) and then computes that round's inner steps, and the round's record waits for
+  // 10-40 minutes) and then computes that round's inner steps, and the round's record waits for
   // its report; members that reported early would give up after the engine's 600 s default.
   o.mesh.round_timeout_s = kForever;
   o.phantom_outer_opt_s = w.sc.diloco.outer_opt_s;
