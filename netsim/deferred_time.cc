@@ -2,6 +2,7 @@
 #include "netsim/deferred_time.h"
 
 #include <simgrid/s4u.hpp>
+#include <utility>
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -38,14 +39,17 @@ double deferred_time_s() {
   return o == nullptr ? 0.0 : o->seconds;
 }
 
-void pay_deferred_time() {
+double take_deferred_time() {
   sg4::Actor* self = sg4::Actor::self();
-  if (self == nullptr) return;
+  if (self == nullptr) return 0.0;
   Owed* o = self->extension(owed_id());
-  if (o == nullptr || o->seconds <= 0) return;
-  const double s = o->seconds;
-  o->seconds = 0.0;
-  sg4::this_actor::sleep_for(s);
+  if (o == nullptr) return 0.0;
+  return std::exchange(o->seconds, 0.0);
+}
+
+void pay_deferred_time() {
+  const double s = take_deferred_time();
+  if (s > 0) sg4::this_actor::sleep_for(s);
 }
 
 }  // namespace meridian::netsim

@@ -12,6 +12,9 @@ namespace meridian::netsim {
 void defer_time(double seconds);
 // Sleeps whatever the current actor owes; a no-op when it owes nothing or outside an actor.
 void pay_deferred_time();
+// Returns what the current actor owes and clears it: the caller pays it another way (a timed
+// wait that starts listening only once it is paid).
+double take_deferred_time();
 // What the current actor owes (0 outside an actor): its own clock is the engine's plus this.
 double deferred_time_s();
 

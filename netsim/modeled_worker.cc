@@ -1,6 +1,7 @@
 // ModeledWorker: modelled inner-step time (see modeled_worker.h).
 #include "netsim/modeled_worker.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -24,7 +25,9 @@ ModeledWorker::ModeledWorker(const Scenario& sc, Runtime& runtime,
       tokens_per_step_(sc.tokens_per_inner_step()),
       param_count_(sc.model.param_count()),
       boundaries_(scenario_buckets(sc)),
-      extra_state_copies_(sc.diloco.state_copies - 1) {}
+      // The engine ships the outer parameters and the outer momentum itself (two copies); the
+      // worker's sections are the rest of `state_copies` (AdamW m and v by default).
+      extra_state_copies_(std::max(0, sc.diloco.state_copies - 2)) {}
 
 InnerStepsResult ModeledWorker::run_inner_steps(int steps) {
   const double t0 = runtime_.now_s();

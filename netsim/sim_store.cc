@@ -9,6 +9,8 @@
 #include <mutex>
 #include <simgrid/s4u.hpp>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 
 #include "engine/error.h"
 #include "netsim/deferred_time.h"
@@ -17,9 +19,45 @@
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
 
+namespace {
+
+// The key-value table: ordered for list(), with a hash index for the point reads that dominate
+// (every heartbeat reads every member's counter: N^2 reads per interval).
+class Table {
+ public:
+  const std::string* find(const std::string& key) const {
+    auto it = index_.find(std::string_view(key));
+    return it == index_.end() ? nullptr : it->second;
+  }
+  std::string& operator[](const std::string& key) {
+    if (std::string* v = const_cast<std::string*>(find(key))) return *v;
+    auto& entry = *ordered_.emplace(key, std::string()).first;
+    index_.emplace(std::string_view(entry.first), &entry.second);  // map nodes never move
+    return entry.second;
+  }
+  bool erase(const std::string& key) {
+    if (index_.erase(std::string_view(key)) == 0) return false;
+    ordered_.erase(key);
+    return true;
+  }
+  // The entries whose key starts with `prefix`, in key order.
+  template <typename F>
+  void for_prefix(const std::string& prefix, F f) const {
+    for (auto it = ordered_.lower_bound(prefix);
+         it != ordered_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
+      f(it->first);
+  }
+
+ private:
+  std::map<std::string, std::string> ordered_;
+  std::unordered_map<std::string_view, std::string*> index_;
+};
+
+}  // namespace
+
 struct SimStoreServer::State {
   sg4::Host* coordinator = nullptr;
-  std::map<std::string, std::string> table;
+  Table table;
   WaitList changed;  // no lock: see wait_list.h
 };
 
@@ -55,24 +93,22 @@ class SimStoreClient final : public Store {
   void set(const std::string& key, const std::string& value) override {
     const double up_s = request(key.size() + value.size());
     s_->table[key] = value;
-    s_->changed.notify_all();
+    changed(key);
     reply(up_s, 0);
   }
 
   std::string get(const std::string& key, double timeout_s) override {
-    pay_deferred_time();  // a blocking call: the wait starts on time
     const double up_s = request(key.size());
     wait_keys({key}, timeout_s);
-    std::string v = s_->table.at(key);
+    std::string v = *s_->table.find(key);  // wait_keys saw it
     reply(up_s, v.size());
     return v;
   }
 
   std::optional<std::string> try_get(const std::string& key) override {
     const double up_s = request(key.size());
-    auto it = s_->table.find(key);
     std::optional<std::string> v;
-    if (it != s_->table.end()) v = it->second;
+    if (const std::string* found = s_->table.find(key)) v = *found;
     reply(up_s, v ? v->size() : 0);
     return v;
   }
@@ -80,7 +116,6 @@ class SimStoreClient final : public Store {
   void wait(const std::vector<std::string>& keys, double timeout_s) override {
     std::size_t n = 0;
     for (auto& k : keys) n += k.size();
-    pay_deferred_time();
     const double up_s = request(n);
     wait_keys(keys, timeout_s);
     reply(up_s, 0);
@@ -89,17 +124,16 @@ class SimStoreClient final : public Store {
   std::int64_t add(const std::string& key, std::int64_t delta) override {
     const double up_s = request(key.size() + 8);
     std::int64_t v = 0;
-    auto it = s_->table.find(key);
-    if (it != s_->table.end()) {
+    if (const std::string* found = s_->table.find(key)) {
       try {
-        v = std::stoll(it->second);
+        v = std::stoll(*found);
       } catch (const std::exception&) {
         throw ProtocolError("store: add on key '" + key + "' whose value is not an integer");
       }
     }
     v += delta;
     s_->table[key] = std::to_string(v);
-    s_->changed.notify_all();
+    changed(key);
     reply(up_s, 8);
     return v;
   }
@@ -108,13 +142,12 @@ class SimStoreClient final : public Store {
                                          const std::optional<std::string>& expected,
                                          const std::string& desired) override {
     const double up_s = request(key.size() + desired.size() + (expected ? expected->size() : 0));
-    auto it = s_->table.find(key);
     std::optional<std::string> cur;
-    if (it != s_->table.end()) cur = it->second;
+    if (const std::string* found = s_->table.find(key)) cur = *found;
     if (cur == expected) {
       s_->table[key] = desired;
       cur = desired;
-      s_->changed.notify_all();
+      changed(key);
     }
     reply(up_s, cur ? cur->size() : 0);
     return cur;
@@ -122,7 +155,7 @@ class SimStoreClient final : public Store {
 
   bool erase(const std::string& key) override {
     const double up_s = request(key.size());
-    bool existed = s_->table.erase(key) > 0;
+    const bool existed = s_->table.erase(key);
     reply(up_s, 0);
     return existed;
   }
@@ -131,11 +164,10 @@ class SimStoreClient final : public Store {
     const double up_s = request(prefix.size());
     std::vector<std::string> keys;
     std::size_t n = 0;
-    for (auto it = s_->table.lower_bound(prefix);
-         it != s_->table.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
-      keys.push_back(it->first);
-      n += it->first.size();
-    }
+    s_->table.for_prefix(prefix, [&](const std::string& key) {
+      keys.push_back(key);
+      n += key.size();
+    });
     reply(up_s, n);
     return keys;
   }
@@ -176,14 +208,25 @@ class SimStoreClient final : public Store {
     flow(s_->coordinator, host_, bytes);
   }
 
+  // Wakes the waiters for `key` only (a heartbeat's add must not wake every waiting node).
+  void changed(const std::string& key) {
+    s_->changed.notify_if([&](const void* tag) {
+      const auto& keys = *static_cast<const std::vector<std::string>*>(tag);
+      return std::find(keys.begin(), keys.end(), key) != keys.end();
+    });
+  }
+
   void wait_keys(const std::vector<std::string>& keys, double timeout_s) {
-    const double deadline = sg4::Engine::get_clock() + timeout_s;
     auto all_present = [&] {
       for (auto& k : keys)
-        if (!s_->table.count(k)) return false;
+        if (!s_->table.find(k)) return false;
       return true;
     };
-    if (!s_->changed.wait_until(deadline, all_present))
+    // Keys already there: answered at once like any small call, its cost deferred (no wait).
+    if (all_present()) return;
+    // A blocking call: the wait starts once what the caller owes is paid (wait_until pays it).
+    const double deadline = sg4::Engine::get_clock() + deferred_time_s() + timeout_s;
+    if (!s_->changed.wait_until(deadline, all_present, &keys))
       throw TimeoutError("store: waited " + std::to_string(timeout_s) + " s for key '" +
                          (keys.empty() ? std::string() : keys.front()) + "'");
   }

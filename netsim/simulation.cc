@@ -658,7 +658,10 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
   o.allreduce_timeout_s = w.sc.diloco.timeout_s;
   o.max_chunk_bytes = w.sc.diloco.max_chunk_bytes * w.lane_scale;
   o.recovery.chunk_bytes = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
-  o.recovery.timeout_s = w.sc.diloco.timeout_s;
+  // A source serves its joiners only after the outer step's blocking checkpoint (below, in
+  // on_outer_step), while a joiner asks as soon as the record names it: the first reply can come
+  // checkpoint_s late on top of any transfer's own bound.
+  o.recovery.timeout_s = w.sc.diloco.timeout_s + std::max(0.0, w.sc.diloco.checkpoint_s);
   o.mesh.heartbeat_interval_s = w.sc.diloco.heartbeat_s;
   o.mesh.dead_after_s = w.sc.diloco.dead_after_s;
   o.mesh.max_retries = w.sc.diloco.retries;
@@ -667,6 +670,10 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
   // A joiner waits for the next boundary however long the outer step is (the engine's 600 s
   // default is shorter than one INTELLECT-1 outer step, ~2,900 s: joiners would give up).
   o.mesh.admission_timeout_s = kForever;
+  // Likewise for the next record: a joiner named in a round recovers (163 GB at 0.5-4 Gb/s:
+  // 10-40 minutes) and then computes that round's inner steps, and the round's record waits for
+  // its report; members that reported early would give up after the engine's 600 s default.
+  o.mesh.round_timeout_s = kForever;
   o.phantom_outer_opt_s = w.sc.diloco.outer_opt_s;
   // After every applied outer step: progress for step-based churn, then the blocking checkpoint
   // as in the netsim driver (before the next inner steps).

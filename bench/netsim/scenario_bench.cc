@@ -1,5 +1,5 @@
-// End-to-end wall time of whole scenarios (intellect1-global, intellect1-full), the way
-// `meridian sim` runs them, minus the summary. Each iteration runs in a forked child (SimGrid's
+// End-to-end wall time of whole scenarios (intellect1-global, intellect1-full; each driver), the
+// way `meridian sim` runs them, minus the summary. Each iteration runs in a forked child (SimGrid's
 // engine is a process singleton); the child reports simulated seconds and messages through a
 // pipe. Counters: simulated_s, messages, sim_per_wall (simulated seconds per wall second).
 #include <benchmark/benchmark.h>
@@ -82,6 +82,11 @@ BENCHMARK_CAPTURE(BM_Scenario, intellect1_global_model, std::string("intellect1-
     ->UseManualTime()
     ->Unit(benchmark::kSecond)
     ->Iterations(3);
+BENCHMARK_CAPTURE(BM_Scenario, intellect1_full_engine, std::string("intellect1-full"),
+                  std::string("engine"))
+    ->UseManualTime()
+    ->Unit(benchmark::kSecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(BM_Scenario, intellect1_full_model, std::string("intellect1-full"),
                   std::string("model"))
     ->UseManualTime()

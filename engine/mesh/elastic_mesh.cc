@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <mutex>
 #include <set>
 
@@ -13,10 +12,11 @@
 namespace meridian {
 namespace {
 
+// v in decimal, zero-padded to 12 digits (more if it needs them), so keys sort by number.
 std::string padded(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "%012llu", static_cast<unsigned long long>(v));
-  return buf;
+  std::string s = std::to_string(v);
+  if (s.size() < 12) s.insert(0, 12 - s.size(), '0');
+  return s;
 }
 
 std::optional<std::int64_t> parse_i64(const std::string& s) {
@@ -207,7 +207,9 @@ void ElasticMesh::beat_and_lease() {
     }
   }
   std::lock_guard<Mutex> lock(*mu_);
+  const bool gained = leader && !stopping_ && !leader_;
   leader_ = leader && !stopping_;
+  if (gained) cv_->notify_all();  // the coordinator activity waits for the lease (below)
 }
 
 void ElasticMesh::observe_heartbeats() {
@@ -254,21 +256,27 @@ bool ElasticMesh::is_dead(std::int64_t id) {
   return it->second.read_s - it->second.changed_s >= options_.dead_after_s;
 }
 
+bool ElasticMesh::wait_lease() {
+  std::lock_guard<Mutex> lock(*mu_);
+  // No deadline: the heartbeat activity notifies when it takes the lease, and stop() notifies.
+  // The bound only keeps each wait finite for the Runtimes.
+  while (!stopping_ && !leader_) cv_->wait_for(*mu_, 3600.0);
+  return !stopping_;
+}
+
 void ElasticMesh::coordinator_loop() {
-  const double poll_s = options_.heartbeat_interval_s / 2;
-  while (true) {
-    {
-      std::lock_guard<Mutex> lock(*mu_);
-      if (stopping_) return;
-    }
+  const double poll_s = options_.heartbeat_interval_s / 8;
+  // A node that does not hold the lease has nothing to resolve: it waits until its heartbeat
+  // activity takes the lease (or the node stops) instead of polling.
+  while (wait_lease()) {
     bool progressed = false;
     try {
-      if (is_leader()) progressed = resolve_once();
+      progressed = resolve_once();
     } catch (const PeerLostError&) {
       return;
     } catch (const TimeoutError&) {
     }
-    if (!progressed && wait_stop(is_leader() ? poll_s / 4 : poll_s)) return;
+    if (!progressed && wait_stop(poll_s)) return;
   }
 }
 

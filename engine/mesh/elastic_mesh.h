@@ -90,6 +90,8 @@ class ElasticMesh {
 
   void heartbeat_loop();
   void coordinator_loop();
+  // Waits until this node holds the coordinator lease; returns false when stopping.
+  bool wait_lease();
   void beat_and_lease();
   void observe_heartbeats();
   bool is_dead(std::int64_t id);

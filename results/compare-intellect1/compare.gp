@@ -43,7 +43,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:380]
+set yrange [0:278.8]
 plot '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot
@@ -60,7 +60,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:380]
+set yrange [0:278.8]
 plot '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot

@@ -151,6 +151,29 @@ TEST(SimRun, JoinerRecoversAndIsAdmitted) {
   EXPECT_GT(with5, 0);
 }
 
+// The same joiner under the engine driver: the engine's live recovery ships the outer parameters
+// and momentum (2 fp32 copies: state_copies 1 adds no worker section) while the four members
+// train, the joiner enters the round that named it, and nobody is lost on the way (the members
+// wait for its report longer than the engine's default round timeout).
+TEST(SimRun, EngineDriverJoinerRecoversAndIsAdmitted) {
+  const std::string trace = write_temp("ejoin.csv", "time_s,node,event\n5,eu-1,join\n");
+  const auto events =
+      testing::read_events(simulate(four_nodes(trace, 4), "ejoin", {"run.driver=engine"}));
+  const auto rec = testing::of_type(events, "recovery_finished");
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0]["node"], 4);
+  EXPECT_EQ(rec[0]["bytes"], 10'211'381'248ull * 4 * 2);
+  EXPECT_GT(rec[0]["elapsed_s"].get<double>(), 600.0);  // 82 GB at 1 Gb/s
+  ASSERT_EQ(testing::of_type(events, "admitted").size(), 1u);
+  for (auto& l : testing::of_type(events, "node_left")) EXPECT_EQ(l["graceful"], true);
+  int with5 = 0;
+  for (auto& o : testing::of_type(events, "outer_step")) with5 += o["participants"] == 5;
+  EXPECT_GT(with5, 0);
+  const auto fin = testing::of_type(events, "run_finished");
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin[0]["outer_steps"], 4);
+}
+
 TEST(SimRun, PlatformXmlAndBandwidthVariability) {
   const std::string two =
       "run: {name: x, outer_steps: 2}\n"

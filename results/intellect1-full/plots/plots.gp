@@ -43,7 +43,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:380]
+set yrange [0:281.1]
 plot '/work/main/results/intellect1-full/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -60,7 +60,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:380]
+set yrange [0:281.1]
 plot '/work/main/results/intellect1-full/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -151,7 +151,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6)
 set yrange [6.6:-0.6]
-set xrange [0:43.5361]
+set xrange [0:62.272]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/intellect1-full/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/intellect1-full/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/intellect1-full/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', '/work/main/results/intellect1-full/plots/data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#e69f00' title 'recovery'
@@ -166,7 +166,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6)
 set yrange [6.6:-0.6]
-set xrange [0:43.5361]
+set xrange [0:62.272]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/intellect1-full/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/intellect1-full/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/intellect1-full/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', '/work/main/results/intellect1-full/plots/data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#e69f00' title 'recovery'

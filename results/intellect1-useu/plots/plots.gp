@@ -151,7 +151,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6, 'node 7' 7, 'node 8' 8, 'node 9' 9)
 set yrange [9.6:-0.6]
-set xrange [0:46.545]
+set xrange [0:46.5451]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/intellect1-useu/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/intellect1-useu/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/intellect1-useu/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
@@ -166,7 +166,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6, 'node 7' 7, 'node 8' 8, 'node 9' 9)
 set yrange [9.6:-0.6]
-set xrange [0:46.545]
+set xrange [0:46.5451]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/intellect1-useu/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/intellect1-useu/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/intellect1-useu/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
