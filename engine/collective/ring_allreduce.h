@@ -49,10 +49,10 @@ struct ReduceBuffer {
   static ReduceBuffer phantom(std::size_t n) { return {{}, n}; }
 };
 
-// Scratch memory of the ring (a working copy of the buffer and the message slots), kept by a
-// caller that all-reduces repeatedly so that steady-state rounds allocate nothing and touch no
-// fresh pages. Grows to the largest round it served. One per concurrent call: not thread-safe.
-// Its contents are the ring's business.
+// Scratch memory of the ring (a copy of the input, which restores the buffer after a failed
+// round, and the message slots), kept by a caller that all-reduces repeatedly so that
+// steady-state rounds allocate nothing and touch no fresh pages. Grows to the largest round it
+// served. One per concurrent call: not thread-safe. Its contents are the ring's business.
 struct RingWorkspace {
   std::vector<float> work;
   std::vector<std::vector<std::byte>> slots;

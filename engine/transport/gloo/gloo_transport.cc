@@ -1,11 +1,13 @@
-// GlooTransport: each logical message is a credit (the receiver's buffer size, sent by the
-// receiver when it posts), then a 16-byte header (magic, payload bytes) and the payload, both on
-// the Gloo slot equal to the tag. The sender sends the payload only when it fits the credit:
-// Gloo aborts the process when a message exceeds the posted receive, so it must never see one;
-// an oversize message is a ProtocolError on both sides instead. Receives are posted up front, so
-// data flows as soon as the sender posts (as in Gloo's own collectives). Gloo errors become
-// Meridian errors here, and any failed operation aborts the epoch (Gloo cannot cancel a posted
-// receive, and the memory it targets belongs to the caller).
+// GlooTransport: each logical message is a 16-byte header (magic, payload bytes) and then the
+// payload, both on the Gloo slot equal to the tag and both posted by the sender at once. The
+// receiver posts the header's receive up front and the payload's only after checking the header,
+// for exactly the announced size: Gloo aborts the process when a message exceeds the posted
+// receive, so it must never see one, and Gloo's own rendezvous (a send leaves only when its
+// receive is posted) holds the payload back meanwhile; an oversize message is a ProtocolError at
+// the receiver, which aborts the epoch. A per-transport armer thread checks exchanges' headers as
+// they arrive, so payloads flow while the caller works. Gloo errors become Meridian errors here,
+// and any failed operation aborts the epoch (Gloo cannot cancel a posted receive, and the memory
+// it targets belongs to the caller).
 #include "engine/transport/gloo/gloo_transport.h"
 
 #include <gloo/common/error.h>
@@ -18,9 +20,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
-#include <future>
+#include <deque>
+#include <exception>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -35,10 +40,6 @@ using Clock = std::chrono::steady_clock;
 using Buffer = ::gloo::transport::UnboundBuffer;
 
 constexpr std::uint32_t kHeaderMagic = 0x4d474c4f;  // "MGLO"
-
-// Credits travel on the tag's slot with the top bit set (tag kinds are small numbers in bits
-// 56-63, so bit 63 is otherwise clear).
-constexpr std::uint64_t credit_slot(Tag tag) { return tag | (std::uint64_t{1} << 63); }
 
 struct Header {
   std::uint32_t magic = 0;
@@ -84,6 +85,7 @@ class GlooTransport final : public Transport {
   ~GlooTransport() override {
     // Close before the buffers' owners go away: nothing may be written into caller memory later.
     abort();
+    stop_armer();
   }
 
   int rank() const override { return rank_; }
@@ -94,7 +96,6 @@ class GlooTransport final : public Transport {
     check_peer(to, "send to");
     const auto deadline = deadline_after(timeout_s);
     Outgoing out(*this, to, tag, msg);
-    out.post(deadline);
     out.wait(deadline);
   }
 
@@ -176,81 +177,55 @@ class GlooTransport final : public Transport {
     }
   }
 
-  // A message on its way out. Posted at construction: the receive of the receiver's credit
-  // (its buffer size). post() waits for the credit, then sends the header and, when it fits,
-  // the payload; wait() completes the sends.
+  // A message on its way out, posted whole at construction: the 16-byte header (magic, payload
+  // bytes) and then the payload on the tag's slot. Gloo holds both until the receiver posts the
+  // matching receives, which it does for the payload only after checking the header.
   class Outgoing {
    public:
     Outgoing(GlooTransport& t, int to, Tag tag, Payload msg)
-        : t_(t), to_(to), tag_(tag), msg_(msg.bytes), credit_buf_(t, &credit_, sizeof(credit_)) {
-      t_.guarded(to_, "receive credit " + tag_text(tag_) + " from", [&] {
-        credit_buf_->recv(to_, credit_slot(tag_));
-        return 0;
-      });
-    }
-    void post(Clock::time_point deadline) {
-      t_.wait_op(*credit_buf_, false, to_, deadline, tag_);
-      header_ = {kHeaderMagic, 0, msg_.size()};
-      header_buf_.emplace(t_, &header_, sizeof(header_));
-      t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
-        header_buf_.value()->send(to_, tag_);
-        return 0;
-      });
-      if (msg_.size() > credit_) {
-        // The header tells the receiver why; then the epoch ends on both sides.
-        t_.wait_op(**header_buf_, true, to_, deadline, tag_);
-        t_.abort();
-        throw ProtocolError("message of " + std::to_string(msg_.size()) + " bytes for rank " +
-                            std::to_string(to_) + " (" + tag_text(tag_) +
-                            ") exceeds its receive buffer of " + std::to_string(credit_) +
-                            " bytes");
+        : t_(t),
+          to_(to),
+          tag_(tag),
+          header_{kHeaderMagic, 0, msg.bytes.size()},
+          header_buf_(t, &header_, sizeof(header_)) {
+      if (!msg.bytes.empty()) {
+        payload_buf_.emplace(t, const_cast<std::byte*>(msg.bytes.data()), msg.bytes.size());
       }
-      payload_buf_.emplace(t_, msg_.empty() ? &dummy_ : const_cast<std::byte*>(msg_.data()),
-                           msg_.size());
       t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
-        payload_buf_.value()->send(to_, tag_, 0, msg_.size());
+        header_buf_->send(to_, tag_);
+        if (payload_buf_) payload_buf_.value()->send(to_, tag_);
         return 0;
       });
     }
     void wait(Clock::time_point deadline) {
-      t_.wait_op(**header_buf_, true, to_, deadline, tag_);
-      t_.wait_op(**payload_buf_, true, to_, deadline, tag_);
+      t_.wait_op(*header_buf_, true, to_, deadline, tag_);
+      if (payload_buf_) t_.wait_op(**payload_buf_, true, to_, deadline, tag_);
     }
 
    private:
     GlooTransport& t_;
     int to_;
     Tag tag_;
-    std::span<const std::byte> msg_;
-    std::uint64_t credit_ = 0;
-    TrackedBuffer credit_buf_;
     Header header_;
-    std::byte dummy_{};
-    std::optional<TrackedBuffer> header_buf_, payload_buf_;
+    TrackedBuffer header_buf_;
+    std::optional<TrackedBuffer> payload_buf_;
   };
 
-  // A message on its way in. At construction: the credit (this buffer's size) goes to the
-  // sender and both receives (header, then payload of at most that size) are posted, so data
-  // flows as soon as the sender posts. The header's size is checked again on arrival.
+  // A message on its way in. At construction the header's receive is posted; arm() checks the
+  // header (magic, size within this buffer) and only then posts the payload's receive for
+  // exactly the announced size, so Gloo never sees a message larger than its receive. An
+  // exchange's message is armed by the transport's armer thread as soon as its header arrives
+  // (so the payload flows while the caller is busy); a plain recv() arms in the caller.
   class Incoming {
    public:
     Incoming(GlooTransport& t, int from, Tag tag, std::span<std::byte> into)
-        : t_(t),
-          from_(from),
-          tag_(tag),
-          into_(into),
-          credit_(into.size()),
-          credit_buf_(t, &credit_, sizeof(credit_)),
-          header_buf_(t, &header_, sizeof(header_)),
-          payload_buf_(t, into.empty() ? &dummy_ : into.data(), into.size()) {
+        : t_(t), from_(from), tag_(tag), into_(into), header_buf_(t, &header_, sizeof(header_)) {
       t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
-        credit_buf_->send(from_, credit_slot(tag_));
         header_buf_->recv(from_, tag_);
-        payload_buf_->recv(from_, tag_, 0, into_.size());
         return 0;
       });
     }
-    Received wait(Clock::time_point deadline) {
+    void arm(Clock::time_point deadline) {
       t_.wait_op(*header_buf_, false, from_, deadline, tag_);
       const std::string where =
           "message from rank " + std::to_string(from_) + " (" + tag_text(tag_) + ")";
@@ -264,22 +239,113 @@ class GlooTransport final : public Transport {
                             " bytes, more than the receive buffer's " +
                             std::to_string(into_.size()));
       }
-      t_.wait_op(*payload_buf_, false, from_, deadline, tag_);
-      t_.wait_op(*credit_buf_, true, from_, deadline, tag_);
+      if (header_.payload_bytes == 0) return;
+      payload_buf_.emplace(t_, into_.data(), header_.payload_bytes);
+      t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
+        payload_buf_.value()->recv(from_, tag_);
+        return 0;
+      });
+    }
+    // After arm(): the payload's arrival.
+    Received finish(Clock::time_point deadline) {
+      if (payload_buf_) t_.wait_op(**payload_buf_, false, from_, deadline, tag_);
       const std::size_t n = header_.payload_bytes;
       return {n, n};
     }
+    Received wait(Clock::time_point deadline) {
+      arm(deadline);
+      return finish(deadline);
+    }
+
+    // Armer hand-off, guarded by the transport's armer mutex.
+    enum class Arming { kQueued, kArming, kDone };
+    Arming arming = Arming::kDone;
+    std::exception_ptr arm_error;
 
    private:
     GlooTransport& t_;
     int from_;
     Tag tag_;
     std::span<std::byte> into_;
-    std::uint64_t credit_;
     Header header_;
-    std::byte dummy_{};
-    TrackedBuffer credit_buf_, header_buf_, payload_buf_;
+    TrackedBuffer header_buf_;
+    std::optional<TrackedBuffer> payload_buf_;  // posted once the header is checked
   };
+
+  // Queues `in` for the armer thread (started on first use).
+  void queue_arm(Incoming& in) {
+    std::lock_guard<std::mutex> lock(arm_mu_);
+    if (!armer_.joinable()) armer_ = std::thread([this] { armer_loop(); });
+    in.arming = Incoming::Arming::kQueued;
+    arm_queue_.push_back(&in);
+    arm_cv_.notify_all();
+  }
+
+  // Until `in` is armed: takes it back from the queue and arms it here, or waits for the armer.
+  // Rethrows the armer's error.
+  void await_arm(Incoming& in, Clock::time_point deadline, Tag tag, int from) {
+    std::unique_lock<std::mutex> lock(arm_mu_);
+    if (in.arming == Incoming::Arming::kQueued) {
+      arm_queue_.erase(std::find(arm_queue_.begin(), arm_queue_.end(), &in));
+      in.arming = Incoming::Arming::kDone;
+      lock.unlock();
+      in.arm(deadline);
+      return;
+    }
+    if (!arm_cv_.wait_until(lock, deadline,
+                            [&] { return in.arming == Incoming::Arming::kDone; })) {
+      lock.unlock();
+      abort();  // wakes the armer
+      throw TimeoutError("receive " + tag_text(tag) + " from rank " + std::to_string(from) +
+                         ": nothing arrived in time");
+    }
+    if (in.arm_error) std::rethrow_exception(in.arm_error);
+  }
+
+  // Before `in` goes away: it leaves the queue, or the armer finishes with it (call abort()
+  // first so that the armer does not wait for a message that will not come).
+  void forget_arm(Incoming& in) {
+    std::unique_lock<std::mutex> lock(arm_mu_);
+    if (in.arming == Incoming::Arming::kQueued) {
+      arm_queue_.erase(std::find(arm_queue_.begin(), arm_queue_.end(), &in));
+      in.arming = Incoming::Arming::kDone;
+    }
+    arm_cv_.wait(lock, [&] { return in.arming == Incoming::Arming::kDone; });
+  }
+
+ private:
+  // The armer: arms queued incoming messages in order, each as soon as its header arrives.
+  // Bounded by abort() (which wakes its wait), not by a caller's timeout.
+  void armer_loop() {
+    std::unique_lock<std::mutex> lock(arm_mu_);
+    for (;;) {
+      arm_cv_.wait(lock, [&] { return stop_armer_ || !arm_queue_.empty(); });
+      if (stop_armer_) return;
+      Incoming& in = *arm_queue_.front();
+      arm_queue_.pop_front();
+      in.arming = Incoming::Arming::kArming;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        in.arm(deadline_after(kArmerBackstopS));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      in.arm_error = error;
+      in.arming = Incoming::Arming::kDone;
+      arm_cv_.notify_all();
+    }
+  }
+
+  void stop_armer() {
+    {
+      std::lock_guard<std::mutex> lock(arm_mu_);
+      stop_armer_ = true;
+      arm_cv_.notify_all();
+    }
+    if (armer_.joinable()) armer_.join();
+  }
 
  private:
   void check_peer(int peer, const char* what) const {
@@ -297,6 +363,13 @@ class GlooTransport final : public Transport {
   std::atomic<bool> aborted_{false};
   std::mutex mutex_;
   std::set<Buffer*> live_;
+
+  static constexpr double kArmerBackstopS = 3600.0;
+  std::mutex arm_mu_;
+  std::condition_variable arm_cv_;
+  std::deque<Incoming*> arm_queue_;  // exchanges' messages waiting for their header
+  bool stop_armer_ = false;
+  std::thread armer_;
 };
 
 TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
@@ -309,64 +382,43 @@ TrackedBuffer::~TrackedBuffer() { transport_.untrack(buffer_.get()); }
 
 namespace {
 
-// An exchange: the receive side is posted at once (credit out, receives up); a helper thread
-// waits for the receiver's credit and posts the send the moment it arrives, so data flows while
-// the caller prepares its next message (the ring keeps two exchanges in flight), without
-// blocking start_exchange or letting a slow receiver on one tag hold up another.
-// Destroying an exchange that was never waited for aborts the epoch: its operations are still
-// posted, and Gloo must not touch their buffers afterwards.
+// An exchange: the outgoing message (header and payload) and the incoming header are posted at
+// once, and the incoming message is queued for the armer, which posts its payload's receive as
+// soon as the header has arrived and checked out; wait() completes both halves. No credit round
+// trip: Gloo's own rendezvous (a send leaves when its receive is posted) holds the payload back
+// until the receiver has checked its size.
+// Destroying an exchange whose wait() did not complete aborts the epoch: its operations are
+// still posted, and Gloo must not touch their buffers afterwards.
 class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
       : transport_(t),
-        to_(to),
+        from_(from),
         tag_(tag),
         incoming_(t, from, tag, into),
         outgoing_(t, to, tag, out) {
-    posted_ = promise_.get_future();
-    poster_ = std::thread([this] {
-      try {
-        // A backstop only: wait() bounds the caller, and abort() wakes this thread.
-        outgoing_.post(deadline_after(kPosterBackstopS));
-        promise_.set_value();
-      } catch (...) {
-        promise_.set_exception(std::current_exception());
-      }
-    });
+    transport_.queue_arm(incoming_);
   }
   ~GlooExchange() override {
-    // valid() turns false once wait() has collected the poster's result.
-    if (!waited_ || (posted_.valid() &&
-                     posted_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
-      transport_.abort();
-    }
-    poster_.join();
+    if (!completed_) transport_.abort();
+    transport_.forget_arm(incoming_);
   }
   Received wait(double timeout_s) override {
-    waited_ = true;
     const auto deadline = deadline_after(timeout_s);
-    if (posted_.wait_until(deadline) != std::future_status::ready) {
-      transport_.abort();
-      throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
-                         ": the receiver did not post its receive in time");
-    }
-    posted_.get();  // the poster's error, if any
-    const Received r = incoming_.wait(deadline);
+    transport_.await_arm(incoming_, deadline, tag_, from_);
+    const Received r = incoming_.finish(deadline);
     outgoing_.wait(deadline);
+    completed_ = true;
     return r;
   }
 
  private:
-  static constexpr double kPosterBackstopS = 3600.0;
   GlooTransport& transport_;
-  int to_;
+  int from_;
   Tag tag_;
-  bool waited_ = false;
+  bool completed_ = false;
   GlooTransport::Incoming incoming_;
   GlooTransport::Outgoing outgoing_;
-  std::promise<void> promise_;
-  std::future<void> posted_;
-  std::thread poster_;  // joined in the destructor, before the members it uses go
 };
 
 // The transport of an epoch with one member: no peers, so every operation is a usage error.
