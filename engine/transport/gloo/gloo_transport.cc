@@ -1,5 +1,5 @@
 // GlooTransport: each logical message is a 16-byte header (magic, payload bytes) and then the
-// payload, both on the Gloo slot equal to the tag and both posted by the sender at once. The
+// payload, on two Gloo slots derived from the tag, both posted by the sender at once. The
 // receiver posts the header's receive up front and the payload's only after checking the header,
 // for exactly the announced size: Gloo aborts the process when a message exceeds the posted
 // receive, so it must never see one, and Gloo's own rendezvous (a send leaves only when its
@@ -28,6 +28,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
@@ -40,6 +41,12 @@ using Clock = std::chrono::steady_clock;
 using Buffer = ::gloo::transport::UnboundBuffer;
 
 constexpr std::uint32_t kHeaderMagic = 0x4d474c4f;  // "MGLO"
+
+// Headers travel on the tag's slot with the top bit set (tag kinds are small numbers in bits
+// 56-63, so bit 63 is otherwise clear), payloads on the tag's slot: Gloo matches each slot's
+// messages in order, so with several messages of one tag in flight a header never meets a
+// payload's receive.
+constexpr std::uint64_t header_slot(Tag tag) { return tag | (std::uint64_t{1} << 63); }
 
 struct Header {
   std::uint32_t magic = 0;
@@ -178,7 +185,7 @@ class GlooTransport final : public Transport {
   }
 
   // A message on its way out, posted whole at construction: the 16-byte header (magic, payload
-  // bytes) and then the payload on the tag's slot. Gloo holds both until the receiver posts the
+  // bytes) and then the payload. Gloo holds both until the receiver posts the
   // matching receives, which it does for the payload only after checking the header.
   class Outgoing {
    public:
@@ -192,7 +199,7 @@ class GlooTransport final : public Transport {
         payload_buf_.emplace(t, const_cast<std::byte*>(msg.bytes.data()), msg.bytes.size());
       }
       t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
-        header_buf_->send(to_, tag_);
+        header_buf_->send(to_, header_slot(tag_));
         if (payload_buf_) payload_buf_.value()->send(to_, tag_);
         return 0;
       });
@@ -221,7 +228,7 @@ class GlooTransport final : public Transport {
     Incoming(GlooTransport& t, int from, Tag tag, std::span<std::byte> into)
         : t_(t), from_(from), tag_(tag), into_(into), header_buf_(t, &header_, sizeof(header_)) {
       t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
-        header_buf_->recv(from_, tag_);
+        header_buf_->recv(from_, header_slot(tag_));
         return 0;
       });
     }
@@ -246,6 +253,8 @@ class GlooTransport final : public Transport {
         return 0;
       });
     }
+    int from() const { return from_; }
+    Tag tag() const { return tag_; }
     // After arm(): the payload's arrival.
     Received finish(Clock::time_point deadline) {
       if (payload_buf_) t_.wait_op(**payload_buf_, false, from_, deadline, tag_);
@@ -261,6 +270,7 @@ class GlooTransport final : public Transport {
     enum class Arming { kQueued, kArming, kDone };
     Arming arming = Arming::kDone;
     std::exception_ptr arm_error;
+    std::uint64_t seq = 0;  // order of queue_arm() calls
 
    private:
     GlooTransport& t_;
@@ -272,69 +282,112 @@ class GlooTransport final : public Transport {
     std::optional<TrackedBuffer> payload_buf_;  // posted once the header is checked
   };
 
+  // Arming: an exchange's incoming message is armed (header checked, payload receive posted)
+  // by the armer thread as soon as its header arrives, or by the caller that waits for it.
+  // Messages of one (peer, tag) are armed in the order their exchanges started, since Gloo
+  // matches their payload receives in the order they are posted. Guarded by arm_mu_.
+
   // Queues `in` for the armer thread (started on first use).
   void queue_arm(Incoming& in) {
     std::lock_guard<std::mutex> lock(arm_mu_);
     if (!armer_.joinable()) armer_ = std::thread([this] { armer_loop(); });
     in.arming = Incoming::Arming::kQueued;
+    in.seq = next_seq_++;
+    unwaited_.insert(in.seq);
     arm_queue_.push_back(&in);
     arm_cv_.notify_all();
   }
 
-  // Until `in` is armed: takes it back from the queue and arms it here, or waits for the armer.
-  // Rethrows the armer's error.
-  void await_arm(Incoming& in, Clock::time_point deadline, Tag tag, int from) {
+  // Until `in` is armed: arms it here (after any older message of its stream that nobody is
+  // arming), or waits for whoever is. Rethrows the arming error.
+  void await_arm(Incoming& in, Clock::time_point deadline) {
     std::unique_lock<std::mutex> lock(arm_mu_);
-    if (in.arming == Incoming::Arming::kQueued) {
-      arm_queue_.erase(std::find(arm_queue_.begin(), arm_queue_.end(), &in));
-      in.arming = Incoming::Arming::kDone;
-      lock.unlock();
-      in.arm(deadline);
-      return;
-    }
-    if (!arm_cv_.wait_until(lock, deadline,
-                            [&] { return in.arming == Incoming::Arming::kDone; })) {
-      lock.unlock();
-      abort();  // wakes the armer
-      throw TimeoutError("receive " + tag_text(tag) + " from rank " + std::to_string(from) +
-                         ": nothing arrived in time");
+    unwaited_.erase(in.seq);
+    arm_cv_.notify_all();
+    while (in.arming != Incoming::Arming::kDone) {
+      Incoming* oldest = oldest_unarmed_of_stream(in);
+      if (oldest->arming == Incoming::Arming::kQueued) {
+        arm_here(*oldest, deadline, lock);
+        continue;
+      }
+      if (arm_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+          in.arming != Incoming::Arming::kDone) {
+        lock.unlock();
+        abort();  // wakes whoever is arming
+        throw TimeoutError("receive " + tag_text(in.tag()) + " from rank " +
+                           std::to_string(in.from()) + ": nothing arrived in time");
+      }
     }
     if (in.arm_error) std::rethrow_exception(in.arm_error);
   }
 
-  // Before `in` goes away: it leaves the queue, or the armer finishes with it (call abort()
-  // first so that the armer does not wait for a message that will not come).
+  // Before `in` goes away: it leaves the queue, or whoever arms it finishes (call abort()
+  // first so that nobody waits for a message that will not come).
   void forget_arm(Incoming& in) {
     std::unique_lock<std::mutex> lock(arm_mu_);
+    unwaited_.erase(in.seq);
     if (in.arming == Incoming::Arming::kQueued) {
       arm_queue_.erase(std::find(arm_queue_.begin(), arm_queue_.end(), &in));
       in.arming = Incoming::Arming::kDone;
     }
+    arm_cv_.notify_all();
     arm_cv_.wait(lock, [&] { return in.arming == Incoming::Arming::kDone; });
   }
 
  private:
-  // The armer: arms queued incoming messages in order, each as soon as its header arrives.
+  static bool same_stream(const Incoming& a, const Incoming& b) {
+    return a.from() == b.from() && a.tag() == b.tag();
+  }
+
+  // The oldest message of `in`'s stream that is queued or being armed (`in` itself if none).
+  Incoming* oldest_unarmed_of_stream(Incoming& in) {
+    Incoming* oldest = &in;
+    for (Incoming* x : arm_queue_)
+      if (same_stream(*x, in) && x->seq < oldest->seq) oldest = x;
+    for (Incoming* x : arming_now_)
+      if (same_stream(*x, in) && x->seq < oldest->seq) oldest = x;
+    return oldest;
+  }
+
+  // Arms `in` (queued, the oldest of its stream) on this thread with arm_mu_ released.
+  void arm_here(Incoming& in, Clock::time_point deadline, std::unique_lock<std::mutex>& lock) {
+    arm_queue_.erase(std::find(arm_queue_.begin(), arm_queue_.end(), &in));
+    in.arming = Incoming::Arming::kArming;
+    arming_now_.push_back(&in);
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      in.arm(deadline);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    in.arm_error = error;
+    in.arming = Incoming::Arming::kDone;
+    arming_now_.erase(std::find(arming_now_.begin(), arming_now_.end(), &in));
+    arm_cv_.notify_all();
+  }
+
+  // The armer: arms queued messages in order, each as soon as its header arrives, except the
+  // oldest one still to be waited for (its caller arms it when it waits: one thread hop less,
+  // while the armer works ahead on the next) and any behind an older one of its stream.
   // Bounded by abort() (which wakes its wait), not by a caller's timeout.
   void armer_loop() {
     std::unique_lock<std::mutex> lock(arm_mu_);
     for (;;) {
-      arm_cv_.wait(lock, [&] { return stop_armer_ || !arm_queue_.empty(); });
+      Incoming* next = nullptr;
+      arm_cv_.wait(lock, [&] {
+        next = nullptr;
+        for (Incoming* x : arm_queue_) {
+          if (x->seq != *unwaited_.begin() && oldest_unarmed_of_stream(*x) == x) {
+            next = x;
+            break;
+          }
+        }
+        return stop_armer_ || next != nullptr;
+      });
       if (stop_armer_) return;
-      Incoming& in = *arm_queue_.front();
-      arm_queue_.pop_front();
-      in.arming = Incoming::Arming::kArming;
-      lock.unlock();
-      std::exception_ptr error;
-      try {
-        in.arm(deadline_after(kArmerBackstopS));
-      } catch (...) {
-        error = std::current_exception();
-      }
-      lock.lock();
-      in.arm_error = error;
-      in.arming = Incoming::Arming::kDone;
-      arm_cv_.notify_all();
+      arm_here(*next, deadline_after(kArmerBackstopS), lock);
     }
   }
 
@@ -368,6 +421,9 @@ class GlooTransport final : public Transport {
   std::mutex arm_mu_;
   std::condition_variable arm_cv_;
   std::deque<Incoming*> arm_queue_;  // exchanges' messages waiting for their header
+  std::vector<Incoming*> arming_now_;  // being armed (by the armer or a waiting caller)
+  std::uint64_t next_seq_ = 0;
+  std::set<std::uint64_t> unwaited_;  // seq of queued messages whose wait() has not begun
   bool stop_armer_ = false;
   std::thread armer_;
 };
@@ -392,11 +448,7 @@ namespace {
 class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
-      : transport_(t),
-        from_(from),
-        tag_(tag),
-        incoming_(t, from, tag, into),
-        outgoing_(t, to, tag, out) {
+      : transport_(t), incoming_(t, from, tag, into), outgoing_(t, to, tag, out) {
     transport_.queue_arm(incoming_);
   }
   ~GlooExchange() override {
@@ -405,7 +457,7 @@ class GlooExchange final : public PendingExchange {
   }
   Received wait(double timeout_s) override {
     const auto deadline = deadline_after(timeout_s);
-    transport_.await_arm(incoming_, deadline, tag_, from_);
+    transport_.await_arm(incoming_, deadline);
     const Received r = incoming_.finish(deadline);
     outgoing_.wait(deadline);
     completed_ = true;
@@ -414,8 +466,6 @@ class GlooExchange final : public PendingExchange {
 
  private:
   GlooTransport& transport_;
-  int from_;
-  Tag tag_;
   bool completed_ = false;
   GlooTransport::Incoming incoming_;
   GlooTransport::Outgoing outgoing_;
