@@ -1,13 +1,11 @@
-// GlooTransport: each logical message is a 16-byte header (magic, payload bytes) and then the
-// payload, on two Gloo slots derived from the tag, both posted by the sender at once. The
-// receiver posts the header's receive up front and the payload's only after checking the header,
-// for exactly the announced size: Gloo aborts the process when a message exceeds the posted
-// receive, so it must never see one, and Gloo's own rendezvous (a send leaves only when its
-// receive is posted) holds the payload back meanwhile; an oversize message is a ProtocolError at
-// the receiver, which aborts the epoch. A per-transport armer thread checks exchanges' headers as
-// they arrive, so payloads flow while the caller works. Gloo errors become Meridian errors here,
-// and any failed operation aborts the epoch (Gloo cannot cancel a posted receive, and the memory
-// it targets belongs to the caller).
+// GlooTransport: each logical message is a credit (the receiver's buffer size, sent by the
+// receiver when it posts), then a 16-byte header (magic, payload bytes) and the payload, both on
+// the Gloo slot equal to the tag. The sender sends the payload only when it fits the credit:
+// Gloo aborts the process when a message exceeds the posted receive, so it must never see one;
+// an oversize message is a ProtocolError on both sides instead. Receives are posted up front, so
+// data flows as soon as the sender posts (as in Gloo's own collectives). Gloo errors become
+// Meridian errors here, and any failed operation aborts the epoch (Gloo cannot cancel a posted
+// receive, and the memory it targets belongs to the caller).
 #include "engine/transport/gloo/gloo_transport.h"
 
 #include <gloo/common/error.h>
@@ -20,15 +18,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <exception>
+#include <future>
+#include <map>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <thread>
-#include <vector>
 
 #include "engine/error.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
@@ -42,11 +37,9 @@ using Buffer = ::gloo::transport::UnboundBuffer;
 
 constexpr std::uint32_t kHeaderMagic = 0x4d474c4f;  // "MGLO"
 
-// Headers travel on the tag's slot with the top bit set (tag kinds are small numbers in bits
-// 56-63, so bit 63 is otherwise clear), payloads on the tag's slot: Gloo matches each slot's
-// messages in order, so with several messages of one tag in flight a header never meets a
-// payload's receive.
-constexpr std::uint64_t header_slot(Tag tag) { return tag | (std::uint64_t{1} << 63); }
+// Credits travel on the tag's slot with the top bit set (tag kinds are small numbers in bits
+// 56-63, so bit 63 is otherwise clear).
+constexpr std::uint64_t credit_slot(Tag tag) { return tag | (std::uint64_t{1} << 63); }
 
 struct Header {
   std::uint32_t magic = 0;
@@ -92,7 +85,6 @@ class GlooTransport final : public Transport {
   ~GlooTransport() override {
     // Close before the buffers' owners go away: nothing may be written into caller memory later.
     abort();
-    stop_armer();
   }
 
   int rank() const override { return rank_; }
@@ -103,6 +95,7 @@ class GlooTransport final : public Transport {
     check_peer(to, "send to");
     const auto deadline = deadline_after(timeout_s);
     Outgoing out(*this, to, tag, msg);
+    out.post(deadline);
     out.wait(deadline);
   }
 
@@ -145,6 +138,20 @@ class GlooTransport final : public Transport {
   }
   ::gloo::Context& context() { return *context_; }
 
+  // Records `posted` as the latest send of stream (to, tag) and returns the previous one's
+  // (invalid when none is pending): an exchange posts its send after that one.
+  std::shared_future<void> follow_stream(int to, Tag tag, std::shared_future<void> posted) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = last_post_.begin(); it != last_post_.end();) {
+      const bool done = it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      it = done ? last_post_.erase(it) : std::next(it);
+    }
+    std::shared_future<void>& slot = last_post_[{to, tag}];
+    std::shared_future<void> previous = slot;
+    slot = std::move(posted);
+    return previous;
+  }
+
   // Runs one Gloo call, translating its errors at this edge. Any failure aborts the epoch.
   template <typename F>
   auto guarded(int peer, const std::string& what, F&& f) -> decltype(f()) {
@@ -184,55 +191,81 @@ class GlooTransport final : public Transport {
     }
   }
 
-  // A message on its way out, posted whole at construction: the 16-byte header (magic, payload
-  // bytes) and then the payload. Gloo holds both until the receiver posts the
-  // matching receives, which it does for the payload only after checking the header.
+  // A message on its way out. Posted at construction: the receive of the receiver's credit
+  // (its buffer size). post() waits for the credit, then sends the header and, when it fits,
+  // the payload; wait() completes the sends.
   class Outgoing {
    public:
     Outgoing(GlooTransport& t, int to, Tag tag, Payload msg)
-        : t_(t),
-          to_(to),
-          tag_(tag),
-          header_{kHeaderMagic, 0, msg.bytes.size()},
-          header_buf_(t, &header_, sizeof(header_)) {
-      if (!msg.bytes.empty()) {
-        payload_buf_.emplace(t, const_cast<std::byte*>(msg.bytes.data()), msg.bytes.size());
-      }
+        : t_(t), to_(to), tag_(tag), msg_(msg.bytes), credit_buf_(t, &credit_, sizeof(credit_)) {
+      t_.guarded(to_, "receive credit " + tag_text(tag_) + " from", [&] {
+        credit_buf_->recv(to_, credit_slot(tag_));
+        return 0;
+      });
+    }
+    void post(Clock::time_point deadline) {
+      t_.wait_op(*credit_buf_, false, to_, deadline, tag_);
+      header_ = {kHeaderMagic, 0, msg_.size()};
+      header_buf_.emplace(t_, &header_, sizeof(header_));
       t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
-        header_buf_->send(to_, header_slot(tag_));
-        if (payload_buf_) payload_buf_.value()->send(to_, tag_);
+        header_buf_.value()->send(to_, tag_);
+        return 0;
+      });
+      if (msg_.size() > credit_) {
+        // The header tells the receiver why; then the epoch ends on both sides.
+        t_.wait_op(**header_buf_, true, to_, deadline, tag_);
+        t_.abort();
+        throw ProtocolError("message of " + std::to_string(msg_.size()) + " bytes for rank " +
+                            std::to_string(to_) + " (" + tag_text(tag_) +
+                            ") exceeds its receive buffer of " + std::to_string(credit_) +
+                            " bytes");
+      }
+      payload_buf_.emplace(t_, msg_.empty() ? &dummy_ : const_cast<std::byte*>(msg_.data()),
+                           msg_.size());
+      t_.guarded(to_, "send " + tag_text(tag_) + " to", [&] {
+        payload_buf_.value()->send(to_, tag_, 0, msg_.size());
         return 0;
       });
     }
     void wait(Clock::time_point deadline) {
-      t_.wait_op(*header_buf_, true, to_, deadline, tag_);
-      if (payload_buf_) t_.wait_op(**payload_buf_, true, to_, deadline, tag_);
+      t_.wait_op(**header_buf_, true, to_, deadline, tag_);
+      t_.wait_op(**payload_buf_, true, to_, deadline, tag_);
     }
 
    private:
     GlooTransport& t_;
     int to_;
     Tag tag_;
+    std::span<const std::byte> msg_;
+    std::uint64_t credit_ = 0;
+    TrackedBuffer credit_buf_;
     Header header_;
-    TrackedBuffer header_buf_;
-    std::optional<TrackedBuffer> payload_buf_;
+    std::byte dummy_{};
+    std::optional<TrackedBuffer> header_buf_, payload_buf_;
   };
 
-  // A message on its way in. At construction the header's receive is posted; arm() checks the
-  // header (magic, size within this buffer) and only then posts the payload's receive for
-  // exactly the announced size, so Gloo never sees a message larger than its receive. An
-  // exchange's message is armed by the transport's armer thread as soon as its header arrives
-  // (so the payload flows while the caller is busy); a plain recv() arms in the caller.
+  // A message on its way in. At construction: the credit (this buffer's size) goes to the
+  // sender and both receives (header, then payload of at most that size) are posted, so data
+  // flows as soon as the sender posts. The header's size is checked again on arrival.
   class Incoming {
    public:
     Incoming(GlooTransport& t, int from, Tag tag, std::span<std::byte> into)
-        : t_(t), from_(from), tag_(tag), into_(into), header_buf_(t, &header_, sizeof(header_)) {
+        : t_(t),
+          from_(from),
+          tag_(tag),
+          into_(into),
+          credit_(into.size()),
+          credit_buf_(t, &credit_, sizeof(credit_)),
+          header_buf_(t, &header_, sizeof(header_)),
+          payload_buf_(t, into.empty() ? &dummy_ : into.data(), into.size()) {
       t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
-        header_buf_->recv(from_, header_slot(tag_));
+        credit_buf_->send(from_, credit_slot(tag_));
+        header_buf_->recv(from_, tag_);
+        payload_buf_->recv(from_, tag_, 0, into_.size());
         return 0;
       });
     }
-    void arm(Clock::time_point deadline) {
+    Received wait(Clock::time_point deadline) {
       t_.wait_op(*header_buf_, false, from_, deadline, tag_);
       const std::string where =
           "message from rank " + std::to_string(from_) + " (" + tag_text(tag_) + ")";
@@ -246,159 +279,22 @@ class GlooTransport final : public Transport {
                             " bytes, more than the receive buffer's " +
                             std::to_string(into_.size()));
       }
-      if (header_.payload_bytes == 0) return;
-      payload_buf_.emplace(t_, into_.data(), header_.payload_bytes);
-      t_.guarded(from_, "receive " + tag_text(tag_) + " from", [&] {
-        payload_buf_.value()->recv(from_, tag_);
-        return 0;
-      });
-    }
-    int from() const { return from_; }
-    Tag tag() const { return tag_; }
-    // After arm(): the payload's arrival.
-    Received finish(Clock::time_point deadline) {
-      if (payload_buf_) t_.wait_op(**payload_buf_, false, from_, deadline, tag_);
+      t_.wait_op(*payload_buf_, false, from_, deadline, tag_);
+      t_.wait_op(*credit_buf_, true, from_, deadline, tag_);
       const std::size_t n = header_.payload_bytes;
       return {n, n};
     }
-    Received wait(Clock::time_point deadline) {
-      arm(deadline);
-      return finish(deadline);
-    }
-
-    // Armer hand-off, guarded by the transport's armer mutex.
-    enum class Arming { kQueued, kArming, kDone };
-    Arming arming = Arming::kDone;
-    std::exception_ptr arm_error;
-    std::uint64_t seq = 0;  // order of queue_arm() calls
 
    private:
     GlooTransport& t_;
     int from_;
     Tag tag_;
     std::span<std::byte> into_;
+    std::uint64_t credit_;
     Header header_;
-    TrackedBuffer header_buf_;
-    std::optional<TrackedBuffer> payload_buf_;  // posted once the header is checked
+    std::byte dummy_{};
+    TrackedBuffer credit_buf_, header_buf_, payload_buf_;
   };
-
-  // Arming: an exchange's incoming message is armed (header checked, payload receive posted)
-  // by the armer thread as soon as its header arrives, or by the caller that waits for it.
-  // Messages of one (peer, tag) are armed in the order their exchanges started, since Gloo
-  // matches their payload receives in the order they are posted. Guarded by arm_mu_.
-
-  // Queues `in` for the armer thread (started on first use).
-  void queue_arm(Incoming& in) {
-    std::lock_guard<std::mutex> lock(arm_mu_);
-    if (!armer_.joinable()) armer_ = std::thread([this] { armer_loop(); });
-    in.arming = Incoming::Arming::kQueued;
-    in.seq = next_seq_++;
-    unwaited_.insert(in.seq);
-    arm_queue_.push_back(&in);
-    arm_cv_.notify_all();
-  }
-
-  // Until `in` is armed: arms it here (after any older message of its stream that nobody is
-  // arming), or waits for whoever is. Rethrows the arming error.
-  void await_arm(Incoming& in, Clock::time_point deadline) {
-    std::unique_lock<std::mutex> lock(arm_mu_);
-    unwaited_.erase(in.seq);
-    arm_cv_.notify_all();
-    while (in.arming != Incoming::Arming::kDone) {
-      Incoming* oldest = oldest_unarmed_of_stream(in);
-      if (oldest->arming == Incoming::Arming::kQueued) {
-        arm_here(*oldest, deadline, lock);
-        continue;
-      }
-      if (arm_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
-          in.arming != Incoming::Arming::kDone) {
-        lock.unlock();
-        abort();  // wakes whoever is arming
-        throw TimeoutError("receive " + tag_text(in.tag()) + " from rank " +
-                           std::to_string(in.from()) + ": nothing arrived in time");
-      }
-    }
-    if (in.arm_error) std::rethrow_exception(in.arm_error);
-  }
-
-  // Before `in` goes away: it leaves the queue, or whoever arms it finishes (call abort()
-  // first so that nobody waits for a message that will not come).
-  void forget_arm(Incoming& in) {
-    std::unique_lock<std::mutex> lock(arm_mu_);
-    unwaited_.erase(in.seq);
-    if (in.arming == Incoming::Arming::kQueued) {
-      arm_queue_.erase(std::find(arm_queue_.begin(), arm_queue_.end(), &in));
-      in.arming = Incoming::Arming::kDone;
-    }
-    arm_cv_.notify_all();
-    arm_cv_.wait(lock, [&] { return in.arming == Incoming::Arming::kDone; });
-  }
-
- private:
-  static bool same_stream(const Incoming& a, const Incoming& b) {
-    return a.from() == b.from() && a.tag() == b.tag();
-  }
-
-  // The oldest message of `in`'s stream that is queued or being armed (`in` itself if none).
-  Incoming* oldest_unarmed_of_stream(Incoming& in) {
-    Incoming* oldest = &in;
-    for (Incoming* x : arm_queue_)
-      if (same_stream(*x, in) && x->seq < oldest->seq) oldest = x;
-    for (Incoming* x : arming_now_)
-      if (same_stream(*x, in) && x->seq < oldest->seq) oldest = x;
-    return oldest;
-  }
-
-  // Arms `in` (queued, the oldest of its stream) on this thread with arm_mu_ released.
-  void arm_here(Incoming& in, Clock::time_point deadline, std::unique_lock<std::mutex>& lock) {
-    arm_queue_.erase(std::find(arm_queue_.begin(), arm_queue_.end(), &in));
-    in.arming = Incoming::Arming::kArming;
-    arming_now_.push_back(&in);
-    lock.unlock();
-    std::exception_ptr error;
-    try {
-      in.arm(deadline);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    lock.lock();
-    in.arm_error = error;
-    in.arming = Incoming::Arming::kDone;
-    arming_now_.erase(std::find(arming_now_.begin(), arming_now_.end(), &in));
-    arm_cv_.notify_all();
-  }
-
-  // The armer: arms queued messages in order, each as soon as its header arrives, except the
-  // oldest one still to be waited for (its caller arms it when it waits: one thread hop less,
-  // while the armer works ahead on the next) and any behind an older one of its stream.
-  // Bounded by abort() (which wakes its wait), not by a caller's timeout.
-  void armer_loop() {
-    std::unique_lock<std::mutex> lock(arm_mu_);
-    for (;;) {
-      Incoming* next = nullptr;
-      arm_cv_.wait(lock, [&] {
-        next = nullptr;
-        for (Incoming* x : arm_queue_) {
-          if (x->seq != *unwaited_.begin() && oldest_unarmed_of_stream(*x) == x) {
-            next = x;
-            break;
-          }
-        }
-        return stop_armer_ || next != nullptr;
-      });
-      if (stop_armer_) return;
-      arm_here(*next, deadline_after(kArmerBackstopS), lock);
-    }
-  }
-
-  void stop_armer() {
-    {
-      std::lock_guard<std::mutex> lock(arm_mu_);
-      stop_armer_ = true;
-      arm_cv_.notify_all();
-    }
-    if (armer_.joinable()) armer_.join();
-  }
 
  private:
   void check_peer(int peer, const char* what) const {
@@ -416,16 +312,7 @@ class GlooTransport final : public Transport {
   std::atomic<bool> aborted_{false};
   std::mutex mutex_;
   std::set<Buffer*> live_;
-
-  static constexpr double kArmerBackstopS = 3600.0;
-  std::mutex arm_mu_;
-  std::condition_variable arm_cv_;
-  std::deque<Incoming*> arm_queue_;  // exchanges' messages waiting for their header
-  std::vector<Incoming*> arming_now_;  // being armed (by the armer or a waiting caller)
-  std::uint64_t next_seq_ = 0;
-  std::set<std::uint64_t> unwaited_;  // seq of queued messages whose wait() has not begun
-  bool stop_armer_ = false;
-  std::thread armer_;
+  std::map<std::pair<int, Tag>, std::shared_future<void>> last_post_;  // guarded by mutex_
 };
 
 TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
@@ -438,37 +325,70 @@ TrackedBuffer::~TrackedBuffer() { transport_.untrack(buffer_.get()); }
 
 namespace {
 
-// An exchange: the outgoing message (header and payload) and the incoming header are posted at
-// once, and the incoming message is queued for the armer, which posts its payload's receive as
-// soon as the header has arrived and checked out; wait() completes both halves. No credit round
-// trip: Gloo's own rendezvous (a send leaves when its receive is posted) holds the payload back
-// until the receiver has checked its size.
-// Destroying an exchange whose wait() did not complete aborts the epoch: its operations are
-// still posted, and Gloo must not touch their buffers afterwards.
+// An exchange: the receive side is posted at once (credit out, receives up); a helper thread
+// waits for the receiver's credit and posts the send the moment it arrives, so data flows while
+// the caller prepares its next message (the ring keeps two exchanges in flight), without
+// blocking start_exchange or letting a slow receiver on one tag hold up another. The sends of
+// one (peer, tag) are posted in the order their exchanges started (each poster waits for the
+// previous one of its stream), so several exchanges of one tag in flight keep their order.
+// Destroying an exchange that was never waited for aborts the epoch: its operations are still
+// posted, and Gloo must not touch their buffers afterwards.
 class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
-      : transport_(t), incoming_(t, from, tag, into), outgoing_(t, to, tag, out) {
-    transport_.queue_arm(incoming_);
+      : transport_(t),
+        to_(to),
+        tag_(tag),
+        incoming_(t, from, tag, into),
+        outgoing_(t, to, tag, out) {
+    posted_ = promise_.get_future();
+    std::shared_future<void> previous = t.follow_stream(to, tag, ordered_.get_future().share());
+    poster_ = std::thread([this, previous] {
+      try {
+        if (previous.valid()) previous.wait();  // set by that poster whatever its outcome
+        // A backstop only: wait() bounds the caller, and abort() wakes this thread.
+        outgoing_.post(deadline_after(kPosterBackstopS));
+        promise_.set_value();
+      } catch (...) {
+        promise_.set_exception(std::current_exception());
+      }
+      ordered_.set_value();  // the next exchange of this stream may post
+    });
   }
   ~GlooExchange() override {
-    if (!completed_) transport_.abort();
-    transport_.forget_arm(incoming_);
+    // valid() turns false once wait() has collected the poster's result.
+    if (!waited_ || (posted_.valid() &&
+                     posted_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
+      transport_.abort();
+    }
+    poster_.join();
   }
   Received wait(double timeout_s) override {
+    waited_ = true;
     const auto deadline = deadline_after(timeout_s);
-    transport_.await_arm(incoming_, deadline);
-    const Received r = incoming_.finish(deadline);
+    if (posted_.wait_until(deadline) != std::future_status::ready) {
+      transport_.abort();
+      throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
+                         ": the receiver did not post its receive in time");
+    }
+    posted_.get();  // the poster's error, if any
+    const Received r = incoming_.wait(deadline);
     outgoing_.wait(deadline);
-    completed_ = true;
     return r;
   }
 
  private:
+  static constexpr double kPosterBackstopS = 3600.0;
   GlooTransport& transport_;
-  bool completed_ = false;
+  int to_;
+  Tag tag_;
+  bool waited_ = false;
   GlooTransport::Incoming incoming_;
   GlooTransport::Outgoing outgoing_;
+  std::promise<void> promise_;
+  std::future<void> posted_;
+  std::promise<void> ordered_;  // set once this exchange's send is posted (or failed)
+  std::thread poster_;  // joined in the destructor, before the members it uses go
 };
 
 // The transport of an epoch with one member: no peers, so every operation is a usage error.
