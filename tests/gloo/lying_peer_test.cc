@@ -7,6 +7,8 @@
 // every outer step with identical parameters everywhere; no process crashes or grows.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 
 #include <atomic>
 #include <cstring>
@@ -173,6 +175,8 @@ TEST_F(LyingPeerTrainingTest, HonestNodesCutOffTheLiesAndFinishEveryOuterStep) {
       if (rank == liar && v.outer_step == 0) {
         // In the middle of the run, an oversized frame from a joined store connection.
         const int fd = raw_store_join(port_, kTestSecret, "test", "");
+        const timeval bound{10, 0};  // a server that failed to cut it off shows in the parent
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound));
         const char huge[4] = {'\x7f', '\xff', '\xff', '\xff'};  // 2 GiB announced
         if (::send(fd, huge, sizeof(huge), MSG_NOSIGNAL) != 4 || !closed_by_server(fd)) {
           std::fprintf(stderr, "the store did not cut off the oversized frame\n");
