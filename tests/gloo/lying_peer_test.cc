@@ -4,7 +4,9 @@
 // after sealing) and where that node also sends the store an oversized frame from a joined
 // connection. The honest receivers reject the chunks with ProtocolError, the epoch is cut off
 // and the round retried in a new one, the store cuts off the connection, and the run finishes
-// every outer step with identical parameters everywhere; no process crashes or grows.
+// every outer step with identical parameters everywhere; no process crashes or grows. A liar
+// that never stops is not evicted (nothing tells the mesh whose chunk was bad): every step
+// falls back to the local pseudo-gradient, and still nobody crashes.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -120,6 +122,15 @@ class TinyWorker final : public InnerWorker {
   std::vector<float> params_;
 };
 
+constexpr int kNodes = 3, kLiar = 2;  // node ids 1..3; the liar is node id 3
+
+// What a node of a lying-peer run reports back (from its own process).
+struct NodeOutcome {
+  NodeResult result;
+  std::vector<Event> events;
+  std::uint32_t crc = 0;  // of its outer parameters after the last outer step
+};
+
 class LyingPeerTrainingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -132,26 +143,20 @@ class LyingPeerTrainingTest : public ::testing::Test {
     server_ = std::make_unique<TcpStoreServer>(o);
     port_ = server_->start();
   }
-  std::uint16_t port_ = 0;
-  std::unique_ptr<TcpStoreServer> server_;
-  std::mutex log_mu_;
-  std::vector<std::string> log_;
-};
 
-TEST_F(LyingPeerTrainingTest, HonestNodesCutOffTheLiesAndFinishEveryOuterStep) {
-  const int nodes = 3, liar = 2;  // node ids 1..3; the liar is node id 3
-  const std::int64_t outer_steps = 3;
-  const auto pids = fork_ranks(nodes, [&](int rank) {
+  // One DiLoCo node (in a forked process) over Gloo; the liar corrupts its first ring message
+  // of each of its first `lying_epochs` epochs (a huge element count, then bad checksums) and,
+  // with `store_lie`, sends the store an oversized frame after outer step 0.
+  NodeOutcome run_node(int rank, int lying_epochs, bool store_lie, std::int64_t outer_steps) {
     const std::int64_t id = rank + 1;
     auto store = store_client(port_, "node" + std::to_string(id));
     GlooTransportFactory gloo(*store);
     ThreadRuntime runtime;
-    // The liar's first epoch: a chunk claiming a huge element count; its second: a bad checksum.
     std::atomic<int> epochs{0};
     FaultyTransportFactory transports(gloo, runtime, [&](const EpochSpec&) {
       FaultOptions lie;
       const int n = ++epochs;
-      if (rank == liar && n <= 2) {
+      if (rank == kLiar && n <= lying_epochs) {
         lie.flip_byte_at_message = 1;
         lie.flip_byte_offset = n == 1 ? kCountTopByte : kPayloadByte;
       }
@@ -164,15 +169,15 @@ TEST_F(LyingPeerTrainingTest, HonestNodesCutOffTheLiesAndFinishEveryOuterStep) {
     o.outer_steps = outer_steps;
     o.allreduce_timeout_s = kTimeoutS;
     o.max_chunk_bytes = 2048;
-    o.mesh.initial_world = nodes;
+    o.mesh.initial_world = kNodes;
     o.mesh.outer_steps = outer_steps;
     o.mesh.heartbeat_interval_s = 0.1;
     o.mesh.dead_after_s = 10.0;  // nobody dies here: a lie is not a death
     o.mesh.round_timeout_s = 60.0;
     o.mesh.admission_timeout_s = 60.0;
-    std::uint32_t final_crc = 0;
+    NodeOutcome out;
     o.on_outer_step = [&](const OuterStepView& v) {
-      if (rank == liar && v.outer_step == 0) {
+      if (store_lie && rank == kLiar && v.outer_step == 0) {
         // In the middle of the run, an oversized frame from a joined store connection.
         const int fd = raw_store_join(port_, kTestSecret, "test", "");
         const timeval bound{10, 0};  // a server that failed to cut it off shows in the parent
@@ -183,22 +188,44 @@ TEST_F(LyingPeerTrainingTest, HonestNodesCutOffTheLiesAndFinishEveryOuterStep) {
         }
         ::close(fd);
       }
-      final_crc = crc32c(std::as_bytes(v.outer_parameters));
+      out.crc = crc32c(std::as_bytes(v.outer_parameters));
     };
     DilocoNode node(worker, *store, transports, runtime, events, o);
-    const NodeResult r = node.run(true, id);
-    MERIDIAN_RANK_EXPECT(r.exit == NodeExit::kFinished);
-    MERIDIAN_RANK_EXPECT(r.outer_steps_applied == outer_steps);
+    out.result = node.run(true, id);
+    out.events = events.events();
+    store->set("crc/" + std::to_string(id), std::to_string(out.crc));
+    return out;
+  }
+
+  static std::size_t count(const NodeOutcome& n, const std::string& type) {
+    std::size_t k = 0;
+    for (const Event& e : n.events) k += e.type == type;
+    return k;
+  }
+
+  // The log outlives the server, whose thread writes to it until the server is destroyed.
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+  std::uint16_t port_ = 0;
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+TEST_F(LyingPeerTrainingTest, HonestNodesCutOffTheLiesAndFinishEveryOuterStep) {
+  const std::int64_t outer_steps = 3;
+  const auto pids = fork_ranks(kNodes, [&](int rank) {
+    const NodeOutcome n = run_node(rank, 2, true, outer_steps);
+    MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kFinished);
+    MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == outer_steps);
     // Outer step 0 was retried twice (the two lies), then committed; no fallback, no eviction.
-    MERIDIAN_RANK_EXPECT(events.of_type("retry").size() == 2);
-    MERIDIAN_RANK_EXPECT(events.of_type("fallback").empty());
-    for (const Event& e : events.of_type("outer_step"))
-      MERIDIAN_RANK_EXPECT(e.fields.str().find("\"participants\":3") != std::string::npos);
+    MERIDIAN_RANK_EXPECT(count(n, "retry") == 2);
+    MERIDIAN_RANK_EXPECT(count(n, "fallback") == 0);
+    for (const Event& e : n.events)
+      if (e.type == "outer_step")
+        MERIDIAN_RANK_EXPECT(e.fields.str().find("\"participants\":3") != std::string::npos);
     MERIDIAN_RANK_EXPECT(max_rss_kib() < kMaxRssKib);
-    store->set("crc/" + std::to_string(id), std::to_string(final_crc));
     return kRankOk;
   });
-  EXPECT_EQ(wait_all(pids), std::vector<int>(nodes, kRankOk));
+  EXPECT_EQ(wait_all(pids), std::vector<int>(kNodes, kRankOk));
   auto store = store_client(port_, "parent");
   const std::string crc = store->get("crc/1", kTimeoutS);
   EXPECT_EQ(store->get("crc/2", kTimeoutS), crc);
@@ -208,6 +235,23 @@ TEST_F(LyingPeerTrainingTest, HonestNodesCutOffTheLiesAndFinishEveryOuterStep) {
   bool logged = false;
   for (const auto& line : log_) logged = logged || line.find("frame claims") != std::string::npos;
   EXPECT_TRUE(logged) << "the store's log names the oversized frame";
+}
+
+// A liar that never stops: the mesh has no way to blame it (a failed ring does not say whose
+// chunk was bad), so every outer step is retried max_retries times and then falls back to each
+// node's local pseudo-gradient. The run still finishes, nobody crashes or grows.
+TEST_F(LyingPeerTrainingTest, APersistentLiarCostsFallbacksButNobodyCrashes) {
+  const std::int64_t outer_steps = 2;
+  const auto pids = fork_ranks(kNodes, [&](int rank) {
+    const NodeOutcome n = run_node(rank, 1000, false, outer_steps);
+    MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kFinished);
+    MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == outer_steps);
+    MERIDIAN_RANK_EXPECT(count(n, "retry") == 3 * outer_steps);  // MeshOptions::max_retries
+    MERIDIAN_RANK_EXPECT(count(n, "fallback") == outer_steps);
+    MERIDIAN_RANK_EXPECT(max_rss_kib() < kMaxRssKib);
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), std::vector<int>(kNodes, kRankOk));
 }
 
 }  // namespace
