@@ -190,8 +190,9 @@ class RingPass {
       std::span<std::byte> payload = message.subspan(kChunkHeaderBytes);
       codec_.encode(values(r), payload);
       seal_chunk(chunk_id(w.phase, w.send_share, w.piece, r.count), codec_, message);
-      // The owner keeps exactly what the others will decode.
-      if (w.phase == kAllGather) codec_.decode(payload, values(r));
+      // The owner keeps exactly what the others will decode (for a lossless codec, that is
+      // what it already holds).
+      if (w.phase == kAllGather && !codec_.lossless()) codec_.decode(payload, values(r));
       out = Payload::of(message);
     }
     // Receives are posted with exactly the expected message size (transports such as NCCL
@@ -271,6 +272,7 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
   stats.participants = transport.size();
   RingWorkspace local;
   RingWorkspace& ws = workspace != nullptr ? *workspace : local;
+  bool backed_up = false;  // ws.work holds the input and `buf` may have changed
   try {
     const bool phantom = buf.data.empty();
     if (!phantom && buf.count != buf.data.size())
@@ -289,9 +291,11 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
                         " exceeds the tag space (at most " + std::to_string(kMaxWorld) + ")");
     const auto codec = make_codec(options.codec);
 
-    // Work on a copy so that `buf` is untouched unless the whole round succeeds.
+    // Work in place on `buf`, keeping a copy of the input that restores it if the round fails:
+    // `buf` changes only when the whole round succeeds (one copy, not a copy in and out).
     ws.work.assign(buf.data.begin(), buf.data.end());
-    RingPass(transport, *codec, options, buf.count, kCodecPass).run(ws.work, ws.slots, stats);
+    backed_up = !phantom && buf.count > 0;
+    RingPass(transport, *codec, options, buf.count, kCodecPass).run(buf.data, ws.slots, stats);
     stats.elapsed_s = runtime.now_s() - start_s;
 
     if (options.measure_error && !phantom) {
@@ -299,16 +303,15 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
         stats.relative_error = 0.0;
       } else {
         const auto exact_codec = make_codec(CodecId::kFp32);
-        std::vector<float> exact(buf.data.begin(), buf.data.end());
+        std::vector<float> exact(ws.work.begin(), ws.work.end());  // the input
         RingStats ignored;  // the measuring pass's bytes are not the all-reduce's
         RingPass(transport, *exact_codec, options, buf.count, kExactPass)
             .run(exact, ws.slots, ignored);
-        stats.relative_error = relative_error(ws.work, exact);
+        stats.relative_error = relative_error(buf.data, exact);
       }
     }
-    if (!phantom && buf.count > 0)
-      std::memcpy(buf.data.data(), ws.work.data(), buf.count * sizeof(float));
   } catch (...) {
+    if (backed_up) std::memcpy(buf.data.data(), ws.work.data(), buf.count * sizeof(float));
     transport.abort();
     throw;
   }

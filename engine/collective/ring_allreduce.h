@@ -49,10 +49,10 @@ struct ReduceBuffer {
   static ReduceBuffer phantom(std::size_t n) { return {{}, n}; }
 };
 
-// Scratch memory of the ring (a working copy of the buffer and the message slots), kept by a
-// caller that all-reduces repeatedly so that steady-state rounds allocate nothing and touch no
-// fresh pages. Grows to the largest round it served. One per concurrent call: not thread-safe.
-// Its contents are the ring's business.
+// Scratch memory of the ring (a copy of the input, which restores the buffer after a failed
+// round, and the message slots), kept by a caller that all-reduces repeatedly so that
+// steady-state rounds allocate nothing and touch no fresh pages. Grows to the largest round it
+// served. One per concurrent call: not thread-safe. Its contents are the ring's business.
 struct RingWorkspace {
   std::vector<float> work;
   std::vector<std::vector<std::byte>> slots;
@@ -61,6 +61,7 @@ struct RingWorkspace {
 // In place: on return every rank's buffer holds the (codec-rounded) sum. On PeerLostError /
 // TimeoutError / ProtocolError (or ConfigError for bad options) the transport is aborted (so
 // peers fail fast too) and `buf` is unchanged, so the round can be retried in a new epoch.
+// While the call runs `buf` holds partial sums (nobody may read it concurrently).
 // `workspace` may be null (a temporary one is used).
 RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer buf,
                           const RingOptions& options, RingWorkspace* workspace = nullptr);

@@ -133,6 +133,30 @@ TEST_F(GlooTransportTest, SendRecvExchangeAndConcurrentTagsBetweenThreeProcesses
   EXPECT_EQ(wait_all(pids), std::vector<int>(world, kRankOk));
 }
 
+// Exchanges on one (peer, tag) stream keep their order even when several are in flight and the
+// later one is waited for first (Gloo matches payload receives in the order they are posted).
+TEST_F(GlooTransportTest, ExchangesOfOneTagInFlightTogetherStayInOrder) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, 2);
+    const int peer = 1 - rank;
+    const Tag tag = make_tag(TagKind::kTest, 9);
+    for (int round = 0; round < 3; ++round) {
+      const auto small = pattern(rank, 10, round), big = pattern(rank, 5000, round + 10);
+      std::vector<float> got_small(10), got_big(5000);
+      auto first = t->start_exchange(peer, Payload::of(bytes_of(small)), peer,
+                                     bytes_of(got_small), tag);
+      auto second =
+          t->start_exchange(peer, Payload::of(bytes_of(big)), peer, bytes_of(got_big), tag);
+      MERIDIAN_RANK_EXPECT(second->wait(kTimeoutS).bytes == big.size() * sizeof(float));
+      MERIDIAN_RANK_EXPECT(first->wait(kTimeoutS).bytes == small.size() * sizeof(float));
+      MERIDIAN_RANK_EXPECT(got_small == pattern(peer, 10, round));
+      MERIDIAN_RANK_EXPECT(got_big == pattern(peer, 5000, round + 10));
+    }
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankOk, kRankOk}));
+}
+
 TEST_F(GlooTransportTest, ARecvWithNoSenderTimesOut) {
   const auto pids = fork_ranks(2, [&](int rank) {
     auto [store, factory, t] = join_epoch(port_, rank, 2);

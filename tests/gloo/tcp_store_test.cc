@@ -12,7 +12,7 @@
 
 #include "engine/error.h"
 #include "engine/store/tcp_store_wire.h"
-#include "engine/util/hmac.h"
+#include "tests/gloo/raw_store_client.h"
 
 namespace meridian {
 namespace {
@@ -43,47 +43,8 @@ class TcpStoreTest : public ::testing::Test {
     return o;
   }
 
-  // A raw socket connected to the server, its greeting read; returns the server nonce.
-  int raw_connect(store_wire::Nonce* nonce = nullptr) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port_);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-    store_wire::Reader hello(store_wire::recv_frame(fd, 4096, store_wire::now_s() + 10));
-    EXPECT_EQ(hello.type(), Type::kHello);
-    EXPECT_EQ(hello.u32("magic"), store_wire::kMagic);
-    hello.u16("protocol");
-    store_wire::Nonce n;
-    hello.raw(n.data(), n.size(), "nonce");
-    if (nonce) *nonce = n;
-    return fd;
-  }
-
-  // A raw socket that has joined properly (so the next frames are requests).
-  int raw_joined() {
-    store_wire::Nonce server_nonce;
-    const int fd = raw_connect(&server_nonce);
-    const store_wire::Nonce client_nonce{};
-    const auto proof = hmac_sha256(
-        kSecret, store_wire::join_transcript(server_nonce, "raw", "0.1.0", "cfg-a", client_nonce));
-    Writer join(Type::kJoin);
-    join.str("raw").str("0.1.0").str("cfg-a").raw(client_nonce.data(), 32).raw(proof.data(), 32);
-    store_wire::send_all(fd, join.frame(), store_wire::now_s() + 10);
-    store_wire::Reader welcome(store_wire::recv_frame(fd, 4096, store_wire::now_s() + 10));
-    EXPECT_EQ(welcome.type(), Type::kWelcome);
-    return fd;
-  }
-
-  // True once the server has closed `fd` (reads EOF or a reset).
-  static bool closed_by_server(int fd) {
-    char buf[256];
-    for (;;) {
-      const ssize_t rc = ::recv(fd, buf, sizeof(buf), 0);
-      if (rc <= 0) return true;  // the rest of any reply is drained first
-    }
-  }
+  int raw_connect() { return testing::raw_store_connect(port_); }
+  int raw_joined() { return testing::raw_store_join(port_, kSecret, "0.1.0", "cfg-a"); }
 
   static void send_raw(int fd, const std::string& bytes) {
     ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
@@ -92,7 +53,7 @@ class TcpStoreTest : public ::testing::Test {
 
   // The server closed `fd` for breaking the protocol and still serves a well-behaved client.
   void expect_cut_off_and_server_alive(int fd) {
-    EXPECT_TRUE(closed_by_server(fd));
+    EXPECT_TRUE(testing::closed_by_server(fd));
     ::close(fd);
     EXPECT_EQ(server_->stats().cut_off, 1u);
     expect_server_still_serves();
@@ -260,12 +221,7 @@ TEST(TcpStoreServerTest, APeerThatNeverJoinsIsClosedAtTheHandshakeDeadline) {
   o.handshake_timeout_s = 0.05;
   TcpStoreServer server(o);
   const std::uint16_t port = server.start();
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  const int fd = testing::loopback_connect(port);
   char buf[256];
   while (::recv(fd, buf, sizeof(buf), 0) > 0) {
   }  // the greeting, then EOF once the deadline passes

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -136,6 +137,20 @@ class GlooTransport final : public Transport {
     live_.erase(b);
   }
   ::gloo::Context& context() { return *context_; }
+
+  // Records `posted` as the latest send of stream (to, tag) and returns the previous one's
+  // (invalid when none is pending): an exchange posts its send after that one.
+  std::shared_future<void> follow_stream(int to, Tag tag, std::shared_future<void> posted) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = last_post_.begin(); it != last_post_.end();) {
+      const bool done = it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+      it = done ? last_post_.erase(it) : std::next(it);
+    }
+    std::shared_future<void>& slot = last_post_[{to, tag}];
+    std::shared_future<void> previous = slot;
+    slot = std::move(posted);
+    return previous;
+  }
 
   // Runs one Gloo call, translating its errors at this edge. Any failure aborts the epoch.
   template <typename F>
@@ -297,6 +312,7 @@ class GlooTransport final : public Transport {
   std::atomic<bool> aborted_{false};
   std::mutex mutex_;
   std::set<Buffer*> live_;
+  std::map<std::pair<int, Tag>, std::shared_future<void>> last_post_;  // guarded by mutex_
 };
 
 TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
@@ -312,7 +328,9 @@ namespace {
 // An exchange: the receive side is posted at once (credit out, receives up); a helper thread
 // waits for the receiver's credit and posts the send the moment it arrives, so data flows while
 // the caller prepares its next message (the ring keeps two exchanges in flight), without
-// blocking start_exchange or letting a slow receiver on one tag hold up another.
+// blocking start_exchange or letting a slow receiver on one tag hold up another. The sends of
+// one (peer, tag) are posted in the order their exchanges started (each poster waits for the
+// previous one of its stream), so several exchanges of one tag in flight keep their order.
 // Destroying an exchange that was never waited for aborts the epoch: its operations are still
 // posted, and Gloo must not touch their buffers afterwards.
 class GlooExchange final : public PendingExchange {
@@ -324,14 +342,17 @@ class GlooExchange final : public PendingExchange {
         incoming_(t, from, tag, into),
         outgoing_(t, to, tag, out) {
     posted_ = promise_.get_future();
-    poster_ = std::thread([this] {
+    std::shared_future<void> previous = t.follow_stream(to, tag, ordered_.get_future().share());
+    poster_ = std::thread([this, previous] {
       try {
+        if (previous.valid()) previous.wait();  // set by that poster whatever its outcome
         // A backstop only: wait() bounds the caller, and abort() wakes this thread.
         outgoing_.post(deadline_after(kPosterBackstopS));
         promise_.set_value();
       } catch (...) {
         promise_.set_exception(std::current_exception());
       }
+      ordered_.set_value();  // the next exchange of this stream may post
     });
   }
   ~GlooExchange() override {
@@ -366,6 +387,7 @@ class GlooExchange final : public PendingExchange {
   GlooTransport::Outgoing outgoing_;
   std::promise<void> promise_;
   std::future<void> posted_;
+  std::promise<void> ordered_;  // set once this exchange's send is posted (or failed)
   std::thread poster_;  // joined in the destructor, before the members it uses go
 };
 

@@ -1,0 +1,258 @@
+// A participant that lies during training, over real processes: DiLoCo nodes (DilocoNode over
+// the Gloo transport and the TCP store, one forked process each) where one node's ring chunks
+// claim a huge element count or carry a bad checksum (engine/transport/fault flips the bytes
+// after sealing) and where that node also sends the store an oversized frame from a joined
+// connection. The honest receivers reject the chunks with ProtocolError, the epoch is cut off
+// and the round retried in a new one, the store cuts off the connection, and the run finishes
+// every outer step with identical parameters everywhere; no process crashes or grows. A liar
+// that never stops is not evicted (nothing tells the mesh whose chunk was bad): every step
+// falls back to the local pseudo-gradient, and still nobody crashes.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/collective/ring_allreduce.h"
+#include "engine/diloco/diloco.h"
+#include "engine/events/event_sink.h"
+#include "engine/runtime/thread_runtime.h"
+#include "engine/transport/fault/faulty_transport.h"
+#include "engine/transport/gloo/gloo_transport.h"
+#include "engine/util/crc32c.h"
+#include "engine/wire/chunk.h"
+#include "tests/gloo/multi_process.h"
+#include "tests/gloo/raw_store_client.h"
+
+namespace meridian {
+namespace {
+
+using namespace meridian::testing;
+using gloo_transport::GlooTransportFactory;
+
+constexpr double kTimeoutS = 20.0;
+// Byte 39 is the top byte of the chunk header's element count (offset 32, 8 bytes LE): flipped,
+// the chunk claims about 2^64 - 2^56 elements.
+constexpr std::size_t kCountTopByte = 39;
+// A byte of the payload: the header is intact and the CRC-32C no longer matches.
+constexpr std::size_t kPayloadByte = kChunkHeaderBytes + 5;
+// No process of these tests gets near this (the model is 16 KiB); an allocation sized by a
+// lying count would.
+constexpr long kMaxRssKib = 512 * 1024;
+
+long max_rss_kib() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+// The ring over Gloo with one rank's first message corrupted: its receiver raises
+// ProtocolError, every other rank PeerLostError (the receiver aborts the epoch), inputs intact.
+class LyingPeerRingTest : public WithStore<::testing::TestWithParam<std::size_t>> {};
+
+TEST_P(LyingPeerRingTest, ACorruptChunkIsAProtocolErrorAtItsReceiverOnly) {
+  const int world = 3, liar = 1;
+  const std::size_t count = 3000;
+  const auto pids = fork_ranks(world, [&](int rank) {
+    auto store = store_client(port_, "rank" + std::to_string(rank));
+    GlooTransportFactory factory(*store);
+    EpochSpec spec;
+    spec.epoch = 3;
+    spec.rank = rank;
+    spec.members = {0, 1, 2};
+    spec.timeout_s = kTimeoutS;
+    auto gloo = factory.connect(spec);
+    ThreadRuntime runtime;
+    FaultOptions lie;
+    if (rank == liar) {
+      lie.flip_byte_at_message = 1;
+      lie.flip_byte_offset = GetParam();
+    }
+    FaultyTransport t(*gloo, runtime, lie);
+    std::vector<float> buf(count, static_cast<float>(rank + 1));
+    const std::vector<float> input = buf;
+    RingOptions o;
+    o.timeout_s = kTimeoutS;
+    o.max_chunk_bytes = 1024;
+    try {
+      ring_all_reduce(t, runtime, ReduceBuffer::of(buf), o);
+    } catch (const Error&) {
+      MERIDIAN_RANK_EXPECT(buf == input);
+      MERIDIAN_RANK_EXPECT(max_rss_kib() < kMaxRssKib);
+      throw;
+    }
+    return kRankWrongResult;  // must have failed
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankPeerLost, kRankPeerLost, kRankProtocol}));
+}
+
+INSTANTIATE_TEST_SUITE_P(HugeCountOrBadChecksum, LyingPeerRingTest,
+                         ::testing::Values(kCountTopByte, kPayloadByte));
+
+// Parameters start at p[i] = i / 64; inner step k of node `id` subtracts ((id + k + i) % 7)/64:
+// exact in fp32, different per node, so a lost or doubled contribution shows in the sum.
+class TinyWorker final : public InnerWorker {
+ public:
+  TinyWorker(std::int64_t id, std::size_t count) : id_(id), params_(count) {
+    for (std::size_t i = 0; i < count; ++i) params_[i] = static_cast<float>(i) / 64.0f;
+  }
+  InnerStepsResult run_inner_steps(int steps) override {
+    for (int s = 0; s < steps; ++s) {
+      ++step_;
+      for (std::size_t i = 0; i < params_.size(); ++i)
+        params_[i] -= static_cast<float>((id_ + step_ + static_cast<std::int64_t>(i)) % 7) / 64.0f;
+    }
+    return {steps, 10 * steps, static_cast<double>(step_), 0.0};
+  }
+  std::uint64_t parameter_count() const override { return params_.size(); }
+  std::span<float> parameters() override { return params_; }
+  std::vector<std::uint64_t> bucket_boundaries() const override { return {0, params_.size()}; }
+  std::vector<StateSection> state_sections() override { return {}; }
+  std::string progress() const override { return "step=" + std::to_string(step_); }
+  void restore_progress(const std::string&) override {}
+
+ private:
+  std::int64_t id_;
+  std::int64_t step_ = 0;
+  std::vector<float> params_;
+};
+
+constexpr int kNodes = 3, kLiar = 2;  // node ids 1..3; the liar is node id 3
+
+// What a node of a lying-peer run reports back (from its own process).
+struct NodeOutcome {
+  NodeResult result;
+  std::vector<Event> events;
+  std::uint32_t crc = 0;  // of its outer parameters after the last outer step
+};
+
+class LyingPeerTrainingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    TcpStoreServerOptions o;
+    o.identity = {kTestSecret, "test", ""};
+    o.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_.push_back(line);
+    };
+    server_ = std::make_unique<TcpStoreServer>(o);
+    port_ = server_->start();
+  }
+
+  // One DiLoCo node (in a forked process) over Gloo; the liar corrupts its first ring message
+  // of each of its first `lying_epochs` epochs (a huge element count, then bad checksums) and,
+  // with `store_lie`, sends the store an oversized frame after outer step 0.
+  NodeOutcome run_node(int rank, int lying_epochs, bool store_lie, std::int64_t outer_steps) {
+    const std::int64_t id = rank + 1;
+    auto store = store_client(port_, "node" + std::to_string(id));
+    GlooTransportFactory gloo(*store);
+    ThreadRuntime runtime;
+    std::atomic<int> epochs{0};
+    FaultyTransportFactory transports(gloo, runtime, [&](const EpochSpec&) {
+      FaultOptions lie;
+      const int n = ++epochs;
+      if (rank == kLiar && n <= lying_epochs) {
+        lie.flip_byte_at_message = 1;
+        lie.flip_byte_offset = n == 1 ? kCountTopByte : kPayloadByte;
+      }
+      return lie;
+    });
+    TinyWorker worker(id, 4096);
+    MemoryEventSink events;
+    DilocoOptions o;
+    o.inner_steps = 2;
+    o.outer_steps = outer_steps;
+    o.allreduce_timeout_s = kTimeoutS;
+    o.max_chunk_bytes = 2048;
+    o.mesh.initial_world = kNodes;
+    o.mesh.outer_steps = outer_steps;
+    o.mesh.heartbeat_interval_s = 0.1;
+    o.mesh.dead_after_s = 10.0;  // nobody dies here: a lie is not a death
+    o.mesh.round_timeout_s = 60.0;
+    o.mesh.admission_timeout_s = 60.0;
+    NodeOutcome out;
+    o.on_outer_step = [&](const OuterStepView& v) {
+      if (store_lie && rank == kLiar && v.outer_step == 0) {
+        // In the middle of the run, an oversized frame from a joined store connection.
+        const int fd = raw_store_join(port_, kTestSecret, "test", "");
+        const timeval bound{10, 0};  // a server that failed to cut it off shows in the parent
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &bound, sizeof(bound));
+        const char huge[4] = {'\x7f', '\xff', '\xff', '\xff'};  // 2 GiB announced
+        if (::send(fd, huge, sizeof(huge), MSG_NOSIGNAL) != 4 || !closed_by_server(fd)) {
+          std::fprintf(stderr, "the store did not cut off the oversized frame\n");
+        }
+        ::close(fd);
+      }
+      out.crc = crc32c(std::as_bytes(v.outer_parameters));
+    };
+    DilocoNode node(worker, *store, transports, runtime, events, o);
+    out.result = node.run(true, id);
+    out.events = events.events();
+    store->set("crc/" + std::to_string(id), std::to_string(out.crc));
+    return out;
+  }
+
+  static std::size_t count(const NodeOutcome& n, const std::string& type) {
+    std::size_t k = 0;
+    for (const Event& e : n.events) k += e.type == type;
+    return k;
+  }
+
+  // The log outlives the server, whose thread writes to it until the server is destroyed.
+  std::mutex log_mu_;
+  std::vector<std::string> log_;
+  std::uint16_t port_ = 0;
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+TEST_F(LyingPeerTrainingTest, HonestNodesCutOffTheLiesAndFinishEveryOuterStep) {
+  const std::int64_t outer_steps = 3;
+  const auto pids = fork_ranks(kNodes, [&](int rank) {
+    const NodeOutcome n = run_node(rank, 2, true, outer_steps);
+    MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kFinished);
+    MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == outer_steps);
+    // Outer step 0 was retried twice (the two lies), then committed; no fallback, no eviction.
+    MERIDIAN_RANK_EXPECT(count(n, "retry") == 2);
+    MERIDIAN_RANK_EXPECT(count(n, "fallback") == 0);
+    for (const Event& e : n.events)
+      if (e.type == "outer_step")
+        MERIDIAN_RANK_EXPECT(e.fields.str().find("\"participants\":3") != std::string::npos);
+    MERIDIAN_RANK_EXPECT(max_rss_kib() < kMaxRssKib);
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), std::vector<int>(kNodes, kRankOk));
+  auto store = store_client(port_, "parent");
+  const std::string crc = store->get("crc/1", kTimeoutS);
+  EXPECT_EQ(store->get("crc/2", kTimeoutS), crc);
+  EXPECT_EQ(store->get("crc/3", kTimeoutS), crc);
+  EXPECT_GE(server_->stats().cut_off, 1u);
+  std::lock_guard<std::mutex> lock(log_mu_);
+  bool logged = false;
+  for (const auto& line : log_) logged = logged || line.find("frame claims") != std::string::npos;
+  EXPECT_TRUE(logged) << "the store's log names the oversized frame";
+}
+
+// A liar that never stops: the mesh has no way to blame it (a failed ring does not say whose
+// chunk was bad), so every outer step is retried max_retries times and then falls back to each
+// node's local pseudo-gradient. The run still finishes, nobody crashes or grows.
+TEST_F(LyingPeerTrainingTest, APersistentLiarCostsFallbacksButNobodyCrashes) {
+  const std::int64_t outer_steps = 2;
+  const auto pids = fork_ranks(kNodes, [&](int rank) {
+    const NodeOutcome n = run_node(rank, 1000, false, outer_steps);
+    MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kFinished);
+    MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == outer_steps);
+    MERIDIAN_RANK_EXPECT(count(n, "retry") == 3 * outer_steps);  // MeshOptions::max_retries
+    MERIDIAN_RANK_EXPECT(count(n, "fallback") == outer_steps);
+    MERIDIAN_RANK_EXPECT(max_rss_kib() < kMaxRssKib);
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), std::vector<int>(kNodes, kRankOk));
+}
+
+}  // namespace
+}  // namespace meridian
