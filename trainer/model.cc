@@ -3,13 +3,162 @@
 #include "trainer/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <limits>
+
+#if MERIDIAN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include "engine/error.h"
 #include "trainer/torch_compat.h"
 
 namespace meridian::trainer {
+
+namespace {
+
+// ---- fp32 GEMMs through oneDNN ----
+// Debian's OpenBLAS 0.3.21 runs its Haswell (AVX2) kernels on AVX-512 CPUs it does not know
+// (Zen 4/5): about half of what oneDNN's JIT sgemm reaches on the same core. Outside autocast,
+// fp32 projections and attention therefore call dnnl_sgemm for their forward and backward
+// GEMMs (same products, other summation order); other dtypes and builds keep ATen's ops.
+
+#if MERIDIAN_HAVE_DNNL
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+bool use_onednn(const at::Tensor& x) {
+  return x.scalar_type() == at::kFloat && x.device().is_cpu() && !compat::cpu_autocast_enabled();
+}
+
+// Row-major C[M, N] = alpha * op(A) op(B) + beta * C, op = transpose for 'T'.
+void sgemm(char ta, char tb, std::int64_t M, std::int64_t N, std::int64_t K, float alpha,
+           const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float beta,
+           float* C, std::int64_t ldc) {
+  const dnnl_status_t status = dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  MERIDIAN_CHECK_EQ(static_cast<int>(status), static_cast<int>(dnnl_success));
+}
+
+// y = x w^T over the last dimension of x. A weight that is a leaf with a contiguous gradient
+// tensor already attached (the model's views into flat_grad) gets its gradient accumulated
+// there by the GEMM itself (beta = 1), as AccumulateGrad would, without a temporary.
+struct OnednnLinear : torch::autograd::Function<OnednnLinear> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w_in) {
+    const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
+    const std::int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
+    MERIDIAN_CHECK_EQ(x.size(-1), in);
+    auto sizes = x.sizes().vec();
+    sizes.back() = out;
+    at::Tensor y = at::empty(sizes, x.options());
+    sgemm('N', 'T', rows, out, in, 1.0f, x.data_ptr<float>(), in, w.data_ptr<float>(), in, 0.0f,
+          y.data_ptr<float>(), out);
+    ctx->save_for_backward({x, w});
+    const at::Tensor& g = w_in.grad();
+    if (w_in.is_leaf() && g.defined() && g.is_contiguous() && g.sizes() == w.sizes() &&
+        g.scalar_type() == at::kFloat)
+      ctx->saved_data["grad_into"] = g;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const at::Tensor dy = grads[0].contiguous();
+    const std::int64_t in = w.size(1), out = w.size(0), rows = x.numel() / in;
+    at::Tensor dx, dw;
+    if (ctx->needs_input_grad(0)) {
+      dx = at::empty(x.sizes(), x.options());
+      sgemm('N', 'N', rows, in, out, 1.0f, dy.data_ptr<float>(), out, w.data_ptr<float>(), in,
+            0.0f, dx.data_ptr<float>(), in);
+    }
+    if (ctx->needs_input_grad(1)) {
+      const auto into = ctx->saved_data.find("grad_into");
+      const bool accumulate = into != ctx->saved_data.end() && !at::GradMode::is_enabled();
+      at::Tensor target = accumulate ? into->second.toTensor() : at::empty(w.sizes(), w.options());
+      sgemm('T', 'N', out, in, rows, 1.0f, dy.data_ptr<float>(), out, x.data_ptr<float>(), in,
+            accumulate ? 1.0f : 0.0f, target.data_ptr<float>(), in);
+      if (!accumulate) dw = target;  // else: already in the gradient, nothing to accumulate
+    }
+    return {dx, dw};
+  }
+};
+
+// Causal grouped-query attention on [B, T, heads, d] tensors without copies: each (batch, head)
+// GEMM reads q, k, v and writes the output in place through leading dimensions, and a query head
+// reads its KV head directly (no repeated K/V). Saves the probabilities for the backward pass.
+struct OnednnCausalAttention : torch::autograd::Function<OnednnCausalAttention> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q_in, const at::Tensor& k_in,
+                            const at::Tensor& v_in) {
+    const at::Tensor q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+    const std::int64_t B = q.size(0), T = q.size(1), H = q.size(2), d = q.size(3);
+    const std::int64_t KV = k.size(2), rep = H / KV;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    at::Tensor scores = at::empty({B, H, T, T}, q.options());
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    float* sp = scores.data_ptr<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        sgemm('N', 'T', T, T, d, scale, qp + (b * T * H + h) * d, H * d,
+              kp + (b * T * KV + h / rep) * d, KV * d, 0.0f, sp + (b * H + h) * T * T, T);
+    scores.masked_fill_(causal_mask(T), -std::numeric_limits<float>::infinity());
+    at::Tensor probs = at::_softmax(scores, -1, false);
+    scores.reset();
+    at::Tensor out = at::empty({B, T, H * d}, q.options());
+    const float* pp = probs.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        sgemm('N', 'N', T, d, T, 1.0f, pp + (b * H + h) * T * T, T,
+              vp + (b * T * KV + h / rep) * d, KV * d, 0.0f, op + (b * T * H + h) * d, H * d);
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["probs"] = probs;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2];
+    const at::Tensor probs = ctx->saved_data["probs"].toTensor();
+    const at::Tensor dout = grads[0].contiguous();
+    const std::int64_t B = q.size(0), T = q.size(1), H = q.size(2), d = q.size(3);
+    const std::int64_t KV = k.size(2), rep = H / KV;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
+    const float *pp = probs.data_ptr<float>(), *dop = dout.data_ptr<float>();
+    // dP = dO V^T, then the softmax backward P * (dP - rowsum(dP * P)).
+    at::Tensor dprobs = at::empty({B, H, T, T}, q.options());
+    float* dpp = dprobs.data_ptr<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        sgemm('N', 'T', T, T, d, 1.0f, dop + (b * T * H + h) * d, H * d,
+              vp + (b * T * KV + h / rep) * d, KV * d, 0.0f, dpp + (b * H + h) * T * T, T);
+    const at::Tensor dscores = at::_softmax_backward_data(dprobs, probs, -1, at::kFloat);
+    dprobs.reset();
+    const float* dsp = dscores.data_ptr<float>();
+    at::Tensor dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+    float *dqp = dq.data_ptr<float>(), *dkp = dk.data_ptr<float>(), *dvp = dv.data_ptr<float>();
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t qo = (b * T * H + h) * d, ko = (b * T * KV + h / rep) * d;
+        const std::int64_t so = (b * H + h) * T * T;
+        sgemm('N', 'N', T, d, T, scale, dsp + so, T, kp + ko, KV * d, 0.0f, dqp + qo, H * d);
+        // Query heads of one group add into their shared KV head's gradient.
+        sgemm('T', 'N', T, d, T, scale, dsp + so, T, qp + qo, H * d, 1.0f, dkp + ko, KV * d);
+        sgemm('T', 'N', T, d, T, 1.0f, pp + so, T, dop + qo, H * d, 1.0f, dvp + ko, KV * d);
+      }
+    return {dq, dk, dv};
+  }
+
+  // [T, T] true above the diagonal (the future).
+  static at::Tensor causal_mask(std::int64_t T) {
+    return at::ones({T, T}, at::TensorOptions().dtype(at::kBool)).triu(1);
+  }
+};
+#endif
+
+}  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, at::ScalarType dtype)
     : config_(config), layout_(parameter_layout(config)) {
@@ -66,15 +215,22 @@ at::Tensor LlamaModel::forward(const at::Tensor& tokens) const {
                      &wo = next(), &ffn_norm = next(), &w1 = next(), &w2 = next(),
                      &w3 = next();
     at::Tensor x = rms_norm(h, attn_norm, eps);
-    at::Tensor q = apply_rope(at::linear(x, wq).view({B, T, H, hd}), cos, sin);
-    at::Tensor k = apply_rope(at::linear(x, wk).view({B, T, KV, hd}), cos, sin);
-    at::Tensor v = at::linear(x, wv).view({B, T, KV, hd});
-    h = h + at::linear(grouped_causal_attention(q, k, v), wo);
+    at::Tensor q = apply_rope(projection(x, wq).view({B, T, H, hd}), cos, sin);
+    at::Tensor k = apply_rope(projection(x, wk).view({B, T, KV, hd}), cos, sin);
+    at::Tensor v = projection(x, wv).view({B, T, KV, hd});
+    h = h + projection(grouped_causal_attention(q, k, v), wo);
     x = rms_norm(h, ffn_norm, eps);
-    h = h + at::linear(at::silu(at::linear(x, w1)) * at::linear(x, w3), w2);
+    h = h + projection(at::silu(projection(x, w1)) * projection(x, w3), w2);
   }
   const at::Tensor &norm = next(), &output = next();
-  return at::linear(rms_norm(h, norm, eps), output);
+  return projection(rms_norm(h, norm, eps), output);
+}
+
+at::Tensor projection(const at::Tensor& x, const at::Tensor& w) {
+#if MERIDIAN_HAVE_DNNL
+  if (use_onednn(x) && w.scalar_type() == at::kFloat) return OnednnLinear::apply(x, w);
+#endif
+  return at::linear(x, w);
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -108,6 +264,10 @@ at::Tensor grouped_causal_attention(const at::Tensor& q, const at::Tensor& k, co
   const std::int64_t B = q.size(0), T = q.size(1), H = q.size(2), d = q.size(3);
   const std::int64_t KV = k.size(2), rep = H / KV;
   MERIDIAN_CHECK_EQ(H % KV, 0);
+#if MERIDIAN_HAVE_DNNL
+  if (use_onednn(q) && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat)
+    return OnednnCausalAttention::apply(q, k, v);
+#endif
   at::Tensor qh = q.transpose(1, 2);  // [B, H, T, d]
   at::Tensor kh = k.transpose(1, 2);  // [B, KV, T, d]
   at::Tensor vh = v.transpose(1, 2);
