@@ -3,6 +3,7 @@
 #include "trainer/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Dispatch.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
@@ -25,9 +26,10 @@ namespace {
 // fp32 projections and attention therefore call dnnl_sgemm for their forward and backward
 // GEMMs (same products, other summation order); other dtypes and builds keep ATen's ops.
 
-#if MERIDIAN_HAVE_DNNL
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+#if MERIDIAN_HAVE_DNNL
 
 bool use_onednn(const at::Tensor& x) {
   return x.scalar_type() == at::kFloat && x.device().is_cpu() && !compat::cpu_autocast_enabled();
@@ -158,6 +160,121 @@ struct OnednnCausalAttention : torch::autograd::Function<OnednnCausalAttention> 
 };
 #endif
 
+// ---- RMSNorm and RoPE as single loops (fp32 and fp64) ----
+// The ATen compositions take 6 elementwise passes forward and about 10 backward; these take one
+// pass each way over the activations, with the same formulas.
+
+// sum a[i] * b[i] with eight interleaved partial sums (vectorisable without reassociation).
+template <typename T>
+T row_dot(const T* a, const T* b, std::int64_t n) {
+  T acc[8] = {};
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  T sum = 0;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (T partial : acc) sum += partial;
+  return sum;
+}
+
+// y = x * r * w per row, r = 1 / sqrt(mean(x^2) + eps). Backward:
+// dx = r * (dy * w) - x * r^3 / d * sum(dy * w * x), dw = sum over rows of dy * x * r.
+struct FusedRmsNorm : torch::autograd::Function<FusedRmsNorm> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x_in, const at::Tensor& w_in,
+                            double eps) {
+    const at::Tensor x = x_in.contiguous(), w = w_in.contiguous();
+    const std::int64_t d = x.size(-1), rows = x.numel() / d;
+    at::Tensor y = at::empty_like(x), inv = at::empty({rows}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "FusedRmsNorm", [&] {
+      const scalar_t *xp = x.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>();
+      scalar_t *yp = y.data_ptr<scalar_t>(), *ip = inv.data_ptr<scalar_t>();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const scalar_t* xr = xp + r * d;
+        const double ss = row_dot(xr, xr, d);
+        const auto rr = static_cast<scalar_t>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+        ip[r] = rr;
+        scalar_t* yr = yp + r * d;
+        for (std::int64_t i = 0; i < d; ++i) yr[i] = xr[i] * rr * wp[i];
+      }
+    });
+    ctx->save_for_backward({x, w, inv});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1], &inv = saved[2];
+    const at::Tensor dy = grads[0].contiguous();
+    const std::int64_t d = x.size(-1), rows = x.numel() / d;
+    at::Tensor dx = at::empty_like(x);
+    std::vector<double> dw_acc(static_cast<std::size_t>(d), 0.0);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "FusedRmsNormBackward", [&] {
+      const scalar_t *xp = x.data_ptr<scalar_t>(), *wp = w.data_ptr<scalar_t>();
+      const scalar_t *ip = inv.data_ptr<scalar_t>(), *dyp = dy.data_ptr<scalar_t>();
+      scalar_t* dxp = dx.data_ptr<scalar_t>();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const scalar_t *xr = xp + r * d, *dyr = dyp + r * d;
+        const scalar_t rr = ip[r];
+        scalar_t* dxr = dxp + r * d;
+        for (std::int64_t i = 0; i < d; ++i) dxr[i] = dyr[i] * wp[i];
+        const double dot = row_dot(dxr, xr, d);
+        const auto k = static_cast<scalar_t>(static_cast<double>(rr) * rr * rr * dot /
+                                             static_cast<double>(d));
+        for (std::int64_t i = 0; i < d; ++i) {
+          dxr[i] = rr * dxr[i] - xr[i] * k;
+          dw_acc[static_cast<std::size_t>(i)] += static_cast<double>(dyr[i] * xr[i] * rr);
+        }
+      }
+    });
+    at::Tensor dw = at::tensor(dw_acc, at::TensorOptions().dtype(at::kDouble)).to(w.scalar_type());
+    return {dx, dw.view(w.sizes()), at::Tensor()};
+  }
+};
+
+// Rotation of interleaved pairs by the angle of each position; its backward is the rotation by
+// the opposite angle.
+struct FusedRope : torch::autograd::Function<FusedRope> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return rotate(x, cos, sin, false);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {rotate(grads[0], saved[0], saved[1], true), at::Tensor(), at::Tensor()};
+  }
+  // x: [B, T, H, d]; cos, sin: [>= T, d / 2] contiguous, x's dtype.
+  static at::Tensor rotate(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin,
+                           bool inverse) {
+    const at::Tensor x = x_in.contiguous();
+    const std::int64_t B = x.size(0), T = x.size(1), H = x.size(2), half = x.size(3) / 2;
+    at::Tensor y = at::empty_like(x);
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "FusedRope", [&] {
+      const scalar_t *xp = x.data_ptr<scalar_t>(), *cp = cos.data_ptr<scalar_t>(),
+                     *sp = sin.data_ptr<scalar_t>();
+      scalar_t* yp = y.data_ptr<scalar_t>();
+      const scalar_t sign = inverse ? -1 : 1;
+      for (std::int64_t b = 0; b < B; ++b)
+        for (std::int64_t t = 0; t < T; ++t) {
+          const scalar_t *c = cp + t * half, *s = sp + t * half;
+          for (std::int64_t h = 0; h < H; ++h) {
+            const std::int64_t o = ((b * T + t) * H + h) * 2 * half;
+            for (std::int64_t i = 0; i < half; ++i) {
+              const scalar_t x0 = xp[o + 2 * i], x1 = xp[o + 2 * i + 1], si = sign * s[i];
+              yp[o + 2 * i] = x0 * c[i] - x1 * si;
+              yp[o + 2 * i + 1] = x0 * si + x1 * c[i];
+            }
+          }
+        }
+    });
+    return y;
+  }
+};
+
+bool fused_dtype(const at::Tensor& x) {
+  return (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) && x.device().is_cpu();
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, at::ScalarType dtype)
@@ -234,6 +351,8 @@ at::Tensor projection(const at::Tensor& x, const at::Tensor& w) {
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (fused_dtype(x) && weight.scalar_type() == x.scalar_type())
+    return FusedRmsNorm::apply(x, weight, eps);
   const auto wide = at::promote_types(x.scalar_type(), at::kFloat);
   at::Tensor xf = x.to(wide);
   at::Tensor inv = at::rsqrt(xf.pow(2).mean({-1}, /*keepdim=*/true) + eps);
@@ -253,6 +372,9 @@ std::pair<at::Tensor, at::Tensor> rope_tables(int seq_len, int head_dim, double 
 
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const std::int64_t B = x.size(0), T = x.size(1), H = x.size(2), d = x.size(3);
+  if (fused_dtype(x) && cos.scalar_type() == x.scalar_type() && cos.is_contiguous() &&
+      sin.scalar_type() == x.scalar_type() && sin.is_contiguous())
+    return FusedRope::apply(x, cos, sin);
   at::Tensor pairs = x.reshape({B, T, H, d / 2, 2});
   at::Tensor x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
   at::Tensor c = cos.narrow(0, 0, T).view({1, T, 1, d / 2}).to(x.scalar_type());
