@@ -4,6 +4,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -33,6 +34,10 @@ using torch::autograd::variable_list;
 #if MERIDIAN_HAVE_DNNL
 
 bool use_onednn(const at::Tensor& x) {
+  // oneDNN sizes its OpenMP team by this thread's setting, which ATen copies from
+  // at::set_num_threads lazily, per thread, before its first parallel op: do it here as well
+  // (a TorchWorker may train in a thread other than the one that created it).
+  at::internal::lazy_init_num_threads();
   return x.scalar_type() == at::kFloat && x.device().is_cpu() && !compat::cpu_autocast_enabled();
 }
 
