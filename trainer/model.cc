@@ -1,5 +1,6 @@
-// The Llama-style decoder's forward pass and its flat parameter storage. Not the training
-// loop (trainer/trainer.cc) and not the optimizer (trainer/adamw.cc).
+// The Llama-style decoder's forward pass, its flat parameter storage, and its fast paths (fp32
+// GEMMs and attention on oneDNN, single-pass RMSNorm and RoPE as autograd Functions). Not the
+// training loop (trainer/torch_worker.cc) and not the optimizer (trainer/adamw.cc).
 #include "trainer/model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
