@@ -36,7 +36,7 @@ class FlatAdamW {
 
  private:
   OptimConfig config_;
-  at::Tensor params_, grads_, exp_avg_, exp_avg_sq_, denom_;
+  at::Tensor params_, grads_, exp_avg_, exp_avg_sq_;
   std::int64_t step_count_ = 0;
 };
 

@@ -44,6 +44,10 @@ class LlamaModel {
   at::Tensor rope_sin_;
 };
 
+// x w^T over the last dimension of x (a Linear without bias; w: [out, in]). In fp32 outside
+// autocast it runs on oneDNN's sgemm where the build has it (see model.cc), else at::linear.
+at::Tensor projection(const at::Tensor& x, const at::Tensor& w);
+
 // RMSNorm: x * rsqrt(mean(x^2, -1) + eps) * weight, computed in fp32 (or the input's wider type).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 

@@ -26,6 +26,15 @@ inline at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, con
 #endif
 }
 
+// Whether CPU autocast is on in this thread (ops then pick their own dtypes).
+inline bool cpu_autocast_enabled() {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  return at::autocast::is_autocast_enabled(at::kCPU);
+#else
+  return at::autocast::is_cpu_enabled();
+#endif
+}
+
 // RAII: bf16 autocast on the CPU for the guard's scope (no-op when `enabled` is false).
 class CpuAutocastBf16 {
  public:

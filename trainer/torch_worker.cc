@@ -5,6 +5,10 @@
 
 #include <ATen/Parallel.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -87,6 +91,23 @@ TokenizedCorpus prepare_for(TorchWorkerOptions& o) {
   return prepare_corpus(o.data);
 }
 
+// One training thread per worker, and freed memory kept in the process heap: a step allocates
+// and frees the same large temporaries every time (the 32 MB logits of `small` and their
+// gradients, activations), which glibc would otherwise hand back to the kernel (mmap/munmap,
+// trimming) and fault in as fresh zeroed pages on the next step (~40k page faults per step of
+// `small`). Process-wide, set once; memory stays at the peak of a step.
+void configure_process_for_training() {
+  at::set_num_threads(1);
+#if defined(__GLIBC__)
+  static const bool configured = [] {
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+    return true;
+  }();
+  (void)configured;
+#endif
+}
+
 std::span<float> span_of(at::Tensor& t) {
   MERIDIAN_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous());
   return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())};
@@ -95,13 +116,13 @@ std::span<float> span_of(at::Tensor& t) {
 }  // namespace
 
 TorchWorker::TorchWorker(TorchWorkerOptions options) {
-  at::set_num_threads(1);
+  configure_process_for_training();
   TokenizedCorpus corpus = prepare_for(options);
   impl_ = std::make_unique<Impl>(std::move(options), std::move(corpus));
 }
 
 TorchWorker::TorchWorker(TorchWorkerOptions options, TokenizedCorpus corpus) {
-  at::set_num_threads(1);
+  configure_process_for_training();
   impl_ = std::make_unique<Impl>(std::move(options), std::move(corpus));
 }
 

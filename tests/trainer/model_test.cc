@@ -212,9 +212,76 @@ TEST(Attention, MatchesExplicitLoopsWithGroupedHeads) {
   }
 }
 
+// The largest |a - b| over the largest |b|: a relative error that ignores near-zero entries.
+double relative_max_error(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor bd = b.to(at::kDouble);
+  return (a.to(at::kDouble) - bd).abs().max().item<double>() / bd.abs().max().item<double>();
+}
+
+// The fp32 path (oneDNN GEMMs where built with them) against the double path (ATen's ops,
+// which the loops above check), forward and backward, with grouped heads; T long enough for
+// several row blocks of the fp32 path, the last one partial.
+TEST(Attention, Float32GradientsMatchTheDoublePath) {
+  const int B = 2, T = 259, H = 6, KV = 2, d = 8;
+  auto gen = at::detail::createCPUGenerator(8);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor q = at::randn({B, T, H, d}, gen, opts), k = at::randn({B, T, KV, d}, gen, opts),
+                   v = at::randn({B, T, KV, d}, gen, opts),
+                   up = at::randn({B, T, H * d}, gen, opts);
+  std::vector<at::Tensor> grads[2];
+  at::Tensor outs[2];
+  for (int i = 0; i < 2; ++i) {
+    const auto dtype = i == 0 ? at::kDouble : at::kFloat;
+    std::vector<at::Tensor> in = {q.to(dtype).detach().requires_grad_(),
+                                  k.to(dtype).detach().requires_grad_(),
+                                  v.to(dtype).detach().requires_grad_()};
+    outs[i] = grouped_causal_attention(in[0], in[1], in[2]);
+    (outs[i] * up.to(dtype)).sum().backward();
+    for (auto& t : in) grads[i].push_back(t.grad());
+  }
+  EXPECT_LT(relative_max_error(outs[1], outs[0]), 1e-5);
+  for (int j = 0; j < 3; ++j) EXPECT_LT(relative_max_error(grads[1][j], grads[0][j]), 1e-5) << j;
+}
+
+TEST(Projection, Float32ForwardAndGradientsMatchTheDoublePath) {
+  auto gen = at::detail::createCPUGenerator(4);
+  const auto opts = at::TensorOptions().dtype(at::kDouble);
+  const at::Tensor x = at::randn({3, 5, 7}, gen, opts), w = at::randn({11, 7}, gen, opts),
+                   up = at::randn({3, 5, 11}, gen, opts);
+  // A weight with a gradient tensor attached (as the model's) and one without.
+  for (bool attached : {false, true}) {
+    at::Tensor outs[2], gx[2], gw[2];
+    for (int i = 0; i < 2; ++i) {
+      const auto dtype = i == 0 ? at::kDouble : at::kFloat;
+      at::Tensor xi = x.to(dtype).detach().requires_grad_();
+      at::Tensor wi = w.to(dtype).detach().requires_grad_();
+      if (attached) wi.mutable_grad() = at::full_like(wi, 0.5).detach();
+      outs[i] = projection(xi, wi);
+      (outs[i] * up.to(dtype)).sum().backward();
+      gx[i] = xi.grad();
+      gw[i] = wi.grad();
+    }
+    EXPECT_LT(relative_max_error(outs[1], outs[0]), 1e-6);
+    EXPECT_LT(relative_max_error(gx[1], gx[0]), 1e-6);
+    EXPECT_LT(relative_max_error(gw[1], gw[0]), 1e-6) << "attached " << attached;
+  }
+}
+
 class ModelVsReference : public ::testing::Test {
  protected:
   ModelVsReference() : model_(test_config(), at::kDouble) { model_.init_weights(11); }
+  // An fp32 model holding this double model's weights.
+  LlamaModel float_copy() {
+    LlamaModel f32(test_config(), at::kFloat);
+    f32.flat().copy_(model_.flat());
+    return f32;
+  }
+  // Inputs and shifted targets of two full-length random sequences.
+  static std::pair<at::Tensor, at::Tensor> batch(std::uint64_t seed) {
+    const auto m = test_config();
+    const at::Tensor tokens = random_tokens(2, m.seq_len + 1, m.vocab, seed);
+    return {tokens.narrow(1, 0, m.seq_len), tokens.narrow(1, 1, m.seq_len)};
+  }
   LlamaModel model_;
 };
 
@@ -276,10 +343,8 @@ TEST_F(ModelVsReference, BackwardMatchesFiniteDifferencesOfTheReference) {
 
 TEST_F(ModelVsReference, Float32AndBf16AutocastStayCloseToTheReference) {
   const auto m = test_config();
-  LlamaModel f32(m, at::kFloat);
-  f32.flat().copy_(model_.flat());
-  const at::Tensor tokens = random_tokens(2, m.seq_len + 1, m.vocab, 9);
-  const at::Tensor input = tokens.narrow(1, 0, m.seq_len), target = tokens.narrow(1, 1, m.seq_len);
+  LlamaModel f32 = float_copy();
+  const auto [input, target] = batch(9);
   Reference ref(m, to_vec(model_.flat()));
   const double want = ref.loss(to_rows(input), to_rows(target), 0.0);
   const double got32 = lm_loss(f32.forward(input), target, 0.0).total.item<double>();
@@ -292,6 +357,21 @@ TEST_F(ModelVsReference, Float32AndBf16AutocastStayCloseToTheReference) {
   const double got16 = lm_loss(logits16, target, 0.0).total.item<double>();
   EXPECT_NE(got16, got32);           // autocast really changed the arithmetic
   EXPECT_NEAR(got16, want, 0.02 * want);
+}
+
+TEST_F(ModelVsReference, Float32GradientsMatchTheDoubleModel) {
+  LlamaModel f32 = float_copy();
+  const auto [input, target] = batch(6);
+  for (LlamaModel* model : {&model_, &f32}) {
+    model->zero_grad();
+    lm_loss(model->forward(input), target, 1e-2).total.backward();
+  }
+  for (const auto& p : parameter_layout(test_config())) {
+    const auto off = static_cast<std::int64_t>(p.offset), n = static_cast<std::int64_t>(p.numel);
+    const at::Tensor want = model_.flat_grad().narrow(0, off, n);
+    ASSERT_GT(want.abs().max().item<double>(), 0.0) << p.name;
+    EXPECT_LT(relative_max_error(f32.flat_grad().narrow(0, off, n), want), 1e-4) << p.name;
+  }
 }
 
 TEST(LlamaModel, InitIsDeterministicAndGradientsAreViewsOfTheFlatBuffer) {
