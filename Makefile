@@ -9,7 +9,7 @@ CTEST_FLAGS ?=
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libgtest-dev libgmock-dev libbenchmark-dev libboost-dev libboost-graph-dev \
   libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
-  libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp \
+  libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp libdnnl-dev \
   libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes \
   iproute2 chromium nodejs
 
