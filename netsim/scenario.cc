@@ -199,6 +199,8 @@ void parse_network(Reader r, NetworkSpec& n) {
   });
   r.scalar<double>("tcp_gamma_bytes", n.tcp_gamma_bytes, "bytes > 0", positive<double>());
   r.scalar<bool>("crosstraffic", n.crosstraffic, "true or false");
+  r.scalar<int>("rendezvous_trips", n.rendezvous_trips, "an integer from 0 to 8",
+                [](int v) { return v >= 0 && v <= 8; });
   r.scalar<std::string>("platform_xml", n.platform_xml, "a file path");
   r.scalar<std::string>("sites_from", n.sites_from, "a file path");
   r.scalar<std::string>("coordinator_site", n.coordinator_site, "a site name");
@@ -498,6 +500,8 @@ JsonObject Scenario::to_json() const {
       .add("intra_site_rtt_ms", network.intra_site_rtt_ms)
       .add("access_bandwidth_gbps", std::vector<double>{network.access_bandwidth_gbps.first,
                                                         network.access_bandwidth_gbps.second});
+  // Echoed only when set, so that runs of scenarios without it keep their earlier config record.
+  if (network.rendezvous_trips > 0) net.add("rendezvous_trips", network.rendezvous_trips);
   JsonObject var;
   var.add("period_s", network.variability_period_s)
       .add("min_fraction", network.variability_min_fraction);

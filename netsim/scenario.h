@@ -62,6 +62,12 @@ struct NetworkSpec {
   std::string model = "CM02";          // SimGrid network/model
   double tcp_gamma_bytes = 4194304.0;  // per-flow window cap: Linux tcp_wmem max default
   bool crosstraffic = true;            // SimGrid network/crosstraffic
+  // One-way control trips that must cross before a message's data may start, once both its
+  // sender and its receiver have posted it (a rendezvous protocol). 0: the data goes at once
+  // (eager, buffered: NCCL-like pre-posted receives, the INTELLECT-1 scenarios). Meridian's Gloo
+  // transport needs 2: Gloo's receive-ready notice for the credit, then the receiver's credit
+  // (engine/transport/gloo/README.md; results/fidelity/README.md).
+  int rendezvous_trips = 0;
   std::string platform_xml;            // if set, the platform comes from this file
   std::string sites_from;              // YAML file supplying sites and rtt (shared tables)
   std::string coordinator_site;        // default: first site

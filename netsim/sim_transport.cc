@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <simgrid/s4u.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/error.h"
@@ -36,9 +38,13 @@ struct EpochState {
   std::vector<sg4::Host*> hosts;
   std::vector<std::unique_ptr<Inbox>> inboxes;
   std::vector<bool> aborted;
+  // Rendezvous only: when each receive was posted, per (receiver, sender, tag), oldest first.
+  std::map<std::tuple<int, int, Tag>, std::deque<double>> posted;
+  WaitList posts;  // senders waiting for a receive to be posted
 
   void notify_all() {
     for (auto& in : inboxes) in->waiters.notify_all();
+    posts.notify_all();
   }
 };
 
@@ -50,6 +56,17 @@ struct SimNetwork::State {
   std::map<std::uint64_t, std::weak_ptr<EpochState>> epochs;
   std::uint64_t messages = 0;
   std::uint64_t wire_bytes = 0;
+  int rendezvous_trips = 0;
+  std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_s;  // one way, per route
+
+  double one_way_latency_s(sg4::Host* from, sg4::Host* to) {
+    auto [it, fresh] = latency_s.try_emplace({from, to}, 0.0);
+    if (fresh) {
+      std::vector<sg4::Link*> links;
+      from->route_to(to, links, &it->second);
+    }
+    return it->second;
+  }
 
   void notify_epochs() {
     for (auto it = epochs.begin(); it != epochs.end();) {
@@ -100,6 +117,45 @@ void deliver(EpochState& ep, int from, int to, Tag tag, const Payload& msg) {
   in.waiters.notify_all();
 }
 
+// Rendezvous: rank `me` has posted a receive from `from` with `tag`.
+void post_receive(const SimNetwork::State& net, EpochState& ep, int me, int from, Tag tag) {
+  if (net.rendezvous_trips == 0) return;
+  ep.posted[{me, from, tag}].push_back(sg4::Engine::get_clock());
+  ep.posts.notify_all();
+}
+
+// Rendezvous: blocks rank `me`'s send to `to` until the receive is posted and the control trips
+// have crossed, counted from the later of the two posts (the send was posted at `sent_s`).
+void rendezvous(SimNetwork::State& net, EpochState& ep, int me, int to, Tag tag, double sent_s,
+                double deadline_s) {
+  if (net.rendezvous_trips == 0) return;
+  const std::tuple<int, int, Tag> key{to, me, tag};
+  auto gone = [&] { return net.dead.count(ep.members[to]) || ep.aborted[to] || ep.aborted[me]; };
+  const bool posted = ep.posts.wait_until(deadline_s, [&] {
+    auto it = ep.posted.find(key);
+    return (it != ep.posted.end() && !it->second.empty()) || gone();
+  });
+  if (!posted)
+    throw TimeoutError("netsim: rank " + std::to_string(to) + " of epoch " +
+                       std::to_string(ep.epoch) + " did not post its receive in time");
+  if (gone())
+    throw PeerLostError(to, "netsim: rank " + std::to_string(to) + " (node " +
+                                std::to_string(ep.members[to]) + ") of epoch " +
+                                std::to_string(ep.epoch) + " was lost before a rendezvous");
+  auto it = ep.posted.find(key);
+  const double recv_s = it->second.front();
+  it->second.pop_front();
+  if (it->second.empty()) ep.posted.erase(it);
+  const double start_s = std::max(sent_s, recv_s) + net.rendezvous_trips *
+                                                        net.one_way_latency_s(ep.hosts[me],
+                                                                              ep.hosts[to]);
+  const double now_s = sg4::Engine::get_clock();
+  if (start_s > deadline_s)
+    throw TimeoutError("netsim: send to rank " + std::to_string(to) + " of epoch " +
+                       std::to_string(ep.epoch) + " timed out in its rendezvous");
+  if (start_s > now_s) sg4::this_actor::sleep_for(start_s - now_s);
+}
+
 Received receive(SimNetwork::State& net, EpochState& ep, int me, int from, Tag tag,
                  std::span<std::byte> into, double deadline_s) {
   Inbox& in = *ep.inboxes[me];
@@ -142,8 +198,11 @@ class SimExchange final : public PendingExchange {
         out_(out),
         from_(from),
         into_(into),
-        tag_(tag) {
-    if (!net_->dead.count(ep_->members[to_]) && !ep_->aborted[to_])
+        tag_(tag),
+        posted_s_(sg4::Engine::get_clock()) {
+    post_receive(*net_, *ep_, me_, from_, tag_);
+    peer_ok_ = !net_->dead.count(ep_->members[to_]) && !ep_->aborted[to_];
+    if (peer_ok_ && net_->rendezvous_trips == 0)  // eager: the data leaves now
       comm_ = sg4::Comm::sendto_async(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
   }
   ~SimExchange() override {
@@ -152,9 +211,13 @@ class SimExchange final : public PendingExchange {
   Received wait(double timeout_s) override {
     pay_deferred_time();
     const double deadline = sg4::Engine::get_clock() + timeout_s;
-    if (!comm_)
+    if (!peer_ok_)
       throw PeerLostError(to_, "netsim: rank " + std::to_string(to_) + " of epoch " +
                                    std::to_string(ep_->epoch) + " is lost");
+    if (!comm_) {  // rendezvous: the data leaves once the handshake is done
+      rendezvous(*net_, *ep_, me_, to_, tag_, posted_s_, deadline);
+      comm_ = sg4::Comm::sendto_async(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
+    }
     done_ = true;
     transfer(*net_, *ep_, me_, to_, out_.wire_bytes, comm_, deadline);
     deliver(*ep_, me_, to_, tag_, out_);
@@ -169,6 +232,8 @@ class SimExchange final : public PendingExchange {
   int from_;
   std::span<std::byte> into_;
   Tag tag_;
+  double posted_s_;
+  bool peer_ok_ = false;
   sg4::CommPtr comm_;
   bool done_ = false;
 };
@@ -185,7 +250,8 @@ class SimTransport final : public Transport {
   void send(int to, Tag tag, Payload msg, double timeout_s) override {
     pay_deferred_time();
     check_peer(to);
-    const double deadline = sg4::Engine::get_clock() + timeout_s;
+    const double now_s = sg4::Engine::get_clock(), deadline = now_s + timeout_s;
+    rendezvous(*net_, *ep_, rank_, to, tag, now_s, deadline);
     auto comm = sg4::Comm::sendto_async(ep_->hosts[rank_], ep_->hosts[to], msg.wire_bytes);
     transfer(*net_, *ep_, rank_, to, msg.wire_bytes, comm, deadline);
     deliver(*ep_, rank_, to, tag, msg);
@@ -194,6 +260,7 @@ class SimTransport final : public Transport {
   Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
     pay_deferred_time();
     check_peer(from);
+    post_receive(*net_, *ep_, rank_, from, tag);
     return receive(*net_, *ep_, rank_, from, tag, into, sg4::Engine::get_clock() + timeout_s);
   }
 
@@ -273,6 +340,10 @@ void SimNetwork::node_failed(std::int64_t node) {
 
 void SimNetwork::node_revived(std::int64_t node) { state_->dead.erase(node); }
 bool SimNetwork::is_dead(std::int64_t node) const { return state_->dead.count(node) > 0; }
+void SimNetwork::set_rendezvous_trips(int trips) {
+  MERIDIAN_CHECK(trips >= 0);
+  state_->rendezvous_trips = trips;
+}
 std::uint64_t SimNetwork::messages() const { return state_->messages; }
 std::uint64_t SimNetwork::wire_bytes() const { return state_->wire_bytes; }
 

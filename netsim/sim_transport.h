@@ -40,6 +40,13 @@ class SimNetwork final : public TransportFactory {
   void node_revived(std::int64_t node);
   bool is_dead(std::int64_t node) const;
 
+  // Rendezvous protocol (NetworkSpec::rendezvous_trips): a message's data starts only after its
+  // receiver has posted the receive and `trips` one-way control messages have crossed the
+  // route, counted from the later of the two posts. 0 (default): eager, as described above.
+  // With trips > 0 a message's data leaves no earlier than the sender's wait() on it (a send
+  // posted ahead of time does its handshake ahead of time, but its transfer starts at the wait).
+  void set_rendezvous_trips(int trips);
+
   // Totals over the run (all epochs).
   std::uint64_t messages() const;
   std::uint64_t wire_bytes() const;

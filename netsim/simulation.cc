@@ -355,7 +355,9 @@ class OuterStepCounter final : public EventSink {
 
 // Everything the node actors share.
 struct World {
-  World(const Scenario& s, EventSink& k, Platform p) : sc(s), sink(k), pf(std::move(p)) {}
+  World(const Scenario& s, EventSink& k, Platform p) : sc(s), sink(k), pf(std::move(p)) {
+    net.set_rendezvous_trips(s.network.rendezvous_trips);
+  }
   const Scenario& sc;
   EventSink& sink;
   Platform pf;

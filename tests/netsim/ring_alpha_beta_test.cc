@@ -10,6 +10,9 @@
 // α + m/B, with m = chunk_message_bytes(codec, n/N) (header + encoded share). Hence
 //     T_ring = 2 (N - 1) (α + β m),   β = 1/B.
 // The test checks the simulated time (last rank to finish) against T_ring within 1 %.
+// With a rendezvous protocol of k control trips (network.rendezvous_trips), every step's data
+// leaves only after k one-way trips from the moment both ends posted it (the same moment for
+// every rank of a ring step), so T_ring = 2 (N - 1) ((k + 1) α + β m).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,7 +52,7 @@ Scenario platform_scenario(int nodes) {
 }
 
 // Simulated seconds from the start of the all-reduce to the last rank's return.
-double simulate_ring(int nodes, std::size_t count, CodecId codec) {
+double simulate_ring(int nodes, std::size_t count, CodecId codec, int rendezvous_trips = 0) {
   const std::string out = testing::temp_path("ring_" + std::to_string(nodes));
   const int rc = testing::run_in_child([&] {
     int argc = 2;
@@ -60,6 +63,7 @@ double simulate_ring(int nodes, std::size_t count, CodecId codec) {
     configure_network(e, sc, 1.0);
     Platform pf = build_platform(e, sc);
     SimNetwork net;
+    net.set_rendezvous_trips(rendezvous_trips);
     std::vector<std::int64_t> members;
     for (int i = 0; i < nodes; ++i) {
       net.add_node(i, pf.hosts[i]);
@@ -85,10 +89,10 @@ double simulate_ring(int nodes, std::size_t count, CodecId codec) {
   return std::stod(testing::read_file(out));
 }
 
-double alpha_beta(int nodes, std::size_t count, CodecId codec) {
+double alpha_beta(int nodes, std::size_t count, CodecId codec, int rendezvous_trips = 0) {
   const double alpha = kRttMs * 1e-3 / 2, beta = 8.0 / (kBandwidthGbps * 1e9);
   const double m = double(chunk_message_bytes(*make_codec(codec), count / nodes));
-  return 2.0 * (nodes - 1) * (alpha + beta * m);
+  return 2.0 * (nodes - 1) * ((rendezvous_trips + 1) * alpha + beta * m);
 }
 
 TEST(RingAlphaBeta, TwoNodesFp32) {
@@ -110,6 +114,14 @@ TEST(RingAlphaBeta, FourNodesLatencyBound) {
   const double sim = simulate_ring(4, n, CodecId::kFp32);
   const double model = alpha_beta(4, n, CodecId::kFp32);
   EXPECT_NEAR(sim, model, 0.01 * model) << "simulated " << sim << " s, α-β " << model << " s";
+}
+
+TEST(RingAlphaBeta, FourNodesWithARendezvousOfTwoTrips) {
+  const std::size_t n = 4'000'000;  // 16 MB of fp32: latency and bandwidth terms both matter
+  const double sim = simulate_ring(4, n, CodecId::kFp32, 2);
+  const double model = alpha_beta(4, n, CodecId::kFp32, 2);
+  EXPECT_NEAR(sim, model, 0.01 * model) << "simulated " << sim << " s, α-β " << model << " s";
+  EXPECT_GT(sim, alpha_beta(4, n, CodecId::kFp32, 1) * 1.01);  // the trips are really charged
 }
 
 }  // namespace
