@@ -69,19 +69,6 @@ def per_step(run_dir):
     return out
 
 
-def protocol_extra_s(sim_dir):
-    """What the Gloo transport's two extra one-way trips per ring step add to one all-reduce
-    (README "Why they differ" 1): 2 x the configured one-way delay x the sequential ring steps
-    (buckets x 2(N-1), from node 1's first outer step). Derived from the configuration only."""
-    records = read(os.path.join(sim_dir, "events.jsonl"))
-    one_way_s = records[0]["config"]["network"]["intra_site_rtt_ms"] / 2 / 1000
-    node = min(r["node"] for r in records if r["type"] == "allreduce")
-    buckets = [r for r in records
-               if r["type"] == "allreduce" and r["node"] == node and r["outer_step"] == 0]
-    steps = sum(2 * (r["participants"] - 1) for r in buckets)
-    return 2 * one_way_s * steps, steps
-
-
 def table(prefix, triples):
     md = ["| run | outer step | real: slowest node (s) | real: fastest node (s) | "
           "sim: slowest node (s) | sim: fastest node (s) | sim / real (slowest) | "
@@ -111,20 +98,12 @@ def table(prefix, triples):
             rm = statistics.mean(a["max"] for _, a, _, _ in rows)
             rn = statistics.mean(a["min"] for _, a, _, _ in rows)
             sm = statistics.mean(b["max"] for _, _, b, _ in rows)
-            extra_s, steps = protocol_extra_s(sim_dir)
-            summary.append((label, len(rows), rm, rn, sm, (sm - rm) / rm, (sm - rn) / rn,
-                            extra_s, steps))
+            summary.append((label, len(rows), rm, rn, sm, (sm - rm) / rm, (sm - rn) / rn))
     md += ["", "| run | outer steps | real mean, slowest node (s) | real mean, fastest node (s) | "
            "sim mean (s) | sim vs real slowest | sim vs real fastest |",
            "|---|---:|---:|---:|---:|---:|---:|"]
     md += [f"| {l} | {n} | {rm:.3f} | {rn:.3f} | {sm:.3f} | {dm * 100:+.1f} % | {dn * 100:+.1f} % |"
-           for l, n, rm, rn, sm, dm, dn, _, _ in summary]
-    md += ["", "Simulated + the Gloo transport's two extra one-way trips per ring step (README):",
-           "", "| run | ring steps | simulated (s) | + 2 trips x steps (s) | corrected (s) | "
-           "measured, slowest node (s) | corrected vs measured |", "|---|---:|---:|---:|---:|---:|---:|"]
-    md += [f"| {l} | {st} | {sm:.3f} | {ex:.3f} | {sm + ex:.3f} | {rm:.3f} | "
-           f"{(sm + ex - rm) / rm * 100:+.1f} % |"
-           for l, n, rm, rn, sm, dm, dn, ex, st in summary]
+           for l, n, rm, rn, sm, dm, dn in summary]
     for ext, lines in ((".md", md), (".csv", csv), (".dat", dat)):
         with open(prefix + ext, "w") as f:
             f.write("\n".join(lines) + "\n")
