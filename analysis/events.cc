@@ -251,6 +251,7 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
   const std::size_t first = std::min_element(origin.begin(), origin.end()) - origin.begin();
   std::vector<EventRecord> out;
   std::optional<EventRecord> finished;
+  std::int64_t outer_steps = 0;
   for (std::size_t i = 0; i < streams.size(); ++i) {
     const double shift_s = origin[i] - origin[first];
     for (EventRecord& e : streams[i]) {
@@ -260,22 +261,17 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
       if (auto* r = std::get_if<AllreduceRecord>(&e.body)) r->start_s += shift_s;
       if (e.as<ConfigRecord>() && i != first) continue;
       if (const auto* f = e.as<RunFinishedRecord>()) {
-        if (!finished || e.t_s >= finished->t_s) {
-          const std::int64_t steps =
-              finished ? std::max(finished->as<RunFinishedRecord>()->outer_steps, f->outer_steps)
-                       : f->outer_steps;
-          finished = e;
-          finished->body = RunFinishedRecord{e.t_s, steps};
-        } else {
-          auto& kept = std::get<RunFinishedRecord>(finished->body);
-          kept.outer_steps = std::max(kept.outer_steps, f->outer_steps);
-        }
+        outer_steps = std::max(outer_steps, f->outer_steps);
+        if (!finished || e.t_s >= finished->t_s) finished = std::move(e);
         continue;
       }
       out.push_back(std::move(e));
     }
   }
-  if (finished) out.push_back(std::move(*finished));
+  if (finished) {  // the last process's record, spanning the run on the common clock
+    finished->body = RunFinishedRecord{finished->t_s, outer_steps};
+    out.push_back(std::move(*finished));
+  }
   // The config record first, then time order; ties keep node order (streams are by node id).
   std::stable_sort(out.begin(), out.end(), [](const EventRecord& a, const EventRecord& b) {
     const bool ca = a.as<ConfigRecord>() != nullptr, cb = b.as<ConfigRecord>() != nullptr;
