@@ -36,7 +36,13 @@ class TimeoutError : public Error {
 // Raised before any use of the message's contents and before any allocation sized by it.
 class ProtocolError : public Error {
  public:
-  using Error::Error;
+  explicit ProtocolError(const std::string& what, int peer = -1) : Error(what), peer_(peer) {}
+  // The rank (in the epoch) whose message was invalid, when the receiver knows it was that
+  // peer's own doing; -1 otherwise (a store reply, a file, a size this rank asked for).
+  int peer() const { return peer_; }
+
+ private:
+  int peer_;
 };
 
 // Bad configuration or input file; the message names the file, the key and what was expected.

@@ -168,7 +168,8 @@ Received receive(SimNetwork::State& net, EpochState& ep, int me, int from, Tag t
       if (m.content.size() > into.size())
         throw ProtocolError("netsim: message of " + std::to_string(m.content.size()) +
                             " bytes from rank " + std::to_string(from) + " exceeds the " +
-                            std::to_string(into.size()) + "-byte receive buffer");
+                            std::to_string(into.size()) + "-byte receive buffer",
+                            from);
       if (!m.content.empty()) std::memcpy(into.data(), m.content.data(), m.content.size());
       return {m.content.size(), m.wire_bytes};
     }

@@ -226,12 +226,18 @@ class RingPass {
       return;
     }
     const auto message = std::span<const std::byte>(recv_slot(t)).first(got.bytes);
-    const auto payload =
-        open_chunk(message, chunk_id(w.phase, w.recv_share, w.piece, r.count), codec_);
-    if (w.phase == kReduceScatter) {
-      codec_.decode_add(payload, values(r));
-    } else {
-      codec_.decode(payload, values(r));
+    try {
+      const auto payload =
+          open_chunk(message, chunk_id(w.phase, w.recv_share, w.piece, r.count), codec_);
+      if (w.phase == kReduceScatter) {
+        codec_.decode_add(payload, values(r));
+      } else {
+        codec_.decode(payload, values(r));
+      }
+    } catch (const ProtocolError& e) {
+      // Every message comes from the predecessor, which validated anything it forwards: a bad
+      // chunk is its doing (what the mesh evicts it for).
+      throw ProtocolError(e.what(), mod(rank_ - 1, world_));
     }
   }
 

@@ -60,7 +60,8 @@ struct RingWorkspace {
 
 // In place: on return every rank's buffer holds the (codec-rounded) sum. On PeerLostError /
 // TimeoutError / ProtocolError (or ConfigError for bad options) the transport is aborted (so
-// peers fail fast too) and `buf` is unchanged, so the round can be retried in a new epoch.
+// peers fail fast too) and `buf` is unchanged, so the round can be retried in a new epoch. A
+// ProtocolError about a received chunk names the sender (its peer(): this rank's predecessor).
 // While the call runs `buf` holds partial sums (nobody may read it concurrently).
 // `workspace` may be null (a temporary one is used).
 RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer buf,

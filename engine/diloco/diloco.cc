@@ -3,6 +3,7 @@
 // next record says whether to retry, fall back or go on.
 #include "engine/diloco/diloco.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -106,15 +107,16 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       ensure_epoch(r);
       if (r.attempt == 0) inner_steps(r);
       bool ok;
+      std::vector<std::int64_t> blamed;
       if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
         ok = false;  // a member is gone: fail the round without starting the ring
         for (auto& t : rings_) t->abort();  // peers that passed the barrier fail fast
       } else {
-        ok = all_reduce(r);
+        ok = all_reduce(r, blamed);
       }
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
-      mesh_->report(r, ok);
+      mesh_->report(r, ok, blamed);
       if (leaving) {
         result.exit = NodeExit::kLeft;
         break;
@@ -192,13 +194,14 @@ void DilocoNode::inner_steps(const RoundRecord& r) {
   for (std::uint64_t i = 0; i < count_; ++i) delta_[i] = outer_[i] - local[i];
 }
 
-bool DilocoNode::all_reduce(const RoundRecord& r) {
+bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed) {
   if (!phantom_) {
     const auto world = static_cast<float>(r.members.size());
     reduced_.resize(count_);
     for (std::uint64_t i = 0; i < count_; ++i) reduced_[i] = delta_[i] / world;
   }
   shard_ok_.assign(options_.local_ranks, 0);
+  shard_blame_.assign(options_.local_ranks, -1);
   const double start_s = runtime_.now_s();
   if (options_.local_ranks == 1) {
     reduce_shard(r, 0);
@@ -212,6 +215,8 @@ bool DilocoNode::all_reduce(const RoundRecord& r) {
   stats_.allreduce_s += runtime_.now_s() - start_s;
   bool ok = true;
   for (char s : shard_ok_) ok = ok && s != 0;
+  for (std::int64_t id : shard_blame_)
+    if (id >= 0 && std::count(blamed.begin(), blamed.end(), id) == 0) blamed.push_back(id);
   if (!ok)
     for (auto& t : rings_) t->abort();  // every shard's peers fail fast too
   return ok;
@@ -252,7 +257,10 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
     shard_ok_[shard] = 1;
   } catch (const PeerLostError&) {
   } catch (const TimeoutError&) {
-  } catch (const ProtocolError&) {
+  } catch (const ProtocolError& e) {
+    // A chunk that failed validation names its sender's rank in this round's ring.
+    if (e.peer() >= 0 && static_cast<std::size_t>(e.peer()) < r.members.size())
+      shard_blame_[shard] = r.members[static_cast<std::size_t>(e.peer())];
   }
 }
 

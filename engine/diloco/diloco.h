@@ -98,7 +98,9 @@ class DilocoNode {
   void join_servers();
   void ensure_epoch(const RoundRecord& r);
   void inner_steps(const RoundRecord& r);
-  bool all_reduce(const RoundRecord& r);
+  // Returns whether every shard's ring succeeded; `blamed` gets the nodes whose chunks were
+  // rejected as invalid (for the mesh to evict).
+  bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed);
   void reduce_shard(const RoundRecord& r, int shard);
   void apply(const RoundRecord& done, const RoundRecord& next);
   bool leave_requested();
@@ -125,6 +127,8 @@ class DilocoNode {
   std::uint64_t epoch_ = ~std::uint64_t{0};
   std::vector<std::unique_ptr<Transport>> rings_;  // one per local rank, of epoch_
   std::vector<char> shard_ok_;  // one byte per shard: written by the shards' activities
+  // Per shard: the node whose chunk that shard's ring rejected (ProtocolError), or -1.
+  std::vector<std::int64_t> shard_blame_;
   std::vector<std::unique_ptr<Activity>> servers_;
   RoundStats stats_;
 

@@ -39,6 +39,25 @@ std::string ids_text(const std::vector<std::int64_t>& ids) {
   return s + "]";
 }
 
+// The ids after ";blame=" in a report ("fail;blame=[3,5]"); none when absent or malformed (a
+// report is advisory: a garbled blame costs nobody their place).
+std::vector<std::int64_t> blamed_in_report(const std::string& report) {
+  const std::string key = ";blame=[";
+  const auto at = report.find(key);
+  if (at == std::string::npos || report.back() != ']') return {};
+  std::vector<std::int64_t> ids;
+  const char* p = report.data() + at + key.size();
+  const char* const end = report.data() + report.size() - 1;  // the ']'
+  while (p < end) {
+    std::int64_t id = 0;
+    const auto [next, ec] = std::from_chars(p, end, id);
+    if (ec != std::errc() || (next != end && *next != ',')) return {};
+    ids.push_back(id);
+    p = next == end ? end : next + 1;
+  }
+  return ids;
+}
+
 }  // namespace
 
 ElasticMesh::ElasticMesh(Store& store, Runtime& runtime, EventSink& events, MeshOptions options)
@@ -315,25 +334,33 @@ bool ElasticMesh::bootstrap() {
   first.outer_step = 0;
   first.prev = RoundPrev::kStart;
   first.members = ring_order(queued);
-  return publish(first, queued, {});
+  return publish(first, queued, {}, {});
 }
 
 bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
-                          const std::vector<std::int64_t>& removed_by_allreduce) {
+                          const std::vector<std::int64_t>& removed_by_allreduce,
+                          const std::vector<std::int64_t>& removed_by_protocol) {
+  // Why each removed node went, decided before the record is out: once it is, an evicted node
+  // may read it, stop and write its deathrattle before we would look.
+  std::vector<const char*> why;
+  for (std::int64_t gone : next.removed) {
+    const bool rattled = store_.try_get(key_left(gone)).has_value();
+    const bool by_allreduce =
+        std::count(removed_by_allreduce.begin(), removed_by_allreduce.end(), gone) > 0;
+    const bool by_protocol =
+        std::count(removed_by_protocol.begin(), removed_by_protocol.end(), gone) > 0;
+    why.push_back(rattled        ? "deathrattle"
+                  : by_protocol  ? "protocol"
+                  : by_allreduce ? "allreduce"
+                                 : "heartbeat");
+  }
   const std::string text = next.encode();
   if (store_.compare_set(key_round(next.round), std::nullopt, text) != text) return true;  // lost
   store_.set(options_.prefix + "latest", std::to_string(next.round));
   for (std::int64_t j : admitted) store_.erase(key_join(j));
   for (std::int64_t gone : next.removed) store_.erase(key_heartbeat(gone));  // no longer watched
-  for (std::int64_t gone : next.removed) {
-    const bool rattled = store_.try_get(key_left(gone)).has_value();
-    const bool by_allreduce =
-        std::count(removed_by_allreduce.begin(), removed_by_allreduce.end(), gone) > 0;
-    emit("fail_detected",
-         JsonObject()
-             .add("failed", gone)
-             .add("by", rattled ? "deathrattle" : (by_allreduce ? "allreduce" : "heartbeat")));
-  }
+  for (std::size_t i = 0; i < next.removed.size(); ++i)
+    emit("fail_detected", JsonObject().add("failed", next.removed[i]).add("by", why[i]));
   // Keep the last few rounds; older reports and records are garbage.
   if (next.round >= 3) {
     const std::uint64_t old = next.round - 3;
@@ -366,14 +393,21 @@ bool ElasticMesh::resolve_once() {
   }
   if (stale) observe_heartbeats();
 
-  std::vector<std::int64_t> survivors, removed, missing_keys_ids;
+  std::vector<std::int64_t> survivors, removed, blamed;
   std::vector<std::string> missing_keys;
   bool any_fail = false;
-  for (std::int64_t m : cur.members) {
+  for (std::size_t i = 0; i < cur.members.size(); ++i) {
+    const std::int64_t m = cur.members[i];
     const auto rep = store_.try_get(key_report(r, m));
     const bool dead = is_dead(m);
     if (rep) {
       any_fail = any_fail || *rep != "ok";
+      // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
+      // anybody else is ignored, so one faulty node can cost at most its predecessor's place.
+      const std::int64_t pred = cur.members[(i + cur.members.size() - 1) % cur.members.size()];
+      for (std::int64_t b : blamed_in_report(*rep))
+        if (b == pred && pred != m && std::count(blamed.begin(), blamed.end(), b) == 0)
+          blamed.push_back(b);
       if (dead)
         removed.push_back(m);
       else
@@ -383,6 +417,13 @@ bool ElasticMesh::resolve_once() {
     } else {
       missing_keys.push_back(key_report(r, m));
     }
+  }
+  // Members whose chunks failed validation are cut off like dead ones.
+  for (std::int64_t b : blamed) {
+    const auto it = std::find(survivors.begin(), survivors.end(), b);
+    if (it == survivors.end()) continue;  // already removed (dead)
+    survivors.erase(it);
+    removed.push_back(b);
   }
   if (!missing_keys.empty()) {
     try {
@@ -425,7 +466,7 @@ bool ElasticMesh::resolve_once() {
   next.joiners = admitted;
   if (!admitted.empty()) next.sources = survivors;
   next.epoch = (changed || any_fail) ? cur.epoch + 1 : cur.epoch;
-  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{});
+  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed);
 }
 
 RoundRecord ElasticMesh::wait_admitted() {
@@ -480,8 +521,10 @@ bool ElasticMesh::ready_barrier(const RoundRecord& r) {
   }
 }
 
-void ElasticMesh::report(const RoundRecord& r, bool ok) {
-  store_.set(key_report(r.round, id_), ok ? "ok" : "fail");
+void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed) {
+  std::string value = ok ? "ok" : "fail";
+  if (!ok && !blamed.empty()) value += ";blame=" + ids_text(blamed);
+  store_.set(key_report(r.round, id_), value);
 }
 
 RoundRecord ElasticMesh::next_round(const RoundRecord& r) {

@@ -58,8 +58,10 @@ class ElasticMesh {
   // The wait is bounded by the members' liveness, not by a timeout: a slow member is waited for
   // (so the ring's timeout covers the transfer only), a dead one within dead_after_s.
   bool ready_barrier(const RoundRecord& r);
-  // This member's outcome of round `r`: its all-reduce succeeded (true) or not.
-  void report(const RoundRecord& r, bool ok);
+  // This member's outcome of round `r`: its all-reduce succeeded (true) or not. `blamed`: the
+  // members whose chunks it rejected as invalid; the coordinator evicts a blamed member when it
+  // is the reporter's ring predecessor (the only peer whose messages the reporter receives).
+  void report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed = {});
   // The record that follows `r` (TimeoutError after round_timeout_s).
   RoundRecord next_round(const RoundRecord& r);
   // Announces a graceful exit before the node's last report, so the coordinator never places
@@ -101,7 +103,8 @@ class ElasticMesh {
   std::vector<std::int64_t> queued_joiners();
   std::vector<std::int64_t> ring_order(const std::vector<std::int64_t>& ids);
   bool publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
-               const std::vector<std::int64_t>& removed_by_allreduce);
+               const std::vector<std::int64_t>& removed_by_allreduce,
+               const std::vector<std::int64_t>& removed_by_protocol);
   // Waits on the stop condition; returns true when stopping.
   bool wait_stop(double seconds);
   void emit(const std::string& type, JsonObject fields = {});

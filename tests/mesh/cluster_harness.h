@@ -286,6 +286,12 @@ class Cluster {
     std::lock_guard<std::mutex> lock(mu_);
     evictable_.insert(id);
   }
+  // From now on node `id` flips the last byte of every ring message it sends (a bad checksum,
+  // or a bad header for an empty chunk): its successor's ring rejects them.
+  void corrupt_sends(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    corrupting_.insert(id);
+  }
   SyntheticWorker& worker(std::int64_t id) { return *node(id)->worker; }
 
   void join() {
@@ -322,6 +328,10 @@ class Cluster {
   bool evictable(std::int64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     return evictable_.count(id) > 0;
+  }
+  bool corrupting(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return corrupting_.count(id) > 0;
   }
   bool killed(std::int64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -399,7 +409,15 @@ class Cluster {
     std::unique_ptr<std::thread> thread;
   };
 
-  // Counts each node's sends and fires its trigger.
+  // An exchange whose outgoing bytes are a corrupted copy it owns (declared before `inner`, so
+  // they outlive it).
+  struct CorruptedExchange final : PendingExchange {
+    std::vector<std::byte> bytes;
+    std::unique_ptr<PendingExchange> inner;
+    Received wait(double timeout_s) override { return inner->wait(timeout_s); }
+  };
+
+  // Counts each node's sends, fires its trigger, corrupts what a lying node sends.
   class TriggerTransport final : public Transport {
    public:
     TriggerTransport(std::unique_ptr<Transport> inner, Cluster& c, std::int64_t id, bool recovery)
@@ -417,7 +435,13 @@ class Cluster {
     std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
                                                     std::span<std::byte> into, Tag tag) override {
       c_.before_send(id_, recovery_);
-      return inner_->start_exchange(to, out, from, into, tag);
+      if (recovery_ || out.bytes.empty() || !c_.corrupting(id_))
+        return inner_->start_exchange(to, out, from, into, tag);
+      auto x = std::make_unique<CorruptedExchange>();
+      x->bytes.assign(out.bytes.begin(), out.bytes.end());
+      x->bytes.back() ^= std::byte{0xFF};
+      x->inner = inner_->start_exchange(to, Payload::of(x->bytes), from, into, tag);
+      return x;
     }
     void abort() override { inner_->abort(); }
 
@@ -530,7 +554,7 @@ class Cluster {
   std::mutex mu_;
   std::int64_t next_id_ = 1;
   std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
-  std::set<std::int64_t> killed_, evictable_;
+  std::set<std::int64_t> killed_, evictable_, corrupting_;
   std::map<std::int64_t, Trigger> triggers_;
   std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
   std::map<std::int64_t, std::function<void()>> at_step_;

@@ -211,6 +211,23 @@ TEST(FaultMatrix, ANodeDeclaredDeadWhileAliveIsEvicted) {
   EXPECT_EQ(members_at(c, 4).size(), 3u);
 }
 
+TEST(FaultMatrix, ANodeSendingCorruptChunksIsEvicted) {
+  Cluster c(matrix_options());
+  // From step 2 on node 3 corrupts every ring message it sends. Its successor rejects the first
+  // one (ProtocolError: the checksum), blames it in its report, and the coordinator retries
+  // without it: the liar is cut off at once, like a dead node, and stops as evicted.
+  c.at_step(1, [&] {
+    c.allow_eviction(3);
+    c.corrupt_sends(3);
+  });
+  c.run_and_check();
+  EXPECT_EQ(c.result(3).exit, NodeExit::kEvicted);
+  expect_removed(c, 3, "protocol");
+  EXPECT_EQ(members_at(c, 2), (std::vector<std::int64_t>{1, 2, 4}));
+  EXPECT_EQ(c.all_of_type("retry").size(), 3u);  // one retry of step 2, seen by 3 survivors
+  EXPECT_TRUE(c.all_of_type("fallback").empty());
+}
+
 // A straggler: node 2's inner steps of step 2 take 0.5 s of (modelled) compute, more than the
 // ring's 0.2 s timeout. With the ready barrier the others wait for it (it is alive) and nothing
 // fails; without it their rings time out and the step is retried.

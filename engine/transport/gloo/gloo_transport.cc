@@ -271,13 +271,14 @@ class GlooTransport final : public Transport {
           "message from rank " + std::to_string(from_) + " (" + tag_text(tag_) + ")";
       if (header_.magic != kHeaderMagic) {
         t_.abort();
-        throw ProtocolError(where + ": bad header magic");
+        throw ProtocolError(where + ": bad header magic", from_);
       }
       if (header_.payload_bytes > into_.size()) {
         t_.abort();
         throw ProtocolError(where + " has " + std::to_string(header_.payload_bytes) +
                             " bytes, more than the receive buffer's " +
-                            std::to_string(into_.size()));
+                            std::to_string(into_.size()),
+                        from_);
       }
       t_.wait_op(*payload_buf_, false, from_, deadline, tag_);
       t_.wait_op(*credit_buf_, true, from_, deadline, tag_);

@@ -193,7 +193,8 @@ class InProcEndpoint final : public Transport {
       throw ProtocolError("in-process transport: message of " + std::to_string(got) +
                           " bytes from rank " + std::to_string(from) +
                           " does not fit the receive buffer of " + std::to_string(into.size()) +
-                          " bytes");
+                          " bytes",
+                          from);
     }
     if (got != 0) std::memcpy(into.data(), m.bytes.data(), got);
     hub_->give_back(std::move(m.bytes));

@@ -259,13 +259,15 @@ class NcclTransport final : public Transport {
       if (in_header.tag != tag) {
         abort();
         throw ProtocolError("nccl transport: " + what + ": the peer sent " +
-                            tag_text(in_header.tag) + " (messages out of order)");
+                            tag_text(in_header.tag) + " (messages out of order)",
+                            from);
       }
       if (in_header.payload_bytes > into.size()) {
         abort();
         throw ProtocolError("nccl transport: " + what + ": message of " +
                             std::to_string(in_header.payload_bytes) +
-                            " bytes exceeds the receive buffer's " + std::to_string(into.size()));
+                            " bytes exceeds the receive buffer's " + std::to_string(into.size()),
+                            from);
       }
       incoming = in_header.payload_bytes;
     }
