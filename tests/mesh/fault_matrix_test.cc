@@ -178,7 +178,9 @@ TEST(FaultMatrix, AllButOneFail) {
 }
 
 TEST(FaultMatrix, NodeLeavesGracefully) {
-  Cluster c(matrix_options());
+  ClusterOptions o = matrix_options();
+  o.dead_after_s = 5.0;  // nobody dies here: a starved heartbeat must not look like a death
+  Cluster c(o);
   c.at_step(1, [&] { c.leave(3); });
   c.run_and_check();
   EXPECT_EQ(c.result(3).exit, NodeExit::kLeft);
@@ -189,7 +191,11 @@ TEST(FaultMatrix, NodeLeavesGracefully) {
 }
 
 TEST(FaultMatrix, ANodeDeclaredDeadWhileAliveIsEvicted) {
-  Cluster c(matrix_options());
+  ClusterOptions o = matrix_options();
+  // Long enough that the live nodes' heartbeats are not starved into a death on a loaded
+  // machine; the muted node is still declared dead within a second.
+  o.dead_after_s = 1.0;
+  Cluster c(o);
   // A member that is not the coordinator stalls in its inner steps of step 2 with its heartbeat
   // silent: the others' rings time out, the coordinator declares it dead and retries without it
   // (round 3). When the node wakes up, the next record does not name it: it stops as evicted.
