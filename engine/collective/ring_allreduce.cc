@@ -18,10 +18,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "engine/codec/fp32_codec.h"
 #include "engine/error.h"
+#include "engine/util/crc32c.h"
 #include "engine/wire/chunk.h"
 
 namespace meridian {
@@ -77,6 +80,7 @@ class RingPass {
            Pass pass)
       : transport_(transport),
         codec_(codec),
+        fp32_(dynamic_cast<const Fp32Codec*>(&codec)),
         options_(options),
         count_(count),
         pass_(pass),
@@ -101,10 +105,15 @@ class RingPass {
   }
 
   // Runs the pass; on return `work` holds the sum. Message slots come from `slots` (grown as
-  // needed, reused across calls). Throws on any error (the caller aborts).
-  void run(std::span<float> work, std::vector<std::vector<std::byte>>& slots, RingStats& stats) {
+  // needed, reused across calls). Before a piece of `work` first changes, its values are copied
+  // to the same place in `backup` (same size as `work`), so restore() can undo the pass; once
+  // the pass completes, `backup` holds all of the input. Throws on any error (the caller aborts
+  // and restores).
+  void run(std::span<float> work, std::span<float> backup,
+           std::vector<std::vector<std::byte>>& slots, RingStats& stats) {
     if (transfers_ == 0) return;
     work_ = work;
+    backup_ = backup;
     phantom_ = work.empty();
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
@@ -123,7 +132,20 @@ class RingPass {
     while (done < transfers_) finish(done++, stats);
   }
 
+  // Puts back every piece of `work` that the pass changed (from `backup`).
+  void restore() const {
+    if (work_.empty()) return;  // phantom, or never ran
+    for (std::size_t t = 0; t < changed_; ++t) {
+      const Where w = locate(t);
+      if (!first_change(w)) continue;
+      const Range r = piece_range(w.recv_share, w.piece);
+      std::copy_n(backup_.begin() + r.offset, r.count, work_.begin() + r.offset);
+    }
+  }
+
   // Drops unfinished exchanges (after the transport was aborted) before the buffers go.
+  std::size_t transfers() const { return transfers_; }
+
   ~RingPass() {
     for (auto& p : pending_) p.reset();
   }
@@ -153,6 +175,12 @@ class RingPass {
     }
     return w;
   }
+
+  // Whether transfer `w`'s receive is the first change to its piece: every reduce-scatter
+  // receive (each share but the rank's own is added into once), and all-gather step 0 (the
+  // rank's own share, untouched until then). Later all-gather steps overwrite sums, and the
+  // owner's re-decode at all-gather step 0 changes a share summed in the reduce-scatter.
+  static bool first_change(const Where& w) { return w.phase == kReduceScatter || w.step == 0; }
 
   Range piece_range(int share, std::size_t piece) const {
     const Range s = split(count_, world_, share);
@@ -188,8 +216,14 @@ class RingPass {
     } else if (!phantom_) {
       std::span<std::byte> message = send_slot(t).first(bytes);
       std::span<std::byte> payload = message.subspan(kChunkHeaderBytes);
-      codec_.encode(values(r), payload);
-      seal_chunk(chunk_id(w.phase, w.send_share, w.piece, r.count), codec_, message);
+      const ChunkId id = chunk_id(w.phase, w.send_share, w.piece, r.count);
+      if (fp32_ != nullptr) {
+        // Copy and checksum in one walk over the values.
+        end_seal(message, fp32_->encode_crc(values(r), payload, begin_seal(id, codec_, message)));
+      } else {
+        codec_.encode(values(r), payload);
+        seal_chunk(id, codec_, message);
+      }
       // The owner keeps exactly what the others will decode (for a lossless codec, that is
       // what it already holds).
       if (w.phase == kAllGather && !codec_.lossless()) codec_.decode(payload, values(r));
@@ -227,8 +261,24 @@ class RingPass {
     }
     const auto message = std::span<const std::byte>(recv_slot(t)).first(got.bytes);
     try {
-      const auto payload =
-          open_chunk(message, chunk_id(w.phase, w.recv_share, w.piece, r.count), codec_);
+      const ChunkId id = chunk_id(w.phase, w.recv_share, w.piece, r.count);
+      const std::span<float> backup =
+          first_change(w) ? backup_.subspan(r.offset, r.count) : std::span<float>();
+      if (fp32_ != nullptr) {
+        // Checksum, back up and add (or copy) in one walk; a bad checksum is found after the
+        // values changed, which restore() undoes like any other failure.
+        const std::uint32_t header = check_chunk_header(message, id, codec_);
+        const auto payload = message.subspan(kChunkHeaderBytes);
+        changed_ = t + 1;
+        verify_chunk_checksum(
+            message, w.phase == kReduceScatter
+                         ? fp32_->decode_add_crc(payload, values(r), backup, header)
+                         : fp32_->decode_crc(payload, values(r), backup, header));
+        return;
+      }
+      const auto payload = open_chunk(message, id, codec_);
+      if (!backup.empty()) std::copy_n(values(r).begin(), r.count, backup.begin());
+      changed_ = t + 1;
       if (w.phase == kReduceScatter) {
         codec_.decode_add(payload, values(r));
       } else {
@@ -243,6 +293,7 @@ class RingPass {
 
   Transport& transport_;
   const Codec& codec_;
+  const Fp32Codec* const fp32_;  // the codec when it is fp32 (fused kernels), else null
   const RingOptions& options_;
   const std::size_t count_;
   const Pass pass_;
@@ -252,6 +303,8 @@ class RingPass {
   std::size_t transfers_ = 0;   // 2 (world - 1) P
   std::size_t slot_bytes_ = 0;  // largest message
   std::span<float> work_;
+  std::span<float> backup_;
+  std::size_t changed_ = 0;  // transfers [0, changed_) may have changed their received piece
   bool phantom_ = false;
   std::size_t recv_slots_ = 0;
   std::vector<std::span<std::byte>> slots_;      // into the workspace: 2 send, then receive slots
@@ -278,7 +331,7 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
   stats.participants = transport.size();
   RingWorkspace local;
   RingWorkspace& ws = workspace != nullptr ? *workspace : local;
-  bool backed_up = false;  // ws.work holds the input and `buf` may have changed
+  std::optional<RingPass> pass;  // the codec pass, which restores `buf` if the round fails
   try {
     const bool phantom = buf.data.empty();
     if (!phantom && buf.count != buf.data.size())
@@ -297,11 +350,12 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
                         " exceeds the tag space (at most " + std::to_string(kMaxWorld) + ")");
     const auto codec = make_codec(options.codec);
 
-    // Work in place on `buf`, keeping a copy of the input that restores it if the round fails:
-    // `buf` changes only when the whole round succeeds (one copy, not a copy in and out).
-    ws.work.assign(buf.data.begin(), buf.data.end());
-    backed_up = !phantom && buf.count > 0;
-    RingPass(transport, *codec, options, buf.count, kCodecPass).run(buf.data, ws.slots, stats);
+    // Work in place on `buf`; each piece is copied to ws.work just before it first changes
+    // (inside the pass that changes it), so `buf` can be restored if the round fails.
+    if (ws.work.size() < buf.data.size()) ws.work.resize(buf.data.size());
+    const std::span<float> backup = std::span(ws.work).first(buf.data.size());
+    pass.emplace(transport, *codec, options, buf.count, kCodecPass);
+    pass->run(buf.data, backup, ws.slots, stats);
     stats.elapsed_s = runtime.now_s() - start_s;
 
     if (options.measure_error && !phantom) {
@@ -309,16 +363,20 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
         stats.relative_error = 0.0;
       } else {
         const auto exact_codec = make_codec(CodecId::kFp32);
-        std::vector<float> exact(ws.work.begin(), ws.work.end());  // the input
+        // The input: the pass backed up all of it, unless it sent nothing (one rank).
+        std::vector<float> exact = pass->transfers() > 0
+                                       ? std::vector<float>(backup.begin(), backup.end())
+                                       : std::vector<float>(buf.data.begin(), buf.data.end());
+        std::vector<float> unused(exact.size());
         RingStats ignored;  // the measuring pass's bytes are not the all-reduce's
         RingPass(transport, *exact_codec, options, buf.count, kExactPass)
-            .run(exact, ws.slots, ignored);
+            .run(exact, unused, ws.slots, ignored);
         stats.relative_error = relative_error(buf.data, exact);
       }
     }
   } catch (...) {
-    if (backed_up) std::memcpy(buf.data.data(), ws.work.data(), buf.count * sizeof(float));
     transport.abort();
+    if (pass) pass->restore();
     throw;
   }
   return stats;

@@ -26,9 +26,8 @@ T get(std::span<const std::byte> m, std::size_t off) {
 
 constexpr std::size_t kChecksumOffset = 48;
 
-std::uint32_t checksum(std::span<const std::byte> message) {
-  std::uint32_t c = crc32c(message.first(kChecksumOffset));
-  return crc32c(message.subspan(kChunkHeaderBytes), c);
+std::uint32_t header_crc(std::span<const std::byte> message) {
+  return crc32c(message.first(kChecksumOffset));
 }
 
 [[noreturn]] void bad(const std::string& field, std::uint64_t got, std::uint64_t want) {
@@ -42,7 +41,7 @@ std::size_t chunk_message_bytes(const Codec& codec, std::uint64_t count) {
   return kChunkHeaderBytes + codec.encoded_bytes(count);
 }
 
-void seal_chunk(const ChunkId& id, const Codec& codec, std::span<std::byte> message) {
+std::uint32_t begin_seal(const ChunkId& id, const Codec& codec, std::span<std::byte> message) {
   MERIDIAN_CHECK_EQ(message.size(), chunk_message_bytes(codec, id.count));
   MERIDIAN_CHECK(codec.id() == id.codec);
   put<std::uint32_t>(message, 0, kWireMagic);
@@ -56,11 +55,21 @@ void seal_chunk(const ChunkId& id, const Codec& codec, std::span<std::byte> mess
   put<std::uint64_t>(message, 32, id.count);
   put<std::uint64_t>(message, 40, message.size() - kChunkHeaderBytes);
   put<std::uint32_t>(message, 52, 0);
-  put<std::uint32_t>(message, kChecksumOffset, checksum(message));
+  return header_crc(message);
 }
 
-std::span<const std::byte> open_chunk(std::span<const std::byte> message, const ChunkId& expected,
-                                      const Codec& codec) {
+void end_seal(std::span<std::byte> message, std::uint32_t crc) {
+  MERIDIAN_CHECK(message.size() >= kChunkHeaderBytes);
+  put<std::uint32_t>(message, kChecksumOffset, crc);
+}
+
+void seal_chunk(const ChunkId& id, const Codec& codec, std::span<std::byte> message) {
+  const std::uint32_t c = begin_seal(id, codec, message);
+  end_seal(message, crc32c(message.subspan(kChunkHeaderBytes), c));
+}
+
+std::uint32_t check_chunk_header(std::span<const std::byte> message, const ChunkId& expected,
+                                 const Codec& codec) {
   if (message.size() < kChunkHeaderBytes)
     bad("message size (truncated header)", message.size(), kChunkHeaderBytes);
   if (get<std::uint32_t>(message, 0) != kWireMagic)
@@ -70,7 +79,8 @@ std::span<const std::byte> open_chunk(std::span<const std::byte> message, const 
   if (get<std::uint8_t>(message, 6) != static_cast<std::uint8_t>(expected.codec))
     bad("codec", get<std::uint8_t>(message, 6), static_cast<std::uint8_t>(expected.codec));
   if (get<std::uint8_t>(message, 7) != 0) bad("reserved byte 7", get<std::uint8_t>(message, 7), 0);
-  if (get<std::uint32_t>(message, 52) != 0) bad("reserved bytes 52..55", get<std::uint32_t>(message, 52), 0);
+  if (get<std::uint32_t>(message, 52) != 0)
+    bad("reserved bytes 52..55", get<std::uint32_t>(message, 52), 0);
   if (get<std::uint64_t>(message, 8) != expected.epoch)
     bad("epoch", get<std::uint64_t>(message, 8), expected.epoch);
   if (get<std::uint64_t>(message, 16) != expected.outer_step)
@@ -86,9 +96,20 @@ std::span<const std::byte> open_chunk(std::span<const std::byte> message, const 
     bad("payload_bytes", get<std::uint64_t>(message, 40), want_payload);
   if (message.size() != kChunkHeaderBytes + want_payload)
     bad("message size", message.size(), kChunkHeaderBytes + want_payload);
-  const std::uint32_t got_sum = get<std::uint32_t>(message, kChecksumOffset);
-  if (got_sum != checksum(message)) bad("checksum", got_sum, checksum(message));
-  return message.subspan(kChunkHeaderBytes);
+  return header_crc(message);
+}
+
+void verify_chunk_checksum(std::span<const std::byte> message, std::uint32_t crc) {
+  const std::uint32_t got = get<std::uint32_t>(message, kChecksumOffset);
+  if (got != crc) bad("checksum", got, crc);
+}
+
+std::span<const std::byte> open_chunk(std::span<const std::byte> message, const ChunkId& expected,
+                                      const Codec& codec) {
+  const std::uint32_t c = check_chunk_header(message, expected, codec);
+  const auto payload = message.subspan(kChunkHeaderBytes);
+  verify_chunk_checksum(message, crc32c(payload, c));
+  return payload;
 }
 
 }  // namespace meridian

@@ -51,4 +51,18 @@ void seal_chunk(const ChunkId& id, const Codec& codec, std::span<std::byte> mess
 std::span<const std::byte> open_chunk(std::span<const std::byte> message, const ChunkId& expected,
                                       const Codec& codec);
 
+// The same two steps split around the payload, for callers that checksum the payload in the
+// pass that writes or reads it (the ring's fp32 path: copy or add and CRC in one cache-sized
+// walk). Each returns the CRC-32C over header bytes [0, 48), which the caller extends over the
+// payload (crc32c(payload, that)) and hands to the matching finishing call.
+//  - begin_seal writes every header field but the checksum (message sized as for seal_chunk);
+//    end_seal writes the checksum.
+//  - check_chunk_header validates every field and the size, like open_chunk, but not the
+//    checksum; verify_chunk_checksum throws ProtocolError when the stored one differs.
+std::uint32_t begin_seal(const ChunkId& id, const Codec& codec, std::span<std::byte> message);
+void end_seal(std::span<std::byte> message, std::uint32_t crc);
+std::uint32_t check_chunk_header(std::span<const std::byte> message, const ChunkId& expected,
+                                 const Codec& codec);
+void verify_chunk_checksum(std::span<const std::byte> message, std::uint32_t crc);
+
 }  // namespace meridian

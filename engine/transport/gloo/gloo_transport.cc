@@ -18,7 +18,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -60,6 +63,59 @@ std::chrono::milliseconds left_ms(Clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
+// Threads that run exchanges' posters (wait for the receiver's credit, then post the send),
+// kept for the transport's life: starting and joining a thread per exchange cost more than a
+// small transfer on loopback. A task never waits for a thread: when every pooled thread is
+// busy (each poster may wait out a slow receiver), a new one starts, so one stream never holds
+// up another. The destructor runs what is queued, then joins.
+class PosterPool {
+ public:
+  PosterPool() = default;
+  PosterPool(const PosterPool&) = delete;
+  PosterPool& operator=(const PosterPool&) = delete;
+  ~PosterPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void run(std::function<void()> task) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+    if (queue_.size() > idle_) {
+      threads_.emplace_back([this] { work(); });
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      --idle_;
+      if (queue_.empty()) return;  // stopping, nothing left
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;  // guarded by mutex_
+  std::size_t idle_ = 0;                      // threads waiting for a task; guarded by mutex_
+  bool stopping_ = false;                     // guarded by mutex_
+  std::vector<std::thread> threads_;          // guarded by mutex_ until the destructor
+};
+
 }  // namespace
 
 class GlooTransport;
@@ -86,6 +142,9 @@ class GlooTransport final : public Transport {
     // Close before the buffers' owners go away: nothing may be written into caller memory later.
     abort();
   }
+
+  // Runs `task` on a pooled poster thread.
+  void run_poster(std::function<void()> task) { posters_.run(std::move(task)); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -314,6 +373,8 @@ class GlooTransport final : public Transport {
   std::mutex mutex_;
   std::set<Buffer*> live_;
   std::map<std::pair<int, Tag>, std::shared_future<void>> last_post_;  // guarded by mutex_
+  // Declared last: destroyed (its threads joined) first, while everything above still exists.
+  PosterPool posters_;
 };
 
 TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
@@ -326,11 +387,15 @@ TrackedBuffer::~TrackedBuffer() { transport_.untrack(buffer_.get()); }
 
 namespace {
 
-// An exchange: the receive side is posted at once (credit out, receives up); a helper thread
-// waits for the receiver's credit and posts the send the moment it arrives, so data flows while
-// the caller prepares its next message (the ring keeps two exchanges in flight), without
-// blocking start_exchange or letting a slow receiver on one tag hold up another. The sends of
-// one (peer, tag) are posted in the order their exchanges started (each poster waits for the
+// An exchange: the receive side is posted at once (credit out, receives up), after the receive
+// of our own receiver's credit (so that its credit, when sent, finds the receive posted). The
+// send is posted by whoever claims it first: a pooled poster thread, handed the exchange at
+// start, which waits for the credit and posts the send the moment it arrives (data flows while
+// the caller prepares its next message: the ring keeps two exchanges in flight), or the caller
+// itself once it reaches wait() (when it waits for this exchange right away, the credit then
+// wakes the caller directly: two thread hand-offs fewer on the critical path). Neither blocks
+// start_exchange or lets a slow receiver on one tag hold up another. The sends of one
+// (peer, tag) are posted in the order their exchanges started (each poster waits for the
 // previous one of its stream), so several exchanges of one tag in flight keep their order.
 // Destroying an exchange that was never waited for aborts the epoch: its operations are still
 // posted, and Gloo must not touch their buffers afterwards.
@@ -340,20 +405,18 @@ class GlooExchange final : public PendingExchange {
       : transport_(t),
         to_(to),
         tag_(tag),
-        incoming_(t, from, tag, into),
-        outgoing_(t, to, tag, out) {
+        outgoing_(t, to, tag, out),
+        incoming_(t, from, tag, into) {
     posted_ = promise_.get_future();
-    std::shared_future<void> previous = t.follow_stream(to, tag, ordered_.get_future().share());
-    poster_ = std::thread([this, previous] {
-      try {
-        if (previous.valid()) previous.wait();  // set by that poster whatever its outcome
-        // A backstop only: wait() bounds the caller, and abort() wakes this thread.
-        outgoing_.post(deadline_after(kPosterBackstopS));
-        promise_.set_value();
-      } catch (...) {
-        promise_.set_exception(std::current_exception());
-      }
-      ordered_.set_value();  // the next exchange of this stream may post
+    previous_ = t.follow_stream(to, tag, ordered_.get_future().share());
+    t.run_poster([this] {
+      // A backstop only: wait() bounds the caller, and abort() wakes this thread.
+      if (!claimed_.exchange(true)) post_send(deadline_after(kPosterBackstopS));
+      // Last touch of this object: the destructor waits for it (under the lock, so it cannot
+      // return before the notify is done).
+      std::lock_guard<std::mutex> lock(done_mutex_);
+      poster_done_ = true;
+      done_cv_.notify_all();
     });
   }
   ~GlooExchange() override {
@@ -362,11 +425,13 @@ class GlooExchange final : public PendingExchange {
                      posted_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
       transport_.abort();
     }
-    poster_.join();
+    std::unique_lock<std::mutex> lock(done_mutex_);
+    done_cv_.wait(lock, [&] { return poster_done_; });
   }
   Received wait(double timeout_s) override {
     waited_ = true;
     const auto deadline = deadline_after(timeout_s);
+    if (!claimed_.exchange(true)) post_send(deadline);
     if (posted_.wait_until(deadline) != std::future_status::ready) {
       transport_.abort();
       throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
@@ -379,17 +444,40 @@ class GlooExchange final : public PendingExchange {
   }
 
  private:
+  // Waits for the previous send of this stream and the credit, posts the send, and records the
+  // outcome in posted_; never throws. Run once, by whoever claimed it.
+  void post_send(Clock::time_point deadline) {
+    try {
+      // previous_ is set by that exchange's poster whatever its outcome.
+      if (previous_.valid() && previous_.wait_until(deadline) != std::future_status::ready) {
+        transport_.abort();
+        throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
+                           ": an earlier send of this stream was not posted in time");
+      }
+      outgoing_.post(deadline);
+      promise_.set_value();
+    } catch (...) {
+      promise_.set_exception(std::current_exception());
+    }
+    ordered_.set_value();  // the next exchange of this stream may post
+  }
+
   static constexpr double kPosterBackstopS = 3600.0;
   GlooTransport& transport_;
   int to_;
   Tag tag_;
   bool waited_ = false;
-  GlooTransport::Incoming incoming_;
   GlooTransport::Outgoing outgoing_;
+  GlooTransport::Incoming incoming_;
+  std::atomic<bool> claimed_{false};  // whether the pool's poster or wait() posts the send
+  std::shared_future<void> previous_;  // the previous exchange of this stream's ordered_
   std::promise<void> promise_;
   std::future<void> posted_;
   std::promise<void> ordered_;  // set once this exchange's send is posted (or failed)
-  std::thread poster_;  // joined in the destructor, before the members it uses go
+  // The poster's end, awaited by the destructor before the members the poster uses go.
+  std::mutex done_mutex_;
+  std::condition_variable done_cv_;
+  bool poster_done_ = false;  // guarded by done_mutex_
 };
 
 // The transport of an epoch with one member: no peers, so every operation is a usage error.

@@ -1,0 +1,58 @@
+// The fp32 codec's fused kernels used by the ring (copy or add, optional backup and CRC-32C in
+// one walk) against the plain encode / decode / decode_add and crc32c they replace.
+// Not a speed test: bench/gloo measures them inside the ring.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "engine/codec/fp32_codec.h"
+#include "engine/util/crc32c.h"
+
+namespace meridian {
+namespace {
+
+std::vector<float> values(std::size_t n, float scale) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 37) % 101) - 7.5f;
+  return v;
+}
+
+// Sizes around the kernels' 3072-value block.
+class Fp32FusedTest : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(Fp32FusedTest, MatchTheUnfusedKernelsAndChecksum) {
+  const std::size_t n = GetParam();
+  const Fp32Codec codec;
+  const std::uint32_t seed = 0x1234567u;
+  const auto in = values(n, 0.25f);
+
+  std::vector<std::byte> fused(codec.encoded_bytes(n)), plain(codec.encoded_bytes(n));
+  const std::uint32_t crc = codec.encode_crc(in, fused, seed);
+  codec.encode(in, plain);
+  EXPECT_EQ(fused, plain);
+  EXPECT_EQ(crc, crc32c(plain, seed));
+
+  const auto acc0 = values(n, -0.5f);
+  std::vector<float> acc = acc0, want = acc0, backup(n, 99.0f);
+  EXPECT_EQ(codec.decode_add_crc(plain, acc, backup, seed), crc);
+  codec.decode_add(plain, want);
+  EXPECT_EQ(std::memcmp(acc.data(), want.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(backup, acc0);
+
+  std::vector<float> out = acc0, backup2(n, 99.0f);
+  EXPECT_EQ(codec.decode_crc(plain, out, backup2, seed), crc);
+  EXPECT_EQ(out, in);
+  EXPECT_EQ(backup2, acc0);
+
+  // Without a backup.
+  acc = acc0;
+  EXPECT_EQ(codec.decode_add_crc(plain, acc, {}, seed), crc);
+  EXPECT_EQ(std::memcmp(acc.data(), want.data(), n * sizeof(float)), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, Fp32FusedTest,
+                         ::testing::Values(0, 1, 7, 3071, 3072, 3073, 10000));
+
+}  // namespace
+}  // namespace meridian
