@@ -1,6 +1,7 @@
 // int8 PRIME codec kernels: a vectorised sigma pass; a quantise pass (vectorised) feeding a
-// one-word-per-value bin histogram (scalar, 8 interleaved tables); a LUT pass to decode. Each
-// has a portable and an AVX-512 version with bit-identical results. Not the wire format (header).
+// one-word-per-value bin histogram (scalar, 8 interleaved tables, one block behind the vector
+// work so the two overlap); a LUT pass to decode. Each has a portable and an AVX-512 version with
+// bit-identical results. Not the wire format (header).
 #include "engine/codec/int8_prime_codec.h"
 
 #include <algorithm>
@@ -149,20 +150,27 @@ struct Histogram {
   double count[kBins];
   double offset_sum[kBins];  // in bin widths
 
-  // Adds the words of `len` values (len a multiple of kTables except at the chunk's end).
-  MERIDIAN_ALWAYS_INLINE void add(const std::uint8_t* __restrict q,
-                                  const std::uint64_t* __restrict words, std::size_t len) {
-    std::size_t j = 0;
-    for (; j + kTables <= len; j += kTables) {
-      // The 8 codes in one load, taken apart with shifts: one load per value fewer (the loop is
-      // bound by memory operations; measured ~5 % faster than 8 byte loads).
-      std::uint64_t codes;
-      std::memcpy(&codes, q + j, sizeof codes);
-#pragma GCC unroll 8  // -O2 keeps a short loop rolled, with index arithmetic per element
-      for (std::size_t h = 0; h < kTables; ++h)
-        tables[h][(codes >> (8 * h)) & 0xFF] += words[j + h];
-    }
-    for (; j < len; ++j) tables[j % kTables][q[j]] += words[j];
+  // Adds the words of 16 values. Each value costs three instructions: a byte load of its code,
+  // a load of its word and one add-to-memory. Beside the vector quantise work the loop is bound
+  // by instruction and memory-operation throughput, not by latency: loading 8 codes at once and
+  // taking them apart with shifts (two more instructions per value) was as fast alone and slower
+  // in the pipelined loop.
+  MERIDIAN_ALWAYS_INLINE void add16(const std::uint8_t* __restrict q,
+                                    const std::uint64_t* __restrict words) {
+    static_assert(16 % kTables == 0);
+#pragma GCC unroll 16  // -O2 keeps a short loop rolled, with index arithmetic per element
+    for (std::size_t j = 0; j < 16; ++j) tables[j % kTables][q[j]] += words[j];
+  }
+
+  // Adds the words of a full block.
+  MERIDIAN_ALWAYS_INLINE void add_block(const std::uint8_t* __restrict q,
+                                        const std::uint64_t* __restrict words) {
+    for (std::size_t j = 0; j < kBlock; j += 16) add16(q + j, words + j);
+  }
+
+  // Adds the words of the last, partial block (len < kBlock).
+  void add_tail(const std::uint8_t* q, const std::uint64_t* words, std::size_t len) {
+    for (std::size_t j = 0; j < len; ++j) tables[j % kTables][q[j]] += words[j];
   }
 
   // Moves the tables into count / offset_sum (exact: integers below 2^53 per segment).
@@ -183,13 +191,19 @@ struct Histogram {
   }
 };
 
-// One segment (at most kSegment values) of the quantise + histogram pass, portable.
+// One segment (at most kSegment values) of the quantise + histogram pass, portable. Adding a
+// block's histogram after quantising the next one (as the AVX-512 loop does) measured no faster
+// here: GCC's AVX2 quantise code, not the histogram, dominates this loop.
 void quantize_segment_portable(const float* x, std::uint8_t* q, std::size_t n, const Scales& s,
                                Histogram& hist, Excess& excess) {
   for_each_block(n, [&](std::size_t b, std::size_t len) MERIDIAN_ALWAYS_INLINE {
     alignas(64) std::uint64_t words[kBlock];
     quantize_block(x + b, q + b, words, len, s, excess);
-    hist.add(q + b, words, len);  // the block is still in L1
+    if (len == kBlock) {
+      hist.add_block(q + b, words);  // the block is still in L1
+    } else {
+      hist.add_tail(q + b, words, len);
+    }
   });
 }
 
@@ -221,10 +235,25 @@ double finish_sum_squares(const float* x, std::size_t i, std::size_t n, const do
   return total;
 }
 
+// How far ahead of the sigma pass its data is prefetched: 8 KiB. From main memory the pass ran at
+// about 2/3 of the read bandwidth a memcpy reaches (the hardware prefetchers alone keep too few
+// lines in flight for one read stream); this took it from ~130 to ~105 ps per value.
+constexpr std::size_t kPrefetchValues = 2048;
+
+// Prefetches the block kPrefetchValues ahead of x[i], if it is inside x[0, n).
+MERIDIAN_ALWAYS_INLINE inline void prefetch_ahead(const float* x, std::size_t i, std::size_t n) {
+  if (i + kPrefetchValues + kBlock <= n) {
+    for (std::size_t j = 0; j < kBlock; j += 16) __builtin_prefetch(x + i + kPrefetchValues + j);
+  }
+}
+
 MERIDIAN_ALWAYS_INLINE inline double sum_squares_body(const float* __restrict x, std::size_t n) {
   double lanes[kSumLanes] = {};
   std::size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) sum_squares_block(x + i, lanes);
+  for (; i + kBlock <= n; i += kBlock) {
+    prefetch_ahead(x, i, n);
+    sum_squares_block(x + i, lanes);
+  }
   return finish_sum_squares(x, i, n, lanes);
 }
 
@@ -255,6 +284,7 @@ MERIDIAN_TARGET_AVX512 double sum_squares_avx512(const float* x, std::size_t n) 
   __m512d acc2 = _mm512_setzero_pd(), acc3 = _mm512_setzero_pd();
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
+    prefetch_ahead(x, i, n);
     add_squares16(x + i, acc0, acc1);  // lanes 0 .. 15
     add_squares16(x + i + 16, acc2, acc3);  // lanes 16 .. 31
     add_squares16(x + i + 32, acc0, acc1);
@@ -266,41 +296,53 @@ MERIDIAN_TARGET_AVX512 double sum_squares_avx512(const float* x, std::size_t n) 
   return finish_sum_squares(x, i, n, lanes);
 }
 
-// quantize_block() for a full block in AVX-512 intrinsics, 16 values per step, the same
-// operations lane for lane (the same fused or unfused code arithmetic, exact double products,
-// the same fix-up in index order), so codes, words and excess are bit-identical to the portable
-// kernel. GCC's own AVX-512 vectorisation of the block loop ran ~2x slower.
-MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize_block_avx512(
+// The constants of the AVX-512 quantise step, built once per segment.
+struct QuantizeConsts {
+  __m512 inv, c128, c255;
+  __m512d inv_fx, magic;
+  __m512i bias;
+};
+
+MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline QuantizeConsts quantize_consts(
+    const Scales& s) {
+  return {_mm512_set1_ps(s.inv_scale),    _mm512_set1_ps(128.0f),
+          _mm512_set1_ps(255.0f),         _mm512_set1_pd(s.inv_scale_fx),
+          _mm512_set1_pd(kWordMagic),     _mm512_set1_epi64(static_cast<long long>(kWordBias))};
+}
+
+// quantize_block() for 16 values of a full block in AVX-512 intrinsics, the same operations lane
+// for lane (the same fused or unfused code arithmetic, exact double products), so codes and
+// words are bit-identical to the portable kernel; the out-of-grid flags go to bits j .. j + 15
+// of `outside`. GCC's own AVX-512 vectorisation of the block loop ran ~2x slower.
+MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize16_avx512(
     const float* __restrict x, std::uint8_t* __restrict q, std::uint64_t* __restrict words,
-    const Scales& s, Excess& excess) {
-  const __m512 inv = _mm512_set1_ps(s.inv_scale);
-  const __m512 c128 = _mm512_set1_ps(128.0f);
-  const __m512 c255 = _mm512_set1_ps(255.0f);
-  const __m512d inv_fx = _mm512_set1_pd(s.inv_scale_fx);
-  const __m512d magic = _mm512_set1_pd(kWordMagic);
-  const __m512i bias = _mm512_set1_epi64(static_cast<long long>(kWordBias));
-  std::uint64_t outside = 0;
-  for (std::size_t j = 0; j < kBlock; j += 16) {
-    const __m512 v = _mm512_loadu_ps(x + j);
-    const __m512 no_nan = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-    const __m512 t = kFusedCode ? _mm512_fmadd_ps(no_nan, inv, c128)
-                                : _mm512_add_ps(_mm512_mul_ps(no_nan, inv), c128);
-    const __m512 clamped = _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), c255);
-    outside |= std::uint64_t{_mm512_cmp_ps_mask(t, clamped, _CMP_NEQ_UQ)} << j;
-    const __m512i code = _mm512_cvtps_epi32(clamped);  // round to nearest even, as nearbyint
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), _mm512_cvtepi32_epi8(code));
-    for (int half = 0; half < 2; ++half) {
-      const __m256 xh = half == 0 ? _mm512_castps512_ps256(no_nan)
-                                  : _mm512_extractf32x8_ps(no_nan, 1);
-      const __m256i ch = half == 0 ? _mm512_castsi512_si256(code)
-                                   : _mm512_extracti32x8_epi32(code, 1);
-      const __m512d w = _mm512_fmadd_pd(_mm512_cvtps_pd(xh), inv_fx, magic);
-      const __m512i word =
-          _mm512_sub_epi64(_mm512_add_epi64(_mm512_castpd_si512(w), bias),
-                           _mm512_slli_epi64(_mm512_cvtepu32_epi64(ch), kFracBits));
-      _mm512_store_si512(words + j + 8 * half, word);
-    }
+    const QuantizeConsts& c, std::uint64_t& outside, std::size_t j) {
+  const __m512 v = _mm512_loadu_ps(x);
+  const __m512 no_nan = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
+  const __m512 t = kFusedCode ? _mm512_fmadd_ps(no_nan, c.inv, c.c128)
+                              : _mm512_add_ps(_mm512_mul_ps(no_nan, c.inv), c.c128);
+  const __m512 clamped = _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), c.c255);
+  outside |= std::uint64_t{_mm512_cmp_ps_mask(t, clamped, _CMP_NEQ_UQ)} << j;
+  const __m512i code = _mm512_cvtps_epi32(clamped);  // round to nearest even, as nearbyint
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(code));
+  for (int half = 0; half < 2; ++half) {
+    const __m256 xh = half == 0 ? _mm512_castps512_ps256(no_nan)
+                                : _mm512_extractf32x8_ps(no_nan, 1);
+    const __m256i ch = half == 0 ? _mm512_castsi512_si256(code)
+                                 : _mm512_extracti32x8_epi32(code, 1);
+    const __m512d w = _mm512_fmadd_pd(_mm512_cvtps_pd(xh), c.inv_fx, c.magic);
+    const __m512i word =
+        _mm512_sub_epi64(_mm512_add_epi64(_mm512_castpd_si512(w), c.bias),
+                         _mm512_slli_epi64(_mm512_cvtepu32_epi64(ch), kFracBits));
+    _mm512_store_si512(words + 8 * half, word);
   }
+}
+
+// The words of the flagged values of a block, redone one by one in index order (as the portable
+// kernel does, so the excess sums in the same order).
+MERIDIAN_ALWAYS_INLINE inline void fix_outside(const float* x, const std::uint8_t* q,
+                                               std::uint64_t* words, std::uint64_t outside,
+                                               const Scales& s, Excess& excess) {
   while (outside != 0) {
     const int j = std::countr_zero(outside);
     fix_value(x[j], q[j], s, words[j], excess);
@@ -308,19 +350,44 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize_block_avx512(
   }
 }
 
+// Quantises the full block at x (words to `words`) and, with kHist, adds the histogram of the
+// previous block (codes at prev_q, words at prev_words) 16 values at a time between the vector
+// steps. Interleaving the scalar histogram with the vector work of the next block lets the two
+// run side by side (one block after the other, the quantise + histogram pass took about the sum
+// of the two), and reading the words a block after their 64-byte stores avoids waiting on store
+// forwarding.
+template <bool kHist>
+MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize_block_avx512(
+    const float* __restrict x, std::uint8_t* __restrict q, std::uint64_t* __restrict words,
+    const std::uint8_t* prev_q, const std::uint64_t* prev_words, const QuantizeConsts& c,
+    const Scales& s, Histogram& hist, Excess& excess) {
+  std::uint64_t outside = 0;
+  for (std::size_t j = 0; j < kBlock; j += 16) {
+    quantize16_avx512(x + j, q + j, words + j, c, outside, j);
+    if constexpr (kHist) hist.add16(prev_q + j, prev_words + j);
+  }
+  fix_outside(x, q, words, outside, s, excess);
+}
+
 MERIDIAN_TARGET_AVX512 void quantize_segment_avx512(const float* x, std::uint8_t* q,
                                                     std::size_t n, const Scales& s,
                                                     Histogram& hist, Excess& excess) {
-  // A plain loop, not for_each_block(): a lambda would not carry the target attribute.
-  alignas(64) std::uint64_t words[kBlock];
-  std::size_t b = 0;
-  for (; b + kBlock <= n; b += kBlock) {
-    quantize_block_avx512(x + b, q + b, words, s, excess);
-    hist.add(q + b, words, kBlock);
+  // Plain loops, not for_each_block(): a lambda would not carry the target attribute.
+  const QuantizeConsts c = quantize_consts(s);
+  alignas(64) std::uint64_t words[2][kBlock];  // the current block's and the previous one's
+  const std::size_t full = n - n % kBlock;
+  if (full > 0) {
+    quantize_block_avx512<false>(x, q, words[0], nullptr, nullptr, c, s, hist, excess);
+    for (std::size_t b = kBlock; b < full; b += kBlock) {
+      const std::size_t cur = (b / kBlock) % 2;
+      quantize_block_avx512<true>(x + b, q + b, words[cur], q + b - kBlock, words[1 - cur], c,
+                                  s, hist, excess);
+    }
+    hist.add_block(q + full - kBlock, words[(full / kBlock - 1) % 2]);
   }
-  if (b < n) {
-    quantize_block(x + b, q + b, words, n - b, s, excess);
-    hist.add(q + b, words, n - b);
+  if (full < n) {
+    quantize_block(x + full, q + full, words[0], n - full, s, excess);
+    hist.add_tail(q + full, words[0], n - full);
   }
 }
 #endif

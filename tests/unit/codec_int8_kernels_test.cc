@@ -59,8 +59,11 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
-// Sizes around the 64-value block, the 8-way tables and the 2^19-value flush segment.
-const std::size_t kSizes[] = {0, 1, 7, 8, 63, 64, 65, 511, 512, 1000, 4099, (1u << 19) + 77};
+// Sizes around the 64-value block, the 8-way tables, the pipelined histogram (a block's histogram
+// is added while the next block is quantised: one, two and three blocks, with and without a
+// tail) and the 2^19-value flush segment.
+const std::size_t kSizes[] = {0,   1,   7,   8,    63,   64,  65,  127,
+                              128, 129, 192, 511,  512,  1000, 4099, (1u << 19) + 77};
 
 // Encodes each size and kind of data with both kernel sets and asserts identical bytes.
 void expect_identical_encodings(const Codec& codec) {
