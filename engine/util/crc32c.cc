@@ -162,17 +162,14 @@ MERIDIAN_TARGET_CLMUL std::uint32_t crc32c_fold(const std::byte* p, std::size_t 
     n -= 256;
   }
   // Four 512-bit blocks into the last one, then its four lanes into the last lane.
-  __m512i x = _mm512_xor_si512(_mm512_xor_si512(fold(a0, k1536), fold(a1, k1024)),
-                               _mm512_xor_si512(fold(a2, k512), a3));
-  alignas(64) std::uint64_t q[8];
-  _mm512_store_si512(q, x);
-  // Lane i folded (3 - i) * 128 bits ahead, onto lane 3.
+  const __m512i x = _mm512_xor_si512(_mm512_xor_si512(fold(a0, k1536), fold(a1, k1024)),
+                                     _mm512_xor_si512(fold(a2, k512), a3));
+  // Lane i folded (3 - i) * 128 bits ahead onto lane 3 (whose constants are 0), then summed.
   static const __m512i lane_k = _mm512_set_epi64(
       0, 0, kl_of(128), kh_of(128), kl_of(256), kh_of(256), kl_of(384), kh_of(384));
-  const __m512i lanes = _mm512_load_si512(q);
-  const __m512i kl = lane_k;
-  alignas(64) std::uint64_t f[8];
-  _mm512_store_si512(f, fold(lanes, kl));
+  alignas(64) std::uint64_t q[8], f[8];
+  _mm512_store_si512(q, x);
+  _mm512_store_si512(f, fold(x, lane_k));
   const std::uint64_t lo = f[0] ^ f[2] ^ f[4] ^ q[6], hi = f[1] ^ f[3] ^ f[5] ^ q[7];
   std::uint64_t r = _mm_crc32_u64(0, lo);
   r = _mm_crc32_u64(r, hi);
