@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -37,7 +38,9 @@ namespace {
 constexpr char kUsage[] =
     "usage: gloo_allreduce_bench [--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K]\n"
     "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S]\n"
-    "                            [--max-chunk-kib K]\n"
+    "                            [--max-chunk-kib K] [--interleave]\n"
+    "  --interleave: each round runs every method once, in the order given (Gloo first), so the\n"
+    "                methods see the same machine; adds the median of per-round ratios.\n"
     "       one rank per process (network namespaces):\n"
     "         ... --rank R --ranks N --store HOST:PORT --hostname ADDR [--serve-store]\n"
     "           --serve-store: rank 0 runs the store on 0.0.0.0:PORT itself.\n"
@@ -57,6 +60,7 @@ struct Config {
   std::uint16_t store_port = 0;
   std::string hostname = "127.0.0.1";
   bool serve_store = false;
+  bool interleave = false;  // rounds run every method in turn (paired ratios)
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -93,6 +97,8 @@ Config parse(int argc, char** argv) {
       c.hostname = value();
     } else if (a == "--serve-store") {
       c.serve_store = true;
+    } else if (a == "--interleave") {
+      c.interleave = true;
     } else if (a == "--store") {
       const std::string v = value();
       const auto colon = v.rfind(':');
@@ -205,7 +211,8 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
   if (rank == 0) {
     std::printf(
         "| MiB | method | time ms (median of %d) | algbw GB/s | busbw GB/s | vs Gloo fp32 | "
-        "rel. diff vs Gloo |\n|---:|---|---:|---:|---:|---:|---:|\n",
+        "vs Gloo, paired rounds | rel. diff vs Gloo |\n"
+        "|---:|---|---:|---:|---:|---:|---:|---:|\n",
         c.iters);
     std::fflush(stdout);
   }
@@ -215,70 +222,83 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
     const std::size_t count = mib * (std::size_t{1} << 20) / sizeof(float);
     const std::vector<float> input = make_input(count, rank);
     std::vector<float> buf(count), gloo_result;
-    double gloo_ms = 0;
-    for (const std::string& method : c.methods) {
-      std::vector<double> times_ms;
-      for (int it = -1; it < c.iters; ++it) {  // it = -1: warm-up, not reported
-        buf = input;
-        const std::string name =
-            "b/" + std::to_string(mib) + "/" + method + "/" + std::to_string(it);
-        barrier(name);
-        const double t0 = now_s();
-        if (method == "gloo") {
-          ::gloo::AllreduceOptions opts(gloo_context);
-          opts.setOutput(buf.data(), count);
-          opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
-          opts.setReduceFunction(
-              static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
-                  &::gloo::sum<float>));
-          opts.setTag(gloo_tag++);
-          opts.setTimeout(std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
-          ::gloo::allreduce(opts);
-        } else if (method == "xfer") {
-          transfer_only(*transport, buf, c.max_chunk_kib * 1024, c.timeout_s);
-        } else {
-          RingOptions o;
-          o.codec = method == "fp32" ? CodecId::kFp32 : CodecId::kInt8Prime;
-          o.timeout_s = c.timeout_s;
-          o.max_chunk_bytes = c.max_chunk_kib * 1024;
-          o.outer_step = static_cast<std::uint64_t>(it + 1);
-          o.bucket = static_cast<std::uint32_t>(mib);
-          ring_all_reduce(*transport, runtime, ReduceBuffer::of(buf), o, &workspace);
-        }
-        const double ms = (now_s() - t0) * 1000.0;
-        store.set("t/" + name + "/" + std::to_string(rank), std::to_string(ms));
-        if (it >= 0 && rank == 0) {
-          double slowest = 0;
-          for (int r = 0; r < c.ranks; ++r) {
-            slowest = std::max(
-                slowest, std::stod(store.get("t/" + name + "/" + std::to_string(r), c.timeout_s)));
-          }
-          times_ms.push_back(slowest);
-        }
-      }
-      if (rank != 0) continue;
-      const double ms = median(times_ms);
+    std::map<std::string, std::vector<double>> times_ms;  // rank 0: per method, per round
+    std::map<std::string, double> diff;                   // rank 0: relative diff vs Gloo
+    // One round (it = -1: the warm-up, not reported) of `method`.
+    auto round = [&](const std::string& method, int it) {
+      buf = input;
+      const std::string name =
+          "b/" + std::to_string(mib) + "/" + method + "/" + std::to_string(it);
+      barrier(name);
+      const double t0 = now_s();
       if (method == "gloo") {
-        gloo_ms = ms;
-        gloo_result = buf;
+        ::gloo::AllreduceOptions opts(gloo_context);
+        opts.setOutput(buf.data(), count);
+        opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
+        opts.setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+                &::gloo::sum<float>));
+        opts.setTag(gloo_tag++);
+        opts.setTimeout(std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
+        ::gloo::allreduce(opts);
+      } else if (method == "xfer") {
+        transfer_only(*transport, buf, c.max_chunk_kib * 1024, c.timeout_s);
+      } else {
+        RingOptions o;
+        o.codec = method == "fp32" ? CodecId::kFp32 : CodecId::kInt8Prime;
+        o.timeout_s = c.timeout_s;
+        o.max_chunk_bytes = c.max_chunk_kib * 1024;
+        o.outer_step = static_cast<std::uint64_t>(it + 1);
+        o.bucket = static_cast<std::uint32_t>(mib);
+        ring_all_reduce(*transport, runtime, ReduceBuffer::of(buf), o, &workspace);
       }
+      const double ms = (now_s() - t0) * 1000.0;
+      store.set("t/" + name + "/" + std::to_string(rank), std::to_string(ms));
+      if (rank != 0) return;
+      if (it >= 0) {
+        double slowest = 0;
+        for (int r = 0; r < c.ranks; ++r) {
+          slowest = std::max(
+              slowest, std::stod(store.get("t/" + name + "/" + std::to_string(r), c.timeout_s)));
+        }
+        times_ms[method].push_back(slowest);
+      }
+      // Every run of Gloo's all-reduce gives the same sum (same input): keep the first one.
+      if (method == "gloo" && gloo_result.empty()) gloo_result = buf;
+      if (it == c.iters - 1 && !gloo_result.empty() && (method == "fp32" || method == "int8"))
+        diff[method] = relative_difference(buf, gloo_result);
+    };
+    if (c.interleave) {
+      for (int it = -1; it < c.iters; ++it)
+        for (const std::string& method : c.methods) round(method, it);
+    } else {
+      for (const std::string& method : c.methods)
+        for (int it = -1; it < c.iters; ++it) round(method, it);
+    }
+    if (rank != 0) continue;
+    const std::vector<double>& gloo_ms = times_ms["gloo"];
+    for (const std::string& method : c.methods) {
+      const std::vector<double>& t = times_ms[method];
+      const double ms = median(t);
       const double bytes = double(count) * sizeof(float);
       const double algbw = bytes / (ms / 1000.0) / 1e9;
       const double busbw = algbw * 2.0 * (c.ranks - 1) / c.ranks;
-      const std::string vs = gloo_ms > 0 ? std::to_string(gloo_ms / ms).substr(0, 5) + "x" : "-";
-      std::string diff = "-";
-      if (!gloo_result.empty() && (method == "fp32" || method == "int8")) {
-        const double d = relative_difference(buf, gloo_result);
-        wrong += d > (method == "fp32" ? 1e-5 : 0.05);
-        char b[32];
-        std::snprintf(b, sizeof(b), "%.2e", d);
-        diff = b;
+      char vs[32] = "-", paired[32] = "-", rel[32] = "-";
+      if (!gloo_ms.empty()) std::snprintf(vs, sizeof(vs), "%.3fx", median(gloo_ms) / ms);
+      if (c.interleave && !gloo_ms.empty()) {
+        std::vector<double> ratios;  // round by round: Gloo's time / this method's
+        for (std::size_t i = 0; i < t.size(); ++i) ratios.push_back(gloo_ms[i] / t[i]);
+        std::snprintf(paired, sizeof(paired), "%.3fx", median(ratios));
       }
-      std::printf("| %zu | %s | %.1f | %.3f | %.3f | %s | %s |\n", mib,
+      if (diff.count(method)) {
+        wrong += diff[method] > (method == "fp32" ? 1e-5 : 0.05);
+        std::snprintf(rel, sizeof(rel), "%.2e", diff[method]);
+      }
+      std::printf("| %zu | %s | %.1f | %.3f | %.3f | %s | %s | %s |\n", mib,
                   method == "gloo"   ? "Gloo ring fp32"
                   : method == "xfer" ? "Meridian transport only (ring traffic, no compute)"
                                      : ("Meridian ring " + method).c_str(),
-                  ms, algbw, busbw, vs.c_str(), diff.c_str());
+                  ms, algbw, busbw, vs, paired, rel);
       std::fflush(stdout);
     }
   }
