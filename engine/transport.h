@@ -51,8 +51,9 @@ class PendingExchange {
 // Error contract, for every implementation and every call:
 //  - a dead, closed or aborted peer -> PeerLostError (promptly when the transport can tell);
 //  - nothing within timeout_s -> TimeoutError; no call blocks longer than its timeout;
-//  - an incoming message larger than the receive buffer -> ProtocolError (a peer lying about
-//    sizes never causes an allocation sized by the peer or a write past the buffer).
+//  - an incoming message larger than the receive buffer -> ProtocolError, or for an exchange
+//    over Gloo TimeoutError (see start_exchange); a peer lying about sizes never causes an
+//    allocation sized by the peer or a write past the buffer.
 // Thread-safety: calls for different (peer, tag) pairs may run concurrently; one (peer, tag)
 // stream is used by one caller at a time. Messages between one pair with one tag arrive in order.
 class Transport {
@@ -68,6 +69,10 @@ class Transport {
   virtual Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) = 0;
 
   // Sends `out` to `to` and receives a message with the same tag from `from` into `into`.
+  // The message should have exactly into.size() bytes (the ring's always do): in-process,
+  // SimGrid and NCCL accept a shorter one and raise ProtocolError for a longer one, but Gloo
+  // matches an exchange's messages by tag and size, so one of another size is never delivered
+  // and both sides fail with TimeoutError at their deadline (never a write past `into`).
   virtual std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
                                                           std::span<std::byte> into, Tag tag) = 0;
 

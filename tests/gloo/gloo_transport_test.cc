@@ -83,19 +83,23 @@ TEST_F(GlooTransportTest, SendRecvExchangeAndConcurrentTagsBetweenThreeProcesses
     MERIDIAN_RANK_EXPECT(r.bytes == 4000 && r.wire_bytes == 4000);
     MERIDIAN_RANK_EXPECT(in == pattern(prev, 1000));
 
-    // A receive buffer larger than the message: only the message's bytes are written.
+    // recv with a buffer larger than the message: only the message's bytes are written.
     std::vector<float> roomy(50, -1.0f);
-    const auto ten = pattern(rank, 10);  // outlives wait(), as start_exchange requires
-    auto ex = t->start_exchange(next, Payload::of(bytes_of(ten)), prev, bytes_of(roomy),
-                                make_tag(TagKind::kTest, 2));
-    r = ex->wait(kTimeoutS);
+    const auto ten = pattern(rank, 10);
+    if (rank % 2 == 0) {
+      t->send(next, make_tag(TagKind::kTest, 2), Payload::of(bytes_of(ten)), kTimeoutS);
+      r = t->recv(prev, make_tag(TagKind::kTest, 2), bytes_of(roomy), kTimeoutS);
+    } else {
+      r = t->recv(prev, make_tag(TagKind::kTest, 2), bytes_of(roomy), kTimeoutS);
+      t->send(next, make_tag(TagKind::kTest, 2), Payload::of(bytes_of(ten)), kTimeoutS);
+    }
     MERIDIAN_RANK_EXPECT(r.bytes == 40);
     MERIDIAN_RANK_EXPECT(std::vector<float>(roomy.begin(), roomy.begin() + 10) ==
                          pattern(prev, 10));
     MERIDIAN_RANK_EXPECT(roomy[10] == -1.0f);
 
     // Zero bytes.
-    ex = t->start_exchange(next, Payload::of({}), prev, {}, make_tag(TagKind::kTest, 3));
+    auto ex = t->start_exchange(next, Payload::of({}), prev, {}, make_tag(TagKind::kTest, 3));
     MERIDIAN_RANK_EXPECT(ex->wait(kTimeoutS).bytes == 0);
 
     // Two exchanges in flight on different tags, waited in the opposite order; 8 MiB each.
@@ -134,7 +138,8 @@ TEST_F(GlooTransportTest, SendRecvExchangeAndConcurrentTagsBetweenThreeProcesses
 }
 
 // Exchanges on one (peer, tag) stream keep their order even when several are in flight and the
-// later one is waited for first (Gloo matches payload receives in the order they are posted).
+// later one is waited for first (Gloo matches receives of one slot in the order they are posted;
+// exchanges of equal size share the slot).
 TEST_F(GlooTransportTest, ExchangesOfOneTagInFlightTogetherStayInOrder) {
   const auto pids = fork_ranks(2, [&](int rank) {
     auto [store, factory, t] = join_epoch(port_, rank, 2);
@@ -151,7 +156,49 @@ TEST_F(GlooTransportTest, ExchangesOfOneTagInFlightTogetherStayInOrder) {
       MERIDIAN_RANK_EXPECT(first->wait(kTimeoutS).bytes == small.size() * sizeof(float));
       MERIDIAN_RANK_EXPECT(got_small == pattern(peer, 10, round));
       MERIDIAN_RANK_EXPECT(got_big == pattern(peer, 5000, round + 10));
+      // Equal sizes: the same Gloo slot, matched in posting order.
+      const auto a = pattern(rank, 3000, round + 20), b = pattern(rank, 3000, round + 30);
+      std::vector<float> got_a(3000), got_b(3000);
+      auto ea = t->start_exchange(peer, Payload::of(bytes_of(a)), peer, bytes_of(got_a), tag);
+      auto eb = t->start_exchange(peer, Payload::of(bytes_of(b)), peer, bytes_of(got_b), tag);
+      MERIDIAN_RANK_EXPECT(eb->wait(kTimeoutS).bytes == b.size() * sizeof(float));
+      MERIDIAN_RANK_EXPECT(ea->wait(kTimeoutS).bytes == a.size() * sizeof(float));
+      MERIDIAN_RANK_EXPECT(got_a == pattern(peer, 3000, round + 20));
+      MERIDIAN_RANK_EXPECT(got_b == pattern(peer, 3000, round + 30));
     }
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankOk, kRankOk}));
+}
+
+// An exchange whose message is larger than the receiver's buffer (a bug or a lying peer) never
+// reaches Gloo (which would abort the process): it matches no posted receive, and both sides
+// fail with TimeoutError at their deadline; nothing is written into the receiver's buffer.
+TEST_F(GlooTransportTest, AnExchangeOfTheWrongSizeTimesOutOnBothSidesAndNobodyCrashes) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, 2);
+    const int peer = 1 - rank;
+    const auto out = pattern(rank, rank == 1 ? 256 : 128);  // rank 1 sends twice what 0 expects
+    std::vector<float> in(128, -1.0f);
+    bool timed_out = false, lost = false;
+    try {
+      auto ex = t->start_exchange(peer, Payload::of(bytes_of(out)), peer, bytes_of(in),
+                                  make_tag(TagKind::kTest, 1));
+      ex->wait(1.0);
+    } catch (const TimeoutError&) {
+      timed_out = true;
+    } catch (const PeerLostError&) {
+      lost = true;  // the other side timed out first and aborted the epoch
+    }
+    store->set("timed-out/" + std::to_string(rank), timed_out ? "1" : "0");
+    store_barrier(*store, "done", rank, 2, kTimeoutS);
+    MERIDIAN_RANK_EXPECT(timed_out || lost);
+    // At least one side ran into its deadline (nobody learns of the mismatch any other way).
+    MERIDIAN_RANK_EXPECT(store->get("timed-out/0", kTimeoutS) == "1" ||
+                         store->get("timed-out/1", kTimeoutS) == "1");
+    // Rank 0's buffer never saw the oversize message (rank 1 got rank 0's right-sized one).
+    if (rank == 0) MERIDIAN_RANK_EXPECT(in == std::vector<float>(128, -1.0f));
+    if (rank == 1) MERIDIAN_RANK_EXPECT(in == pattern(0, 128) || lost);
     return kRankOk;
   });
   EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankOk, kRankOk}));

@@ -18,15 +18,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <functional>
-#include <future>
-#include <map>
 #include <mutex>
+#include <optional>
 #include <set>
-#include <thread>
 
 #include "engine/error.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
@@ -63,59 +58,6 @@ std::chrono::milliseconds left_ms(Clock::time_point deadline) {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
-// Threads that run exchanges' posters (wait for the receiver's credit, then post the send),
-// kept for the transport's life: starting and joining a thread per exchange cost more than a
-// small transfer on loopback. A task never waits for a thread: when every pooled thread is
-// busy (each poster may wait out a slow receiver), a new one starts, so one stream never holds
-// up another. The destructor runs what is queued, then joins.
-class PosterPool {
- public:
-  PosterPool() = default;
-  PosterPool(const PosterPool&) = delete;
-  PosterPool& operator=(const PosterPool&) = delete;
-  ~PosterPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
-  void run(std::function<void()> task) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(std::move(task));
-    if (queue_.size() > idle_) {
-      threads_.emplace_back([this] { work(); });
-    } else {
-      cv_.notify_one();
-    }
-  }
-
- private:
-  void work() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (true) {
-      ++idle_;
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      --idle_;
-      if (queue_.empty()) return;  // stopping, nothing left
-      std::function<void()> task = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      task();
-      lock.lock();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;  // guarded by mutex_
-  std::size_t idle_ = 0;                      // threads waiting for a task; guarded by mutex_
-  bool stopping_ = false;                     // guarded by mutex_
-  std::vector<std::thread> threads_;          // guarded by mutex_ until the destructor
-};
-
 }  // namespace
 
 class GlooTransport;
@@ -144,7 +86,6 @@ class GlooTransport final : public Transport {
   }
 
   // Runs `task` on a pooled poster thread.
-  void run_poster(std::function<void()> task) { posters_.run(std::move(task)); }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -196,20 +137,6 @@ class GlooTransport final : public Transport {
     live_.erase(b);
   }
   ::gloo::Context& context() { return *context_; }
-
-  // Records `posted` as the latest send of stream (to, tag) and returns the previous one's
-  // (invalid when none is pending): an exchange posts its send after that one.
-  std::shared_future<void> follow_stream(int to, Tag tag, std::shared_future<void> posted) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto it = last_post_.begin(); it != last_post_.end();) {
-      const bool done = it->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-      it = done ? last_post_.erase(it) : std::next(it);
-    }
-    std::shared_future<void>& slot = last_post_[{to, tag}];
-    std::shared_future<void> previous = slot;
-    slot = std::move(posted);
-    return previous;
-  }
 
   // Runs one Gloo call, translating its errors at this edge. Any failure aborts the epoch.
   template <typename F>
@@ -372,9 +299,6 @@ class GlooTransport final : public Transport {
   std::atomic<bool> aborted_{false};
   std::mutex mutex_;
   std::set<Buffer*> live_;
-  std::map<std::pair<int, Tag>, std::shared_future<void>> last_post_;  // guarded by mutex_
-  // Declared last: destroyed (its threads joined) first, while everything above still exists.
-  PosterPool posters_;
 };
 
 TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
@@ -387,97 +311,76 @@ TrackedBuffer::~TrackedBuffer() { transport_.untrack(buffer_.get()); }
 
 namespace {
 
-// An exchange: the receive side is posted at once (credit out, receives up), after the receive
-// of our own receiver's credit (so that its credit, when sent, finds the receive posted). The
-// send is posted by whoever claims it first: a pooled poster thread, handed the exchange at
-// start, which waits for the credit and posts the send the moment it arrives (data flows while
-// the caller prepares its next message: the ring keeps two exchanges in flight), or the caller
-// itself once it reaches wait() (when it waits for this exchange right away, the credit then
-// wakes the caller directly: two thread hand-offs fewer on the critical path). Neither blocks
-// start_exchange or lets a slow receiver on one tag hold up another. The sends of one
-// (peer, tag) are posted in the order their exchanges started (each poster waits for the
-// previous one of its stream), so several exchanges of one tag in flight keep their order.
-// Destroying an exchange that was never waited for aborts the epoch: its operations are still
-// posted, and Gloo must not touch their buffers afterwards.
+// The Gloo slot of an exchange's message of `bytes` bytes on `tag`: a 64-bit mix of both, with
+// bit 62 set and bit 63 clear, so it never equals a plain tag (bits 62-63 clear: tag kinds are
+// small numbers in bits 56-63) or a credit slot (bit 63 set). Sender and receiver meet only when
+// they agree on the size: a message of any other size is never matched, so Gloo (which aborts
+// the process on a message larger than the posted receive) never sees one. Two different
+// (tag, size) pairs share a slot with probability 2^-62.
+std::uint64_t exchange_slot(Tag tag, std::size_t bytes) {
+  auto mix = [](std::uint64_t z) {  // splitmix64's finaliser
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  const std::uint64_t h = mix(tag ^ mix(static_cast<std::uint64_t>(bytes) + 0x9e3779b97f4a7c15ULL));
+  return (h & ~(std::uint64_t{3} << 62)) | (std::uint64_t{1} << 62);
+}
+
+// An exchange: one Gloo message each way, no credit and no header. The receive is posted at
+// once for exactly into.size() bytes and the send for out.size() bytes, both on the slot of
+// (tag, size): Gloo's own receive-ready notice is the only control message, so data flows as
+// soon as both sides have posted, with no user thread in between. Sizes that disagree never
+// match (exchange_slot): both sides then fail with TimeoutError at their deadline. The sends
+// and receives of one (peer, tag) are posted in exchange order by the calling thread, and Gloo
+// matches them in that order. Destroying an exchange that was never waited for aborts the
+// epoch: its operations are still posted, and Gloo must not touch their buffers afterwards.
 class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
       : transport_(t),
         to_(to),
+        from_(from),
         tag_(tag),
-        outgoing_(t, to, tag, out),
-        incoming_(t, from, tag, into) {
-    posted_ = promise_.get_future();
-    previous_ = t.follow_stream(to, tag, ordered_.get_future().share());
-    t.run_poster([this] {
-      // A backstop only: wait() bounds the caller, and abort() wakes this thread.
-      if (!claimed_.exchange(true)) post_send(deadline_after(kPosterBackstopS));
-      // Last touch of this object: the destructor waits for it (under the lock, so it cannot
-      // return before the notify is done).
-      std::lock_guard<std::mutex> lock(done_mutex_);
-      poster_done_ = true;
-      done_cv_.notify_all();
+        bytes_in_(into.size()),
+        recv_(t, into.empty() ? &dummy_in_ : into.data(), into.size()),
+        send_(t, out.bytes.empty() ? &dummy_out_ : const_cast<std::byte*>(out.bytes.data()),
+              out.bytes.size()) {
+    t.guarded(from, "receive " + tag_text(tag) + " from", [&] {
+      recv_->recv(from, exchange_slot(tag, into.size()), 0, into.size());
+      return 0;
+    });
+    t.guarded(to, "send " + tag_text(tag) + " to", [&] {
+      send_->send(to, exchange_slot(tag, out.bytes.size()), 0, out.bytes.size());
+      return 0;
     });
   }
   ~GlooExchange() override {
-    // valid() turns false once wait() has collected the poster's result.
-    if (!waited_ || (posted_.valid() &&
-                     posted_.wait_for(std::chrono::seconds(0)) != std::future_status::ready)) {
-      transport_.abort();
-    }
-    std::unique_lock<std::mutex> lock(done_mutex_);
-    done_cv_.wait(lock, [&] { return poster_done_; });
+    if (!done_) transport_.abort();
   }
   Received wait(double timeout_s) override {
-    waited_ = true;
     const auto deadline = deadline_after(timeout_s);
-    if (!claimed_.exchange(true)) post_send(deadline);
-    if (posted_.wait_until(deadline) != std::future_status::ready) {
-      transport_.abort();
-      throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
-                         ": the receiver did not post its receive in time");
+    try {
+      transport_.wait_op(*recv_, false, from_, deadline, tag_);
+      transport_.wait_op(*send_, true, to_, deadline, tag_);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError(std::string(e.what()) +
+                         " (an exchange's message must have exactly the receiver's " +
+                         std::to_string(bytes_in_) + " bytes)");
     }
-    posted_.get();  // the poster's error, if any
-    const Received r = incoming_.wait(deadline);
-    outgoing_.wait(deadline);
-    return r;
+    done_ = true;
+    return {bytes_in_, bytes_in_};
   }
 
  private:
-  // Waits for the previous send of this stream and the credit, posts the send, and records the
-  // outcome in posted_; never throws. Run once, by whoever claimed it.
-  void post_send(Clock::time_point deadline) {
-    try {
-      // previous_ is set by that exchange's poster whatever its outcome.
-      if (previous_.valid() && previous_.wait_until(deadline) != std::future_status::ready) {
-        transport_.abort();
-        throw TimeoutError("send " + tag_text(tag_) + " to rank " + std::to_string(to_) +
-                           ": an earlier send of this stream was not posted in time");
-      }
-      outgoing_.post(deadline);
-      promise_.set_value();
-    } catch (...) {
-      promise_.set_exception(std::current_exception());
-    }
-    ordered_.set_value();  // the next exchange of this stream may post
-  }
-
-  static constexpr double kPosterBackstopS = 3600.0;
   GlooTransport& transport_;
   int to_;
+  int from_;
   Tag tag_;
-  bool waited_ = false;
-  GlooTransport::Outgoing outgoing_;
-  GlooTransport::Incoming incoming_;
-  std::atomic<bool> claimed_{false};  // whether the pool's poster or wait() posts the send
-  std::shared_future<void> previous_;  // the previous exchange of this stream's ordered_
-  std::promise<void> promise_;
-  std::future<void> posted_;
-  std::promise<void> ordered_;  // set once this exchange's send is posted (or failed)
-  // The poster's end, awaited by the destructor before the members the poster uses go.
-  std::mutex done_mutex_;
-  std::condition_variable done_cv_;
-  bool poster_done_ = false;  // guarded by done_mutex_
+  std::size_t bytes_in_;
+  bool done_ = false;
+  std::byte dummy_in_{}, dummy_out_{};
+  TrackedBuffer recv_, send_;  // declared last: destroyed (untracked) before the rest
 };
 
 // The transport of an epoch with one member: no peers, so every operation is a usage error.
