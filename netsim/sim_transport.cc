@@ -124,8 +124,8 @@ void post_receive(const SimNetwork::State& net, EpochState& ep, int me, int from
   ep.posts.notify_all();
 }
 
-// Rendezvous: blocks rank `me`'s send to `to` until the receive is posted and the control trips
-// have crossed, counted from the later of the two posts (the send was posted at `sent_s`).
+// Rendezvous: blocks rank `me`'s send to `to` until it is posted (at `sent_s`) and the
+// receiver's control trips, which start when the receive is posted, have crossed.
 void rendezvous(SimNetwork::State& net, EpochState& ep, int me, int to, Tag tag, double sent_s,
                 double deadline_s) {
   if (net.rendezvous_trips == 0) return;
@@ -146,9 +146,9 @@ void rendezvous(SimNetwork::State& net, EpochState& ep, int me, int to, Tag tag,
   const double recv_s = it->second.front();
   it->second.pop_front();
   if (it->second.empty()) ep.posted.erase(it);
-  const double start_s = std::max(sent_s, recv_s) + net.rendezvous_trips *
-                                                        net.one_way_latency_s(ep.hosts[me],
-                                                                              ep.hosts[to]);
+  const double start_s =
+      std::max(sent_s, recv_s + net.rendezvous_trips *
+                                    net.one_way_latency_s(ep.hosts[me], ep.hosts[to]));
   const double now_s = sg4::Engine::get_clock();
   if (start_s > deadline_s)
     throw TimeoutError("netsim: send to rank " + std::to_string(to) + " of epoch " +

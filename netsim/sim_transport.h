@@ -40,9 +40,10 @@ class SimNetwork final : public TransportFactory {
   void node_revived(std::int64_t node);
   bool is_dead(std::int64_t node) const;
 
-  // Rendezvous protocol (NetworkSpec::rendezvous_trips): a message's data starts only after its
-  // receiver has posted the receive and `trips` one-way control messages have crossed the
-  // route, counted from the later of the two posts. 0 (default): eager, as described above.
+  // Rendezvous protocol (NetworkSpec::rendezvous_trips): a message's data starts only once its
+  // sender has posted it and `trips` one-way control messages, starting when the receiver posted
+  // the receive, have crossed the route (receiver-driven, like Gloo's receive-ready notice: a
+  // receive posted early has its notice waiting). 0 (default): eager, as described above.
   // With trips > 0 a message's data leaves no earlier than the sender's wait() on it (a send
   // posted ahead of time does its handshake ahead of time, but its transfer starts at the wait).
   void set_rendezvous_trips(int trips);

@@ -113,7 +113,7 @@ set output '/work/main/results/fidelity/plots/compare_utilization.png'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
-set xlabel 'time since start [min]'
+set xlabel 'time since start [s]'
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -131,7 +131,7 @@ set output '/work/main/results/fidelity/plots/compare_utilization.svg'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
-set xlabel 'time since start [min]'
+set xlabel 'time since start [s]'
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
