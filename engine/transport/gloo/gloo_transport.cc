@@ -1,11 +1,12 @@
-// GlooTransport: each logical message is a credit (the receiver's buffer size, sent by the
-// receiver when it posts), then a 16-byte header (magic, payload bytes) and the payload, both on
-// the Gloo slot equal to the tag. The sender sends the payload only when it fits the credit:
-// Gloo aborts the process when a message exceeds the posted receive, so it must never see one;
-// an oversize message is a ProtocolError on both sides instead. Receives are posted up front, so
-// data flows as soon as the sender posts (as in Gloo's own collectives). Gloo errors become
-// Meridian errors here, and any failed operation aborts the epoch (Gloo cannot cancel a posted
-// receive, and the memory it targets belongs to the caller).
+// GlooTransport. Gloo aborts the process when a message exceeds the posted receive, so it must
+// never see one. An exchange (the ring's traffic) is one Gloo message each way on a slot mixed
+// from (tag, size): sizes that disagree never match, and both sides time out. send/recv (whose
+// receive buffer may be larger than the message) are a credit (the receiver's buffer size, sent
+// when it posts), then a 16-byte header (magic, payload bytes) and the payload on the tag's
+// slot; the sender sends the payload only when it fits the credit, and an oversize message is a
+// ProtocolError on both sides. Gloo errors become Meridian errors here, and any failed
+// operation aborts the epoch (Gloo cannot cancel a posted receive, and the memory it targets
+// belongs to the caller).
 #include "engine/transport/gloo/gloo_transport.h"
 
 #include <gloo/common/error.h>
