@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/util/splitmix64.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -18,13 +19,7 @@ constexpr double kBackboneBps = 1e12;    // site-to-site pipes are not the bottl
 constexpr int kVariabilityPeriods = 64;  // length of the looped bandwidth profile
 }  // namespace
 
-double unit_draw(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return double(z >> 11) * 0x1.0p-53;
-}
+double unit_draw(std::uint64_t& state) { return double(splitmix64(state) >> 11) * 0x1.0p-53; }
 
 std::vector<std::string> host_slot_names(const Scenario& sc) {
   std::map<std::string, int> per_site;

@@ -16,6 +16,7 @@
 
 #include "engine/error.h"
 #include "engine/util/crc32c.h"
+#include "engine/util/splitmix64.h"
 
 #ifndef MERIDIAN_SPM_TRAIN
 #define MERIDIAN_SPM_TRAIN "spm_train"
@@ -121,13 +122,6 @@ std::vector<std::int32_t> parse_ids(const std::string& text, int eos_id, int voc
   return out;
 }
 
-// splitmix64: a fully specified generator (std:: distributions are implementation-defined).
-std::uint64_t splitmix64(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 }  // namespace
 

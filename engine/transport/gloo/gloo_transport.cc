@@ -27,6 +27,7 @@
 #include "engine/error.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
 #include "engine/util/epoch_keys.h"
+#include "engine/util/splitmix64.h"
 
 namespace meridian::gloo_transport {
 namespace {
@@ -85,8 +86,6 @@ class GlooTransport final : public Transport {
     // Close before the buffers' owners go away: nothing may be written into caller memory later.
     abort();
   }
-
-  // Runs `task` on a pooled poster thread.
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -319,12 +318,8 @@ namespace {
 // the process on a message larger than the posted receive) never sees one. Two different
 // (tag, size) pairs share a slot with probability 2^-62.
 std::uint64_t exchange_slot(Tag tag, std::size_t bytes) {
-  auto mix = [](std::uint64_t z) {  // splitmix64's finaliser
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
-  const std::uint64_t h = mix(tag ^ mix(static_cast<std::uint64_t>(bytes) + 0x9e3779b97f4a7c15ULL));
+  std::uint64_t state = bytes;
+  const std::uint64_t h = splitmix64_mix(tag ^ splitmix64(state));
   return (h & ~(std::uint64_t{3} << 62)) | (std::uint64_t{1} << 62);
 }
 
