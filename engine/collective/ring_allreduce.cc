@@ -11,8 +11,11 @@
 //   all-gather step s (0..world-2): send share (r+1-s), receive share (r-s). Step 0 encodes the
 //     owned share and decodes that very encoding in place; later steps forward the bytes
 //     received one step earlier unchanged. Every rank therefore decodes identical bytes.
-// Two transfers are in flight: transfer t starts once t-2 (its send buffer) and t-P (the piece
-// it sends) have completed, so encoding piece t overlaps the wire time of piece t-1.
+// Two transfers are in flight. Transfer t is posted as soon as t-2 has completed on the wire
+// (its receive buffer and exchange are reused); its message was made beforehand, once t-P (the
+// piece it sends) was decoded. After posting t, a rank decodes t-2 and encodes t+1 while t-1
+// and t are on the wire, so the predecessor's data never waits for this rank's coding (with
+// fewer than 3 pieces per share, t+1 is encoded only after t-1 is decoded).
 #include "engine/collective/ring_allreduce.h"
 
 #include <algorithm>
@@ -117,19 +120,39 @@ class RingPass {
     phantom_ = work.empty();
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
-      if (slots.size() < 2 + recv_slots_) slots.resize(2 + recv_slots_);
-      for (std::size_t i = 0; i < 2 + recv_slots_; ++i) {
+      if (slots.size() < kSendSlots + recv_slots_) slots.resize(kSendSlots + recv_slots_);
+      for (std::size_t i = 0; i < kSendSlots + recv_slots_; ++i) {
         if (slots[i].size() < slot_bytes_) slots[i].resize(slot_bytes_);
         slots_.push_back(std::span(slots[i]).first(slot_bytes_));
       }
     }
-    std::size_t done = 0;
+    // Transfers [0, waited) have completed on the wire; [0, consumed) have also been decoded
+    // (checked, added or copied into `work`); [0, prepared) have their message ready to post.
+    // Each advances in transfer order.
+    std::size_t waited = 0, consumed = 0, prepared = 0;
+    auto consume_through = [&](std::size_t end) {
+      for (; consumed < end; ++consumed) {
+        if (consumed == waited) wait(waited++, stats);
+        consume(consumed);
+      }
+    };
+    // Transfer u sends the piece that transfer u - P received, decoded (and so validated) first.
+    auto sent_piece_ready = [&](std::size_t u) { return u + 1 <= pieces_ + consumed; };
     for (std::size_t t = 0; t < transfers_; ++t) {
-      const std::size_t need = std::max(t >= 1 ? t - 1 : 0, t + 1 >= pieces_ ? t + 1 - pieces_ : 0);
-      while (done < need) finish(done++, stats);
-      start(t, stats);
+      if (prepared == t) {  // not prepared ahead (P < 3, or the first transfers)
+        consume_through(t + 1 >= pieces_ ? t + 1 - pieces_ : 0);
+        prepare(prepared++);
+      }
+      // Transfer t reuses the receive buffer and the exchange of transfer t - 2.
+      for (const std::size_t free = t >= 1 ? t - 1 : 0; waited < free;) wait(waited++, stats);
+      post(t, stats);
+      // Only now decode what has arrived, and encode transfer t + 1 when its piece is ready (its
+      // send slot was transfer t - 2's): the predecessor can send into transfer t's receive while
+      // this rank works, and transfer t + 1 is posted right after t - 1 completes.
+      consume_through(waited);
+      if (t + 1 < transfers_ && sent_piece_ready(t + 1)) prepare(prepared++);
     }
-    while (done < transfers_) finish(done++, stats);
+    consume_through(transfers_);
   }
 
   // Puts back every piece of `work` that the pass changed (from `backup`).
@@ -200,12 +223,18 @@ class RingPass {
   }
 
   std::span<float> values(Range r) const { return work_.subspan(r.offset, r.count); }
-  // Two send slots (transfer t reuses the slot of t-2) and P+2 receive slots (the all-gather
-  // forwards from the slot of t-P, which must survive until transfer t completes).
-  std::span<std::byte> send_slot(std::size_t t) const { return slots_[t % 2]; }
-  std::span<std::byte> recv_slot(std::size_t t) const { return slots_[2 + t % recv_slots_]; }
+  // Three send slots (transfer t is encoded while t - 1 and t - 2 may still be sending) and P+2
+  // receive slots (the all-gather forwards from the slot of t-P, which must survive until
+  // transfer t completes).
+  static constexpr std::size_t kSendSlots = 3;
+  std::span<std::byte> send_slot(std::size_t t) const { return slots_[t % kSendSlots]; }
+  std::span<std::byte> recv_slot(std::size_t t) const {
+    return slots_[kSendSlots + t % recv_slots_];
+  }
 
-  void start(std::size_t t, RingStats& stats) {
+  // Makes transfer t's message: encodes its piece into a send slot, or picks the bytes it
+  // forwards. Needs transfer t - P consumed and transfer t - 3 (the slot's last user) waited.
+  void prepare(std::size_t t) {
     const Where w = locate(t);
     const Range r = piece_range(w.send_share, w.piece);
     const std::size_t bytes = chunk_message_bytes(codec_, r.count);
@@ -229,6 +258,13 @@ class RingPass {
       if (w.phase == kAllGather && !codec_.lossless()) codec_.decode(payload, values(r));
       out = Payload::of(message);
     }
+    outgoing_[t % 2] = out;
+  }
+
+  // Posts transfer t (prepared): its message to rank + 1 and its receive from rank - 1.
+  void post(std::size_t t, RingStats& stats) {
+    const Where w = locate(t);
+    const Payload out = outgoing_[t % 2];
     // Receives are posted with exactly the expected message size (transports such as NCCL
     // need matching sizes); a longer message is the transport's ProtocolError, a shorter one
     // fails open_chunk.
@@ -243,11 +279,17 @@ class RingPass {
                                   ring_tag(options_.bucket, pass_, w.phase, w.step, w.piece));
   }
 
-  void finish(std::size_t t, RingStats& stats) {
-    const Where w = locate(t);
-    const Received got = pending_[t % 2]->wait(options_.timeout_s);
+  // Completes transfer t on the wire (its receive slot stays untouched until consume(t)).
+  void wait(std::size_t t, RingStats& stats) {
+    got_[t % 2] = pending_[t % 2]->wait(options_.timeout_s);
     pending_[t % 2].reset();
-    stats.bytes_received += got.wire_bytes;
+    stats.bytes_received += got_[t % 2].wire_bytes;
+  }
+
+  // Checks transfer t's message and adds (reduce-scatter) or copies (all-gather) it into `work`.
+  void consume(std::size_t t) {
+    const Where w = locate(t);
+    const Received got = got_[t % 2];
     const Range r = piece_range(w.recv_share, w.piece);
     const std::size_t want = chunk_message_bytes(codec_, r.count);
     if (phantom_) {
@@ -308,6 +350,8 @@ class RingPass {
   bool phantom_ = false;
   std::size_t recv_slots_ = 0;
   std::vector<std::span<std::byte>> slots_;      // into the workspace: 2 send, then receive slots
+  Payload outgoing_[2];                          // prepared messages of the next transfers
+  Received got_[2];                              // of the last two transfers waited for
   std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
 };
 
