@@ -1,7 +1,12 @@
 // fp32 codec: memcpy out, memcpy or add back.
 #include "engine/codec/fp32_codec.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "engine/codec/codec_kernels.h"
@@ -14,6 +19,27 @@ namespace {
 MERIDIAN_ALWAYS_INLINE inline void add_kernel(const std::byte* __restrict in, float* __restrict acc,
                                               std::size_t len) {
   for (std::size_t j = 0; j < len; ++j) acc[j] += codec_detail::load_f32(in + j * sizeof(float));
+}
+
+// Copies `n` values to `dst` for a backup: written once and read only if the round fails, so on
+// x86-64 it bypasses the caches (non-temporal stores where `dst` is 32-byte aligned) instead of
+// evicting the working set and paying a read-for-ownership per cold line. fence_backup() makes
+// the copies visible before anything reads them.
+void backup_copy(float* __restrict dst, const float* __restrict src, std::size_t n) {
+#if defined(__x86_64__) && defined(__AVX__)
+  std::size_t i = 0;
+  for (; i < n && (reinterpret_cast<std::uintptr_t>(dst + i) & 31) != 0; ++i) dst[i] = src[i];
+  for (; i + 8 <= n; i += 8) _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+  for (; i < n; ++i) dst[i] = src[i];
+#else
+  std::memcpy(dst, src, n * sizeof(float));
+#endif
+}
+
+void fence_backup() {
+#if defined(__x86_64__) && defined(__AVX__)
+  _mm_sfence();
+#endif
 }
 
 // Values per block of the fused kernels: 12 KiB of encoding (what crc32c's three-stream loop
@@ -31,6 +57,23 @@ void add(std::span<const std::byte> in, std::span<float> acc) {
 template <typename Body>
 void for_each_fused_block(std::size_t count, Body&& body) {
   for (std::size_t i = 0; i < count; i += kFusedBlock) body(i, std::min(kFusedBlock, count - i));
+}
+
+// The walk of decode_crc and decode_add_crc: per block of `values`, checksum the encoding, back
+// the values up (if `backup` is given), then apply(encoding block, values block).
+template <typename Apply>
+std::uint32_t checked_decode(std::span<const std::byte> in, std::span<float> values,
+                             std::span<float> backup, std::uint32_t crc, Apply&& apply) {
+  MERIDIAN_CHECK_EQ(in.size(), values.size() * sizeof(float));
+  MERIDIAN_CHECK(backup.empty() || backup.size() == values.size());
+  for_each_fused_block(values.size(), [&](std::size_t i, std::size_t len) {
+    const auto block = in.subspan(i * sizeof(float), len * sizeof(float));
+    crc = crc32c(block, crc);
+    if (!backup.empty()) backup_copy(backup.data() + i, values.data() + i, len);
+    apply(block, values.subspan(i, len));
+  });
+  if (!backup.empty()) fence_backup();
+  return crc;
 }
 
 }  // namespace
@@ -64,28 +107,18 @@ std::uint32_t Fp32Codec::encode_crc(std::span<const float> in, std::span<std::by
 
 std::uint32_t Fp32Codec::decode_crc(std::span<const std::byte> in, std::span<float> out,
                                     std::span<float> backup, std::uint32_t crc) const {
-  MERIDIAN_CHECK_EQ(in.size(), encoded_bytes(out.size()));
-  MERIDIAN_CHECK(backup.empty() || backup.size() == out.size());
-  for_each_fused_block(out.size(), [&](std::size_t i, std::size_t len) {
-    const auto block = in.subspan(i * sizeof(float), len * sizeof(float));
-    crc = crc32c(block, crc);
-    if (!backup.empty()) std::memcpy(backup.data() + i, out.data() + i, block.size());
-    std::memcpy(out.data() + i, block.data(), block.size());
-  });
-  return crc;
+  return checked_decode(in, out, backup, crc,
+                        [](std::span<const std::byte> block, std::span<float> values) {
+                          std::memcpy(values.data(), block.data(), block.size());
+                        });
 }
 
 std::uint32_t Fp32Codec::decode_add_crc(std::span<const std::byte> in, std::span<float> acc,
                                         std::span<float> backup, std::uint32_t crc) const {
-  MERIDIAN_CHECK_EQ(in.size(), encoded_bytes(acc.size()));
-  MERIDIAN_CHECK(backup.empty() || backup.size() == acc.size());
-  for_each_fused_block(acc.size(), [&](std::size_t i, std::size_t len) {
-    const auto block = in.subspan(i * sizeof(float), len * sizeof(float));
-    crc = crc32c(block, crc);
-    if (!backup.empty()) std::memcpy(backup.data() + i, acc.data() + i, block.size());
-    add(block, acc.subspan(i, len));
-  });
-  return crc;
+  return checked_decode(in, acc, backup, crc,
+                        [](std::span<const std::byte> block, std::span<float> values) {
+                          add(block, values);
+                        });
 }
 
 }  // namespace meridian

@@ -20,7 +20,8 @@ class Fp32Codec final : public Codec {
   // data in L1-sized blocks and extending `crc` (CRC-32C, see engine/util/crc32c.h) over the
   // encoded bytes of each block while it is in cache; they return the extended CRC. `backup`,
   // when not empty (same size as the values), receives the values' previous contents first,
-  // so the caller can undo the change.
+  // so the caller can undo the change (written with streaming stores where available, and
+  // fenced before return: it is meant to be read only on failure).
   std::uint32_t encode_crc(std::span<const float> in, std::span<std::byte> out,
                            std::uint32_t crc) const;
   std::uint32_t decode_crc(std::span<const std::byte> in, std::span<float> out,
