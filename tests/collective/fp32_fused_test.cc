@@ -3,7 +3,9 @@
 // Not a speed test: bench/gloo measures them inside the ring.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "engine/codec/fp32_codec.h"
@@ -49,6 +51,25 @@ TEST_P(Fp32FusedTest, MatchTheUnfusedKernelsAndChecksum) {
   acc = acc0;
   EXPECT_EQ(codec.decode_add_crc(plain, acc, {}, seed), crc);
   EXPECT_EQ(std::memcmp(acc.data(), want.data(), n * sizeof(float)), 0);
+}
+
+// The backup is written with aligned streaming stores after a scalar head: every start offset
+// within a 32-byte line, and the values around it untouched.
+TEST_P(Fp32FusedTest, BackUpAtAnyAlignment) {
+  const std::size_t n = GetParam();
+  const Fp32Codec codec;
+  const auto in = values(n, 0.25f);
+  std::vector<std::byte> plain(codec.encoded_bytes(n));
+  codec.encode(in, plain);
+  const auto acc0 = values(n, -0.5f);
+  for (std::size_t shift = 0; shift < 8; ++shift) {
+    std::vector<float> storage(n + 16, 99.0f), acc = acc0;
+    const std::span<float> backup = std::span(storage).subspan(shift, n);
+    codec.decode_add_crc(plain, acc, backup, 0);
+    EXPECT_TRUE(std::equal(backup.begin(), backup.end(), acc0.begin())) << "shift " << shift;
+    for (std::size_t i = 0; i < shift; ++i) EXPECT_EQ(storage[i], 99.0f);
+    for (std::size_t i = shift + n; i < storage.size(); ++i) EXPECT_EQ(storage[i], 99.0f);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, Fp32FusedTest,
