@@ -21,6 +21,7 @@
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,7 +39,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: gloo_allreduce_bench [--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K]\n"
     "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S]\n"
-    "                            [--max-chunk-kib K] [--interleave]\n"
+    "                            [--max-chunk-kib K] [--gloo-segment-kib K] [--interleave]\n"
+    "  --gloo-segment-kib: Gloo's maxSegmentSize (default Gloo's own, 1024).\n"
     "  --interleave: each round runs every method once, in the order given (Gloo first), so the\n"
     "                methods see the same machine; adds the median of per-round ratios.\n"
     "       one rank per process (network namespaces):\n"
@@ -55,6 +57,7 @@ struct Config {
   std::vector<std::string> methods = {"gloo", "fp32", "int8"};
   double timeout_s = 600;
   std::size_t max_chunk_kib = 4096;  // RingOptions::max_chunk_bytes
+  std::size_t gloo_segment_kib = 0;  // 0: Gloo's default maxSegmentSize
   int rank = -1;                     // -1: fork every rank here
   std::string store_host = "127.0.0.1";
   std::uint16_t store_port = 0;
@@ -91,6 +94,8 @@ Config parse(int argc, char** argv) {
       c.timeout_s = std::stod(value());
     } else if (a == "--max-chunk-kib") {
       c.max_chunk_kib = std::stoul(value());
+    } else if (a == "--gloo-segment-kib") {
+      c.gloo_segment_kib = std::stoul(value());
     } else if (a == "--rank") {
       c.rank = std::stoi(value());
     } else if (a == "--hostname") {
@@ -148,22 +153,29 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 
 // The ring's traffic without its computation: 2(n-1) steps, each sending one share to rank+1
 // while receiving one from rank-1, in pieces of at most `max_piece_bytes`, over the Meridian
-// transport. Separates the transport's cost from the ring's coding and reduction.
+// transport, two exchanges in flight as in the ring (each with its own buffers). Separates the
+// transport's cost from the ring's coding and reduction.
 void transfer_only(Transport& t, std::vector<float>& buf, std::size_t max_piece_bytes,
                    double timeout_s) {
   const int n = t.size(), rank = t.rank();
   const std::size_t share = (buf.size() + n - 1) / n * sizeof(float);
   const std::size_t piece = std::max<std::size_t>(1, std::min(share, max_piece_bytes));
-  std::vector<std::byte> out(piece), in(piece);
+  std::vector<std::byte> out[2] = {std::vector<std::byte>(piece), std::vector<std::byte>(piece)};
+  std::vector<std::byte> in[2] = {std::vector<std::byte>(piece), std::vector<std::byte>(piece)};
+  std::unique_ptr<PendingExchange> pending[2];
   std::uint64_t serial = 0;
   for (int step = 0; step < 2 * (n - 1); ++step) {
     for (std::size_t off = 0; off < share; off += piece, ++serial) {
       const std::size_t len = std::min(piece, share - off);
-      t.start_exchange((rank + 1) % n, Payload::of(std::span(out).first(len)), (rank + n - 1) % n,
-                       std::span(in).first(len), make_tag(TagKind::kTest, serial))
-          ->wait(timeout_s);
+      auto& slot = pending[serial % 2];
+      if (slot) slot->wait(timeout_s);  // exchange serial - 2: its buffers are free again
+      slot = t.start_exchange((rank + 1) % n, Payload::of(std::span(out[serial % 2]).first(len)),
+                              (rank + n - 1) % n, std::span(in[serial % 2]).first(len),
+                              make_tag(TagKind::kTest, serial));
     }
   }
+  for (std::uint64_t s = serial; s < serial + 2; ++s)
+    if (pending[s % 2]) pending[s % 2]->wait(timeout_s);
 }
 
 double median(std::vector<double> v) {
@@ -239,6 +251,7 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
             static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
                 &::gloo::sum<float>));
         opts.setTag(gloo_tag++);
+        if (c.gloo_segment_kib > 0) opts.setMaxSegmentSize(c.gloo_segment_kib * 1024);
         opts.setTimeout(std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
         ::gloo::allreduce(opts);
       } else if (method == "xfer") {
