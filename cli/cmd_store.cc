@@ -6,6 +6,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "cli/args.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "engine/error.h"
@@ -45,10 +46,7 @@ int run_store(const std::vector<std::string>& args) {
   std::string secret_file;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
-      return args[++i];
-    };
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--port") {
       options.port = parse_port(value());
       have_port = true;

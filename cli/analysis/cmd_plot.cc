@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "analysis/plots.h"
+#include "cli/args.h"
 #include "cli/command.h"
 #include "engine/error.h"
 
@@ -55,10 +56,7 @@ int run_plot(const std::vector<std::string>& args) {
   analysis::RunPlotOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
-      return args[++i];
-    };
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--out")
       out = value();
     else if (a == "--step")

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "analysis/sweep.h"
+#include "cli/args.h"
 #include "cli/command.h"
 #include "engine/error.h"
 
@@ -28,10 +29,7 @@ int run_sweep_command(const std::vector<std::string>& args) {
   std::vector<analysis::SweepAxis> axes;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
-      return args[++i];
-    };
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--set") {
       axes.push_back(analysis::parse_sweep_axis(value()));
     } else if (a == "--out") {

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "cli/args.h"
 #include "cli/command.h"
 #include "cli/netdelay/delay_forwarder.h"
 #include "engine/error.h"
@@ -153,10 +154,7 @@ int run_netdelay(const std::vector<std::string>& args) {
   bool realtime = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
-      return args[++i];
-    };
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--port") {
       ports.push_back(value());
     } else if (a == "--delay-ms") {

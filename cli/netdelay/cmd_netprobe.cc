@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/args.h"
 #include "cli/command.h"
 #include "engine/error.h"
 
@@ -108,19 +109,6 @@ std::uint16_t parse_port(const std::string& text, const std::string& what) {
   return static_cast<std::uint16_t>(v);
 }
 
-std::uint64_t parse_count(const std::string& text, const std::string& what) {
-  std::size_t used = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size())
-    throw ConfigError(what + ": expected a count, got '" + text + "'");
-  return v;
-}
-
 // Serves one connection: the first byte says what it is ('p' pings: echo 64-byte messages until
 // the peer closes; 's' sink: read to the end, reply with the 8-byte count).
 void serve_one(int fd, std::vector<std::uint8_t>& buf) {
@@ -150,10 +138,7 @@ int run_serve(const std::vector<std::string>& args) {
   std::uint64_t connections = 0;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
-      return args[++i];
-    };
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--bind")
       bind_host = value();
     else if (a == "--port")
@@ -161,7 +146,7 @@ int run_serve(const std::vector<std::string>& args) {
     else if (a == "--port-file")
       port_file = value();
     else if (a == "--connections")
-      connections = parse_count(value(), "--connections");
+      connections = opt::unsigned_integer("--connections", value());
     else
       throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
   }
@@ -215,14 +200,11 @@ int run_client(const std::vector<std::string>& args) {
   std::uint64_t pings = 20, bytes = 10'000'000;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value\n" + kUsage);
-      return args[++i];
-    };
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--pings")
-      pings = parse_count(value(), "--pings");
+      pings = opt::unsigned_integer("--pings", value());
     else if (a == "--bytes")
-      bytes = parse_count(value(), "--bytes");
+      bytes = opt::unsigned_integer("--bytes", value());
     else
       throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
   }

@@ -10,6 +10,7 @@
 
 #include "analysis/events.h"
 #include "analysis/summary.h"
+#include "cli/args.h"
 #include "cli/command.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
@@ -35,10 +36,7 @@ int run_sim(const std::vector<std::string>& args) {
   std::string simgrid_log = "critical";
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + kUsage);
-      return args[++i];
-    };
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--out")
       out = value();
     else if (a == "--seed")

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "cli/command.h"
-#include "cli/post/post_args.h"
+#include "cli/args.h"
 #include "trainer/post/merge.h"
 #include "trainer/safetensors/safetensors.h"
 
@@ -35,19 +35,19 @@ int run_merge_cmd(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--method") {
-      method = post_args::value(args, i);
+      method = opt::value(args, i);
     } else if (a == "--weights") {
-      options.weights = post_args::number_list(a, post_args::value(args, i));
+      options.weights = opt::number_list(a, opt::value(args, i));
     } else if (a == "--t") {
-      options.t = post_args::number(a, post_args::value(args, i));
+      options.t = opt::number(a, opt::value(args, i));
     } else if (a == "--density") {
-      options.density = post_args::fraction(a, post_args::value(args, i));
+      options.density = opt::fraction(a, opt::value(args, i));
     } else if (a == "--seed") {
-      options.seed = post_args::unsigned_integer(a, post_args::value(args, i));
+      options.seed = opt::unsigned_integer(a, opt::value(args, i));
     } else if (a == "--base") {
-      base = post_args::value(args, i);
+      base = opt::value(args, i);
     } else if (a == "--out") {
-      out = post_args::value(args, i);
+      out = opt::value(args, i);
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "meridian merge: unknown option " << a << "\n" << kUsage;
       return kExitUsage;
@@ -65,7 +65,7 @@ int run_merge_cmd(const std::vector<std::string>& args) {
   for (const auto& in : inputs) paths.push_back(post::resolve_checkpoint(in));
   if (!base.empty()) {
     if (base.find_first_not_of("0123456789") == std::string::npos) {
-      options.base = static_cast<int>(post_args::unsigned_integer("--base", base));
+      options.base = static_cast<int>(opt::unsigned_integer("--base", base));
     } else {
       const auto bp = post::resolve_checkpoint(base);
       options.base = -1;

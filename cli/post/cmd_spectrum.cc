@@ -10,7 +10,7 @@
 #include <map>
 
 #include "cli/command.h"
-#include "cli/post/post_args.h"
+#include "cli/args.h"
 #include "trainer/post/merge.h"
 #include "trainer/post/spectrum.h"
 #include "trainer/safetensors/safetensors.h"
@@ -40,13 +40,13 @@ int run_spectrum_cmd(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--top") {
-      options.top_fraction = post_args::fraction(a, post_args::value(args, i));
+      options.top_fraction = opt::fraction(a, opt::value(args, i));
     } else if (a == "--by-type") {
       options.by_type = true;
     } else if (a == "--freeze-vectors") {
       options.train_vectors = false;
     } else if (a == "--out") {
-      out = post_args::value(args, i);
+      out = opt::value(args, i);
     } else if (!a.empty() && a[0] == '-') {
       std::cerr << "meridian spectrum: unknown option " << a << "\n" << kUsage;
       return kExitUsage;

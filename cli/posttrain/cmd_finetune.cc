@@ -9,8 +9,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/args.h"
 #include "cli/command.h"
-#include "cli/post/post_args.h"
 #include "engine/error.h"
 #include "trainer/post/finetune/domain_corpus.h"
 #include "trainer/post/finetune/finetune.h"
@@ -52,33 +52,33 @@ int run_finetune(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--config")
-      config_name = post_args::value(args, i);
+      config_name = opt::value(args, i);
     else if (a == "--out")
-      out = post_args::value(args, i);
+      out = opt::value(args, i);
     else if (a == "--corpus")
-      corpus_name = post_args::value(args, i);
+      corpus_name = opt::value(args, i);
     else if (a == "--init")
-      init = post_args::value(args, i);
+      init = opt::value(args, i);
     else if (a == "--spectrum")
-      spectrum_yaml = post_args::value(args, i);
+      spectrum_yaml = opt::value(args, i);
     else if (a == "--steps")
-      steps = static_cast<int>(post_args::unsigned_integer(a, post_args::value(args, i)));
+      steps = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--lr")
-      lr = post_args::number(a, post_args::value(args, i));
+      lr = opt::number(a, opt::value(args, i));
     else if (a == "--warmup")
-      warmup = post_args::number(a, post_args::value(args, i));
+      warmup = opt::number(a, opt::value(args, i));
     else if (a == "--seed")
-      seed = post_args::unsigned_integer(a, post_args::value(args, i));
+      seed = opt::unsigned_integer(a, opt::value(args, i));
     else if (a == "--eval-sequences")
-      eval_sequences = static_cast<int>(post_args::unsigned_integer(a, post_args::value(args, i)));
+      eval_sequences = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--batch")
-      batch = static_cast<int>(post_args::unsigned_integer(a, post_args::value(args, i)));
+      batch = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--seq-len")
-      seq_len = static_cast<int>(post_args::unsigned_integer(a, post_args::value(args, i)));
+      seq_len = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--domain-dir")
-      domain_dir = post_args::value(args, i);
+      domain_dir = opt::value(args, i);
     else if (a == "--cache")
-      cache = post_args::value(args, i);
+      cache = opt::value(args, i);
     else {
       std::cerr << "meridian finetune: unknown argument " << a << "\n" << kUsage;
       return kExitUsage;

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cli/args.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "engine/codec/codec.h"
@@ -90,8 +91,7 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       a.run_yaml = f;
       continue;
     }
-    if (i + 1 >= args.size()) throw ConfigError(f + ": expected a value");
-    const std::string& v = args[++i];
+    const std::string& v = opt::value(args, i);
     if (f == "--node-id") {
       a.node_id = parse_int(f, v, 1, std::int64_t{1} << 40);
     } else if (f == "--store") {

@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "cli/args.h"
 #include "cli/command.h"
 #include "engine/error.h"
 #include "trainer/adamw.h"
@@ -70,8 +71,7 @@ Args parse(const std::vector<std::string>& argv) {
     if (!it->second) {
       a.kv[k] = "1";
     } else {
-      if (i + 1 >= argv.size()) throw ConfigError("--" + k + " needs a value");
-      a.kv[k] = argv[++i];
+      a.kv[k] = opt::value(argv, i);
     }
   }
   return a;

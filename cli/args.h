@@ -1,18 +1,23 @@
-// Small argument helpers shared by `meridian spectrum` and `meridian merge`: option values with
-// errors that name the option and what was expected. Not a general parser.
+// Small argument helpers shared by the `meridian` subcommands: the value after an option and
+// typed values, with errors that name the option and what was expected. Not a general parser:
+// each command walks its own arguments.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/error.h"
 
-namespace meridian::cli::post_args {
+namespace meridian::cli::opt {
 
-// The value after option args[i] (advancing i); ConfigError when it is missing.
-inline const std::string& value(const std::vector<std::string>& args, std::size_t& i) {
-  if (i + 1 >= args.size()) throw ConfigError(args[i] + " needs a value");
+// The value after option args[i] (advancing i); ConfigError naming the option (followed by
+// `usage`, when given) when it is missing.
+inline const std::string& value(const std::vector<std::string>& args, std::size_t& i,
+                                std::string_view usage = {}) {
+  if (i + 1 >= args.size())
+    throw ConfigError(args[i] + " needs a value" + (usage.empty() ? "" : "\n" + std::string(usage)));
   return args[++i];
 }
 
@@ -63,4 +68,4 @@ inline std::vector<double> number_list(const std::string& option, const std::str
   return out;
 }
 
-}  // namespace meridian::cli::post_args
+}  // namespace meridian::cli::opt
