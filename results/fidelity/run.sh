@@ -8,6 +8,7 @@
 #   RTT_MS=60 (the harness's RTT; the sim gets the same through --set network.intra_site_rtt_ms)
 #   TAG="" (appended to the run folders: real-<codec><TAG>, sim-<codec><TAG>)
 #   NODE_SYSCTL="key=value ..." (kernel settings in the node namespaces, see netns.sh)
+#   TBF_BURST (the shaping token bucket's depth; default netns.sh's: rate / the kernel's HZ)
 #   results/fidelity/run.sh table [RUN...]   only the comparison and plots (RUN: int8, int8-rtt0...)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -51,7 +52,7 @@ for codec in $CODECS; do
   real=$OUT/real-$codec$TAG sim=$OUT/sim-$codec$TAG
   rm -rf "$real" "$sim"
   mkdir -p "$real"
-  echo "RTT_MS=$RTT_MS TAG=$TAG NODE_SYSCTL='${NODE_SYSCTL:-}' $0 $BUILD $codec" >"$real/command.txt"
+  echo "RTT_MS=$RTT_MS TAG=$TAG NODE_SYSCTL='${NODE_SYSCTL:-}' TBF_BURST='${TBF_BURST:-}' $0 $BUILD $codec" >"$real/command.txt"
   # The run's own copy of RUN.yaml: only output_dir differs (not part of the configuration hash).
   sed "s|^output_dir:.*|output_dir: $real/nodes|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
   log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s, RTT $RTT_MS ms"

@@ -15,6 +15,11 @@
 # (default: build/bin/meridian of this checkout). It runs SCHED_FIFO unless NETDELAY_REALTIME=0.
 # Its log and counters (lateness of releases included): $(netns.sh dir PREFIX).
 # NODE_SYSCTL="key=value ..." is applied in every node namespace (e.g. TCP settings).
+# TBF_BURST is the shaping token bucket's depth (tc units, e.g. 128kb); a link idle for
+# depth / rate then lets that many bytes through at once, which a plain rate-limited link (what
+# the simulator models) does not. The default is the smallest depth that still reaches the rate:
+# rate / HZ (the kernel's timer frequency, read from its config; 100 if unknown), at least 16 kB
+# (50 kB for 100 Mbit/s at HZ=250).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -25,9 +30,22 @@ subnet() {  # a /24 derived from the prefix, so parallel harnesses do not collid
 }
 state_dir() { echo "${TMPDIR:-/tmp}/meridian-netns-$1"; }
 
+kernel_hz() {  # the kernel's CONFIG_HZ, or 100 (the smallest, so the largest burst) if unknown
+  local hz
+  hz=$({ grep -h '^CONFIG_HZ=' "/boot/config-$(uname -r)" 2>/dev/null ||
+         zcat /proc/config.gz 2>/dev/null | grep '^CONFIG_HZ='; } | head -n 1 | cut -d= -f2 || true)
+  [[ $hz =~ ^[0-9]+$ && $hz -gt 0 ]] && echo "$hz" || echo 100
+}
+
+default_burst() {  # default_burst RATE_MBIT: bytes tbf needs to reach RATE (rate / HZ, >= 16 kB)
+  local bytes=$(( $1 * 125000 / $(kernel_hz) ))
+  echo $(( bytes > 16384 ? bytes : 16384 ))
+}
+
 shape() {  # shape NS_EXEC_PREFIX... DEV RATE: tbf at RATE Mbit/s on DEV's egress
   local rate=${*: -1} dev=${*: -2:1}
-  "${@:1:$#-2}" tc qdisc add dev "$dev" root tbf rate "${rate}mbit" burst 128kb latency 400ms
+  "${@:1:$#-2}" tc qdisc add dev "$dev" root tbf rate "${rate}mbit" \
+    burst "${TBF_BURST:-$(default_burst "$rate")}" latency 400ms
 }
 
 cmd=${1:-}
