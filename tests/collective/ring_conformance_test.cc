@@ -188,6 +188,28 @@ TEST(RingSchedule, SmallPiecesStayExact) {
   }
 }
 
+// One to four pieces per share: the ring encodes a transfer ahead of posting it only from three
+// pieces on (engine/collective/README.md), and with one piece keeps one transfer in flight, so
+// each count takes another path through the schedule.
+TEST(RingSchedule, OneToFourPiecesPerShareStayExact) {
+  constexpr std::size_t kShare = 60;  // values per share: 60, 30, 20, 15 values per piece
+  for (int world : {2, 3, 4}) {
+    for (std::size_t pieces : {1, 2, 3, 4}) {
+      RingOptions options;
+      options.max_chunk_bytes = kShare / pieces * sizeof(float);
+      const std::size_t n = kShare * world;
+      ASSERT_EQ(fp32_pieces(n, world, options.max_chunk_bytes), pieces);
+      SCOPED_TRACE("world " + std::to_string(world) + ", " + std::to_string(pieces) + " pieces");
+      InProcRing ring(world, 1);
+      const auto inputs = integer_inputs(world, n);
+      const auto round = run_round(ring.transports(), inputs, options);
+      for (int r = 0; r < world; ++r) ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
+      expect_bit_identical(round);
+      expect_exact(round.buffers[0], exact_sum(inputs));
+    }
+  }
+}
+
 TEST(RingSchedule, WorldOfOneLeavesTheBufferAndSendsNothing) {
   InProcRing ring(1, 0);
   const auto inputs = integer_inputs(1, 5);
