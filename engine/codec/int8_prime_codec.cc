@@ -369,19 +369,37 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize_block_avx512(
   fix_outside(x, q, words, outside, s, excess);
 }
 
-MERIDIAN_TARGET_AVX512 void quantize_segment_avx512(const float* x, std::uint8_t* q,
-                                                    std::size_t n, const Scales& s,
-                                                    Histogram& hist, Excess& excess) {
-  // Plain loops, not for_each_block(): a lambda would not carry the target attribute.
-  const QuantizeConsts c = quantize_consts(s);
+// The full-block steps of one vector kernel set, for quantize_segment_pipelined().
+struct Avx512Blocks {
+  QuantizeConsts c;
+
+  template <bool kHist>
+  MERIDIAN_TARGET_AVX512 void quantize(const float* x, std::uint8_t* q, std::uint64_t* words,
+                                       const std::uint8_t* prev_q,
+                                       const std::uint64_t* prev_words, const Scales& s,
+                                       Histogram& hist, Excess& excess) const {
+    quantize_block_avx512<kHist>(x, q, words, prev_q, prev_words, c, s, hist, excess);
+  }
+};
+
+// One segment of the quantise + histogram pass with a vector kernel set's block steps
+// (Blocks::quantize<kHist>: see quantize_block_avx512()), the histogram one block behind.
+// Not a target function itself: it is compiled only inlined into each set's entry point, whose
+// flatten attribute inlines the block steps too (GCC checks their target against that entry
+// point's). Not always_inline: that would try to inline the block steps here first, where
+// their instruction set is not enabled.
+template <typename Blocks>
+inline void quantize_segment_pipelined(const Blocks& blocks, const float* x, std::uint8_t* q,
+                                       std::size_t n, const Scales& s, Histogram& hist,
+                                       Excess& excess) {
   alignas(64) std::uint64_t words[2][kBlock];  // the current block's and the previous one's
   const std::size_t full = n - n % kBlock;
   if (full > 0) {
-    quantize_block_avx512<false>(x, q, words[0], nullptr, nullptr, c, s, hist, excess);
+    blocks.template quantize<false>(x, q, words[0], nullptr, nullptr, s, hist, excess);
     for (std::size_t b = kBlock; b < full; b += kBlock) {
       const std::size_t cur = (b / kBlock) % 2;
-      quantize_block_avx512<true>(x + b, q + b, words[cur], q + b - kBlock, words[1 - cur], c,
-                                  s, hist, excess);
+      blocks.template quantize<true>(x + b, q + b, words[cur], q + b - kBlock, words[1 - cur], s,
+                                     hist, excess);
     }
     hist.add_block(q + full - kBlock, words[(full / kBlock - 1) % 2]);
   }
@@ -390,11 +408,142 @@ MERIDIAN_TARGET_AVX512 void quantize_segment_avx512(const float* x, std::uint8_t
     hist.add_tail(q + full, words[0], n - full);
   }
 }
+
+MERIDIAN_TARGET_AVX512 __attribute__((flatten)) void quantize_segment_avx512(
+    const float* x, std::uint8_t* q, std::size_t n, const Scales& s, Histogram& hist,
+    Excess& excess) {
+  quantize_segment_pipelined(Avx512Blocks{quantize_consts(s)}, x, q, n, s, hist, excess);
+}
+
+// ---- AVX2 kernels: the same passes as the AVX-512 ones, 8 floats (4 doubles) per register ----
+
+// sum_squares_body() with the 32 lanes in eight registers, lane l fed the same values in the
+// same order as in the portable kernel (bit-identical, as for AVX-512).
+// a += x[0, 4)^2 and b += x[4, 8)^2 over the finite values, lane by lane.
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline void add_squares8(const float* x, __m256d& a,
+                                                                     __m256d& b) {
+  const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  const __m256i finite = _mm256_cmpgt_epi32(  // |x| < inf as integers; NaN's pattern is above
+      _mm256_set1_epi32(0x7F800000), _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF)));
+  const __m256 v = _mm256_castsi256_ps(_mm256_and_si256(finite, u));
+  const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+  const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  a = _mm256_fmadd_pd(lo, lo, a);
+  b = _mm256_fmadd_pd(hi, hi, b);
+}
+
+MERIDIAN_TARGET_AVX2 double sum_squares_avx2(const float* x, std::size_t n) {
+  static_assert(kSumLanes == 32 && kBlock == 64);
+  __m256d acc[8];  // fully unrolled below, so GCC keeps them in registers
+  for (__m256d& a : acc) a = _mm256_setzero_pd();
+  std::size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    prefetch_ahead(x, i, n);
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < 8; ++r) {
+      add_squares8(x + i + 8 * r, acc[(2 * r) % 8], acc[(2 * r + 1) % 8]);  // lanes 8r % 32 ..
+    }
+  }
+  alignas(32) double lanes[kSumLanes];
+  for (std::size_t r = 0; r < 8; ++r) _mm256_store_pd(lanes + 4 * r, acc[r]);
+  return finish_sum_squares(x, i, n, lanes);
+}
+
+// The constants of the AVX2 quantise step, built once per segment.
+struct QuantizeConstsAvx2 {
+  __m256 inv, c128, c255;
+  __m256d inv_fx, magic;
+  __m256i bias;
+};
+
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline QuantizeConstsAvx2 quantize_consts_avx2(
+    const Scales& s) {
+  return {_mm256_set1_ps(s.inv_scale),    _mm256_set1_ps(128.0f),
+          _mm256_set1_ps(255.0f),         _mm256_set1_pd(s.inv_scale_fx),
+          _mm256_set1_pd(kWordMagic),     _mm256_set1_epi64x(static_cast<long long>(kWordBias))};
+}
+
+// quantize16_avx512() for 8 values: the words of x[0, 8) to `words`, the out-of-grid flags to
+// bits j .. j + 7 of `outside`; returns the codes as 8 int32 lanes.
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256i quantize8_avx2(
+    const float* __restrict x, std::uint64_t* __restrict words, const QuantizeConstsAvx2& c,
+    std::uint64_t& outside, std::size_t j) {
+  const __m256 v = _mm256_loadu_ps(x);
+  const __m256 no_nan = _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+  const __m256 t = kFusedCode ? _mm256_fmadd_ps(no_nan, c.inv, c.c128)
+                              : _mm256_add_ps(_mm256_mul_ps(no_nan, c.inv), c.c128);
+  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), c.c255);
+  const int flags = _mm256_movemask_ps(_mm256_cmp_ps(t, clamped, _CMP_NEQ_UQ));
+  outside |= static_cast<std::uint64_t>(flags) << j;
+  const __m256i code = _mm256_cvtps_epi32(clamped);  // round to nearest even, as nearbyint
+  for (int half = 0; half < 2; ++half) {
+    const __m128 xh = half == 0 ? _mm256_castps256_ps128(no_nan) : _mm256_extractf128_ps(no_nan, 1);
+    const __m128i ch = half == 0 ? _mm256_castsi256_si128(code) : _mm256_extracti128_si256(code, 1);
+    const __m256d w = _mm256_fmadd_pd(_mm256_cvtps_pd(xh), c.inv_fx, c.magic);
+    const __m256i word =
+        _mm256_sub_epi64(_mm256_add_epi64(_mm256_castpd_si256(w), c.bias),
+                         _mm256_slli_epi64(_mm256_cvtepu32_epi64(ch), kFracBits));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 4 * half), word);
+  }
+  return code;
+}
+
+// 32 values: four steps of 8, their codes packed to bytes in order.
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline void quantize32_avx2(
+    const float* __restrict x, std::uint8_t* __restrict q, std::uint64_t* __restrict words,
+    const QuantizeConstsAvx2& c, std::uint64_t& outside, std::size_t j) {
+  const __m256i c0 = quantize8_avx2(x, words, c, outside, j);
+  const __m256i c1 = quantize8_avx2(x + 8, words + 8, c, outside, j + 8);
+  const __m256i c2 = quantize8_avx2(x + 16, words + 16, c, outside, j + 16);
+  const __m256i c3 = quantize8_avx2(x + 24, words + 24, c, outside, j + 24);
+  // Packs work within 128-bit lanes: dword d of `bytes` holds codes 4 (d % 4) .. of register
+  // d % 4 for d < 4 and codes 4 .. 7 of register d - 4 after; one permute puts them in order.
+  const __m256i bytes =
+      _mm256_packus_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm256_permutevar8x32_epi32(bytes, order));
+}
+
+// quantize_block_avx512() in AVX2: 32 values of vector work, then 32 of the previous block's
+// histogram, twice per block.
+template <bool kHist>
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline void quantize_block_avx2(
+    const float* __restrict x, std::uint8_t* __restrict q, std::uint64_t* __restrict words,
+    const std::uint8_t* prev_q, const std::uint64_t* prev_words, const QuantizeConstsAvx2& c,
+    const Scales& s, Histogram& hist, Excess& excess) {
+  std::uint64_t outside = 0;
+  for (std::size_t j = 0; j < kBlock; j += 32) {
+    quantize32_avx2(x + j, q + j, words + j, c, outside, j);
+    if constexpr (kHist) {
+      hist.add16(prev_q + j, prev_words + j);
+      hist.add16(prev_q + j + 16, prev_words + j + 16);
+    }
+  }
+  fix_outside(x, q, words, outside, s, excess);
+}
+
+struct Avx2Blocks {
+  QuantizeConstsAvx2 c;
+
+  template <bool kHist>
+  MERIDIAN_TARGET_AVX2 void quantize(const float* x, std::uint8_t* q, std::uint64_t* words,
+                                     const std::uint8_t* prev_q, const std::uint64_t* prev_words,
+                                     const Scales& s, Histogram& hist, Excess& excess) const {
+    quantize_block_avx2<kHist>(x, q, words, prev_q, prev_words, c, s, hist, excess);
+  }
+};
+
+MERIDIAN_TARGET_AVX2 __attribute__((flatten)) void quantize_segment_avx2(
+    const float* x, std::uint8_t* q, std::size_t n, const Scales& s, Histogram& hist,
+    Excess& excess) {
+  quantize_segment_pipelined(Avx2Blocks{quantize_consts_avx2(s)}, x, q, n, s, hist, excess);
+}
 #endif
 
 double sum_squares(std::span<const float> x, CodecIsa isa) {
 #if MERIDIAN_CODEC_AVX512
   if (isa == CodecIsa::kAvx512) return sum_squares_avx512(x.data(), x.size());
+  if (isa == CodecIsa::kAvx2) return sum_squares_avx2(x.data(), x.size());
 #endif
   return sum_squares_portable(x.data(), x.size());
 }
@@ -560,6 +709,8 @@ void Int8PrimeCodec::encode(std::span<const float> in, std::span<std::byte> out)
 #if MERIDIAN_CODEC_AVX512
     if (isa == CodecIsa::kAvx512) {
       quantize_segment_avx512(in.data() + s, q + s, len, scales, *hist, excess);
+    } else if (isa == CodecIsa::kAvx2) {
+      quantize_segment_avx2(in.data() + s, q + s, len, scales, *hist, excess);
     } else
 #endif
     {
