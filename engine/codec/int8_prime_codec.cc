@@ -65,7 +65,10 @@ constexpr double kRoundMagic = 0x1p52;
 constexpr std::uint64_t kRoundMagicBits = std::bit_cast<std::uint64_t>(kRoundMagic);
 
 // x / scale + 128 with one rounding where the build has FMA (as GCC contracts it anyway), two
-// elsewhere; the AVX-512 kernel makes the same choice, so both give the same codes.
+// elsewhere; the vector kernels make the same choice, so all give the same codes. In a build
+// without FMA the vector kernels' target attributes still enable it, and GCC would fuse their
+// multiply and add (-ffp-contract=fast, the GNU default, applies to intrinsics too): an empty
+// asm statement keeps the product rounded there (unfused_product()).
 #if defined(__FMA__)
 constexpr bool kFusedCode = true;
 #else
@@ -260,6 +263,18 @@ MERIDIAN_ALWAYS_INLINE inline double sum_squares_body(const float* __restrict x,
 double sum_squares_portable(const float* x, std::size_t n) { return sum_squares_body(x, n); }
 
 #if MERIDIAN_CODEC_AVX512
+// p as it is, opaque to GCC: a following add cannot be contracted with the multiply that made
+// it (see kFusedCode). Costs no instruction.
+MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline __m512 unfused_product(__m512 p) {
+  __asm__("" : "+v"(p));
+  return p;
+}
+
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256 unfused_product(__m256 p) {
+  __asm__("" : "+v"(p));
+  return p;
+}
+
 // sum_squares_body() with the 32 lanes in four registers: GCC keeps the lanes array in memory,
 // and the store-to-load chain through it made the pass ~2x slower than a memcpy of the same
 // data. Lane l gets the same values in the same order as in the portable kernel, and x^2 of a
@@ -319,8 +334,9 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize16_avx512(
     const QuantizeConsts& c, std::uint64_t& outside, std::size_t j) {
   const __m512 v = _mm512_loadu_ps(x);
   const __m512 no_nan = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-  const __m512 t = kFusedCode ? _mm512_fmadd_ps(no_nan, c.inv, c.c128)
-                              : _mm512_add_ps(_mm512_mul_ps(no_nan, c.inv), c.c128);
+  const __m512 t =
+      kFusedCode ? _mm512_fmadd_ps(no_nan, c.inv, c.c128)
+                 : _mm512_add_ps(unfused_product(_mm512_mul_ps(no_nan, c.inv)), c.c128);
   const __m512 clamped = _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), c.c255);
   outside |= std::uint64_t{_mm512_cmp_ps_mask(t, clamped, _CMP_NEQ_UQ)} << j;
   const __m512i code = _mm512_cvtps_epi32(clamped);  // round to nearest even, as nearbyint
@@ -492,8 +508,9 @@ MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256i quantize8_avx2(
     std::uint64_t& outside, std::size_t j) {
   const __m256 v = _mm256_loadu_ps(x);
   const __m256 no_nan = kNoNan ? v : _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
-  const __m256 t = kFusedCode ? _mm256_fmadd_ps(no_nan, c.inv, c.c128)
-                              : _mm256_add_ps(_mm256_mul_ps(no_nan, c.inv), c.c128);
+  const __m256 t =
+      kFusedCode ? _mm256_fmadd_ps(no_nan, c.inv, c.c128)
+                 : _mm256_add_ps(unfused_product(_mm256_mul_ps(no_nan, c.inv)), c.c128);
   const __m256 clamped = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), c.c255);
   const int flags = _mm256_movemask_ps(_mm256_cmp_ps(t, clamped, _CMP_NEQ_UQ));
   outside |= static_cast<std::uint64_t>(flags) << j;
