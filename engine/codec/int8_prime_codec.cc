@@ -1,7 +1,8 @@
 // int8 PRIME codec kernels: a vectorised sigma pass; a quantise pass (vectorised) feeding a
 // one-word-per-value bin histogram (scalar, 8 interleaved tables, one block behind the vector
-// work so the two overlap); a LUT pass to decode. Each has a portable and an AVX-512 version with
-// bit-identical results. Not the wire format (header).
+// work so the two overlap); a LUT pass to decode. Each has a portable and an AVX-512 version,
+// the encode passes an AVX2 one too, all with bit-identical results. Not the wire format
+// (header).
 #include "engine/codec/int8_prime_codec.h"
 
 #include <algorithm>

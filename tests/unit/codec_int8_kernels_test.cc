@@ -83,7 +83,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
-// Sizes around the 64-value block, the 8-way tables, the 32-value AVX2 step, the pipelined
+// Sizes around the 64-value block, the 8-way tables, the 8- and 16-value AVX2 steps, the pipelined
 // histogram (a block's histogram is added while the next block is quantised: one, two and three
 // blocks, with and without a tail) and the 2^19-value flush segment.
 const std::size_t kSizes[] = {0,    1,    7,    8,    31,   32,   33,    63,
@@ -95,8 +95,9 @@ const std::size_t kSizes[] = {0,    1,    7,    8,    31,   32,   33,    63,
 // inv_scale roundings); 3 all equal; 4 +-0 only (sigma = 0); 5 heavy tails (a third of the
 // values cubed: many far outside +-3 sigma, clamped to the end bins); 6 half non-finite;
 // 7 values near FLT_MAX (the sum of squares needs its double range); 8 subnormals only (1 /
-// scale capped at FLT_MAX).
-constexpr int kKinds = 9;
+// scale capped at FLT_MAX); 9 NaN and inf only after the last full 64-value block (the AVX2
+// quantise then drops its NaN mask, and the tail must still bin NaN as 0).
+constexpr int kKinds = 10;
 
 std::vector<float> data_of_kind(int kind, std::size_t n) {
   std::vector<float> x = kind == 1 || kind == 2 ? awkward(n, n + 17) : gaussian(n, n + kind);
@@ -124,6 +125,9 @@ std::vector<float> data_of_kind(int kind, std::size_t n) {
         break;
       case 8:
         v *= 1e-42f;
+        break;
+      case 9:
+        if (i >= n - n % 64) v = (i % 2 == 0) ? NAN : -INFINITY;
         break;
       default:
         break;
