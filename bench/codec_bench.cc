@@ -160,19 +160,21 @@ void register_all() {
 }  // namespace meridian
 
 int main(int argc, char** argv) {
-  // --portable: run the portable kernels even where the CPU has AVX-512 (codec_isa.h).
+  // --portable / --avx2: cap the kernel set (codec_isa.h); the default is the best the CPU has.
   for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--portable") {
-      meridian::set_codec_avx512_allowed(false);
-      for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
-      --argc;
-      break;
-    }
+    const std::string_view arg(argv[i]);
+    if (arg != "--portable" && arg != "--avx2") continue;
+    meridian::set_codec_isa_limit(arg == "--avx2" ? meridian::CodecIsa::kAvx2
+                                                  : meridian::CodecIsa::kPortable);
+    for (int j = i; j + 1 < argc; ++j) argv[j] = argv[j + 1];
+    --argc;
+    --i;
   }
   benchmark::Initialize(&argc, argv);
-  benchmark::AddCustomContext("codec_kernels", meridian::codec_isa() == meridian::CodecIsa::kAvx512
-                                                   ? "avx512"
-                                                   : "portable");
+  const meridian::CodecIsa isa = meridian::codec_isa();
+  benchmark::AddCustomContext("codec_kernels", isa == meridian::CodecIsa::kAvx512 ? "avx512"
+                                               : isa == meridian::CodecIsa::kAvx2 ? "avx2"
+                                                                                  : "portable");
   meridian::register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -50,28 +50,32 @@ CodecId parse_codec(std::string_view name) {
 
 namespace {
 
-bool cpu_has_avx512() {
+// The best kernel set this build can run on this CPU.
+CodecIsa cpu_isa() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-         __builtin_cpu_supports("avx512vbmi");
-#else
-  return false;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vbmi"))
+    return CodecIsa::kAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CodecIsa::kAvx2;
 #endif
+  return CodecIsa::kPortable;
 }
 
-std::atomic<bool> avx512_allowed{true};
+std::atomic<CodecIsa> isa_limit{CodecIsa::kAvx512};
 
 }  // namespace
 
 CodecIsa codec_isa() {
-  static const bool has_avx512 = cpu_has_avx512();
-  return has_avx512 && avx512_allowed.load(std::memory_order_relaxed) ? CodecIsa::kAvx512
-                                                                       : CodecIsa::kPortable;
+  static const CodecIsa best = cpu_isa();
+  const CodecIsa limit = isa_limit.load(std::memory_order_relaxed);
+  return static_cast<int>(limit) < static_cast<int>(best) ? limit : best;
 }
 
+void set_codec_isa_limit(CodecIsa limit) { isa_limit.store(limit, std::memory_order_relaxed); }
+
 void set_codec_avx512_allowed(bool allowed) {
-  avx512_allowed.store(allowed, std::memory_order_relaxed);
+  set_codec_isa_limit(allowed ? CodecIsa::kAvx512 : CodecIsa::kAvx2);
 }
 
 }  // namespace meridian

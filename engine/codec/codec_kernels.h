@@ -35,14 +35,17 @@ inline constexpr std::size_t kBlock = 64;
 
 #define MERIDIAN_ALWAYS_INLINE __attribute__((always_inline))
 
-// AVX-512 variants of a kernel are the same always-inline C++ (or intrinsics) compiled inside a
-// function carrying this attribute, called only when codec_isa() (codec_isa.h) says kAvx512.
-// prefer-vector-width=512: without it GCC's generic tuning vectorises with 256-bit vectors.
+// AVX-512 (AVX2) variants of a kernel are the same always-inline C++ (or intrinsics) compiled
+// inside a function carrying MERIDIAN_TARGET_AVX512 (MERIDIAN_TARGET_AVX2), called only when
+// codec_isa() (codec_isa.h) says kAvx512 (kAvx2). MERIDIAN_CODEC_AVX512 is 1 where both exist
+// (x86-64 with GCC or Clang). prefer-vector-width=512: without it GCC's generic tuning
+// vectorises with 256-bit vectors.
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MERIDIAN_CODEC_AVX512 1
 #define MERIDIAN_TARGET_AVX512                                                       \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,"            \
                         "prefer-vector-width=512")))
+#define MERIDIAN_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #else
 #define MERIDIAN_CODEC_AVX512 0
 #endif

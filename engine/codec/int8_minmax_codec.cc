@@ -185,7 +185,11 @@ const std::uint8_t* codes(std::span<const std::byte> in) {
 
 void Int8MinMaxCodec::encode(std::span<const float> in, std::span<std::byte> out) const {
   MERIDIAN_CHECK_EQ(out.size(), encoded_bytes(in.size()));
-  const Range r = finite_range(in);
+  Range r = finite_range(in);
+  // +0 for a zero min or max: which of -0 and +0 a min/max keeps depends on the order of the
+  // comparisons, which differs between the kernel sets (x + 0 is x for every other x).
+  r.min += 0.0f;
+  r.max += 0.0f;
   float scale =
       static_cast<float>((static_cast<double>(r.max) - static_cast<double>(r.min)) / 255.0);
   // Only for data spanning nearly all of fp32: keep min + 255 scale decodable (a few steps).

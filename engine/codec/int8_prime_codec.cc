@@ -1,7 +1,8 @@
 // int8 PRIME codec kernels: a vectorised sigma pass; a quantise pass (vectorised) feeding a
 // one-word-per-value bin histogram (scalar, 8 interleaved tables, one block behind the vector
-// work so the two overlap); a LUT pass to decode. Each has a portable and an AVX-512 version with
-// bit-identical results. Not the wire format (header).
+// work so the two overlap); a LUT pass to decode. Each has a portable and an AVX-512 version,
+// the encode passes an AVX2 one too, all with bit-identical results. Not the wire format
+// (header).
 #include "engine/codec/int8_prime_codec.h"
 
 #include <algorithm>
@@ -65,7 +66,10 @@ constexpr double kRoundMagic = 0x1p52;
 constexpr std::uint64_t kRoundMagicBits = std::bit_cast<std::uint64_t>(kRoundMagic);
 
 // x / scale + 128 with one rounding where the build has FMA (as GCC contracts it anyway), two
-// elsewhere; the AVX-512 kernel makes the same choice, so both give the same codes.
+// elsewhere; the vector kernels make the same choice, so all give the same codes. In a build
+// without FMA the vector kernels' target attributes still enable it, and GCC would fuse their
+// multiply and add (-ffp-contract=fast, the GNU default, applies to intrinsics too): an empty
+// asm statement keeps the product rounded there (unfused_product()).
 #if defined(__FMA__)
 constexpr bool kFusedCode = true;
 #else
@@ -260,6 +264,18 @@ MERIDIAN_ALWAYS_INLINE inline double sum_squares_body(const float* __restrict x,
 double sum_squares_portable(const float* x, std::size_t n) { return sum_squares_body(x, n); }
 
 #if MERIDIAN_CODEC_AVX512
+// p as it is, opaque to GCC: a following add cannot be contracted with the multiply that made
+// it (see kFusedCode). Costs no instruction.
+MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline __m512 unfused_product(__m512 p) {
+  __asm__("" : "+v"(p));
+  return p;
+}
+
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256 unfused_product(__m256 p) {
+  __asm__("" : "+v"(p));
+  return p;
+}
+
 // sum_squares_body() with the 32 lanes in four registers: GCC keeps the lanes array in memory,
 // and the store-to-load chain through it made the pass ~2x slower than a memcpy of the same
 // data. Lane l gets the same values in the same order as in the portable kernel, and x^2 of a
@@ -319,8 +335,9 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize16_avx512(
     const QuantizeConsts& c, std::uint64_t& outside, std::size_t j) {
   const __m512 v = _mm512_loadu_ps(x);
   const __m512 no_nan = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-  const __m512 t = kFusedCode ? _mm512_fmadd_ps(no_nan, c.inv, c.c128)
-                              : _mm512_add_ps(_mm512_mul_ps(no_nan, c.inv), c.c128);
+  const __m512 t =
+      kFusedCode ? _mm512_fmadd_ps(no_nan, c.inv, c.c128)
+                 : _mm512_add_ps(unfused_product(_mm512_mul_ps(no_nan, c.inv)), c.c128);
   const __m512 clamped = _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), c.c255);
   outside |= std::uint64_t{_mm512_cmp_ps_mask(t, clamped, _CMP_NEQ_UQ)} << j;
   const __m512i code = _mm512_cvtps_epi32(clamped);  // round to nearest even, as nearbyint
@@ -369,19 +386,37 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize_block_avx512(
   fix_outside(x, q, words, outside, s, excess);
 }
 
-MERIDIAN_TARGET_AVX512 void quantize_segment_avx512(const float* x, std::uint8_t* q,
-                                                    std::size_t n, const Scales& s,
-                                                    Histogram& hist, Excess& excess) {
-  // Plain loops, not for_each_block(): a lambda would not carry the target attribute.
-  const QuantizeConsts c = quantize_consts(s);
+// The full-block steps of one vector kernel set, for quantize_segment_pipelined().
+struct Avx512Blocks {
+  QuantizeConsts c;
+
+  template <bool kHist>
+  MERIDIAN_TARGET_AVX512 void quantize(const float* x, std::uint8_t* q, std::uint64_t* words,
+                                       const std::uint8_t* prev_q,
+                                       const std::uint64_t* prev_words, const Scales& s,
+                                       Histogram& hist, Excess& excess) const {
+    quantize_block_avx512<kHist>(x, q, words, prev_q, prev_words, c, s, hist, excess);
+  }
+};
+
+// One segment of the quantise + histogram pass with a vector kernel set's block steps
+// (Blocks::quantize<kHist>: see quantize_block_avx512()), the histogram one block behind.
+// Not a target function itself: it is compiled only inlined into each set's entry point, whose
+// flatten attribute inlines the block steps too (GCC checks their target against that entry
+// point's). Not always_inline: that would try to inline the block steps here first, where
+// their instruction set is not enabled.
+template <typename Blocks>
+inline void quantize_segment_pipelined(const Blocks& blocks, const float* x, std::uint8_t* q,
+                                       std::size_t n, const Scales& s, Histogram& hist,
+                                       Excess& excess) {
   alignas(64) std::uint64_t words[2][kBlock];  // the current block's and the previous one's
   const std::size_t full = n - n % kBlock;
   if (full > 0) {
-    quantize_block_avx512<false>(x, q, words[0], nullptr, nullptr, c, s, hist, excess);
+    blocks.template quantize<false>(x, q, words[0], nullptr, nullptr, s, hist, excess);
     for (std::size_t b = kBlock; b < full; b += kBlock) {
       const std::size_t cur = (b / kBlock) % 2;
-      quantize_block_avx512<true>(x + b, q + b, words[cur], q + b - kBlock, words[1 - cur], c,
-                                  s, hist, excess);
+      blocks.template quantize<true>(x + b, q + b, words[cur], q + b - kBlock, words[1 - cur], s,
+                                     hist, excess);
     }
     hist.add_block(q + full - kBlock, words[(full / kBlock - 1) % 2]);
   }
@@ -390,11 +425,165 @@ MERIDIAN_TARGET_AVX512 void quantize_segment_avx512(const float* x, std::uint8_t
     hist.add_tail(q + full, words[0], n - full);
   }
 }
+
+MERIDIAN_TARGET_AVX512 __attribute__((flatten)) void quantize_segment_avx512(
+    const float* x, std::uint8_t* q, std::size_t n, const Scales& s, Histogram& hist,
+    Excess& excess) {
+  quantize_segment_pipelined(Avx512Blocks{quantize_consts(s)}, x, q, n, s, hist, excess);
+}
+
+// ---- AVX2 kernels: the same passes as the AVX-512 ones, 8 floats (4 doubles) per register ----
+
+// sum_squares_body() with the 32 lanes in eight registers, lane l fed the same values in the
+// same order as in the portable kernel (bit-identical, as for AVX-512).
+// a += x[0, 4)^2 and b += x[4, 8)^2, lane by lane; with kMask over the finite values only.
+template <bool kMask>
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline void add_squares8(const float* x, __m256d& a,
+                                                                     __m256d& b) {
+  __m256 v = _mm256_loadu_ps(x);
+  if constexpr (kMask) {
+    const __m256 abs = _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF)));
+    v = _mm256_and_ps(v, _mm256_cmp_ps(abs, _mm256_set1_ps(INFINITY), _CMP_LT_OQ));
+  }
+  const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
+  const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  a = _mm256_fmadd_pd(lo, lo, a);
+  b = _mm256_fmadd_pd(hi, hi, b);
+}
+
+// The 32 lanes of the sum of squares over the full blocks of x[0, n).
+template <bool kMask>
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline void sum_squares_lanes_avx2(const float* x,
+                                                                               std::size_t n,
+                                                                               double* lanes) {
+  static_assert(kSumLanes == 32 && kBlock == 64);
+  __m256d acc[8];  // fully unrolled below, so GCC keeps them in registers
+  for (__m256d& a : acc) a = _mm256_setzero_pd();
+  for (std::size_t i = 0; i + kBlock <= n; i += kBlock) {
+    prefetch_ahead(x, i, n);
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < 8; ++r) {
+      // Registers 2r % 8 and 2r % 8 + 1 hold lanes 8r % 32 .. 8r % 32 + 7.
+      add_squares8<kMask>(x + i + 8 * r, acc[(2 * r) % 8], acc[(2 * r + 1) % 8]);
+    }
+  }
+  for (std::size_t r = 0; r < 8; ++r) _mm256_storeu_pd(lanes + 4 * r, acc[r]);
+}
+
+// Masking the non-finite values made the AVX2 pass ~2x slower (~115 against ~55 ps per value
+// in L3: the pass is bound by its instruction count), so it runs unmasked first: a sum of finite squares cannot overflow a
+// double (at most 2^64 values below 2^256 each) and squares are never negative, so a lane is
+// non-finite exactly when one of its values was. Only then is the pass redone with the mask
+// (the same sums of the same values for finite data, so the result is the same either way).
+// `finite` tells whether every value of the full blocks is finite (the quantise pass then
+// skips its NaN mask).
+MERIDIAN_TARGET_AVX2 double sum_squares_avx2(const float* x, std::size_t n, bool& finite) {
+  double lanes[kSumLanes];
+  sum_squares_lanes_avx2<false>(x, n, lanes);
+  finite = true;
+  for (double lane : lanes) finite &= std::isfinite(lane);
+  if (!finite) sum_squares_lanes_avx2<true>(x, n, lanes);
+  return finish_sum_squares(x, n - n % kBlock, n, lanes);
+}
+
+// The constants of the AVX2 quantise step, built once per segment.
+struct QuantizeConstsAvx2 {
+  __m256 inv, c128, c255;
+  __m256d inv_fx, magic;
+  __m256i bias;
+};
+
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline QuantizeConstsAvx2 quantize_consts_avx2(
+    const Scales& s) {
+  return {_mm256_set1_ps(s.inv_scale),    _mm256_set1_ps(128.0f),
+          _mm256_set1_ps(255.0f),         _mm256_set1_pd(s.inv_scale_fx),
+          _mm256_set1_pd(kWordMagic),     _mm256_set1_epi64x(static_cast<long long>(kWordBias))};
+}
+
+// quantize16_avx512() for 8 values: the words of x[0, 8) to `words`, the out-of-grid flags to
+// bits j .. j + 7 of `outside`; returns the codes as 8 int32 lanes. kNoNan: x holds no NaN, so
+// the mask that turns NaN into 0 is left out (~5 % of the pass).
+template <bool kNoNan>
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256i quantize8_avx2(
+    const float* __restrict x, std::uint64_t* __restrict words, const QuantizeConstsAvx2& c,
+    std::uint64_t& outside, std::size_t j) {
+  const __m256 v = _mm256_loadu_ps(x);
+  const __m256 no_nan = kNoNan ? v : _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+  const __m256 t =
+      kFusedCode ? _mm256_fmadd_ps(no_nan, c.inv, c.c128)
+                 : _mm256_add_ps(unfused_product(_mm256_mul_ps(no_nan, c.inv)), c.c128);
+  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), c.c255);
+  const int flags = _mm256_movemask_ps(_mm256_cmp_ps(t, clamped, _CMP_NEQ_UQ));
+  outside |= static_cast<std::uint64_t>(flags) << j;
+  const __m256i code = _mm256_cvtps_epi32(clamped);  // round to nearest even, as nearbyint
+  for (int half = 0; half < 2; ++half) {
+    const __m128 xh = half == 0 ? _mm256_castps256_ps128(no_nan) : _mm256_extractf128_ps(no_nan, 1);
+    const __m128i ch = half == 0 ? _mm256_castsi256_si128(code) : _mm256_extracti128_si256(code, 1);
+    const __m256d w = _mm256_fmadd_pd(_mm256_cvtps_pd(xh), c.inv_fx, c.magic);
+    const __m256i word =
+        _mm256_sub_epi64(_mm256_add_epi64(_mm256_castpd_si256(w), c.bias),
+                         _mm256_slli_epi64(_mm256_cvtepu32_epi64(ch), kFracBits));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(words + 4 * half), word);
+  }
+  return code;
+}
+
+// quantize_block_avx512() in AVX2: 16 values of vector work, then 16 of the previous block's
+// histogram, four times per block (32 at a time measured ~6 % slower).
+template <bool kHist, bool kNoNan>
+MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline void quantize_block_avx2(
+    const float* __restrict x, std::uint8_t* __restrict q, std::uint64_t* __restrict words,
+    const std::uint8_t* prev_q, const std::uint64_t* prev_words, const QuantizeConstsAvx2& c,
+    const Scales& s, Histogram& hist, Excess& excess) {
+  std::uint64_t outside = 0;
+  for (std::size_t j = 0; j < kBlock; j += 16) {
+    const __m256i c0 = quantize8_avx2<kNoNan>(x + j, words + j, c, outside, j);
+    const __m256i c1 = quantize8_avx2<kNoNan>(x + j + 8, words + j + 8, c, outside, j + 8);
+    // The packs work within 128-bit lanes: codes 0-3 of c0, 0-3 of c1, 4-7 of c0, 4-7 of c1;
+    // the permute puts the 16-bit codes in order, the last pack makes them bytes.
+    const __m256i c16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(c0, c1), 0xD8);
+    const __m128i bytes =
+        _mm_packus_epi16(_mm256_castsi256_si128(c16), _mm256_extracti128_si256(c16, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + j), bytes);
+    if constexpr (kHist) hist.add16(prev_q + j, prev_words + j);
+  }
+  fix_outside(x, q, words, outside, s, excess);
+}
+
+// The full-block steps of the AVX2 set, for quantize_segment_pipelined().
+template <bool kNoNan>
+struct Avx2Blocks {
+  QuantizeConstsAvx2 c;
+
+  template <bool kHist>
+  MERIDIAN_TARGET_AVX2 void quantize(const float* x, std::uint8_t* q, std::uint64_t* words,
+                                     const std::uint8_t* prev_q, const std::uint64_t* prev_words,
+                                     const Scales& s, Histogram& hist, Excess& excess) const {
+    quantize_block_avx2<kHist, kNoNan>(x, q, words, prev_q, prev_words, c, s, hist, excess);
+  }
+};
+
+// finite: every value of the full blocks of x is finite (from sum_squares_avx2()).
+MERIDIAN_TARGET_AVX2 __attribute__((flatten)) void quantize_segment_avx2(
+    const float* x, std::uint8_t* q, std::size_t n, const Scales& s, bool finite,
+    Histogram& hist, Excess& excess) {
+  if (finite) {
+    quantize_segment_pipelined(Avx2Blocks<true>{quantize_consts_avx2(s)}, x, q, n, s, hist,
+                               excess);
+  } else {
+    quantize_segment_pipelined(Avx2Blocks<false>{quantize_consts_avx2(s)}, x, q, n, s, hist,
+                               excess);
+  }
+}
 #endif
 
-double sum_squares(std::span<const float> x, CodecIsa isa) {
+// finite: set true only where the pass knows that every value of its full blocks is finite
+// (the AVX2 one), else false.
+double sum_squares(std::span<const float> x, CodecIsa isa, bool& finite) {
+  finite = false;
 #if MERIDIAN_CODEC_AVX512
   if (isa == CodecIsa::kAvx512) return sum_squares_avx512(x.data(), x.size());
+  if (isa == CodecIsa::kAvx2) return sum_squares_avx2(x.data(), x.size(), finite);
 #endif
   return sum_squares_portable(x.data(), x.size());
 }
@@ -543,7 +732,8 @@ void Int8PrimeCodec::encode(std::span<const float> in, std::span<std::byte> out)
   MERIDIAN_CHECK_EQ(out.size(), encoded_bytes(in.size()));
   const std::size_t n = in.size();
   const CodecIsa isa = codec_isa();
-  const double sum_sq = sum_squares(in, isa);
+  bool finite = false;
+  const double sum_sq = sum_squares(in, isa, finite);
   const double sigma = n == 0 ? 0.0 : std::sqrt(sum_sq / static_cast<double>(n > 1 ? n - 1 : 1));
   // 1 / scale = 256 / (6 sigma); capped so a subnormal sigma cannot make it infinite (inf * 0
   // would be NaN). sigma == 0 means every finite value is +-0 (any other square is > 0 in
@@ -560,6 +750,8 @@ void Int8PrimeCodec::encode(std::span<const float> in, std::span<std::byte> out)
 #if MERIDIAN_CODEC_AVX512
     if (isa == CodecIsa::kAvx512) {
       quantize_segment_avx512(in.data() + s, q + s, len, scales, *hist, excess);
+    } else if (isa == CodecIsa::kAvx2) {
+      quantize_segment_avx2(in.data() + s, q + s, len, scales, finite, *hist, excess);
     } else
 #endif
     {

@@ -1,9 +1,10 @@
-// The int8 kernels: for PRIME and min-max the AVX-512 and the portable kernels give bit-identical
-// encodings and decodings (edge sizes, outliers, non-finite values), and PRIME's shipped bin
-// means match a double-precision reference within the stated fixed-point bound. Not a speed
-// test (bench/).
+// The int8 kernels: for PRIME and min-max the AVX-512 and AVX2 kernel sets give encodings and
+// decodings bit-identical to the portable kernels' (edge sizes, outliers, non-finite values,
+// constant and tiny data), and PRIME's shipped bin means match a double-precision reference
+// within the stated fixed-point bound with every set. Not a speed test (bench/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -26,13 +27,36 @@ constexpr std::size_t kLut = Int8PrimeCodec::kLutBytes;
 // Restores the default kernel choice when a test ends, even on a failed assertion.
 class KernelChoice {
  public:
-  ~KernelChoice() { set_codec_avx512_allowed(true); }
-  void use(CodecIsa isa) { set_codec_avx512_allowed(isa == CodecIsa::kAvx512); }
+  ~KernelChoice() { set_codec_isa_limit(CodecIsa::kAvx512); }
+  // Selects `isa`; false if this CPU (or build) cannot run it.
+  bool use(CodecIsa isa) {
+    set_codec_isa_limit(isa);
+    return codec_isa() == isa;
+  }
 };
 
-bool have_avx512() {
-  set_codec_avx512_allowed(true);
-  return codec_isa() == CodecIsa::kAvx512;
+constexpr CodecIsa kAllIsas[] = {CodecIsa::kPortable, CodecIsa::kAvx2, CodecIsa::kAvx512};
+
+const char* isa_name(CodecIsa isa) {
+  switch (isa) {
+    case CodecIsa::kPortable:
+      return "portable";
+    case CodecIsa::kAvx2:
+      return "AVX2";
+    case CodecIsa::kAvx512:
+      return "AVX-512";
+  }
+  return "?";
+}
+
+// The vector kernel sets this CPU runs (each compared against the portable one).
+std::vector<CodecIsa> vector_isas() {
+  KernelChoice choice;
+  std::vector<CodecIsa> out;
+  for (CodecIsa isa : {CodecIsa::kAvx2, CodecIsa::kAvx512}) {
+    if (choice.use(isa)) out.push_back(isa);
+  }
+  return out;
 }
 
 // Gaussian values with a few far outliers (clamped to the end bins), NaN, +-inf, +-0 and
@@ -59,42 +83,107 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), 4 * a.size()) == 0);
 }
 
-// Sizes around the 64-value block, the 8-way tables, the pipelined histogram (a block's histogram
-// is added while the next block is quantised: one, two and three blocks, with and without a
-// tail) and the 2^19-value flush segment.
-const std::size_t kSizes[] = {0,   1,   7,   8,    63,   64,  65,  127,
-                              128, 129, 192, 511,  512,  1000, 4099, (1u << 19) + 77};
+// Sizes around the 64-value block, the 8-way tables, the 8- and 16-value AVX2 steps, the pipelined
+// histogram (a block's histogram is added while the next block is quantised: one, two and three
+// blocks, with and without a tail) and the 2^19-value flush segment.
+const std::size_t kSizes[] = {0,    1,    7,    8,    31,   32,   33,    63,
+                              64,   65,   95,   96,   97,   127,  128,   129,
+                              192,  511,  512,  1000, 4099, (1u << 19) - 1, 1u << 19,
+                              (1u << 19) + 77, (2u << 19) + 64 + 3};
 
-// Encodes each size and kind of data with both kernel sets and asserts identical bytes.
+// Data kinds for the identity tests: 0 N(0, 1); 1 awkward(); 2 awkward() scaled by 1e-3 (other
+// inv_scale roundings); 3 all equal; 4 +-0 only (sigma = 0); 5 heavy tails (a third of the
+// values cubed: many far outside +-3 sigma, clamped to the end bins); 6 half non-finite;
+// 7 values near FLT_MAX (the sum of squares needs its double range); 8 subnormals only (1 /
+// scale capped at FLT_MAX); 9 NaN and inf only after the last full 64-value block (the AVX2
+// quantise then drops its NaN mask, and the tail must still bin NaN as 0).
+constexpr int kKinds = 10;
+
+std::vector<float> data_of_kind(int kind, std::size_t n) {
+  std::vector<float> x = kind == 1 || kind == 2 ? awkward(n, n + 17) : gaussian(n, n + kind);
+  std::mt19937_64 rng(n + 3);
+  for (std::size_t i = 0; i < n; ++i) {
+    float& v = x[i];
+    switch (kind) {
+      case 2:
+        v *= 1e-3f;
+        break;
+      case 3:
+        v = -2.5f;
+        break;
+      case 4:
+        v = (i % 3 == 0) ? -0.0f : 0.0f;
+        break;
+      case 5:
+        if (i % 3 == 0) v = v * v * v * 4.0f;
+        break;
+      case 6:
+        if (i % 2 == 0) v = (rng() % 3 == 0) ? NAN : (rng() % 2 == 0 ? INFINITY : -INFINITY);
+        break;
+      case 7:
+        v *= 1e38f;  // up to ~5e38 saturates to +-inf for a few: fine, also covered
+        break;
+      case 8:
+        v *= 1e-42f;
+        break;
+      case 9:
+        if (i >= n - n % 64) v = (i % 2 == 0) ? NAN : -INFINITY;
+        break;
+      default:
+        break;
+    }
+  }
+  return x;
+}
+
+// Encodes each size and kind of data with every vector kernel set and the portable one and
+// asserts identical bytes.
 void expect_identical_encodings(const Codec& codec) {
+  const std::vector<CodecIsa> isas = vector_isas();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 + FMA nor AVX-512";
   KernelChoice choice;
   for (std::size_t n : kSizes) {
-    for (int kind = 0; kind < 3; ++kind) {
-      std::vector<float> x = kind == 0 ? gaussian(n, n) : awkward(n, n + 17);
-      if (kind == 2) {
-        for (float& v : x) v *= 1e-3f;  // a different sigma, so other inv_scale roundings
-      }
+    for (int kind = 0; kind < kKinds; ++kind) {
+      const std::vector<float> x = data_of_kind(kind, n);
       choice.use(CodecIsa::kPortable);
       const auto portable = encode(codec, x);
-      choice.use(CodecIsa::kAvx512);
-      const auto avx512 = encode(codec, x);
-      ASSERT_EQ(portable, avx512) << codec.name() << ", n = " << n << ", kind " << kind;
+      for (CodecIsa isa : isas) {
+        ASSERT_TRUE(choice.use(isa));
+        ASSERT_EQ(portable, encode(codec, x))
+            << codec.name() << ", " << isa_name(isa) << ", n = " << n << ", kind " << kind;
+      }
     }
   }
 }
 
-TEST(Int8PrimeKernels, Avx512AndPortableEncodeIdentically) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+TEST(Int8PrimeKernels, VectorAndPortableKernelsEncodeIdentically) {
   expect_identical_encodings(Int8PrimeCodec());
 }
 
-TEST(Int8MinMaxKernels, Avx512AndPortableEncodeIdentically) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+TEST(Int8MinMaxKernels, VectorAndPortableKernelsEncodeIdentically) {
   expect_identical_encodings(Int8MinMaxCodec());
 }
 
-TEST(Int8PrimeKernels, Avx512AndPortableDecodeIdentically) {
-  if (!have_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the portable kernels run";
+TEST(CodecIsa, TheLimitCapsTheKernelSet) {
+  KernelChoice choice;
+  set_codec_isa_limit(CodecIsa::kAvx512);
+  const CodecIsa best = codec_isa();
+  for (CodecIsa limit : kAllIsas) {
+    set_codec_isa_limit(limit);
+    EXPECT_EQ(static_cast<int>(codec_isa()),
+              std::min(static_cast<int>(limit), static_cast<int>(best)))
+        << isa_name(limit);
+  }
+  set_codec_avx512_allowed(false);  // "no AVX-512": the AVX2 set where the CPU has it
+  EXPECT_EQ(static_cast<int>(codec_isa()),
+            std::min(static_cast<int>(CodecIsa::kAvx2), static_cast<int>(best)));
+  set_codec_avx512_allowed(true);
+  EXPECT_EQ(codec_isa(), best);
+}
+
+TEST(Int8PrimeKernels, VectorAndPortableKernelsDecodeIdentically) {
+  const std::vector<CodecIsa> isas = vector_isas();
+  if (isas.empty()) GTEST_SKIP() << "this CPU has neither AVX2 + FMA nor AVX-512";
   KernelChoice choice;
   Int8PrimeCodec codec;
   std::mt19937_64 rng(7);
@@ -107,22 +196,25 @@ TEST(Int8PrimeKernels, Avx512AndPortableDecodeIdentically) {
       std::memcpy(bytes.data() + 4 * b, &v, 4);
     }
     for (std::size_t i = 0; i < n; ++i) bytes[kLut + i] = static_cast<std::byte>(rng());
-    std::vector<float> acc0(n), acc1;
+    std::vector<float> acc0(n);
     for (float& v : acc0) v = dist(rng);
-    acc1 = acc0;
-    std::vector<float> out0(n, -1.0f), out1(n, -2.0f);
+    const std::vector<float> acc_in = acc0;
+    std::vector<float> out0(n, -1.0f);
     choice.use(CodecIsa::kPortable);
     codec.decode(bytes, out0);
     codec.decode_add(bytes, acc0);
-    choice.use(CodecIsa::kAvx512);
-    codec.decode(bytes, out1);
-    codec.decode_add(bytes, acc1);
-    ASSERT_TRUE(same_bits(out0, out1)) << "decode, n = " << n;
-    ASSERT_TRUE(same_bits(acc0, acc1)) << "decode_add, n = " << n;
     for (std::size_t i = 0; i < n; ++i) {
       float expect;
       std::memcpy(&expect, bytes.data() + 4 * static_cast<std::uint8_t>(bytes[kLut + i]), 4);
-      ASSERT_EQ(out1[i], expect) << i;
+      ASSERT_EQ(out0[i], expect) << i;
+    }
+    for (CodecIsa isa : isas) {
+      ASSERT_TRUE(choice.use(isa));
+      std::vector<float> out1(n, -2.0f), acc1 = acc_in;
+      codec.decode(bytes, out1);
+      codec.decode_add(bytes, acc1);
+      ASSERT_TRUE(same_bits(out0, out1)) << "decode, " << isa_name(isa) << ", n = " << n;
+      ASSERT_TRUE(same_bits(acc0, acc1)) << "decode_add, " << isa_name(isa) << ", n = " << n;
     }
   }
 }
@@ -163,8 +255,9 @@ void expect_means_within_bound(std::span<const float> x, std::span<const std::by
 TEST(Int8PrimeKernels, BinMeansMatchADoubleReferenceWithinTheFixedPointBound) {
   KernelChoice choice;
   Int8PrimeCodec codec;
-  for (CodecIsa isa : {CodecIsa::kPortable, CodecIsa::kAvx512}) {
-    choice.use(isa);
+  for (CodecIsa isa : kAllIsas) {
+    if (!choice.use(isa)) continue;  // not on this CPU
+    SCOPED_TRACE(isa_name(isa));
     for (std::size_t n : {std::size_t{1000}, std::size_t{200'003}}) {
       for (int kind = 0; kind < 2; ++kind) {
         const std::vector<float> x = kind == 0 ? gaussian(n, 99 + n) : awkward(n, 5 + n);
@@ -183,8 +276,9 @@ TEST(Int8PrimeKernels, OneBinHoldingMoreThanASegmentStaysExact) {
   // flushes (2^16), the count fields must not overflow, and the mean is the value itself.
   KernelChoice choice;
   Int8PrimeCodec codec;
-  for (CodecIsa isa : {CodecIsa::kPortable, CodecIsa::kAvx512}) {
-    choice.use(isa);
+  for (CodecIsa isa : kAllIsas) {
+    if (!choice.use(isa)) continue;  // not on this CPU
+    SCOPED_TRACE(isa_name(isa));
     const std::vector<float> x((1u << 20) + 5, 0.7f);
     const auto bytes = encode(codec, x);
     const std::uint8_t q = static_cast<std::uint8_t>(bytes[kLut]);
