@@ -17,7 +17,8 @@ namespace meridian::cli::opt {
 inline const std::string& value(const std::vector<std::string>& args, std::size_t& i,
                                 std::string_view usage = {}) {
   if (i + 1 >= args.size())
-    throw ConfigError(args[i] + " needs a value" + (usage.empty() ? "" : "\n" + std::string(usage)));
+    throw ConfigError(args[i] + " needs a value" +
+                      (usage.empty() ? "" : "\n" + std::string(usage)));
   return args[++i];
 }
 

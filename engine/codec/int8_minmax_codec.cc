@@ -126,17 +126,16 @@ MERIDIAN_TARGET_AVX512 Range finite_range_avx512(std::span<const float> x) {
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       const __m512i u = _mm512_loadu_si512(p + i + 16 * r);
-      const __mmask16 finite =
-          _mm512_cmplt_epu32_mask(_mm512_and_si512(u, abs_mask), inf_bits);
+      const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(u, abs_mask), inf_bits);
       const __m512 v = _mm512_castsi512_ps(u);
       lo[r] = _mm512_mask_min_ps(lo[r], finite, lo[r], v);
       hi[r] = _mm512_mask_max_ps(hi[r], finite, hi[r], v);
     }
   }
-  float mn = _mm512_reduce_min_ps(_mm512_min_ps(_mm512_min_ps(lo[0], lo[1]),
-                                                _mm512_min_ps(lo[2], lo[3])));
-  float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(hi[0], hi[1]),
-                                                _mm512_max_ps(hi[2], hi[3])));
+  float mn =
+      _mm512_reduce_min_ps(_mm512_min_ps(_mm512_min_ps(lo[0], lo[1]), _mm512_min_ps(lo[2], lo[3])));
+  float mx =
+      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(hi[0], hi[1]), _mm512_max_ps(hi[2], hi[3])));
   for (; i < n; ++i) {
     if (!codec_detail::is_finite(p[i])) continue;
     mn = std::fmin(mn, p[i]);
@@ -149,8 +148,8 @@ MERIDIAN_TARGET_AVX512 Range finite_range_avx512(std::span<const float> x) {
 // quantize_kernel() over whole blocks of 64 with AVX-512, the same operations per value
 // (NaN -> 0, subtract, multiply, clamp, round to nearest even), so the codes are identical.
 // Returns how many values it did.
-MERIDIAN_TARGET_AVX512 std::size_t quantize_avx512(const float* x, std::uint8_t* q,
-                                                   std::size_t n, float min, float inv_scale) {
+MERIDIAN_TARGET_AVX512 std::size_t quantize_avx512(const float* x, std::uint8_t* q, std::size_t n,
+                                                   float min, float inv_scale) {
   const __m512 vmin = _mm512_set1_ps(min);
   const __m512 inv = _mm512_set1_ps(inv_scale);
   const __m512 c255 = _mm512_set1_ps(255.0f);
@@ -205,7 +204,8 @@ void Int8MinMaxCodec::encode(std::span<const float> in, std::span<std::byte> out
   std::uint8_t* q = reinterpret_cast<std::uint8_t*>(out.data() + kHeaderBytes);
   std::size_t done = 0;
 #if MERIDIAN_CODEC_AVX512
-  if (codec_isa() == CodecIsa::kAvx512) done = quantize_avx512(in.data(), q, in.size(), r.min, inv_scale);
+  if (codec_isa() == CodecIsa::kAvx512)
+    done = quantize_avx512(in.data(), q, in.size(), r.min, inv_scale);
 #endif
   for_each_block(in.size() - done, [&](std::size_t b, std::size_t len) MERIDIAN_ALWAYS_INLINE {
     quantize_kernel(in.data() + done + b, q + done + b, r.min, inv_scale, len);

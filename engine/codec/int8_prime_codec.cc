@@ -93,7 +93,8 @@ struct Scales {
 // finite): then its histogram word needs fix_value(). Branch-free so that the loop vectorises.
 MERIDIAN_ALWAYS_INLINE inline bool code_of(float x, const Scales& s, std::uint8_t& code) {
   const float no_nan = codec_detail::nan_to_zero(x);
-  const float t = kFusedCode ? std::fma(no_nan, s.inv_scale, 128.0f) : no_nan * s.inv_scale + 128.0f;
+  const float t =
+      kFusedCode ? std::fma(no_nan, s.inv_scale, 128.0f) : no_nan * s.inv_scale + 128.0f;
   code = codec_detail::to_code(t);
   return (t < 0.0f) | (t > 255.0f);
 }
@@ -125,9 +126,8 @@ MERIDIAN_ALWAYS_INLINE inline void fix_value(float x, std::uint8_t code, const S
 // grid fixed one by one in index order (so both ISAs add the excess in the same order).
 MERIDIAN_ALWAYS_INLINE inline void quantize_block(const float* __restrict x,
                                                   std::uint8_t* __restrict q,
-                                                  std::uint64_t* __restrict words,
-                                                  std::size_t len, const Scales& s,
-                                                  Excess& excess) {
+                                                  std::uint64_t* __restrict words, std::size_t len,
+                                                  const Scales& s, Excess& excess) {
   // Two loops, each with few element widths: one loop doing both vectorised to ~2x slower code
   // with AVX2 (blends and lane extracts).
   alignas(8) std::uint8_t outside[kBlock];
@@ -301,7 +301,7 @@ MERIDIAN_TARGET_AVX512 double sum_squares_avx512(const float* x, std::size_t n) 
   std::size_t i = 0;
   for (; i + kBlock <= n; i += kBlock) {
     prefetch_ahead(x, i, n);
-    add_squares16(x + i, acc0, acc1);  // lanes 0 .. 15
+    add_squares16(x + i, acc0, acc1);       // lanes 0 .. 15
     add_squares16(x + i + 16, acc2, acc3);  // lanes 16 .. 31
     add_squares16(x + i + 32, acc0, acc1);
     add_squares16(x + i + 48, acc2, acc3);
@@ -321,9 +321,9 @@ struct QuantizeConsts {
 
 MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline QuantizeConsts quantize_consts(
     const Scales& s) {
-  return {_mm512_set1_ps(s.inv_scale),    _mm512_set1_ps(128.0f),
-          _mm512_set1_ps(255.0f),         _mm512_set1_pd(s.inv_scale_fx),
-          _mm512_set1_pd(kWordMagic),     _mm512_set1_epi64(static_cast<long long>(kWordBias))};
+  return {_mm512_set1_ps(s.inv_scale), _mm512_set1_ps(128.0f),
+          _mm512_set1_ps(255.0f),      _mm512_set1_pd(s.inv_scale_fx),
+          _mm512_set1_pd(kWordMagic),  _mm512_set1_epi64(static_cast<long long>(kWordBias))};
 }
 
 // quantize_block() for 16 values of a full block in AVX-512 intrinsics, the same operations lane
@@ -335,22 +335,21 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void quantize16_avx512(
     const QuantizeConsts& c, std::uint64_t& outside, std::size_t j) {
   const __m512 v = _mm512_loadu_ps(x);
   const __m512 no_nan = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), v);
-  const __m512 t =
-      kFusedCode ? _mm512_fmadd_ps(no_nan, c.inv, c.c128)
-                 : _mm512_add_ps(unfused_product(_mm512_mul_ps(no_nan, c.inv)), c.c128);
+  const __m512 t = kFusedCode
+                       ? _mm512_fmadd_ps(no_nan, c.inv, c.c128)
+                       : _mm512_add_ps(unfused_product(_mm512_mul_ps(no_nan, c.inv)), c.c128);
   const __m512 clamped = _mm512_min_ps(_mm512_max_ps(t, _mm512_setzero_ps()), c.c255);
   outside |= std::uint64_t{_mm512_cmp_ps_mask(t, clamped, _CMP_NEQ_UQ)} << j;
   const __m512i code = _mm512_cvtps_epi32(clamped);  // round to nearest even, as nearbyint
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(code));
   for (int half = 0; half < 2; ++half) {
-    const __m256 xh = half == 0 ? _mm512_castps512_ps256(no_nan)
-                                : _mm512_extractf32x8_ps(no_nan, 1);
-    const __m256i ch = half == 0 ? _mm512_castsi512_si256(code)
-                                 : _mm512_extracti32x8_epi32(code, 1);
+    const __m256 xh =
+        half == 0 ? _mm512_castps512_ps256(no_nan) : _mm512_extractf32x8_ps(no_nan, 1);
+    const __m256i ch =
+        half == 0 ? _mm512_castsi512_si256(code) : _mm512_extracti32x8_epi32(code, 1);
     const __m512d w = _mm512_fmadd_pd(_mm512_cvtps_pd(xh), c.inv_fx, c.magic);
-    const __m512i word =
-        _mm512_sub_epi64(_mm512_add_epi64(_mm512_castpd_si512(w), c.bias),
-                         _mm512_slli_epi64(_mm512_cvtepu32_epi64(ch), kFracBits));
+    const __m512i word = _mm512_sub_epi64(_mm512_add_epi64(_mm512_castpd_si512(w), c.bias),
+                                          _mm512_slli_epi64(_mm512_cvtepu32_epi64(ch), kFracBits));
     _mm512_store_si512(words + 8 * half, word);
   }
 }
@@ -392,9 +391,8 @@ struct Avx512Blocks {
 
   template <bool kHist>
   MERIDIAN_TARGET_AVX512 void quantize(const float* x, std::uint8_t* q, std::uint64_t* words,
-                                       const std::uint8_t* prev_q,
-                                       const std::uint64_t* prev_words, const Scales& s,
-                                       Histogram& hist, Excess& excess) const {
+                                       const std::uint8_t* prev_q, const std::uint64_t* prev_words,
+                                       const Scales& s, Histogram& hist, Excess& excess) const {
     quantize_block_avx512<kHist>(x, q, words, prev_q, prev_words, c, s, hist, excess);
   }
 };
@@ -471,12 +469,12 @@ MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline void sum_squares_lanes_avx2(c
 }
 
 // Masking the non-finite values made the AVX2 pass ~2x slower (~115 against ~55 ps per value
-// in L3: the pass is bound by its instruction count), so it runs unmasked first: a sum of finite squares cannot overflow a
-// double (at most 2^64 values below 2^256 each) and squares are never negative, so a lane is
-// non-finite exactly when one of its values was. Only then is the pass redone with the mask
-// (the same sums of the same values for finite data, so the result is the same either way).
-// `finite` tells whether every value of the full blocks is finite (the quantise pass then
-// skips its NaN mask).
+// in L3: the pass is bound by its instruction count), so it runs unmasked first: a sum of finite
+// squares cannot overflow a double (at most 2^64 values below 2^256 each) and squares are never
+// negative, so a lane is non-finite exactly when one of its values was. Only then is the pass
+// redone with the mask (the same sums of the same values for finite data, so the result is the same
+// either way). `finite` tells whether every value of the full blocks is finite (the quantise pass
+// then skips its NaN mask).
 MERIDIAN_TARGET_AVX2 double sum_squares_avx2(const float* x, std::size_t n, bool& finite) {
   double lanes[kSumLanes];
   sum_squares_lanes_avx2<false>(x, n, lanes);
@@ -495,9 +493,9 @@ struct QuantizeConstsAvx2 {
 
 MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline QuantizeConstsAvx2 quantize_consts_avx2(
     const Scales& s) {
-  return {_mm256_set1_ps(s.inv_scale),    _mm256_set1_ps(128.0f),
-          _mm256_set1_ps(255.0f),         _mm256_set1_pd(s.inv_scale_fx),
-          _mm256_set1_pd(kWordMagic),     _mm256_set1_epi64x(static_cast<long long>(kWordBias))};
+  return {_mm256_set1_ps(s.inv_scale), _mm256_set1_ps(128.0f),
+          _mm256_set1_ps(255.0f),      _mm256_set1_pd(s.inv_scale_fx),
+          _mm256_set1_pd(kWordMagic),  _mm256_set1_epi64x(static_cast<long long>(kWordBias))};
 }
 
 // quantize16_avx512() for 8 values: the words of x[0, 8) to `words`, the out-of-grid flags to
@@ -509,9 +507,9 @@ MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256i quantize8_avx2(
     std::uint64_t& outside, std::size_t j) {
   const __m256 v = _mm256_loadu_ps(x);
   const __m256 no_nan = kNoNan ? v : _mm256_and_ps(v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
-  const __m256 t =
-      kFusedCode ? _mm256_fmadd_ps(no_nan, c.inv, c.c128)
-                 : _mm256_add_ps(unfused_product(_mm256_mul_ps(no_nan, c.inv)), c.c128);
+  const __m256 t = kFusedCode
+                       ? _mm256_fmadd_ps(no_nan, c.inv, c.c128)
+                       : _mm256_add_ps(unfused_product(_mm256_mul_ps(no_nan, c.inv)), c.c128);
   const __m256 clamped = _mm256_min_ps(_mm256_max_ps(t, _mm256_setzero_ps()), c.c255);
   const int flags = _mm256_movemask_ps(_mm256_cmp_ps(t, clamped, _CMP_NEQ_UQ));
   outside |= static_cast<std::uint64_t>(flags) << j;
@@ -520,9 +518,8 @@ MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256i quantize8_avx2(
     const __m128 xh = half == 0 ? _mm256_castps256_ps128(no_nan) : _mm256_extractf128_ps(no_nan, 1);
     const __m128i ch = half == 0 ? _mm256_castsi256_si128(code) : _mm256_extracti128_si256(code, 1);
     const __m256d w = _mm256_fmadd_pd(_mm256_cvtps_pd(xh), c.inv_fx, c.magic);
-    const __m256i word =
-        _mm256_sub_epi64(_mm256_add_epi64(_mm256_castpd_si256(w), c.bias),
-                         _mm256_slli_epi64(_mm256_cvtepu32_epi64(ch), kFracBits));
+    const __m256i word = _mm256_sub_epi64(_mm256_add_epi64(_mm256_castpd_si256(w), c.bias),
+                                          _mm256_slli_epi64(_mm256_cvtepu32_epi64(ch), kFracBits));
     _mm256_store_si256(reinterpret_cast<__m256i*>(words + 4 * half), word);
   }
   return code;
@@ -565,11 +562,10 @@ struct Avx2Blocks {
 
 // finite: every value of the full blocks of x is finite (from sum_squares_avx2()).
 MERIDIAN_TARGET_AVX2 __attribute__((flatten)) void quantize_segment_avx2(
-    const float* x, std::uint8_t* q, std::size_t n, const Scales& s, bool finite,
-    Histogram& hist, Excess& excess) {
+    const float* x, std::uint8_t* q, std::size_t n, const Scales& s, bool finite, Histogram& hist,
+    Excess& excess) {
   if (finite) {
-    quantize_segment_pipelined(Avx2Blocks<true>{quantize_consts_avx2(s)}, x, q, n, s, hist,
-                               excess);
+    quantize_segment_pipelined(Avx2Blocks<true>{quantize_consts_avx2(s)}, x, q, n, s, hist, excess);
   } else {
     quantize_segment_pipelined(Avx2Blocks<false>{quantize_consts_avx2(s)}, x, q, n, s, hist,
                                excess);
@@ -645,8 +641,9 @@ MERIDIAN_TARGET_AVX512 LutPlanes make_planes(const std::array<float, kBins>& lut
 }
 
 // The 64 floats lut[q[0]] .. lut[q[63]], in order, as four registers of 16.
-MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void lookup64_avx512(
-    const LutPlanes& t, const std::uint8_t* q, __m512i out[4]) {
+MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void lookup64_avx512(const LutPlanes& t,
+                                                                          const std::uint8_t* q,
+                                                                          __m512i out[4]) {
   // Dword d of the permuted codes is dword (d % 4) * 4 + d / 4 of the codes (a 4 x 4 transpose):
   // the unpacks below interleave within 128-bit lanes, and this order makes register r hold
   // codes 16 r .. 16 r + 15 in order.
@@ -673,8 +670,7 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void lookup64_avx512(
 // values (all but fewer than 64); returns its length.
 template <bool kAdd>
 MERIDIAN_TARGET_AVX512 std::size_t lookup_avx512(const std::array<float, kBins>& lut,
-                                                 const std::uint8_t* q, float* out,
-                                                 std::size_t n) {
+                                                 const std::uint8_t* q, float* out, std::size_t n) {
   const LutPlanes planes = make_planes(lut);
   // Scalar up to a 64-byte aligned output: a 64-byte store that straddles two cache lines made
   // decode from main memory ~2x slower than with aligned stores.
@@ -710,8 +706,7 @@ constexpr std::size_t kAvx512LookupMax = std::size_t{4} << 20;
 
 // Decodes (kAdd false) or accumulates (kAdd true) n values; both ISAs give identical results.
 template <bool kAdd>
-void lookup(const std::array<float, kBins>& lut, const std::uint8_t* q, float* out,
-            std::size_t n) {
+void lookup(const std::array<float, kBins>& lut, const std::uint8_t* q, float* out, std::size_t n) {
   std::size_t done = 0;
 #if MERIDIAN_CODEC_AVX512
   if (n >= kAvx512LookupMin && n <= kAvx512LookupMax && codec_isa() == CodecIsa::kAvx512)
