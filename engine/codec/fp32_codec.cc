@@ -115,10 +115,9 @@ std::uint32_t Fp32Codec::decode_crc(std::span<const std::byte> in, std::span<flo
 
 std::uint32_t Fp32Codec::decode_add_crc(std::span<const std::byte> in, std::span<float> acc,
                                         std::span<float> backup, std::uint32_t crc) const {
-  return checked_decode(in, acc, backup, crc,
-                        [](std::span<const std::byte> block, std::span<float> values) {
-                          add(block, values);
-                        });
+  return checked_decode(
+      in, acc, backup, crc,
+      [](std::span<const std::byte> block, std::span<float> values) { add(block, values); });
 }
 
 }  // namespace meridian

@@ -312,10 +312,10 @@ class RingPass {
         const std::uint32_t header = check_chunk_header(message, id, codec_);
         const auto payload = message.subspan(kChunkHeaderBytes);
         changed_ = t + 1;
-        verify_chunk_checksum(
-            message, w.phase == kReduceScatter
-                         ? fp32_->decode_add_crc(payload, values(r), backup, header)
-                         : fp32_->decode_crc(payload, values(r), backup, header));
+        verify_chunk_checksum(message,
+                              w.phase == kReduceScatter
+                                  ? fp32_->decode_add_crc(payload, values(r), backup, header)
+                                  : fp32_->decode_crc(payload, values(r), backup, header));
         return;
       }
       const auto payload = open_chunk(message, id, codec_);
