@@ -9,6 +9,9 @@
 #   TAG="" (appended to the run folders: real-<codec><TAG>, sim-<codec><TAG>)
 #   NODE_SYSCTL="key=value ..." (kernel settings in the node namespaces, see netns.sh)
 #   TBF_BURST (the shaping token bucket's depth; default netns.sh's: rate / the kernel's HZ)
+#   SCENARIO=FILE (in results/fidelity/, instead of scenario-<codec>.yaml; its network then gives
+#     the simulated delays, and NETDELAY_DELAY the real ones, e.g. "--matrix FILE"; RTT_MS > 0
+#     only switches the delay harness on)
 #   results/fidelity/run.sh table [RUN...]   only the comparison and plots (RUN: int8, int8-rtt0...)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -52,10 +55,13 @@ for codec in $CODECS; do
   real=$OUT/real-$codec$TAG sim=$OUT/sim-$codec$TAG
   rm -rf "$real" "$sim"
   mkdir -p "$real"
-  echo "RTT_MS=$RTT_MS TAG=$TAG NODE_SYSCTL='${NODE_SYSCTL:-}' TBF_BURST='${TBF_BURST:-}' $0 $BUILD $codec" >"$real/command.txt"
+  echo "RTT_MS=$RTT_MS TAG=$TAG NODE_SYSCTL='${NODE_SYSCTL:-}' TBF_BURST='${TBF_BURST:-}'" \
+    "SCENARIO='${SCENARIO:-}' NETDELAY_DELAY='${NETDELAY_DELAY:-}' $0 $BUILD $codec" \
+    >"$real/command.txt"
   # The run's own copy of RUN.yaml: only output_dir differs (not part of the configuration hash).
   sed "s|^output_dir:.*|output_dir: $real/nodes|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
-  log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s, RTT $RTT_MS ms"
+  log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s," \
+    "${NETDELAY_DELAY:+delays $NETDELAY_DELAY}${NETDELAY_DELAY:-RTT $RTT_MS ms}"
   MERIDIAN=$M "$NETNS" up "$prefix" $((NODES + 1)) "$RATE_MBIT" "$RTT_MS" >"$real/namespaces.txt"
   store_ip=$("$NETNS" ip "$prefix" "$NODES")
   ip netns exec "$prefix-$NODES" "$M" store --bind "$store_ip" --port 29500 \
@@ -87,8 +93,9 @@ for codec in $CODECS; do
   python3 "$OUT/compare.py" merge "$real"
   step_s=$(python3 "$OUT/compare.py" step-time "$real")
   log "$codec: measured inner step $step_s s; simulating"
-  sim_args=("$OUT/scenario-$codec.yaml" --out "$sim" --set "hardware.step_time_s=$step_s"
-            --set "network.intra_site_rtt_ms=$RTT_MS")
+  sim_args=("$OUT/${SCENARIO:-scenario-$codec.yaml}" --out "$sim"
+            --set "hardware.step_time_s=$step_s")
+  [[ -n ${SCENARIO:-} ]] || sim_args+=(--set "network.intra_site_rtt_ms=$RTT_MS")
   "$M" sim "${sim_args[@]}" >"$sim.log" 2>&1
   echo "meridian sim ${sim_args[*]}" >"$sim/command.txt"
   "$M" plot "$real" >/dev/null

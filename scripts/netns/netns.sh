@@ -14,7 +14,8 @@
 # "--access-delay-ms 5,10,20,40" or "--matrix FILE") when set. MERIDIAN=path/to/meridian
 # (default: build/bin/meridian of this checkout). It runs SCHED_FIFO unless NETDELAY_REALTIME=0.
 # Its log and counters (lateness of releases included): $(netns.sh dir PREFIX).
-# NODE_SYSCTL="key=value ..." is applied in every node namespace (e.g. TCP settings).
+# NODE_SYSCTL="key=value ..." is applied in every node namespace (e.g. TCP settings; commas in
+# a value stand for spaces).
 # TBF_BURST is the shaping token bucket's depth (tc units, e.g. 128kb); a link idle for
 # depth / rate then lets that many bytes through at once, which a plain rate-limited link (what
 # the simulator models) does not. The default is the smallest depth that still reaches the rate:
@@ -97,8 +98,11 @@ case "$cmd" in
       ip -n "$ns" addr add "$net.$(( i + 1 ))/24" dev eth0
       ip -n "$ns" link set eth0 up
       ip -n "$ns" link set lo up
-      # NODE_SYSCTL="k=v ...": per-namespace kernel settings (e.g. TCP) for every node.
-      [[ -n ${NODE_SYSCTL:-} ]] && ip netns exec "$ns" sysctl -qw ${NODE_SYSCTL}
+      # NODE_SYSCTL="k=v ...": per-namespace kernel settings (e.g. TCP) for every node; commas
+      # in a value stand for spaces (net.ipv4.tcp_rmem=4096,131072,33554432).
+      for setting in ${NODE_SYSCTL:-}; do
+        ip netns exec "$ns" sysctl -qw "${setting%%=*}=$(tr , ' ' <<<"${setting#*=}")"
+      done
       # Upload (node -> switch) and download (switch -> node), each at the access rate.
       shape ip netns exec "$ns" eth0 "$rate"
       shape "${on_port[@]}" "$port" "$rate"
