@@ -53,7 +53,7 @@ void add(std::span<const std::byte> in, std::span<float> acc) {
                                });
 }
 
-// Calls body(values, encoding) over matching blocks of `count` values.
+// Calls body(first value, values) over consecutive blocks of `count` values.
 template <typename Body>
 void for_each_fused_block(std::size_t count, Body&& body) {
   for (std::size_t i = 0; i < count; i += kFusedBlock) body(i, std::min(kFusedBlock, count - i));

@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -136,11 +135,14 @@ class RingPass {
         consume(consumed);
       }
     };
-    // Transfer u sends the piece that transfer u - P received, decoded (and so validated) first.
-    auto sent_piece_ready = [&](std::size_t u) { return u + 1 <= pieces_ + consumed; };
+    // Transfer u sends the piece that transfer u - P received: transfers [0, this) must have
+    // been decoded (and so validated) before u is prepared.
+    auto consumed_before_preparing = [&](std::size_t u) {
+      return u + 1 >= pieces_ ? u + 1 - pieces_ : 0;
+    };
     for (std::size_t t = 0; t < transfers_; ++t) {
       if (prepared == t) {  // not prepared ahead (P < 3, or the first transfers)
-        consume_through(t + 1 >= pieces_ ? t + 1 - pieces_ : 0);
+        consume_through(consumed_before_preparing(t));
         prepare(prepared++);
       }
       // Transfer t reuses the receive buffer and the exchange of transfer t - 2.
@@ -150,7 +152,7 @@ class RingPass {
       // send slot was transfer t - 2's): the predecessor can send into transfer t's receive while
       // this rank works, and transfer t + 1 is posted right after t - 1 completes.
       consume_through(waited);
-      if (t + 1 < transfers_ && sent_piece_ready(t + 1)) prepare(prepared++);
+      if (t + 1 < transfers_ && consumed >= consumed_before_preparing(t + 1)) prepare(prepared++);
     }
     consume_through(transfers_);
   }
@@ -166,9 +168,9 @@ class RingPass {
     }
   }
 
-  // Drops unfinished exchanges (after the transport was aborted) before the buffers go.
   std::size_t transfers() const { return transfers_; }
 
+  // Drops unfinished exchanges (after the transport was aborted) before the buffers go.
   ~RingPass() {
     for (auto& p : pending_) p.reset();
   }
@@ -349,7 +351,7 @@ class RingPass {
   std::size_t changed_ = 0;  // transfers [0, changed_) may have changed their received piece
   bool phantom_ = false;
   std::size_t recv_slots_ = 0;
-  std::vector<std::span<std::byte>> slots_;      // into the workspace: 2 send, then receive slots
+  std::vector<std::span<std::byte>> slots_;      // into the workspace: send, then receive slots
   Payload outgoing_[2];                          // prepared messages of the next transfers
   Received got_[2];                              // of the last two transfers waited for
   std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
