@@ -45,6 +45,14 @@ inline std::uint64_t unsigned_integer(const std::string& option, const std::stri
   }
 }
 
+// A TCP port number in [0, 65535], digits only.
+inline std::uint16_t port(const std::string& option, const std::string& text) {
+  if (text.empty() || text.size() > 5 ||
+      text.find_first_not_of("0123456789") != std::string::npos || std::stoul(text) > 65535)
+    throw ConfigError(option + ": expected a port in [0, 65535], got '" + text + "'");
+  return static_cast<std::uint16_t>(std::stoul(text));
+}
+
 // "25%" → 0.25, "0.25" → 0.25; a bare number above 1 is refused as ambiguous.
 inline double fraction(const std::string& option, const std::string& text) {
   if (!text.empty() && text.back() == '%')

@@ -25,19 +25,6 @@ constexpr char kUsage[] =
     "is refused; with --config (hashes the file) or --config-hash, so is a node whose run\n"
     "configuration hash differs. Prints 'store listening on HOST:PORT' once ready.\n";
 
-std::uint16_t parse_port(const std::string& text) {
-  std::size_t used = 0;
-  int port = -1;
-  try {
-    port = std::stoi(text, &used);
-  } catch (const std::exception&) {
-  }
-  if (used != text.size() || port < 0 || port > 65535) {
-    throw ConfigError("--port: expected an integer in [0, 65535], got '" + text + "'");
-  }
-  return static_cast<std::uint16_t>(port);
-}
-
 int run_store(const std::vector<std::string>& args) {
   TcpStoreServerOptions options;
   options.bind_host = "0.0.0.0";
@@ -48,7 +35,7 @@ int run_store(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--port") {
-      options.port = parse_port(value());
+      options.port = opt::port("--port", value());
       have_port = true;
     } else if (a == "--secret-file") {
       secret_file = value();

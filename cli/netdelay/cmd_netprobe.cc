@@ -97,18 +97,6 @@ sockaddr_in resolve(const std::string& host, std::uint16_t port) {
   return a;
 }
 
-std::uint16_t parse_port(const std::string& text, const std::string& what) {
-  std::size_t used = 0;
-  long v = -1;
-  try {
-    v = std::stol(text, &used);
-  } catch (const std::exception&) {
-  }
-  if (used != text.size() || v < 0 || v > 65535)
-    throw ConfigError(what + ": expected a port in [0, 65535], got '" + text + "'");
-  return static_cast<std::uint16_t>(v);
-}
-
 // Serves one connection: the first byte says what it is ('p' pings: echo 64-byte messages until
 // the peer closes; 's' sink: read to the end, reply with the 8-byte count).
 void serve_one(int fd, std::vector<std::uint8_t>& buf) {
@@ -142,7 +130,7 @@ int run_serve(const std::vector<std::string>& args) {
     if (a == "--bind")
       bind_host = value();
     else if (a == "--port")
-      port = parse_port(value(), "--port");
+      port = opt::port("--port", value());
     else if (a == "--port-file")
       port_file = value();
     else if (a == "--connections")
@@ -196,7 +184,7 @@ int run_client(const std::vector<std::string>& args) {
   const auto colon = target.rfind(':');
   if (colon == std::string::npos) throw ConfigError("expected HOST:PORT, got '" + target + "'");
   const sockaddr_in addr =
-      resolve(target.substr(0, colon), parse_port(target.substr(colon + 1), "HOST:PORT"));
+      resolve(target.substr(0, colon), opt::port("HOST:PORT", target.substr(colon + 1)));
   std::uint64_t pings = 20, bytes = 10'000'000;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
