@@ -22,6 +22,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ constexpr char kUsage[] =
     "usage: gloo_allreduce_bench [--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K]\n"
     "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S]\n"
     "                            [--max-chunk-kib K] [--gloo-segment-kib K] [--interleave]\n"
+    "  --methods: also fp32-norestore, int8-norestore: the ring without the copy that restores\n"
+    "             the input after a failed round (RingOptions::restore_on_failure, as DiLoCo "
+    "runs).\n"
     "  --gloo-segment-kib: Gloo's maxSegmentSize (default Gloo's own, 1024).\n"
     "  --interleave: each round runs every method once, in the order given (Gloo first), so the\n"
     "                methods see the same machine; adds the median of per-round ratios.\n"
@@ -71,6 +75,20 @@ std::vector<std::string> split(const std::string& s) {
   std::stringstream in(s);
   for (std::string part; std::getline(in, part, ',');) out.push_back(part);
   return out;
+}
+
+// A method that runs Meridian's ring: its codec and whether it keeps the input restorable.
+struct RingMethod {
+  CodecId codec;
+  bool restore_on_failure;
+};
+
+std::optional<RingMethod> ring_method(const std::string& m) {
+  if (m == "fp32") return RingMethod{CodecId::kFp32, true};
+  if (m == "int8") return RingMethod{CodecId::kInt8Prime, true};
+  if (m == "fp32-norestore") return RingMethod{CodecId::kFp32, false};
+  if (m == "int8-norestore") return RingMethod{CodecId::kInt8Prime, false};
+  return std::nullopt;
 }
 
 Config parse(int argc, char** argv) {
@@ -119,8 +137,9 @@ Config parse(int argc, char** argv) {
   if (c.ranks < 2 || c.iters < 1)
     throw ConfigError(std::string("need --ranks >= 2 and --iters >= 1\n") + kUsage);
   for (const auto& m : c.methods) {
-    if (m != "gloo" && m != "fp32" && m != "int8" && m != "xfer") {
-      throw ConfigError("unknown method '" + m + "' (gloo, fp32, int8, xfer)");
+    if (m != "gloo" && m != "xfer" && !ring_method(m)) {
+      throw ConfigError("unknown method '" + m +
+                        "' (gloo, fp32, int8, fp32-norestore, int8-norestore, xfer)");
     }
   }
   return c;
@@ -239,17 +258,15 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
     // One round (it = -1: the warm-up, not reported) of `method`.
     auto round = [&](const std::string& method, int it) {
       buf = input;
-      const std::string name =
-          "b/" + std::to_string(mib) + "/" + method + "/" + std::to_string(it);
+      const std::string name = "b/" + std::to_string(mib) + "/" + method + "/" + std::to_string(it);
       barrier(name);
       const double t0 = now_s();
       if (method == "gloo") {
         ::gloo::AllreduceOptions opts(gloo_context);
         opts.setOutput(buf.data(), count);
         opts.setAlgorithm(::gloo::AllreduceOptions::Algorithm::RING);
-        opts.setReduceFunction(
-            static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
-                &::gloo::sum<float>));
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+            &::gloo::sum<float>));
         opts.setTag(gloo_tag++);
         if (c.gloo_segment_kib > 0) opts.setMaxSegmentSize(c.gloo_segment_kib * 1024);
         opts.setTimeout(std::chrono::milliseconds(static_cast<long>(c.timeout_s * 1000)));
@@ -257,8 +274,10 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
       } else if (method == "xfer") {
         transfer_only(*transport, buf, c.max_chunk_kib * 1024, c.timeout_s);
       } else {
+        const RingMethod rm = *ring_method(method);
         RingOptions o;
-        o.codec = method == "fp32" ? CodecId::kFp32 : CodecId::kInt8Prime;
+        o.codec = rm.codec;
+        o.restore_on_failure = rm.restore_on_failure;
         o.timeout_s = c.timeout_s;
         o.max_chunk_bytes = c.max_chunk_kib * 1024;
         o.outer_step = static_cast<std::uint64_t>(it + 1);
@@ -278,7 +297,7 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
       }
       // Every run of Gloo's all-reduce gives the same sum (same input): keep the first one.
       if (method == "gloo" && gloo_result.empty()) gloo_result = buf;
-      if (it == c.iters - 1 && !gloo_result.empty() && (method == "fp32" || method == "int8"))
+      if (it == c.iters - 1 && !gloo_result.empty() && ring_method(method))
         diff[method] = relative_difference(buf, gloo_result);
     };
     if (c.interleave) {
@@ -304,7 +323,7 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
         std::snprintf(paired, sizeof(paired), "%.3fx", median(ratios));
       }
       if (diff.count(method)) {
-        wrong += diff[method] > (method == "fp32" ? 1e-5 : 0.05);
+        wrong += diff[method] > (ring_method(method)->codec == CodecId::kFp32 ? 1e-5 : 0.05);
         std::snprintf(rel, sizeof(rel), "%.2e", diff[method]);
       }
       std::printf("| %zu | %s | %.1f | %.3f | %.3f | %s | %s | %s |\n", mib,

@@ -108,9 +108,9 @@ class RingPass {
 
   // Runs the pass; on return `work` holds the sum. Message slots come from `slots` (grown as
   // needed, reused across calls). Before a piece of `work` first changes, its values are copied
-  // to the same place in `backup` (same size as `work`), so restore() can undo the pass; once
-  // the pass completes, `backup` holds all of the input. Throws on any error (the caller aborts
-  // and restores).
+  // to the same place in `backup` (same size as `work`, or empty for no copies), so restore()
+  // can undo the pass; once the pass completes, `backup` holds all of the input. Throws on any
+  // error (the caller aborts and restores).
   void run(std::span<float> work, std::span<float> backup,
            std::vector<std::vector<std::byte>>& slots, RingStats& stats) {
     if (transfers_ == 0) return;
@@ -159,7 +159,7 @@ class RingPass {
 
   // Puts back every piece of `work` that the pass changed (from `backup`).
   void restore() const {
-    if (work_.empty()) return;  // phantom, or never ran
+    if (work_.empty() || backup_.empty()) return;  // phantom, never ran, or no copies kept
     for (std::size_t t = 0; t < changed_; ++t) {
       const Where w = locate(t);
       if (!first_change(w)) continue;
@@ -306,8 +306,9 @@ class RingPass {
     const auto message = std::span<const std::byte>(recv_slot(t)).first(got.bytes);
     try {
       const ChunkId id = chunk_id(w.phase, w.recv_share, w.piece, r.count);
-      const std::span<float> backup =
-          first_change(w) ? backup_.subspan(r.offset, r.count) : std::span<float>();
+      const std::span<float> backup = !backup_.empty() && first_change(w)
+                                          ? backup_.subspan(r.offset, r.count)
+                                          : std::span<float>();
       if (fp32_ != nullptr) {
         // Checksum, back up and add (or copy) in one walk; a bad checksum is found after the
         // values changed, which restore() undoes like any other failure.
@@ -397,9 +398,12 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
     const auto codec = make_codec(options.codec);
 
     // Work in place on `buf`; each piece is copied to ws.work just before it first changes
-    // (inside the pass that changes it), so `buf` can be restored if the round fails.
-    if (ws.work.size() < buf.data.size()) ws.work.resize(buf.data.size());
-    const std::span<float> backup = std::span(ws.work).first(buf.data.size());
+    // (inside the pass that changes it), so `buf` can be restored if the round fails. The
+    // error measurement needs that copy of the input too.
+    const bool keep_input = options.restore_on_failure || options.measure_error;
+    const std::size_t backup_size = keep_input ? buf.data.size() : 0;
+    if (ws.work.size() < backup_size) ws.work.resize(backup_size);
+    const std::span<float> backup = std::span(ws.work).first(backup_size);
     pass.emplace(transport, *codec, options, buf.count, kCodecPass);
     pass->run(buf.data, backup, ws.slots, stats);
     stats.elapsed_s = runtime.now_s() - start_s;

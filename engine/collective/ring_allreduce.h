@@ -28,6 +28,12 @@ struct RingOptions {
   // For lossy codecs: also compute the exact fp32 sum (one extra fp32 pass) and report this
   // rank's relative error. Costs time and bytes; for studies and tests.
   bool measure_error = false;
+  // Keep a copy of each piece of the buffer before it first changes, so that a failed round
+  // leaves the buffer as it was (see ring_all_reduce()). Costs one streaming write of the whole
+  // buffer per round. A caller that rebuilds its input before every attempt anyway (DiLoCo
+  // recomputes its pre-divided pseudo-gradient) sets false: a failed round then leaves partial
+  // sums in the buffer. Results of a round that succeeds are the same either way.
+  bool restore_on_failure = true;
 };
 
 struct RingStats {

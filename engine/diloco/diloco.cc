@@ -201,6 +201,7 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
     for (std::uint64_t i = 0; i < count_; ++i) reduced_[i] = delta_[i] / world;
   }
   shard_ok_.assign(options_.local_ranks, 0);
+  ring_workspaces_.resize(options_.local_ranks);
   shard_blame_.assign(options_.local_ranks, -1);
   const double start_s = runtime_.now_s();
   if (options_.local_ranks == 1) {
@@ -233,11 +234,14 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
       ro.outer_step = static_cast<std::uint64_t>(r.outer_step);
       ro.bucket = b.index;
       ro.measure_error = options_.measure_error;
+      // all_reduce() rebuilds reduced_ from delta_ before every attempt (divided by that
+      // epoch's world), so the ring need not keep a copy to restore it.
+      ro.restore_on_failure = false;
       const ReduceBuffer buf =
           phantom_ ? ReduceBuffer::phantom(b.count)
                    : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
       const double start_s = runtime_.now_s();
-      const RingStats st = ring_all_reduce(t, runtime_, buf, ro);
+      const RingStats st = ring_all_reduce(t, runtime_, buf, ro, &ring_workspaces_[shard]);
       JsonObject f;
       f.add("outer_step", r.outer_step)
           .add("bucket", static_cast<std::int64_t>(b.index))

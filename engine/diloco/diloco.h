@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/codec/codec.h"
+#include "engine/collective/ring_allreduce.h"
 #include "engine/diloco/buckets.h"
 #include "engine/diloco/outer_optimizer.h"
 #include "engine/events/event_sink.h"
@@ -126,6 +127,7 @@ class DilocoNode {
 
   std::uint64_t epoch_ = ~std::uint64_t{0};
   std::vector<std::unique_ptr<Transport>> rings_;  // one per local rank, of epoch_
+  std::vector<RingWorkspace> ring_workspaces_;     // one per local rank, kept across rounds
   std::vector<char> shard_ok_;  // one byte per shard: written by the shards' activities
   // Per shard: the node whose chunk that shard's ring rejected (ProtocolError), or -1.
   std::vector<std::int64_t> shard_blame_;

@@ -316,6 +316,38 @@ TEST(RingSchedule, WorkspaceIsReusedAcrossSizesAndCodecs) {
   expect_within_bound(out_lossy[0], exact_sum(big), CodecId::kInt8Prime, kWorld);
 }
 
+// Without restore_on_failure the ring keeps no copy of the input (the workspace's backup is
+// never allocated), and every codec's result is the same bytes as with it.
+TEST(RingSchedule, WithoutRestoreTheSameBytesAndNoBackup) {
+  constexpr int kWorld = 4;
+  const auto inputs = integer_inputs(kWorld, 5003);
+  for (const CodecId codec :
+       {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime, CodecId::kInt8MinMax}) {
+    SCOPED_TRACE(codec_name(codec));
+    InProcRing ring(kWorld, 3);
+    auto transports = ring.transports();
+    std::vector<RingWorkspace> workspaces(kWorld);
+    ThreadRuntime runtime;
+    std::vector<std::vector<float>> kept = inputs, not_kept = inputs;
+    auto errors = testing::run_ranks(kWorld, [&](int r) {
+      RingOptions o;
+      o.codec = codec;
+      o.max_chunk_bytes = 2048;  // several pieces per share
+      ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(kept[r]), o);
+      o.outer_step = 1;
+      o.restore_on_failure = false;
+      ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(not_kept[r]), o, &workspaces[r]);
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_FALSE(errors[r]) << describe(errors[r]);
+      EXPECT_EQ(std::memcmp(kept[r].data(), not_kept[r].data(), kept[r].size() * sizeof(float)), 0)
+          << "rank " << r;
+      EXPECT_TRUE(workspaces[r].work.empty()) << "rank " << r << " kept a copy of its input";
+      EXPECT_FALSE(workspaces[r].slots.empty()) << "rank " << r;
+    }
+  }
+}
+
 TEST(RingSchedule, MeasureErrorIsZeroForFp32) {
   RingOptions options;
   options.measure_error = true;

@@ -45,13 +45,14 @@ RingOptions options() {
 
 // Runs one round on a 5-rank ring in which rank 2's endpoint is wrapped with `fault`.
 testing::RoundResult round_with_fault(const FaultOptions& fault,
-                                      const std::vector<std::vector<float>>& inputs) {
+                                      const std::vector<std::vector<float>>& inputs,
+                                      const RingOptions& ring_options = options()) {
   InProcRing ring(kWorld, 1);
   ThreadRuntime runtime;
   FaultyTransport faulty(*ring.owned[kFaultyRank], runtime, fault);
   auto transports = ring.transports();
   transports[kFaultyRank] = &faulty;
-  return run_round(transports, inputs, options());
+  return run_round(transports, inputs, ring_options);
 }
 
 // Every rank failed with PeerLostError (except `protocol_rank`, which must see ProtocolError),
@@ -101,6 +102,29 @@ TEST(RingFaults, PeerLostDuringAllGather) {
   FaultOptions fault;
   fault.die_at_message = kMessagesPerPhase + 1;
   expect_failed_cleanly(round_with_fault(fault, inputs), inputs, -1);
+  expect_retry_succeeds(inputs);
+}
+
+// Without restore_on_failure a lost peer still fails every rank fast (PeerLostError, nobody
+// waits out the timeout); the buffers then hold partial sums, which the caller rebuilds.
+TEST(RingFaults, PeerLostWithoutRestoreStillFailsEveryoneFast) {
+  const auto inputs = integer_inputs(kWorld, kCount);
+  RingOptions o = options();
+  o.restore_on_failure = false;
+  for (std::uint64_t k : {std::uint64_t{7}, kMessagesPerPhase + 1}) {
+    SCOPED_TRACE("dies at message " + std::to_string(k));
+    FaultOptions fault;
+    fault.die_at_message = k;
+    const auto round = round_with_fault(fault, inputs, o);
+    int changed = 0;
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(holds<PeerLostError>(round.errors[r]))
+          << "rank " << r << ": " << describe(round.errors[r]);
+      changed += round.buffers[r] != inputs[r];
+    }
+    // Partial sums stay: the copies (and the restore) were skipped.
+    EXPECT_GT(changed, 0);
+  }
   expect_retry_succeeds(inputs);
 }
 
