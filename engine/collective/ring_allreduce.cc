@@ -16,6 +16,13 @@
 // piece it sends) was decoded. After posting t, a rank decodes t-2 and encodes t+1 while t-1
 // and t are on the wire, so the predecessor's data never waits for this rank's coding (with
 // fewer than 3 pieces per share, t+1 is encoded only after t-1 is decoded).
+//
+// Split messages. With fp32 and pieces of at least kSplitMinPayload bytes, every message of the
+// round travels as two, with one tag each: its 56-byte header, then its payload. The sender
+// then sends a piece straight from the buffer (no copy into a send slot; the checksum is taken
+// over the buffer), and the receiver lands both parts next to each other in one receive slot,
+// so the rest of the ring sees one contiguous message as before. Whether a round splits is
+// decided from the largest piece, which every rank computes alike.
 #include "engine/collective/ring_allreduce.h"
 
 #include <algorithm>
@@ -40,15 +47,59 @@ enum Pass : std::uint64_t { kCodecPass = 0, kExactPass = 1 };
 constexpr std::uint64_t kMaxBucket = (std::uint64_t{1} << 23) - 1;
 constexpr int kMaxWorld = (1 << 15);
 
-// Tag layout (56 bits): bucket [33, 56), pass bit 32, phase bit 31, step [16, 31),
-// piece mod 2^16 [0, 16). Pieces of one step differ in their tag so that transports whose
-// matching is not FIFO per tag (several receives posted at once) cannot swap them.
-Tag ring_tag(std::uint32_t bucket, Pass pass, Phase phase, int step, std::size_t piece) {
+// The part of a split message a tag carries (see "Split messages" above); whole messages are
+// kHeader.
+enum Part : std::uint64_t { kHeader = 0, kPayload = 1 };
+
+// Tag layout (56 bits): bucket [33, 56), pass bit 32, phase bit 31, step [16, 31), part bit 15,
+// piece mod 2^15 [0, 15). Pieces of one step, and the two parts of a message, differ in their
+// tag so that transports whose matching is not FIFO per tag (several receives posted at once)
+// cannot swap them.
+Tag ring_tag(std::uint32_t bucket, Pass pass, Phase phase, int step, std::size_t piece, Part part) {
   return make_tag(TagKind::kCollective,
                   (std::uint64_t{bucket} << 33) | (std::uint64_t{pass} << 32) |
                       (std::uint64_t{phase} << 31) | (static_cast<std::uint64_t>(step) << 16) |
-                      (static_cast<std::uint64_t>(piece) & 0xFFFF));
+                      (std::uint64_t{part} << 15) | (static_cast<std::uint64_t>(piece) & 0x7FFF));
 }
+
+// Smallest fp32 payload sent as a split message: below it the copy saved is worth less than
+// the second message's overhead.
+constexpr std::size_t kSplitMinPayload = std::size_t{256} << 10;
+
+// A prepared message: whole (`payload` empty), or split into header and payload.
+struct Outgoing {
+  Payload header;   // the whole message when not split
+  Payload payload;  // the payload of a split message
+};
+
+// The two exchanges of a split message, completed together within one timeout. What it
+// reports is the header's bytes when that part came short (so the message reads as truncated),
+// else the sum of both parts.
+class SplitExchange final : public PendingExchange {
+ public:
+  SplitExchange(std::unique_ptr<PendingExchange> header, std::unique_ptr<PendingExchange> payload,
+                std::size_t header_bytes, Runtime& runtime)
+      : header_(std::move(header)),
+        payload_(std::move(payload)),
+        header_bytes_(header_bytes),
+        runtime_(runtime) {}
+
+  Received wait(double timeout_s) override {
+    const double deadline = runtime_.now_s() + timeout_s;
+    const Received h = header_->wait(timeout_s);
+    // The payload gets what is left of the timeout (at least a token amount, so that a
+    // payload already here is still collected).
+    const Received p = payload_->wait(std::max(deadline - runtime_.now_s(), 1e-3));
+    if (h.bytes != header_bytes_) return {h.bytes, h.wire_bytes + p.wire_bytes};
+    return {h.bytes + p.bytes, h.wire_bytes + p.wire_bytes};
+  }
+
+ private:
+  std::unique_ptr<PendingExchange> header_;
+  std::unique_ptr<PendingExchange> payload_;
+  const std::size_t header_bytes_;
+  Runtime& runtime_;
+};
 
 struct Range {
   std::size_t offset = 0;
@@ -78,9 +129,10 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 // One pass of the ring over `work` (empty for a phantom buffer of `count` values).
 class RingPass {
  public:
-  RingPass(Transport& transport, const Codec& codec, const RingOptions& options, std::size_t count,
-           Pass pass)
+  RingPass(Transport& transport, Runtime& runtime, const Codec& codec, const RingOptions& options,
+           std::size_t count, Pass pass)
       : transport_(transport),
+        runtime_(runtime),
         codec_(codec),
         fp32_(dynamic_cast<const Fp32Codec*>(&codec)),
         options_(options),
@@ -117,6 +169,7 @@ class RingPass {
     work_ = work;
     backup_ = backup;
     phantom_ = work.empty();
+    split_ = !phantom_ && fp32_ != nullptr && slot_bytes_ >= kChunkHeaderBytes + kSplitMinPayload;
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
       if (slots.size() < kSendSlots + recv_slots_) slots.resize(kSendSlots + recv_slots_);
@@ -244,6 +297,17 @@ class RingPass {
     if (!phantom_ && w.phase == kAllGather && w.step > 0) {
       // Forward what arrived one step earlier, byte for byte (validated when it arrived).
       out = Payload::of(std::span<const std::byte>(recv_slot(t - pieces_)).first(bytes));
+    } else if (split_) {
+      // The header in the send slot; the payload is the piece itself, sent from the buffer. It
+      // stays unchanged until the exchange completes: the piece is next written by a receive
+      // that is consumed after this transfer was waited for.
+      const std::span<std::byte> message = send_slot(t).first(bytes);
+      const auto piece = std::as_bytes(values(r));
+      const std::uint32_t seed =
+          begin_seal(chunk_id(w.phase, w.send_share, w.piece, r.count), codec_, message);
+      end_seal(message, crc32c(piece, seed));
+      outgoing_[t % 2] = {Payload::of(message.first(kChunkHeaderBytes)), Payload::of(piece)};
+      return;
     } else if (!phantom_) {
       std::span<std::byte> message = send_slot(t).first(bytes);
       std::span<std::byte> payload = message.subspan(kChunkHeaderBytes);
@@ -260,13 +324,19 @@ class RingPass {
       if (w.phase == kAllGather && !codec_.lossless()) codec_.decode(payload, values(r));
       out = Payload::of(message);
     }
-    outgoing_[t % 2] = out;
+    if (split_) {  // a forward: the received message, in its two parts
+      const auto whole = out.bytes;
+      outgoing_[t % 2] = {Payload::of(whole.first(kChunkHeaderBytes)),
+                          Payload::of(whole.subspan(kChunkHeaderBytes))};
+    } else {
+      outgoing_[t % 2] = {out, {}};
+    }
   }
 
   // Posts transfer t (prepared): its message to rank + 1 and its receive from rank - 1.
   void post(std::size_t t, RingStats& stats) {
     const Where w = locate(t);
-    const Payload out = outgoing_[t % 2];
+    const Outgoing out = outgoing_[t % 2];
     // Receives are posted with exactly the expected message size (transports such as NCCL
     // need matching sizes); a longer message is the transport's ProtocolError, a shorter one
     // fails open_chunk.
@@ -275,10 +345,22 @@ class RingPass {
       const Range in = piece_range(w.recv_share, w.piece);
       into = recv_slot(t).first(chunk_message_bytes(codec_, in.count));
     }
-    stats.bytes_sent += out.wire_bytes;
-    pending_[t % 2] =
-        transport_.start_exchange(mod(rank_ + 1, world_), out, mod(rank_ - 1, world_), into,
-                                  ring_tag(options_.bucket, pass_, w.phase, w.step, w.piece));
+    stats.bytes_sent += out.header.wire_bytes + out.payload.wire_bytes;
+    const int to = mod(rank_ + 1, world_), from = mod(rank_ - 1, world_);
+    auto tag = [&](Part part) {
+      return ring_tag(options_.bucket, pass_, w.phase, w.step, w.piece, part);
+    };
+    if (!split_) {
+      pending_[t % 2] = transport_.start_exchange(to, out.header, from, into, tag(kHeader));
+      return;
+    }
+    // Both parts land next to each other in the receive slot.
+    auto header = transport_.start_exchange(to, out.header, from, into.first(kChunkHeaderBytes),
+                                            tag(kHeader));
+    auto payload = transport_.start_exchange(to, out.payload, from, into.subspan(kChunkHeaderBytes),
+                                             tag(kPayload));
+    pending_[t % 2] = std::make_unique<SplitExchange>(std::move(header), std::move(payload),
+                                                      kChunkHeaderBytes, runtime_);
   }
 
   // Completes transfer t on the wire (its receive slot stays untouched until consume(t)).
@@ -337,6 +419,7 @@ class RingPass {
   }
 
   Transport& transport_;
+  Runtime& runtime_;
   const Codec& codec_;
   const Fp32Codec* const fp32_;  // the codec when it is fp32 (fused kernels), else null
   const RingOptions& options_;
@@ -351,9 +434,10 @@ class RingPass {
   std::span<float> backup_;
   std::size_t changed_ = 0;  // transfers [0, changed_) may have changed their received piece
   bool phantom_ = false;
+  bool split_ = false;  // messages travel as header + payload (see "Split messages")
   std::size_t recv_slots_ = 0;
   std::vector<std::span<std::byte>> slots_;      // into the workspace: send, then receive slots
-  Payload outgoing_[2];                          // prepared messages of the next transfers
+  Outgoing outgoing_[2];                         // prepared messages of the next transfers
   Received got_[2];                              // of the last two transfers waited for
   std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
 };
@@ -404,7 +488,7 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
     const std::size_t backup_size = keep_input ? buf.data.size() : 0;
     if (ws.work.size() < backup_size) ws.work.resize(backup_size);
     const std::span<float> backup = std::span(ws.work).first(backup_size);
-    pass.emplace(transport, *codec, options, buf.count, kCodecPass);
+    pass.emplace(transport, runtime, *codec, options, buf.count, kCodecPass);
     pass->run(buf.data, backup, ws.slots, stats);
     stats.elapsed_s = runtime.now_s() - start_s;
 
@@ -419,7 +503,7 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
                                        : std::vector<float>(buf.data.begin(), buf.data.end());
         std::vector<float> unused(exact.size());
         RingStats ignored;  // the measuring pass's bytes are not the all-reduce's
-        RingPass(transport, *exact_codec, options, buf.count, kExactPass)
+        RingPass(transport, runtime, *exact_codec, options, buf.count, kExactPass)
             .run(exact, unused, ws.slots, ignored);
         stats.relative_error = relative_error(buf.data, exact);
       }

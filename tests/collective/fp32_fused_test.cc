@@ -72,8 +72,7 @@ TEST_P(Fp32FusedTest, BackUpAtAnyAlignment) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, Fp32FusedTest,
-                         ::testing::Values(0, 1, 7, 3071, 3072, 3073, 10000));
+INSTANTIATE_TEST_SUITE_P(Sizes, Fp32FusedTest, ::testing::Values(0, 1, 7, 3071, 3072, 3073, 10000));
 
 }  // namespace
 }  // namespace meridian

@@ -348,6 +348,40 @@ TEST(RingSchedule, WithoutRestoreTheSameBytesAndNoBackup) {
   }
 }
 
+// fp32 pieces of 256 KiB and more travel as split messages (header, then the payload straight
+// from the buffer): sums stay exact and identical on every rank, shares of unequal size
+// included, and the wire bytes are those of whole messages. Every share is sent 2 (world - 1)
+// times in all, each of its P pieces with a 56-byte header.
+TEST(RingSchedule, SplitMessagesStayExactAndCountTheSameBytes) {
+  constexpr std::size_t kPiece = 66002;  // values: 264008 payload bytes
+  for (int world = 2; world <= 4; ++world) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const std::size_t count = static_cast<std::size_t>(world) * 2 * (kPiece - 1) + 3;
+    const auto inputs = integer_inputs(world, count);
+    RingOptions o;
+    o.max_chunk_bytes = kChunkHeaderBytes + kPiece * sizeof(float);
+    o.timeout_s = 60;
+    for (const bool restore : {true, false}) {
+      o.restore_on_failure = restore;
+      InProcRing ring(world, restore ? 1 : 2);
+      const auto round = run_round(ring.transports(), inputs, o);
+      std::uint64_t sent = 0, received = 0;
+      for (int r = 0; r < world; ++r) {
+        ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
+        sent += round.stats[r].bytes_sent;
+        received += round.stats[r].bytes_received;
+      }
+      expect_exact(round.buffers[world - 1], exact_sum(inputs));
+      for (int r = 0; r + 1 < world; ++r) EXPECT_EQ(round.buffers[r], round.buffers[world - 1]);
+      const std::uint64_t pieces_per_share = 2;
+      const std::uint64_t want = 2 * static_cast<std::uint64_t>(world - 1) *
+                                 (kChunkHeaderBytes * world * pieces_per_share + 4 * count);
+      EXPECT_EQ(sent, want);
+      EXPECT_EQ(received, want);
+    }
+  }
+}
+
 TEST(RingSchedule, MeasureErrorIsZeroForFp32) {
   RingOptions options;
   options.measure_error = true;

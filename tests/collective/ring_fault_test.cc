@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/collective/ring_allreduce.h"
@@ -43,11 +44,12 @@ RingOptions options() {
   return o;
 }
 
-// Runs one round on a 5-rank ring in which rank 2's endpoint is wrapped with `fault`.
+// Runs one round on a ring of inputs.size() ranks (5 unless a test says otherwise) in which
+// rank 2's endpoint is wrapped with `fault`.
 testing::RoundResult round_with_fault(const FaultOptions& fault,
                                       const std::vector<std::vector<float>>& inputs,
                                       const RingOptions& ring_options = options()) {
-  InProcRing ring(kWorld, 1);
+  InProcRing ring(static_cast<int>(inputs.size()), 1);
   ThreadRuntime runtime;
   FaultyTransport faulty(*ring.owned[kFaultyRank], runtime, fault);
   auto transports = ring.transports();
@@ -59,7 +61,7 @@ testing::RoundResult round_with_fault(const FaultOptions& fault,
 // and every buffer still holds its input.
 void expect_failed_cleanly(const testing::RoundResult& round,
                            const std::vector<std::vector<float>>& inputs, int protocol_rank) {
-  for (int r = 0; r < kWorld; ++r) {
+  for (int r = 0; r < static_cast<int>(inputs.size()); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
     if (r == protocol_rank) {
       EXPECT_TRUE(holds<ProtocolError>(round.errors[r])) << describe(round.errors[r]);
@@ -71,16 +73,18 @@ void expect_failed_cleanly(const testing::RoundResult& round,
 }
 
 // The survivors retry in epoch 2 without the lost rank and get the exact sum of their inputs.
-void expect_retry_succeeds(const std::vector<std::vector<float>>& inputs) {
+void expect_retry_succeeds(const std::vector<std::vector<float>>& inputs,
+                           const RingOptions& ring_options = options()) {
+  const int world = static_cast<int>(inputs.size());
   std::vector<std::vector<float>> survivors;
-  for (int r = 0; r < kWorld; ++r)
+  for (int r = 0; r < world; ++r)
     if (r != kFaultyRank) survivors.push_back(inputs[r]);
-  InProcRing ring(kWorld - 1, 2);
-  const auto retry = run_round(ring.transports(), survivors, options());
+  InProcRing ring(world - 1, 2);
+  const auto retry = run_round(ring.transports(), survivors, ring_options);
   const auto want = exact_sum(survivors);
-  for (int r = 0; r < kWorld - 1; ++r) {
+  for (int r = 0; r < world - 1; ++r) {
     ASSERT_FALSE(retry.errors[r]) << describe(retry.errors[r]);
-    for (std::size_t i = 0; i < kCount; ++i)
+    for (std::size_t i = 0; i < want.size(); ++i)
       ASSERT_EQ(static_cast<double>(retry.buffers[r][i]), want[i]) << "rank " << r << " at " << i;
   }
 }
@@ -150,6 +154,76 @@ TEST(RingFaults, TruncatedMessageIsAProtocolErrorAtItsReceiver) {
     fault.truncate_at_message = 3;
     fault.truncate_to_bytes = keep;
     expect_failed_cleanly(round_with_fault(fault, inputs), inputs, kFaultyRank + 1);
+  }
+}
+
+// Split messages: fp32 pieces of 256 KiB and more travel as two messages, the 56-byte header
+// and the payload sent straight from the buffer. 3 ranks, 2 pieces of 264000 bytes per share:
+// each rank sends (3 - 1) * 2 = 4 messages per phase, each in two parts (outgoing messages
+// 1, 3, 5, 7 are headers, 2, 4, 6, 8 payloads of the reduce-scatter).
+constexpr std::size_t kSplitPiece = 66000;
+std::vector<std::vector<float>> split_inputs() { return integer_inputs(3, 3 * 2 * kSplitPiece); }
+RingOptions split_options() {
+  RingOptions o = options();
+  o.max_chunk_bytes = kChunkHeaderBytes + kSplitPiece * sizeof(float);
+  return o;
+}
+
+// Cutting the first outgoing message to 56 bytes changes nothing: it is a header part. (A whole
+// message cut there would be a ProtocolError: see TruncatedMessageIsAProtocolErrorAtItsReceiver.)
+TEST(RingFaults, SplitMessagesSendTheHeaderAlone) {
+  const auto inputs = split_inputs();
+  FaultOptions fault;
+  fault.truncate_at_message = 1;
+  fault.truncate_to_bytes = kChunkHeaderBytes;
+  const auto round = round_with_fault(fault, inputs, split_options());
+  const auto want = exact_sum(inputs);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_FALSE(round.errors[r]) << "rank " << r << ": " << describe(round.errors[r]);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      ASSERT_EQ(static_cast<double>(round.buffers[r][i]), want[i]) << "rank " << r << " at " << i;
+  }
+}
+
+TEST(RingFaults, SplitMessagesPeerLostLeavesInputsAndRetrySucceeds) {
+  const auto inputs = split_inputs();
+  // A header and a payload part in the reduce-scatter, a payload part in the all-gather.
+  for (std::uint64_t k : {std::uint64_t{3}, std::uint64_t{4}, std::uint64_t{10}}) {
+    SCOPED_TRACE("dies at message " + std::to_string(k));
+    FaultOptions fault;
+    fault.die_at_message = k;
+    expect_failed_cleanly(round_with_fault(fault, inputs, split_options()), inputs, -1);
+  }
+  expect_retry_succeeds(inputs, split_options());
+}
+
+FaultOptions flip_at(std::uint64_t message, std::size_t offset) {
+  FaultOptions f;
+  f.flip_byte_at_message = message;
+  f.flip_byte_offset = offset;
+  return f;
+}
+
+FaultOptions truncate_at(std::uint64_t message, std::size_t keep) {
+  FaultOptions f;
+  f.truncate_at_message = message;
+  f.truncate_to_bytes = keep;
+  return f;
+}
+
+TEST(RingFaults, SplitMessagesCorruptOrTruncatedPartIsAProtocolError) {
+  const auto inputs = split_inputs();
+  const std::pair<const char*, FaultOptions> cases[] = {
+      {"header byte flipped", flip_at(1, 9)},
+      {"payload byte flipped (reduce-scatter)", flip_at(4, 100003)},
+      {"payload byte flipped (all-gather)", flip_at(10, 5)},
+      {"header part truncated", truncate_at(3, 20)},
+      {"payload part truncated", truncate_at(2, 1000)},
+  };
+  for (const auto& [what, fault] : cases) {
+    SCOPED_TRACE(what);
+    expect_failed_cleanly(round_with_fault(fault, inputs, split_options()), inputs,
+                          (kFaultyRank + 1) % 3);
   }
 }
 

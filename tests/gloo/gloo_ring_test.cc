@@ -37,13 +37,16 @@ float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 10
 struct RingCase {
   int world;
   std::size_t count;
+  // 256 KiB: several pieces per share; 1 MiB: pieces of 256 KiB and more, which travel as split
+  // messages (header, then the payload straight from the buffer).
+  std::size_t max_chunk_bytes = 256 * 1024;
 };
 
 class GlooRingTest : public WithStore<::testing::TestWithParam<RingCase>> {};
 
 TEST_P(GlooRingTest, Fp32SumsAreExactOnEveryRank) {
-  const auto [world, count] = GetParam();
-  const auto pids = fork_ranks(world, [&, world = world, count = count](int rank) {
+  const auto [world, count, max_chunk] = GetParam();
+  const auto pids = fork_ranks(world, [&, world = world, count = count, c = max_chunk](int rank) {
     auto store = store_client(port_, "rank" + std::to_string(rank));
     GlooTransportFactory factory(*store);
     auto t = factory.connect(spec_for(rank, world));
@@ -52,7 +55,7 @@ TEST_P(GlooRingTest, Fp32SumsAreExactOnEveryRank) {
     for (std::size_t i = 0; i < count; ++i) buf[i] = value(rank, i);
     RingOptions o;
     o.timeout_s = kTimeoutS;
-    o.max_chunk_bytes = 256 * 1024;  // several pieces per share
+    o.max_chunk_bytes = c;
     const RingStats stats = ring_all_reduce(*t, runtime, ReduceBuffer::of(buf), o);
     MERIDIAN_RANK_EXPECT(stats.participants == world);
     for (std::size_t i = 0; i < count; ++i) {
@@ -68,7 +71,8 @@ TEST_P(GlooRingTest, Fp32SumsAreExactOnEveryRank) {
 
 INSTANTIATE_TEST_SUITE_P(WorldsAndSizes, GlooRingTest,
                          ::testing::Values(RingCase{2, 1000003}, RingCase{3, 1000003},
-                                           RingCase{4, 1 << 20}, RingCase{4, 3}, RingCase{3, 0}));
+                                           RingCase{4, 1 << 20}, RingCase{4, 3}, RingCase{3, 0},
+                                           RingCase{3, 1000003, 1 << 20}));
 
 class GlooRingFaultTest : public WithStore<> {};
 
