@@ -17,10 +17,10 @@
 // and t are on the wire, so the predecessor's data never waits for this rank's coding (with
 // fewer than 3 pieces per share, t+1 is encoded only after t-1 is decoded).
 //
-// Split messages. With fp32 and pieces of at least kSplitMinPayload bytes, every message of the
-// round travels as two, with one tag each: its 56-byte header, then its payload. The sender
-// then sends a piece straight from the buffer (no copy into a send slot; the checksum is taken
-// over the buffer), and the receiver lands both parts next to each other in one receive slot,
+// Split messages. With fp32 and pieces of at least RingOptions::split_min_payload_bytes, every
+// message of the round travels as two, with one tag each: its 56-byte header, then its payload. The
+// sender then sends a piece straight from the buffer (no copy into a send slot; the checksum is
+// taken over the buffer), and the receiver lands both parts next to each other in one receive slot,
 // so the rest of the ring sees one contiguous message as before. Whether a round splits is
 // decided from the largest piece, which every rank computes alike.
 #include "engine/collective/ring_allreduce.h"
@@ -61,10 +61,6 @@ Tag ring_tag(std::uint32_t bucket, Pass pass, Phase phase, int step, std::size_t
                       (std::uint64_t{phase} << 31) | (static_cast<std::uint64_t>(step) << 16) |
                       (std::uint64_t{part} << 15) | (static_cast<std::uint64_t>(piece) & 0x7FFF));
 }
-
-// Smallest fp32 payload sent as a split message: below it the copy saved is worth less than
-// the second message's overhead.
-constexpr std::size_t kSplitMinPayload = std::size_t{256} << 10;
 
 // A prepared message: whole (`payload` empty), or split into header and payload.
 struct Outgoing {
@@ -169,7 +165,8 @@ class RingPass {
     work_ = work;
     backup_ = backup;
     phantom_ = work.empty();
-    split_ = !phantom_ && fp32_ != nullptr && slot_bytes_ >= kChunkHeaderBytes + kSplitMinPayload;
+    split_ = !phantom_ && fp32_ != nullptr &&
+             slot_bytes_ - kChunkHeaderBytes >= options_.split_min_payload_bytes;
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
       if (slots.size() < kSendSlots + recv_slots_) slots.resize(kSendSlots + recv_slots_);

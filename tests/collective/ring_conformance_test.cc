@@ -348,10 +348,10 @@ TEST(RingSchedule, WithoutRestoreTheSameBytesAndNoBackup) {
   }
 }
 
-// fp32 pieces of 256 KiB and more travel as split messages (header, then the payload straight
-// from the buffer): sums stay exact and identical on every rank, shares of unequal size
-// included, and the wire bytes are those of whole messages. Every share is sent 2 (world - 1)
-// times in all, each of its P pieces with a 56-byte header.
+// fp32 pieces of split_min_payload_bytes (256 KiB here) and more travel as split messages (header,
+// then the payload straight from the buffer): sums stay exact and identical on every rank, shares
+// of unequal size included, and the wire bytes are those of whole messages. Every share is sent 2
+// (world - 1) times in all, each of its P pieces with a 56-byte header.
 TEST(RingSchedule, SplitMessagesStayExactAndCountTheSameBytes) {
   constexpr std::size_t kPiece = 66002;  // values: 264008 payload bytes
   for (int world = 2; world <= 4; ++world) {
@@ -360,6 +360,7 @@ TEST(RingSchedule, SplitMessagesStayExactAndCountTheSameBytes) {
     const auto inputs = integer_inputs(world, count);
     RingOptions o;
     o.max_chunk_bytes = kChunkHeaderBytes + kPiece * sizeof(float);
+    o.split_min_payload_bytes = 256 << 10;
     o.timeout_s = 60;
     for (const bool restore : {true, false}) {
       o.restore_on_failure = restore;

@@ -37,7 +37,7 @@ float value(int rank, std::size_t i) { return static_cast<float>((rank + 1) * 10
 struct RingCase {
   int world;
   std::size_t count;
-  // 256 KiB: several pieces per share; 1 MiB: pieces of 256 KiB and more, which travel as split
+  // 256 KiB: several pieces per share; 4 MiB: pieces of 2 MiB and more, which travel as split
   // messages (header, then the payload straight from the buffer).
   std::size_t max_chunk_bytes = 256 * 1024;
 };
@@ -72,7 +72,7 @@ TEST_P(GlooRingTest, Fp32SumsAreExactOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(WorldsAndSizes, GlooRingTest,
                          ::testing::Values(RingCase{2, 1000003}, RingCase{3, 1000003},
                                            RingCase{4, 1 << 20}, RingCase{4, 3}, RingCase{3, 0},
-                                           RingCase{3, 1000003, 1 << 20}));
+                                           RingCase{3, 3000017, 4 << 20}));
 
 class GlooRingFaultTest : public WithStore<> {};
 
