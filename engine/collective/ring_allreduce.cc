@@ -22,7 +22,9 @@
 // sender then sends a piece straight from the buffer (no copy into a send slot; the checksum is
 // taken over the buffer), and the receiver lands both parts next to each other in one receive slot,
 // so the rest of the ring sees one contiguous message as before. Whether a round splits is
-// decided from the largest piece, which every rank computes alike.
+// decided from the largest piece, which every rank computes alike. Without a restore copy
+// (RingOptions::restore_on_failure off) the all-gather's payloads go further: they land
+// straight in the buffer, are checked there, and are forwarded from there.
 #include "engine/collective/ring_allreduce.h"
 
 #include <algorithm>
@@ -167,6 +169,7 @@ class RingPass {
     phantom_ = work.empty();
     split_ = !phantom_ && fp32_ != nullptr &&
              slot_bytes_ - kChunkHeaderBytes >= options_.split_min_payload_bytes;
+    in_place_gather_ = split_ && backup_.empty();
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
       if (slots.size() < kSendSlots + recv_slots_) slots.resize(kSendSlots + recv_slots_);
@@ -291,6 +294,14 @@ class RingPass {
     const Range r = piece_range(w.send_share, w.piece);
     const std::size_t bytes = chunk_message_bytes(codec_, r.count);
     Payload out = Payload::phantom(bytes);
+    if (in_place_gather_ && w.phase == kAllGather && w.step > 0) {
+      // Forward the header that arrived one step earlier and the piece it landed in the buffer
+      // (both validated when they arrived; the piece is final, nothing writes it again).
+      outgoing_[t % 2] = {
+          Payload::of(std::span<const std::byte>(recv_slot(t - pieces_)).first(kChunkHeaderBytes)),
+          Payload::of(std::as_bytes(values(r)))};
+      return;
+    }
     if (!phantom_ && w.phase == kAllGather && w.step > 0) {
       // Forward what arrived one step earlier, byte for byte (validated when it arrived).
       out = Payload::of(std::span<const std::byte>(recv_slot(t - pieces_)).first(bytes));
@@ -337,10 +348,12 @@ class RingPass {
     // Receives are posted with exactly the expected message size (transports such as NCCL
     // need matching sizes); a longer message is the transport's ProtocolError, a shorter one
     // fails open_chunk.
-    std::span<std::byte> into;
+    std::span<std::byte> into, into_payload;
     if (!phantom_) {
       const Range in = piece_range(w.recv_share, w.piece);
       into = recv_slot(t).first(chunk_message_bytes(codec_, in.count));
+      into_payload = in_place_gather_ && w.phase == kAllGather ? std::as_writable_bytes(values(in))
+                                                               : into.subspan(kChunkHeaderBytes);
     }
     stats.bytes_sent += out.header.wire_bytes + out.payload.wire_bytes;
     const int to = mod(rank_ + 1, world_), from = mod(rank_ - 1, world_);
@@ -354,8 +367,7 @@ class RingPass {
     // Both parts land next to each other in the receive slot.
     auto header = transport_.start_exchange(to, out.header, from, into.first(kChunkHeaderBytes),
                                             tag(kHeader));
-    auto payload = transport_.start_exchange(to, out.payload, from, into.subspan(kChunkHeaderBytes),
-                                             tag(kPayload));
+    auto payload = transport_.start_exchange(to, out.payload, from, into_payload, tag(kPayload));
     pending_[t % 2] = std::make_unique<SplitExchange>(std::move(header), std::move(payload),
                                                       kChunkHeaderBytes, runtime_);
   }
@@ -388,6 +400,13 @@ class RingPass {
       const std::span<float> backup = !backup_.empty() && first_change(w)
                                           ? backup_.subspan(r.offset, r.count)
                                           : std::span<float>();
+      if (in_place_gather_ && w.phase == kAllGather) {
+        // The payload is already in place: check it there. (Only the header is in the slot;
+        // the slot's span of the message's size stands for the message in the size check.)
+        const std::uint32_t header = check_chunk_header(message, id, codec_);
+        verify_chunk_checksum(message, crc32c(std::as_bytes(values(r)), header));
+        return;
+      }
       if (fp32_ != nullptr) {
         // Checksum, back up and add (or copy) in one walk; a bad checksum is found after the
         // values changed, which restore() undoes like any other failure.
@@ -431,7 +450,8 @@ class RingPass {
   std::span<float> backup_;
   std::size_t changed_ = 0;  // transfers [0, changed_) may have changed their received piece
   bool phantom_ = false;
-  bool split_ = false;  // messages travel as header + payload (see "Split messages")
+  bool split_ = false;            // messages travel as header + payload (see "Split messages")
+  bool in_place_gather_ = false;  // split, and all-gather payloads land in the buffer
   std::size_t recv_slots_ = 0;
   std::vector<std::span<std::byte>> slots_;      // into the workspace: send, then receive slots
   Outgoing outgoing_[2];                         // prepared messages of the next transfers

@@ -236,20 +236,34 @@ TEST(RingFaults, SplitMessagesCorruptOrTruncatedPartIsAProtocolError) {
 // A bad payload part in the all-gather (rank 2's own share, to rank 0): rank 0 raises
 // ProtocolError and rank 1 never gets that share from it. Rank 2 itself may already hold every
 // share it needs (in a ring of 3 they reach it through rank 1, possibly before the abort): it
-// then finishes with the exact sum; otherwise it fails with PeerLostError, its input intact.
+// then finishes with the exact sum; otherwise it fails with PeerLostError. With the restore
+// copy every failed rank's input is intact; without it the all-gather's payloads land straight
+// in the buffer (and are checked there), so a failed buffer holds whatever arrived.
 TEST(RingFaults, SplitMessagesCorruptPartInTheAllGather) {
   const auto inputs = split_inputs();
-  const auto round = round_with_fault(flip_at(10, 5), inputs, split_options());
-  EXPECT_TRUE(holds<ProtocolError>(round.errors[0])) << describe(round.errors[0]);
-  EXPECT_TRUE(holds<PeerLostError>(round.errors[1])) << describe(round.errors[1]);
-  for (const int r : {0, 1}) EXPECT_EQ(round.buffers[r], inputs[r]) << "rank " << r;
-  if (round.errors[2]) {
-    EXPECT_TRUE(holds<PeerLostError>(round.errors[2])) << describe(round.errors[2]);
-    EXPECT_EQ(round.buffers[2], inputs[2]);
-  } else {
-    const auto want = exact_sum(inputs);
-    for (std::size_t i = 0; i < want.size(); ++i)
-      ASSERT_EQ(static_cast<double>(round.buffers[2][i]), want[i]) << "at " << i;
+  const auto want = exact_sum(inputs);
+  for (const bool restore : {true, false}) {
+    for (const FaultOptions& fault : {flip_at(10, 5), truncate_at(10, 4096)}) {
+      SCOPED_TRACE(std::string(restore ? "restore" : "no restore") +
+                   (fault.truncate_at_message != 0 ? ", truncated" : ", flipped"));
+      RingOptions o = split_options();
+      o.restore_on_failure = restore;
+      const auto round = round_with_fault(fault, inputs, o);
+      EXPECT_TRUE(holds<ProtocolError>(round.errors[0])) << describe(round.errors[0]);
+      EXPECT_TRUE(holds<PeerLostError>(round.errors[1])) << describe(round.errors[1]);
+      if (round.errors[2]) {
+        EXPECT_TRUE(holds<PeerLostError>(round.errors[2])) << describe(round.errors[2]);
+      } else {
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(static_cast<double>(round.buffers[2][i]), want[i]) << "at " << i;
+      }
+      if (!restore) continue;
+      for (int r = 0; r < 3; ++r) {
+        if (round.errors[r]) {
+          EXPECT_EQ(round.buffers[r], inputs[r]) << "rank " << r;
+        }
+      }
+    }
   }
 }
 
