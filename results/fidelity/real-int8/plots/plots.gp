@@ -43,7 +43,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:2.8]
+set yrange [0:3.95]
 set ytics 1
 plot '/work/main/results/fidelity/real-int8/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
@@ -61,7 +61,7 @@ set style fill solid 0.85 border -1
 set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
-set yrange [0:2.8]
+set yrange [0:3.95]
 set ytics 1
 plot '/work/main/results/fidelity/real-int8/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
@@ -153,7 +153,7 @@ set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
 set ytics ('node 1' 0, 'node 2' 1, 'node 3' 2, 'node 4' 3)
 set yrange [3.6:-0.6]
-set xrange [0:10.9587]
+set xrange [0:9.46603]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#cc79a7' title 'outer optimizer'
@@ -168,7 +168,7 @@ set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
 set ytics ('node 1' 0, 'node 2' 1, 'node 3' 2, 'node 4' 3)
 set yrange [3.6:-0.6]
-set xrange [0:10.9587]
+set xrange [0:9.46603]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', '/work/main/results/fidelity/real-int8/plots/data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#cc79a7' title 'outer optimizer'

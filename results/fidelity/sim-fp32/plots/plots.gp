@@ -153,7 +153,7 @@ set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
 set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3)
 set yrange [3.6:-0.6]
-set xrange [0:16.6967]
+set xrange [0:13.501]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/fidelity/sim-fp32/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/sim-fp32/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/sim-fp32/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
@@ -168,7 +168,7 @@ set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
 set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3)
 set yrange [3.6:-0.6]
-set xrange [0:16.6967]
+set xrange [0:13.501]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/fidelity/sim-fp32/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/sim-fp32/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/sim-fp32/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
