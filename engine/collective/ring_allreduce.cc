@@ -352,6 +352,10 @@ class RingPass {
     if (!phantom_) {
       const Range in = piece_range(w.recv_share, w.piece);
       into = recv_slot(t).first(chunk_message_bytes(codec_, in.count));
+      // In place: the transport may write the piece as soon as this is posted, possibly while
+      // this rank's reduce-scatter send of the same piece has not been waited for (world 2, one
+      // piece). Safe all the same: what arrives here is a sum that needed that send's bytes
+      // delivered first, so the transport has read them by then.
       into_payload = in_place_gather_ && w.phase == kAllGather ? std::as_writable_bytes(values(in))
                                                                : into.subspan(kChunkHeaderBytes);
     }
