@@ -45,6 +45,18 @@ inline std::uint64_t unsigned_integer(const std::string& option, const std::stri
   }
 }
 
+// An integer in [lo, hi] (lo >= 0), digits only.
+inline std::uint64_t integer_in(const std::string& option, const std::string& text,
+                                std::uint64_t lo, std::uint64_t hi) {
+  const bool digits = !text.empty() && text.size() <= 19 &&
+                      text.find_first_not_of("0123456789") == std::string::npos;
+  const std::uint64_t v = digits ? std::stoull(text) : 0;
+  if (!digits || v < lo || v > hi)
+    throw ConfigError(option + ": expected an integer in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "], got '" + text + "'");
+  return v;
+}
+
 // A TCP port number in [0, 65535], digits only.
 inline std::uint16_t port(const std::string& option, const std::string& text) {
   if (text.empty() || text.size() > 5 ||

@@ -67,21 +67,6 @@ struct NodeArgs {
   std::string fault_marker;
 };
 
-std::int64_t parse_int(const std::string& flag, const std::string& text, std::int64_t lo,
-                       std::int64_t hi) {
-  std::size_t used = 0;
-  std::int64_t v = lo - 1;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-  }
-  if (used != text.size() || v < lo || v > hi) {
-    throw ConfigError(flag + ": expected an integer in [" + std::to_string(lo) + ", " +
-                      std::to_string(hi) + "], got '" + text + "'");
-  }
-  return v;
-}
-
 NodeArgs parse_args(const std::vector<std::string>& args) {
   NodeArgs a;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -93,11 +78,11 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
     }
     const std::string& v = opt::value(args, i);
     if (f == "--node-id") {
-      a.node_id = parse_int(f, v, 1, std::int64_t{1} << 40);
+      a.node_id = static_cast<std::int64_t>(opt::integer_in(f, v, 1, std::uint64_t{1} << 40));
     } else if (f == "--store") {
       a.store = v;
     } else if (f == "--serve-store") {
-      a.serve_port = static_cast<int>(parse_int(f, v, 0, 65535));
+      a.serve_port = opt::port(f, v);
     } else if (f == "--bind") {
       a.bind = v;
     } else if (f == "--store-port-file") {
@@ -107,11 +92,11 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
     } else if (f == "--host") {
       a.host = v;
     } else if (f == "--shard") {
-      a.shard = static_cast<int>(parse_int(f, v, 0, 1 << 20));
+      a.shard = static_cast<int>(opt::integer_in(f, v, 0, 1 << 20));
     } else if (f == "--device") {
       a.device = v;
     } else if (f == "--fault-pause-at-message") {
-      a.pause_at_message = static_cast<std::uint64_t>(parse_int(f, v, 1, std::int64_t{1} << 40));
+      a.pause_at_message = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
     } else if (f == "--fault-marker") {
       a.fault_marker = v;
     } else {
@@ -245,8 +230,8 @@ std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
   const auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0)
     throw ConfigError("--store: expected HOST:PORT, got '" + s + "'");
-  return {s.substr(0, colon),
-          static_cast<std::uint16_t>(parse_int("--store port", s.substr(colon + 1), 1, 65535))};
+  return {s.substr(0, colon), static_cast<std::uint16_t>(
+                                  opt::integer_in("--store port", s.substr(colon + 1), 1, 65535))};
 }
 
 int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {

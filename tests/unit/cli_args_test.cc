@@ -1,0 +1,69 @@
+// The typed option values every `meridian` subcommand shares (cli/args.h): what each accepts,
+// and that everything else is a ConfigError naming the option.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+
+namespace meridian::cli {
+namespace {
+
+// The ConfigError's message for `f`, or "" when it did not throw one.
+template <typename F>
+std::string config_error(F&& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CliArgs, IntegerInAcceptsItsRangeAndDigitsOnly) {
+  EXPECT_EQ(opt::integer_in("--n", "1", 1, 10), 1u);
+  EXPECT_EQ(opt::integer_in("--n", "10", 1, 10), 10u);
+  EXPECT_EQ(opt::integer_in("--node-id", "1099511627776", 1, std::uint64_t{1} << 40),
+            std::uint64_t{1} << 40);
+  for (const std::string bad :
+       {"0", "11", "", "-1", "+5", " 5", "5 ", "5x", "1e3", "99999999999999999999999"}) {
+    SCOPED_TRACE("'" + bad + "'");
+    const std::string e = config_error([&] { opt::integer_in("--n", bad, 1, 10); });
+    EXPECT_NE(e.find("--n: expected an integer in [1, 10]"), std::string::npos) << e;
+  }
+}
+
+TEST(CliArgs, PortIsZeroTo65535) {
+  EXPECT_EQ(opt::port("--port", "0"), 0);
+  EXPECT_EQ(opt::port("--port", "65535"), 65535);
+  for (const std::string bad : {"65536", "-1", "", "80a", " 80", "+80", "123456"}) {
+    SCOPED_TRACE("'" + bad + "'");
+    EXPECT_NE(config_error([&] { opt::port("--port", bad); }).find("--port: expected a port"),
+              std::string::npos);
+  }
+}
+
+TEST(CliArgs, NumbersFractionsAndLists) {
+  EXPECT_EQ(opt::number("--x", "2.5"), 2.5);
+  EXPECT_NE(config_error([&] { opt::number("--x", "2.5s"); }).find("--x"), std::string::npos);
+  EXPECT_EQ(opt::fraction("--f", "25%"), 0.25);
+  EXPECT_EQ(opt::fraction("--f", "0.25"), 0.25);
+  EXPECT_NE(config_error([&] { opt::fraction("--f", "25"); }).find("percentage"),
+            std::string::npos);
+  EXPECT_EQ(opt::number_list("--l", "1,0.5,2"), (std::vector<double>{1, 0.5, 2}));
+  EXPECT_NE(config_error([&] { opt::number_list("--l", "1,,2"); }).find("--l"), std::string::npos);
+  EXPECT_EQ(opt::unsigned_integer("--u", "18446744073709551615"), ~std::uint64_t{0});
+  EXPECT_NE(config_error([&] { opt::unsigned_integer("--u", "-1"); }).find("non-negative"),
+            std::string::npos);
+}
+
+TEST(CliArgs, AMissingValueNamesTheOption) {
+  const std::vector<std::string> args = {"--port"};
+  std::size_t i = 0;
+  EXPECT_NE(config_error([&] { opt::value(args, i); }).find("--port needs a value"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace meridian::cli
