@@ -25,6 +25,7 @@
 #include <set>
 
 #include "engine/error.h"
+#include "engine/transport/deadline.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
 #include "engine/util/epoch_keys.h"
 #include "engine/util/splitmix64.h"
@@ -47,12 +48,6 @@ struct Header {
   std::uint64_t payload_bytes = 0;
 };
 static_assert(sizeof(Header) == 16);
-
-Clock::time_point deadline_after(double timeout_s) {
-  const double s = std::isfinite(timeout_s) ? std::clamp(timeout_s, 0.0, 1e7) : 1e7;
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
 
 std::chrono::milliseconds left_ms(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -262,9 +257,9 @@ class GlooTransport final : public Transport {
       if (header_.payload_bytes > into_.size()) {
         t_.abort();
         throw ProtocolError(where + " has " + std::to_string(header_.payload_bytes) +
-                            " bytes, more than the receive buffer's " +
-                            std::to_string(into_.size()),
-                        from_);
+                                " bytes, more than the receive buffer's " +
+                                std::to_string(into_.size()),
+                            from_);
       }
       t_.wait_op(*payload_buf_, false, from_, deadline, tag_);
       t_.wait_op(*credit_buf_, true, from_, deadline, tag_);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/error.h"
+#include "engine/transport/deadline.h"
 
 namespace meridian {
 
@@ -27,12 +28,6 @@ struct Message {
   std::vector<std::byte> bytes;
   std::uint64_t wire_bytes = 0;
 };
-
-Clock::time_point deadline_after(double timeout_s) {
-  const double bounded = timeout_s < 0 ? 0 : (timeout_s > 1e9 ? 1e9 : timeout_s);
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(bounded));
-}
 
 }  // namespace
 
@@ -191,9 +186,9 @@ class InProcEndpoint final : public Transport {
     if (got > into.size()) {
       hub_->give_back(std::move(m.bytes));
       throw ProtocolError("in-process transport: message of " + std::to_string(got) +
-                          " bytes from rank " + std::to_string(from) +
-                          " does not fit the receive buffer of " + std::to_string(into.size()) +
-                          " bytes",
+                              " bytes from rank " + std::to_string(from) +
+                              " does not fit the receive buffer of " + std::to_string(into.size()) +
+                              " bytes",
                           from);
     }
     if (got != 0) std::memcpy(into.data(), m.bytes.data(), got);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/transport/deadline.h"
 #include "engine/util/epoch_keys.h"
 
 namespace meridian::nccl_transport {
@@ -28,12 +29,6 @@ struct Header {
   std::uint64_t payload_bytes = 0;
 };
 static_assert(sizeof(Header) == 16);
-
-Clock::time_point deadline_after(double timeout_s) {
-  const double s = std::isfinite(timeout_s) ? std::clamp(timeout_s, 0.0, 1e7) : 1e7;
-  return Clock::now() +
-         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
 
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {
@@ -259,15 +254,15 @@ class NcclTransport final : public Transport {
       if (in_header.tag != tag) {
         abort();
         throw ProtocolError("nccl transport: " + what + ": the peer sent " +
-                            tag_text(in_header.tag) + " (messages out of order)",
+                                tag_text(in_header.tag) + " (messages out of order)",
                             from);
       }
       if (in_header.payload_bytes > into.size()) {
         abort();
-        throw ProtocolError("nccl transport: " + what + ": message of " +
-                            std::to_string(in_header.payload_bytes) +
-                            " bytes exceeds the receive buffer's " + std::to_string(into.size()),
-                            from);
+        throw ProtocolError(
+            "nccl transport: " + what + ": message of " + std::to_string(in_header.payload_bytes) +
+                " bytes exceeds the receive buffer's " + std::to_string(into.size()),
+            from);
       }
       incoming = in_header.payload_bytes;
     }
