@@ -22,9 +22,9 @@
 // sender then sends a piece straight from the buffer (no copy into a send slot; the checksum is
 // taken over the buffer), and the receiver lands both parts next to each other in one receive slot,
 // so the rest of the ring sees one contiguous message as before. Whether a round splits is
-// decided from the largest piece, which every rank computes alike. Without a restore copy
-// (RingOptions::restore_on_failure off) the all-gather's payloads go further: they land
-// straight in the buffer, are checked there, and are forwarded from there.
+// decided from the largest piece, which every rank computes alike. The all-gather's payloads go
+// further: they land straight in the buffer, are checked there, and are forwarded from there
+// (a piece the all-gather is the first to change is backed up before its receive is posted).
 #include "engine/collective/ring_allreduce.h"
 
 #include <algorithm>
@@ -169,7 +169,8 @@ class RingPass {
     phantom_ = work.empty();
     split_ = !phantom_ && fp32_ != nullptr &&
              slot_bytes_ - kChunkHeaderBytes >= options_.split_min_payload_bytes;
-    in_place_gather_ = split_ && backup_.empty();
+    in_place_gather_ = split_;
+    saved_.assign(backup_.empty() ? 0 : transfers_, 0);
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
       if (slots.size() < kSendSlots + recv_slots_) slots.resize(kSendSlots + recv_slots_);
@@ -212,10 +213,10 @@ class RingPass {
 
   // Puts back every piece of `work` that the pass changed (from `backup`).
   void restore() const {
-    if (work_.empty() || backup_.empty()) return;  // phantom, never ran, or no copies kept
-    for (std::size_t t = 0; t < changed_; ++t) {
+    if (work_.empty()) return;  // phantom, or never ran
+    for (std::size_t t = 0; t < saved_.size(); ++t) {
+      if (!saved_[t]) continue;
       const Where w = locate(t);
-      if (!first_change(w)) continue;
       const Range r = piece_range(w.recv_share, w.piece);
       std::copy_n(backup_.begin() + r.offset, r.count, work_.begin() + r.offset);
     }
@@ -359,6 +360,12 @@ class RingPass {
       into_payload = in_place_gather_ && w.phase == kAllGather ? std::as_writable_bytes(values(in))
                                                                : into.subspan(kChunkHeaderBytes);
     }
+    if (in_place_gather_ && w.phase == kAllGather && !backup_.empty() && first_change(w)) {
+      // The transport may write the piece from now on: back it up first.
+      const Range in = piece_range(w.recv_share, w.piece);
+      std::copy_n(values(in).begin(), in.count, backup_.begin() + in.offset);
+      saved_[t] = 1;
+    }
     stats.bytes_sent += out.header.wire_bytes + out.payload.wire_bytes;
     const int to = mod(rank_ + 1, world_), from = mod(rank_ - 1, world_);
     auto tag = [&](Part part) {
@@ -416,7 +423,7 @@ class RingPass {
         // values changed, which restore() undoes like any other failure.
         const std::uint32_t header = check_chunk_header(message, id, codec_);
         const auto payload = message.subspan(kChunkHeaderBytes);
-        changed_ = t + 1;
+        if (!backup.empty()) saved_[t] = 1;
         verify_chunk_checksum(message,
                               w.phase == kReduceScatter
                                   ? fp32_->decode_add_crc(payload, values(r), backup, header)
@@ -424,8 +431,10 @@ class RingPass {
         return;
       }
       const auto payload = open_chunk(message, id, codec_);
-      if (!backup.empty()) std::copy_n(values(r).begin(), r.count, backup.begin());
-      changed_ = t + 1;
+      if (!backup.empty()) {
+        std::copy_n(values(r).begin(), r.count, backup.begin());
+        saved_[t] = 1;
+      }
       if (w.phase == kReduceScatter) {
         codec_.decode_add(payload, values(r));
       } else {
@@ -452,7 +461,9 @@ class RingPass {
   std::size_t slot_bytes_ = 0;  // largest message
   std::span<float> work_;
   std::span<float> backup_;
-  std::size_t changed_ = 0;  // transfers [0, changed_) may have changed their received piece
+  // Per transfer, with a backup: whether its piece was copied to `backup` (before it first
+  // changed), so restore() puts it back.
+  std::vector<char> saved_;
   bool phantom_ = false;
   bool split_ = false;            // messages travel as header + payload (see "Split messages")
   bool in_place_gather_ = false;  // split, and all-gather payloads land in the buffer

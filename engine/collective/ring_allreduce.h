@@ -32,9 +32,8 @@ struct RingOptions {
   // leaves the buffer as it was (see ring_all_reduce()). Costs one streaming write of the whole
   // buffer per round. A caller that rebuilds its input before every attempt anyway (DiLoCo
   // recomputes its pre-divided pseudo-gradient) sets false: a failed round then leaves partial
-  // sums, or data received for the round, in the buffer. With split messages the all-gather
-  // then also receives straight into the buffer. Results of a round that succeeds are the same
-  // either way.
+  // sums, or data received for the round, in the buffer. Results of a round that succeeds are
+  // the same either way.
   bool restore_on_failure = true;
   // fp32 only: a round whose pieces carry at least this many payload bytes sends every message
   // as two (header, then the payload straight from the buffer, saving a copy into a send slot;
