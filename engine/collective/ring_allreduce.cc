@@ -169,7 +169,6 @@ class RingPass {
     phantom_ = work.empty();
     split_ = !phantom_ && fp32_ != nullptr &&
              slot_bytes_ - kChunkHeaderBytes >= options_.split_min_payload_bytes;
-    in_place_gather_ = split_;
     saved_.assign(backup_.empty() ? 0 : transfers_, 0);
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
@@ -295,7 +294,7 @@ class RingPass {
     const Range r = piece_range(w.send_share, w.piece);
     const std::size_t bytes = chunk_message_bytes(codec_, r.count);
     Payload out = Payload::phantom(bytes);
-    if (in_place_gather_ && w.phase == kAllGather && w.step > 0) {
+    if (split_ && w.phase == kAllGather && w.step > 0) {
       // Forward the header that arrived one step earlier and the piece it landed in the buffer
       // (both validated when they arrived; the piece is final, nothing writes it again).
       outgoing_[t % 2] = {
@@ -333,13 +332,7 @@ class RingPass {
       if (w.phase == kAllGather && !codec_.lossless()) codec_.decode(payload, values(r));
       out = Payload::of(message);
     }
-    if (split_) {  // a forward: the received message, in its two parts
-      const auto whole = out.bytes;
-      outgoing_[t % 2] = {Payload::of(whole.first(kChunkHeaderBytes)),
-                          Payload::of(whole.subspan(kChunkHeaderBytes))};
-    } else {
-      outgoing_[t % 2] = {out, {}};
-    }
+    outgoing_[t % 2] = {out, {}};
   }
 
   // Posts transfer t (prepared): its message to rank + 1 and its receive from rank - 1.
@@ -357,14 +350,14 @@ class RingPass {
       // this rank's reduce-scatter send of the same piece has not been waited for (world 2, one
       // piece). Safe all the same: what arrives here is a sum that needed that send's bytes
       // delivered first, so the transport has read them by then.
-      into_payload = in_place_gather_ && w.phase == kAllGather ? std::as_writable_bytes(values(in))
-                                                               : into.subspan(kChunkHeaderBytes);
-    }
-    if (in_place_gather_ && w.phase == kAllGather && !backup_.empty() && first_change(w)) {
-      // The transport may write the piece from now on: back it up first.
-      const Range in = piece_range(w.recv_share, w.piece);
-      std::copy_n(values(in).begin(), in.count, backup_.begin() + in.offset);
-      saved_[t] = 1;
+      const bool in_place = split_ && w.phase == kAllGather;
+      into_payload =
+          in_place ? std::as_writable_bytes(values(in)) : into.subspan(kChunkHeaderBytes);
+      if (in_place && !backup_.empty() && first_change(w)) {
+        // The transport may write the piece from now on: back it up first.
+        std::copy_n(values(in).begin(), in.count, backup_.begin() + in.offset);
+        saved_[t] = 1;
+      }
     }
     stats.bytes_sent += out.header.wire_bytes + out.payload.wire_bytes;
     const int to = mod(rank_ + 1, world_), from = mod(rank_ - 1, world_);
@@ -411,7 +404,7 @@ class RingPass {
       const std::span<float> backup = !backup_.empty() && first_change(w)
                                           ? backup_.subspan(r.offset, r.count)
                                           : std::span<float>();
-      if (in_place_gather_ && w.phase == kAllGather) {
+      if (split_ && w.phase == kAllGather) {
         // The payload is already in place: check it there. (Only the header is in the slot;
         // the slot's span of the message's size stands for the message in the size check.)
         const std::uint32_t header = check_chunk_header(message, id, codec_);
@@ -465,8 +458,9 @@ class RingPass {
   // changed), so restore() puts it back.
   std::vector<char> saved_;
   bool phantom_ = false;
-  bool split_ = false;            // messages travel as header + payload (see "Split messages")
-  bool in_place_gather_ = false;  // split, and all-gather payloads land in the buffer
+  // Messages travel as header + payload, and all-gather payloads land in the buffer (see
+  // "Split messages").
+  bool split_ = false;
   std::size_t recv_slots_ = 0;
   std::vector<std::span<std::byte>> slots_;      // into the workspace: send, then receive slots
   Outgoing outgoing_[2];                         // prepared messages of the next transfers
