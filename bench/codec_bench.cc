@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <span>
@@ -122,6 +123,23 @@ void BM_HistogramFloor(benchmark::State& state) {
   set_fp32_bytes(state, n);
 }
 
+#if defined(__x86_64__)
+// The core clock, measured as a chain of dependent integer adds (one per cycle on any x86-64
+// core): its adds_per_second turns the times per value above into cycles per value, which the
+// nominal MHz Google Benchmark prints (from /proc/cpuinfo) does not.
+void BM_CoreClock(benchmark::State& state) {
+  constexpr std::int64_t kAdds = std::int64_t{1} << 22;
+  std::uint64_t chain = 0;
+  for (auto _ : state) {
+    for (std::int64_t i = 0; i < kAdds; ++i) __asm__ volatile("add $1, %0" : "+r"(chain));
+  }
+  benchmark::DoNotOptimize(chain);
+  state.counters["adds_per_second"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(kAdds),
+      benchmark::Counter::kIsRate);
+}
+#endif
+
 // 1 Mi values (4 MiB: beyond L2, inside L3) and 16 Mi values (64 MiB: main memory).
 constexpr std::int64_t kSizes[] = {1 << 20, 1 << 24};
 
@@ -153,6 +171,9 @@ void register_all() {
     all.push_back(benchmark::RegisterBenchmark("int8/histogram_floor/tables:8",
                                                BM_HistogramFloor<8>)->Arg(n));
   }
+#if defined(__x86_64__)
+  all.push_back(benchmark::RegisterBenchmark("clock/dependent_add", BM_CoreClock));
+#endif
   for (auto* b : all) b->ComputeStatistics("min", min_of);
 }
 
