@@ -1,5 +1,6 @@
 // int8 min-max codec kernels: one vectorised min/max pass and one vectorised quantise pass to
-// encode (each also in AVX-512, identical results); one vectorised affine pass to decode.
+// encode (each also in AVX-512, identical results; both prefetch ahead, as streaming passes
+// from main memory); one vectorised affine pass to decode.
 #include "engine/codec/int8_minmax_codec.h"
 
 #include <cmath>
@@ -15,6 +16,7 @@ namespace {
 using codec_detail::for_each_block;
 using codec_detail::kBlock;
 using codec_detail::load_f32;
+using codec_detail::prefetch_ahead;
 using codec_detail::store_f32;
 constexpr std::size_t kLanes = 8;
 
@@ -53,7 +55,10 @@ Range finite_range_portable(std::span<const float> x) {
     hi[l] = -INFINITY;
   }
   std::size_t i = 0;
-  for (; i + kBlock <= x.size(); i += kBlock) min_max_block(x.data() + i, lo, hi);
+  for (; i + kBlock <= x.size(); i += kBlock) {
+    prefetch_ahead(x.data(), i, x.size());
+    min_max_block(x.data() + i, lo, hi);
+  }
   float mn = INFINITY, mx = -INFINITY;
   for (; i < x.size(); ++i) {
     if (!codec_detail::is_finite(x[i])) continue;
@@ -122,10 +127,12 @@ MERIDIAN_TARGET_AVX512 Range finite_range_avx512(std::span<const float> x) {
   const float* p = x.data();
   const std::size_t n = x.size();
   std::size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
+  static_assert(kBlock == 64);
+  for (; i + kBlock <= n; i += kBlock) {
+    prefetch_ahead(p, i, n);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      const __m512i u = _mm512_loadu_si512(p + i + 16 * r);
+      const __m512i u = codec_detail::load_in_register(p + i + 16 * r);
       const __mmask16 finite = _mm512_cmplt_epu32_mask(_mm512_and_si512(u, abs_mask), inf_bits);
       const __m512 v = _mm512_castsi512_ps(u);
       lo[r] = _mm512_mask_min_ps(lo[r], finite, lo[r], v);
@@ -154,7 +161,8 @@ MERIDIAN_TARGET_AVX512 std::size_t quantize_avx512(const float* x, std::uint8_t*
   const __m512 inv = _mm512_set1_ps(inv_scale);
   const __m512 c255 = _mm512_set1_ps(255.0f);
   std::size_t i = 0;
-  for (; i + 64 <= n; i += 64) {
+  for (; i + kBlock <= n; i += kBlock) {
+    prefetch_ahead(x, i, n);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       const __m512 v = _mm512_loadu_ps(x + i + 16 * r);
@@ -207,8 +215,11 @@ void Int8MinMaxCodec::encode(std::span<const float> in, std::span<std::byte> out
   if (codec_isa() == CodecIsa::kAvx512)
     done = quantize_avx512(in.data(), q, in.size(), r.min, inv_scale);
 #endif
-  for_each_block(in.size() - done, [&](std::size_t b, std::size_t len) MERIDIAN_ALWAYS_INLINE {
-    quantize_kernel(in.data() + done + b, q + done + b, r.min, inv_scale, len);
+  const float* rest = in.data() + done;
+  const std::size_t rest_n = in.size() - done;
+  for_each_block(rest_n, [&](std::size_t b, std::size_t len) MERIDIAN_ALWAYS_INLINE {
+    prefetch_ahead(rest, b, rest_n);
+    quantize_kernel(rest + b, q + done + b, r.min, inv_scale, len);
   });
 }
 

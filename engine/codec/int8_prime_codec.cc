@@ -23,6 +23,7 @@ namespace {
 using codec_detail::for_each_block;
 using codec_detail::kBlock;
 using codec_detail::load_f32;
+using codec_detail::prefetch_ahead;
 using codec_detail::store_f32;
 constexpr std::size_t kBins = Int8PrimeCodec::kBins;
 
@@ -239,18 +240,6 @@ double finish_sum_squares(const float* x, std::size_t i, std::size_t n, const do
   return total;
 }
 
-// How far ahead of the sigma pass its data is prefetched: 8 KiB. From main memory the pass ran at
-// about 2/3 of the read bandwidth a memcpy reaches (the hardware prefetchers alone keep too few
-// lines in flight for one read stream); this took it from ~130 to ~105 ps per value.
-constexpr std::size_t kPrefetchValues = 2048;
-
-// Prefetches the block kPrefetchValues ahead of x[i], if it is inside x[0, n).
-MERIDIAN_ALWAYS_INLINE inline void prefetch_ahead(const float* x, std::size_t i, std::size_t n) {
-  if (i + kPrefetchValues + kBlock <= n) {
-    for (std::size_t j = 0; j < kBlock; j += 16) __builtin_prefetch(x + i + kPrefetchValues + j);
-  }
-}
-
 MERIDIAN_ALWAYS_INLINE inline double sum_squares_body(const float* __restrict x, std::size_t n) {
   double lanes[kSumLanes] = {};
   std::size_t i = 0;
@@ -283,7 +272,7 @@ MERIDIAN_TARGET_AVX2 MERIDIAN_ALWAYS_INLINE inline __m256 unfused_product(__m256
 // a += x[0, 8)^2 and b += x[8, 16)^2 over the finite values, lane by lane.
 MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline void add_squares16(const float* x, __m512d& a,
                                                                         __m512d& b) {
-  const __m512i u = _mm512_loadu_si512(x);
+  const __m512i u = codec_detail::load_in_register(x);
   const __mmask16 finite = _mm512_cmplt_epu32_mask(
       _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
   const __m512 v = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(finite, u));
