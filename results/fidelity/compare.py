@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""The fidelity study's bookkeeping (README.md): merges the real run's per-node events into one
-events.jsonl, and compares the all-reduce time per outer step of the real and simulated runs.
-Not a metrics library: the run metrics are analysis/'s (`meridian plot`, summary.json).
+"""The fidelity study's comparison (README.md): the all-reduce time per outer step of the real and
+simulated runs, side by side. Not a metrics library: the run metrics are analysis/'s
+(`meridian plot`, `meridian report`, summary.json), which also merges a real run's per-node
+streams onto one clock. This script only needs each node's own durations, so it reads the
+node streams as they are.
 
-  compare.py merge REAL_DIR              REAL_DIR/nodes/node-*/events.jsonl -> REAL_DIR/events.jsonl
   compare.py step-time REAL_DIR          mean inner-step seconds of the real run (for the sim)
   compare.py table OUT_PREFIX LABEL REAL_DIR SIM_DIR [LABEL REAL_DIR SIM_DIR ...]
                                          OUT_PREFIX.md / .csv / .dat (per outer step, per run)
+
+A run folder holds events.jsonl (a simulation) or node-<ID>/events.jsonl, one per process (a
+real run).
 """
 import glob
 import json
@@ -20,43 +24,26 @@ def read(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def merge(real_dir):
-    files = sorted(glob.glob(os.path.join(real_dir, "nodes", "node-*", "events.jsonl")))
+def records(run_dir):
+    """Every record of the run: its events.jsonl, or all its nodes' streams one after another."""
+    single = os.path.join(run_dir, "events.jsonl")
+    if os.path.exists(single):
+        return read(single)
+    files = sorted(glob.glob(os.path.join(run_dir, "node-*", "events.jsonl")))
     if not files:
-        sys.exit(f"compare.py: no {real_dir}/nodes/node-*/events.jsonl")
-    config, finished, body = None, [], []
-    for path in files:
-        for r in read(path):
-            if r["type"] == "config":
-                config = config or r
-            elif r["type"] == "run_finished":
-                finished.append(r)
-            else:
-                body.append(r)
-    # analysis/ needs GPU figures for MFU; a CPU run has none, so the merged file takes the
-    # simulator's (1 "GPU" per node at the default peak): MFU is meaningless in both.
-    config = json.loads(json.dumps(config))
-    config["metrics"]["gpus_per_node"] = 1
-    config["metrics"]["peak_flops_per_gpu"] = 989.0e12
-    config["merged_from"] = [os.path.relpath(p, real_dir) for p in files]
-    # Each node's clock starts with its own process (launched together, within milliseconds).
-    body.sort(key=lambda r: r["t"])
-    end = max(finished, key=lambda r: r["simulated_s"]) if finished else None
-    with open(os.path.join(real_dir, "events.jsonl"), "w") as out:
-        for r in [config] + body + ([end] if end else []):
-            out.write(json.dumps(r, separators=(",", ":")) + "\n")
-    print(f"merged {len(files)} nodes, {len(body)} records -> {real_dir}/events.jsonl")
+        sys.exit(f"compare.py: {run_dir} has neither events.jsonl nor node-*/events.jsonl")
+    return [r for path in files for r in read(path)]
 
 
 def inner_step_s(run_dir):
-    rs = [r for r in read(os.path.join(run_dir, "events.jsonl")) if r["type"] == "inner_steps"]
+    rs = [r for r in records(run_dir) if r["type"] == "inner_steps"]
     return sum(r["compute_s"] for r in rs) / sum(r["steps"] for r in rs)
 
 
 def per_step(run_dir):
     """outer step -> {max, min, mean} of the nodes' outer_step.allreduce_s, and bytes sent."""
     steps = {}
-    for r in read(os.path.join(run_dir, "events.jsonl")):
+    for r in records(run_dir):
         if r["type"] == "outer_step":
             steps.setdefault(r["outer_step"], {"ar": [], "bytes": 0})["ar"].append(r["allreduce_s"])
         elif r["type"] == "allreduce":
@@ -111,9 +98,7 @@ def table(prefix, triples):
 
 
 def main(argv):
-    if len(argv) >= 2 and argv[0] == "merge":
-        merge(argv[1])
-    elif len(argv) >= 2 and argv[0] == "step-time":
+    if len(argv) >= 2 and argv[0] == "step-time":
         print(f"{inner_step_s(argv[1]):.6f}")
     elif len(argv) >= 5 and argv[0] == "table" and (len(argv) - 2) % 3 == 0:
         table(argv[1], [tuple(argv[i:i + 3]) for i in range(2, len(argv), 3)])

@@ -59,7 +59,8 @@ for codec in $CODECS; do
     "SCENARIO='${SCENARIO:-}' NETDELAY_DELAY='${NETDELAY_DELAY:-}' $0 $BUILD $codec" \
     >"$real/command.txt"
   # The run's own copy of RUN.yaml: only output_dir differs (not part of the configuration hash).
-  sed "s|^output_dir:.*|output_dir: $real/nodes|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
+  # The nodes write $real/node-<ID>/, which `meridian plot/report $real` merge onto one clock.
+  sed "s|^output_dir:.*|output_dir: $real|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
   log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s," \
     "${NETDELAY_DELAY:+delays $NETDELAY_DELAY}${NETDELAY_DELAY:-RTT $RTT_MS ms}"
   MERIDIAN=$M "$NETNS" up "$prefix" $((NODES + 1)) "$RATE_MBIT" "$RTT_MS" >"$real/namespaces.txt"
@@ -90,7 +91,6 @@ for codec in $CODECS; do
   cp "$("$NETNS" dir "$prefix")/stats" "$real/netdelay-stats.txt"
   [[ $status -eq 0 ]] || { log "$codec: a node failed (status $status), see $real/node*.log"; exit 1; }
 
-  python3 "$OUT/compare.py" merge "$real"
   step_s=$(python3 "$OUT/compare.py" step-time "$real")
   log "$codec: measured inner step $step_s s; simulating"
   sim_args=("$OUT/${SCENARIO:-scenario-$codec.yaml}" --out "$sim"

@@ -110,7 +110,6 @@ set output
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/utilization.png'
-set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
 set xlabel 'time since start [s]'
@@ -118,17 +117,12 @@ set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
 plot '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
-set title 'MFU per outer step'
-set ylabel 'model FLOPs utilization [%]'
-set yrange [0:*]
-plot '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'real-int8-3continents-noidlerestart'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/utilization.svg'
-set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
 set xlabel 'time since start [s]'
@@ -136,10 +130,6 @@ set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
 plot '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
-set title 'MFU per outer step'
-set ylabel 'model FLOPs utilization [%]'
-set yrange [0:*]
-plot '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'real-int8-3continents-noidlerestart'
 
 unset multiplot
 set output
@@ -153,7 +143,7 @@ set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
 set ytics ('node 1' 0, 'node 2' 1, 'node 3' 2, 'node 4' 3)
 set yrange [3.6:-0.6]
-set xrange [0:22.3202]
+set xrange [0:22.2334]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#cc79a7' title 'outer optimizer'
@@ -168,7 +158,7 @@ set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
 set ytics ('node 1' 0, 'node 2' 1, 'node 3' 2, 'node 4' 3)
 set yrange [3.6:-0.6]
-set xrange [0:22.3202]
+set xrange [0:22.2334]
 set grid xtics
 set key outside right top vertical
 plot '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', '/work/main/results/fidelity/real-int8-3continents-noidlerestart/plots/data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#cc79a7' title 'outer optimizer'

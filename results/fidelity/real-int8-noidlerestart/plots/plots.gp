@@ -110,7 +110,6 @@ set output
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output '/work/main/results/fidelity/real-int8-noidlerestart/plots/utilization.png'
-set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
 set xlabel 'time since start [s]'
@@ -118,17 +117,12 @@ set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
 plot '/work/main/results/fidelity/real-int8-noidlerestart/plots/data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', '/work/main/results/fidelity/real-int8-noidlerestart/plots/data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
-set title 'MFU per outer step'
-set ylabel 'model FLOPs utilization [%]'
-set yrange [0:*]
-plot '/work/main/results/fidelity/real-int8-noidlerestart/plots/data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'real-int8-noidlerestart'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output '/work/main/results/fidelity/real-int8-noidlerestart/plots/utilization.svg'
-set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
 set xlabel 'time since start [s]'
@@ -136,10 +130,6 @@ set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
 plot '/work/main/results/fidelity/real-int8-noidlerestart/plots/data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', '/work/main/results/fidelity/real-int8-noidlerestart/plots/data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
-set title 'MFU per outer step'
-set ylabel 'model FLOPs utilization [%]'
-set yrange [0:*]
-plot '/work/main/results/fidelity/real-int8-noidlerestart/plots/data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'real-int8-noidlerestart'
 
 unset multiplot
 set output
