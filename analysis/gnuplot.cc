@@ -34,7 +34,11 @@ std::string find_gnuplot(const std::string& program) {
 void run_gnuplot(const std::string& script_path, const PlotOptions& options) {
   const std::string exe = find_gnuplot(options.gnuplot);
   const std::string log_path = script_path + ".log";
-  if (run_process(exe, {script_path}, log_path) != 0)
+  namespace fs = std::filesystem;
+  const fs::path script = fs::absolute(script_path);
+  // `cd` first: the script's relative paths then resolve in its folder, whatever our cwd.
+  if (run_process(exe, {"-e", "cd " + gp_quote(script.parent_path().string()), script.string()},
+                  log_path) != 0)
     throw Error("gnuplot failed on " + script_path + " (log: " + log_path + "):\n" +
                 file_tail(log_path, 1500));
 }
@@ -56,20 +60,18 @@ void gp_figure(std::ostream& script, const std::string& dir, const std::string& 
                const std::string& body, const PlotOptions& options, int height_px,
                std::vector<std::string>& files) {
   namespace fs = std::filesystem;
-  const std::string png = (fs::path(dir) / (name + ".png")).string();
   script << "\n# ---- " << name << "\nreset\n"
          << "set terminal pngcairo size " << options.width_px << "," << height_px
          << " noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'\n"
-         << "set output " << gp_quote(png) << "\n"
+         << "set output " << gp_quote(name + ".png") << "\n"
          << body << "\nunset multiplot\nset output\n";
-  files.push_back(png);
+  files.push_back((fs::path(dir) / (name + ".png")).string());
   if (options.svg) {
-    const std::string svg = (fs::path(dir) / (name + ".svg")).string();
     script << "reset\nset terminal svg size " << options.width_px << "," << height_px
            << " noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'\n"
-           << "set output " << gp_quote(svg) << "\n"
+           << "set output " << gp_quote(name + ".svg") << "\n"
            << body << "\nunset multiplot\nset output\n";
-    files.push_back(svg);
+    files.push_back((fs::path(dir) / (name + ".svg")).string());
   }
 }
 

@@ -18,15 +18,17 @@ struct PlotOptions {
 // The gnuplot executable, or a ConfigError that says how to install it.
 std::string find_gnuplot(const std::string& program);
 
-// Runs `gnuplot script` with stderr captured to script + ".log"; a non-zero exit is an Error
-// quoting the log's last lines.
+// Runs `gnuplot script` in the script's folder (paths in the scripts are relative to it, so a
+// plots folder can be moved, committed or redrawn by hand with `gnuplot NAME.gp` there), with
+// stderr captured to script + ".log"; a non-zero exit is an Error quoting the log's last lines.
 void run_gnuplot(const std::string& script_path, const PlotOptions& options);
 
 // A gnuplot single-quoted string literal ('' stands for ').
 std::string gp_quote(const std::string& s);
 
-// Writes `body` twice into the script: once to NAME.png (pngcairo), once to NAME.svg. `body`
-// may use multiplot. Appends the written file paths to `files`.
+// Writes `body` twice into the script: once to NAME.png (pngcairo), once to NAME.svg, both in
+// `dir`, the script's own folder (the script names them relative to it). `body` may use
+// multiplot. Appends the written file paths (in `dir`) to `files`.
 void gp_figure(std::ostream& script, const std::string& dir, const std::string& name,
                const std::string& body, const PlotOptions& options, int height_px,
                std::vector<std::string>& files);

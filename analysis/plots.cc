@@ -37,7 +37,9 @@ struct Script {
   std::vector<std::string> files;
   PlotOptions options;
 
+  // A data file: where it is written, and how the script (run in `dir`) names it.
   fs::path data(const std::string& name) const { return dir / "data" / name; }
+  static std::string ref(const std::string& name) { return gp_quote("data/" + name); }
   void figure(const std::string& name, const std::string& body) {
     gp_figure(text, dir.string(), name, body, options, options.height_px, files);
   }
@@ -63,7 +65,7 @@ void fig_nodes(Script& sc, const std::vector<const RunData*>& runs, const std::s
     }
     out << static_cast<double>(s.steps.back().outer_step + 1) * H << " "
         << s.steps.back().participants << "\n";
-    plot << (plot.tellp() > 0 ? ", " : "plot ") << gp_quote(sc.data(file).string())
+    plot << (plot.tellp() > 0 ? ", " : "plot ") << Script::ref(file)
          << " using 1:2 with steps lw 2.5 lc rgb '" << color(i) << "' title "
          << gp_quote(runs[i]->label);
   }
@@ -127,7 +129,7 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
        << "set yrange [0:" << max_count * 1.15 + 0.5 << "]\n"
        << (max_count <= 10 ? "set ytics 1\n" : "") << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i)
-    hist << (i ? ", " : "") << gp_quote(sc.data(prefix + "allreduce_hist.dat").string())
+    hist << (i ? ", " : "") << Script::ref(prefix + "allreduce_hist.dat")
          << " using " << i + 2 << (i == 0 ? ":xtic(1)" : "") << " lc rgb '" << color(i)
          << "' title columnheader(" << i + 2 << ")";
   sc.figure(prefix + "allreduce_hist", hist.str() + "\n");
@@ -152,9 +154,9 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
       out << runs[i]->summary.steps[k].allreduce_s << " " << 0.36 + 0.2 * spread << "\n";
     }
     tics << (tics.tellp() > 0 ? ", " : "") << gp_quote(runs[i]->label) << " " << i + 1;
-    plot << (plot.tellp() > 0 ? ", " : "plot ") << gp_quote(sc.data(file).string()) << " using ("
+    plot << (plot.tellp() > 0 ? ", " : "plot ") << Script::ref(file) << " using ("
          << i + 1 << "):1 with boxplot lc rgb '" << color(i) << "', "
-         << gp_quote(sc.data(file).string()) << " using (" << i + 1
+         << Script::ref(file) << " using (" << i + 1
          << " + $2):1 with points pt 7 ps 0.5 lc rgb '#60" << color(i) + 1 << "'";
   }
   box << "set xtics (" << tics.str() << ")\n" << plot.str() << "\n";
@@ -176,7 +178,7 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
     for (const OuterStepStats& st : s.steps)
       out << (st.t_end_s - s.run_start_s) / u.divisor_s << " " << pct(st.utilization) << " "
           << pct(st.compute_utilization) << " " << pct(st.mfu) << "\n";
-    const std::string f = gp_quote(sc.data(file).string());
+    const std::string f = Script::ref(file);
     const std::string tag = runs.size() > 1 ? runs[i]->label + ": " : "";
     const char* style = s.steps.size() > 100 ? "lines lw 1.5" : "linespoints pt 7 ps 0.6";
     util << (util.tellp() > 0 ? ", " : "plot ") << f << " using 1:2 with " << style << " lc rgb '"
@@ -289,7 +291,7 @@ void fig_timeline(Script& sc, const RunData& run, std::int64_t step) {
        << "set xrange [0:" << (t1 - t0) / u.divisor_s << "]\nset grid xtics\n"
        << "set key outside right top vertical\nplot ";
   for (std::size_t i = 0; i < used.size(); ++i)
-    body << (i ? ", " : "") << gp_quote(sc.data(file).string()) << " index " << i
+    body << (i ? ", " : "") << Script::ref(file) << " index " << i
          << " using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '" << colors[used[i]]
          << "' title '" << names[used[i]] << "'";
   sc.figure("timeline", body.str() + "\n");
@@ -311,7 +313,7 @@ void fig_bytes(Script& sc, const RunData& run) {
     out << "# node GB_sent GB_received send_bandwidth_Mbps (bytes_sent / time in all-reduce)\n"
         << rows.str();
   }
-  const std::string f = gp_quote(sc.data("bytes.dat").string());
+  const std::string f = Script::ref("bytes.dat");
   std::ostringstream body;
   body << "set multiplot layout 1,2\nset style data histograms\n"
        << "set style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
@@ -348,7 +350,7 @@ void fig_loss(Script& sc, const RunData& run) {
         << " loss perplexity val_loss val_perplexity (means over the step's nodes)\n"
         << rows.str();
   }
-  const std::string f = gp_quote(sc.data("loss.dat").string());
+  const std::string f = Script::ref("loss.dat");
   // Validation (held-out split, emulation's `evaluation` records) next to training, when present.
   auto series = [&](int col, int loss_col, const char* color_hex) {
     std::ostringstream p;

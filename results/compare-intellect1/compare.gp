@@ -3,7 +3,7 @@
 # ---- compare_nodes
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_nodes.png'
+set output 'compare_nodes.png'
 set title 'Active nodes over training'
 set xlabel 'inner step'
 set ylabel 'active nodes (participants of the outer step)'
@@ -11,13 +11,13 @@ set yrange [0:15]
 set ytics 1
 set grid
 set key bottom right
-plot '/work/main/results/compare-intellect1/data/compare_nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-usa', '/work/main/results/compare-intellect1/data/compare_nodes_1.dat' using 1:2 with steps lw 2.5 lc rgb '#d55e00' title 'intellect1-useu', '/work/main/results/compare-intellect1/data/compare_nodes_2.dat' using 1:2 with steps lw 2.5 lc rgb '#009e73' title 'intellect1-global', '/work/main/results/compare-intellect1/data/compare_nodes_3.dat' using 1:2 with steps lw 2.5 lc rgb '#cc79a7' title 'intellect1-full'
+plot 'data/compare_nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_nodes_1.dat' using 1:2 with steps lw 2.5 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_nodes_2.dat' using 1:2 with steps lw 2.5 lc rgb '#009e73' title 'intellect1-global', 'data/compare_nodes_3.dat' using 1:2 with steps lw 2.5 lc rgb '#cc79a7' title 'intellect1-full'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_nodes.svg'
+set output 'compare_nodes.svg'
 set title 'Active nodes over training'
 set xlabel 'inner step'
 set ylabel 'active nodes (participants of the outer step)'
@@ -25,7 +25,7 @@ set yrange [0:15]
 set ytics 1
 set grid
 set key bottom right
-plot '/work/main/results/compare-intellect1/data/compare_nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-usa', '/work/main/results/compare-intellect1/data/compare_nodes_1.dat' using 1:2 with steps lw 2.5 lc rgb '#d55e00' title 'intellect1-useu', '/work/main/results/compare-intellect1/data/compare_nodes_2.dat' using 1:2 with steps lw 2.5 lc rgb '#009e73' title 'intellect1-global', '/work/main/results/compare-intellect1/data/compare_nodes_3.dat' using 1:2 with steps lw 2.5 lc rgb '#cc79a7' title 'intellect1-full'
+plot 'data/compare_nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_nodes_1.dat' using 1:2 with steps lw 2.5 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_nodes_2.dat' using 1:2 with steps lw 2.5 lc rgb '#009e73' title 'intellect1-global', 'data/compare_nodes_3.dat' using 1:2 with steps lw 2.5 lc rgb '#cc79a7' title 'intellect1-full'
 
 unset multiplot
 set output
@@ -33,7 +33,7 @@ set output
 # ---- compare_allreduce_hist
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_allreduce_hist.png'
+set output 'compare_allreduce_hist.png'
 set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step, bin centre [s]'
 set ylabel 'outer steps'
@@ -44,13 +44,13 @@ set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
 set yrange [0:278.8]
-plot '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
+plot 'data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_allreduce_hist.svg'
+set output 'compare_allreduce_hist.svg'
 set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step, bin centre [s]'
 set ylabel 'outer steps'
@@ -61,7 +61,7 @@ set xtics rotate by -45 nomirror
 set grid ytics
 set key top right
 set yrange [0:278.8]
-plot '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), '/work/main/results/compare-intellect1/data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
+plot 'data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot
 set output
@@ -69,7 +69,7 @@ set output
 # ---- compare_allreduce_box
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_allreduce_box.png'
+set output 'compare_allreduce_box.png'
 set title 'All-reduce time per outer step (slowest node): distribution'
 set ylabel 'all-reduce time per outer step [s]'
 set xlabel 'run'
@@ -81,13 +81,13 @@ set key off
 set yrange [0:*]
 set xrange [0.4:4.6]
 set xtics ('intellect1-usa' 1, 'intellect1-useu' 2, 'intellect1-global' 3, 'intellect1-full' 4)
-plot '/work/main/results/compare-intellect1/data/compare_allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', '/work/main/results/compare-intellect1/data/compare_allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2', '/work/main/results/compare-intellect1/data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', '/work/main/results/compare-intellect1/data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', '/work/main/results/compare-intellect1/data/compare_allreduce_box_2.dat' using (3):1 with boxplot lc rgb '#009e73', '/work/main/results/compare-intellect1/data/compare_allreduce_box_2.dat' using (3 + $2):1 with points pt 7 ps 0.5 lc rgb '#60009e73', '/work/main/results/compare-intellect1/data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', '/work/main/results/compare-intellect1/data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
+plot 'data/compare_allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/compare_allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2', 'data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', 'data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', 'data/compare_allreduce_box_2.dat' using (3):1 with boxplot lc rgb '#009e73', 'data/compare_allreduce_box_2.dat' using (3 + $2):1 with points pt 7 ps 0.5 lc rgb '#60009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_allreduce_box.svg'
+set output 'compare_allreduce_box.svg'
 set title 'All-reduce time per outer step (slowest node): distribution'
 set ylabel 'all-reduce time per outer step [s]'
 set xlabel 'run'
@@ -99,7 +99,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:4.6]
 set xtics ('intellect1-usa' 1, 'intellect1-useu' 2, 'intellect1-global' 3, 'intellect1-full' 4)
-plot '/work/main/results/compare-intellect1/data/compare_allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', '/work/main/results/compare-intellect1/data/compare_allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2', '/work/main/results/compare-intellect1/data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', '/work/main/results/compare-intellect1/data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', '/work/main/results/compare-intellect1/data/compare_allreduce_box_2.dat' using (3):1 with boxplot lc rgb '#009e73', '/work/main/results/compare-intellect1/data/compare_allreduce_box_2.dat' using (3 + $2):1 with points pt 7 ps 0.5 lc rgb '#60009e73', '/work/main/results/compare-intellect1/data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', '/work/main/results/compare-intellect1/data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
+plot 'data/compare_allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/compare_allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2', 'data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', 'data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', 'data/compare_allreduce_box_2.dat' using (3):1 with boxplot lc rgb '#009e73', 'data/compare_allreduce_box_2.dat' using (3 + $2):1 with points pt 7 ps 0.5 lc rgb '#60009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
 
 unset multiplot
 set output
@@ -107,7 +107,7 @@ set output
 # ---- compare_utilization
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_utilization.png'
+set output 'compare_utilization.png'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -115,17 +115,17 @@ set xlabel 'time since start [h]'
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/compare-intellect1/data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'intellect1-usa: inner compute / outer-step wall time', '/work/main/results/compare-intellect1/data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' title 'intellect1-useu: inner compute / outer-step wall time', '/work/main/results/compare-intellect1/data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' title 'intellect1-global: inner compute / outer-step wall time', '/work/main/results/compare-intellect1/data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' title 'intellect1-full: inner compute / outer-step wall time'
+plot 'data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'intellect1-usa: inner compute / outer-step wall time', 'data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' title 'intellect1-useu: inner compute / outer-step wall time', 'data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' title 'intellect1-global: inner compute / outer-step wall time', 'data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' title 'intellect1-full: inner compute / outer-step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/compare-intellect1/data/compare_utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa', '/work/main/results/compare-intellect1/data/compare_utilization_1.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu', '/work/main/results/compare-intellect1/data/compare_utilization_2.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global', '/work/main/results/compare-intellect1/data/compare_utilization_3.dat' using 1:4 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full'
+plot 'data/compare_utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_utilization_1.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_utilization_2.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global', 'data/compare_utilization_3.dat' using 1:4 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/compare-intellect1/compare_utilization.svg'
+set output 'compare_utilization.svg'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -133,11 +133,11 @@ set xlabel 'time since start [h]'
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/compare-intellect1/data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'intellect1-usa: inner compute / outer-step wall time', '/work/main/results/compare-intellect1/data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' title 'intellect1-useu: inner compute / outer-step wall time', '/work/main/results/compare-intellect1/data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' title 'intellect1-global: inner compute / outer-step wall time', '/work/main/results/compare-intellect1/data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full: T_inner / (T_inner + T_allreduce)', '/work/main/results/compare-intellect1/data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' title 'intellect1-full: inner compute / outer-step wall time'
+plot 'data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'intellect1-usa: inner compute / outer-step wall time', 'data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' title 'intellect1-useu: inner compute / outer-step wall time', 'data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' title 'intellect1-global: inner compute / outer-step wall time', 'data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' title 'intellect1-full: inner compute / outer-step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/compare-intellect1/data/compare_utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa', '/work/main/results/compare-intellect1/data/compare_utilization_1.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu', '/work/main/results/compare-intellect1/data/compare_utilization_2.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global', '/work/main/results/compare-intellect1/data/compare_utilization_3.dat' using 1:4 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full'
+plot 'data/compare_utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_utilization_1.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_utilization_2.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global', 'data/compare_utilization_3.dat' using 1:4 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full'
 
 unset multiplot
 set output

@@ -71,6 +71,34 @@ TEST(Plots, EveryFigureOfOneRun) {
   EXPECT_TRUE(fs::exists(dir + "/plots/plots.gp"));
 }
 
+// The script names its figures and data relative to its folder, so a plots folder that is
+// moved (or committed and checked out elsewhere) redraws with `gnuplot plots.gp` in it.
+TEST(Plots, ScriptRedrawsAfterTheFolderMoves) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed (apt-get install -y gnuplot-nox)";
+  const std::string dir = fresh_dir("moved");
+  testing::write_synthetic_run(dir, {});
+  RunPlotOptions options;
+  options.plot.svg = false;
+  const auto files = plot_run(load_run(dir), dir + "/plots", options);
+  ASSERT_FALSE(files.empty());
+  std::ifstream in(dir + "/plots/plots.gp");
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str().find(fs::absolute(dir).string()), std::string::npos)
+      << "the script names a path outside its folder";
+
+  const fs::path moved = fs::path(fresh_dir("moved_to")) / "plots";
+  fs::rename(fs::path(dir) / "plots", moved);
+  for (const std::string& f : files) fs::remove(moved / fs::path(f).filename());
+  run_gnuplot((moved / "plots.gp").string(), options.plot);
+  for (const std::string& f : files) {
+    const fs::path redrawn = moved / fs::path(f).filename();
+    ASSERT_TRUE(fs::exists(redrawn)) << redrawn;
+    EXPECT_GT(fs::file_size(redrawn), 5000u) << redrawn;
+  }
+  EXPECT_FALSE(fs::exists(fs::path(dir) / "plots")) << "gnuplot wrote into the old folder";
+}
+
 TEST(Plots, NoLossNoLossFigures) {
   if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
   const std::string dir = fresh_dir("noloss");

@@ -3,7 +3,7 @@
 # ---- sweep_diloco_H
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/sweep-intellect1-global-H-codec/plots/sweep_diloco_H.png'
+set output 'sweep_diloco_H.png'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -14,17 +14,17 @@ set logscale x
 set title 'Compute utilization vs diloco.H'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.codec=fp32: T_inner / (T_inner + T_allreduce)', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.codec=int8: T_inner / (T_inner + T_allreduce)'
+plot 'data/sweep_diloco_H.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32: compute / alive time', 'data/sweep_diloco_H.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.codec=fp32: T_inner / (T_inner + T_allreduce)', 'data/sweep_diloco_H.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8: compute / alive time', 'data/sweep_diloco_H.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.codec=int8: T_inner / (T_inner + T_allreduce)'
 set title 'MFU vs diloco.H'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8'
+plot 'data/sweep_diloco_H.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32', 'data/sweep_diloco_H.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/sweep-intellect1-global-H-codec/plots/sweep_diloco_H.svg'
+set output 'sweep_diloco_H.svg'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -35,11 +35,11 @@ set logscale x
 set title 'Compute utilization vs diloco.H'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.codec=fp32: T_inner / (T_inner + T_allreduce)', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.codec=int8: T_inner / (T_inner + T_allreduce)'
+plot 'data/sweep_diloco_H.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32: compute / alive time', 'data/sweep_diloco_H.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.codec=fp32: T_inner / (T_inner + T_allreduce)', 'data/sweep_diloco_H.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8: compute / alive time', 'data/sweep_diloco_H.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.codec=int8: T_inner / (T_inner + T_allreduce)'
 set title 'MFU vs diloco.H'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_H.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8'
+plot 'data/sweep_diloco_H.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.codec=fp32', 'data/sweep_diloco_H.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.codec=int8'
 
 unset multiplot
 set output
@@ -47,7 +47,7 @@ set output
 # ---- sweep_diloco_codec
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/sweep-intellect1-global-H-codec/plots/sweep_diloco_codec.png'
+set output 'sweep_diloco_codec.png'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -57,17 +57,17 @@ set xrange [-0.5:1.5]
 set title 'Compute utilization vs diloco.codec'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.H=50: T_inner / (T_inner + T_allreduce)', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.H=100: T_inner / (T_inner + T_allreduce)', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 2 using 1:2 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 2 using 1:3 with linespoints pt 5 dt 2 lc rgb '#009e73' title 'diloco.H=500: T_inner / (T_inner + T_allreduce)'
+plot 'data/sweep_diloco_codec.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50: compute / alive time', 'data/sweep_diloco_codec.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.H=50: T_inner / (T_inner + T_allreduce)', 'data/sweep_diloco_codec.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100: compute / alive time', 'data/sweep_diloco_codec.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.H=100: T_inner / (T_inner + T_allreduce)', 'data/sweep_diloco_codec.dat' index 2 using 1:2 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500: compute / alive time', 'data/sweep_diloco_codec.dat' index 2 using 1:3 with linespoints pt 5 dt 2 lc rgb '#009e73' title 'diloco.H=500: T_inner / (T_inner + T_allreduce)'
 set title 'MFU vs diloco.codec'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 2 using 1:4 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500'
+plot 'data/sweep_diloco_codec.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50', 'data/sweep_diloco_codec.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100', 'data/sweep_diloco_codec.dat' index 2 using 1:4 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/sweep-intellect1-global-H-codec/plots/sweep_diloco_codec.svg'
+set output 'sweep_diloco_codec.svg'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -77,11 +77,11 @@ set xrange [-0.5:1.5]
 set title 'Compute utilization vs diloco.codec'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.H=50: T_inner / (T_inner + T_allreduce)', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.H=100: T_inner / (T_inner + T_allreduce)', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 2 using 1:2 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500: compute / alive time', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 2 using 1:3 with linespoints pt 5 dt 2 lc rgb '#009e73' title 'diloco.H=500: T_inner / (T_inner + T_allreduce)'
+plot 'data/sweep_diloco_codec.dat' index 0 using 1:2 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50: compute / alive time', 'data/sweep_diloco_codec.dat' index 0 using 1:3 with linespoints pt 5 dt 2 lc rgb '#0072b2' title 'diloco.H=50: T_inner / (T_inner + T_allreduce)', 'data/sweep_diloco_codec.dat' index 1 using 1:2 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100: compute / alive time', 'data/sweep_diloco_codec.dat' index 1 using 1:3 with linespoints pt 5 dt 2 lc rgb '#d55e00' title 'diloco.H=100: T_inner / (T_inner + T_allreduce)', 'data/sweep_diloco_codec.dat' index 2 using 1:2 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500: compute / alive time', 'data/sweep_diloco_codec.dat' index 2 using 1:3 with linespoints pt 5 dt 2 lc rgb '#009e73' title 'diloco.H=500: T_inner / (T_inner + T_allreduce)'
 set title 'MFU vs diloco.codec'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100', '/work/main/results/sweep-intellect1-global-H-codec/plots/data/sweep_diloco_codec.dat' index 2 using 1:4 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500'
+plot 'data/sweep_diloco_codec.dat' index 0 using 1:4 with linespoints pt 7 lw 2 lc rgb '#0072b2' title 'diloco.H=50', 'data/sweep_diloco_codec.dat' index 1 using 1:4 with linespoints pt 7 lw 2 lc rgb '#d55e00' title 'diloco.H=100', 'data/sweep_diloco_codec.dat' index 2 using 1:4 with linespoints pt 7 lw 2 lc rgb '#009e73' title 'diloco.H=500'
 
 unset multiplot
 set output

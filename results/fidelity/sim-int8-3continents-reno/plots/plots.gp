@@ -3,7 +3,7 @@
 # ---- nodes
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/nodes.png'
+set output 'nodes.png'
 set title 'Active nodes over training'
 set xlabel 'inner step'
 set ylabel 'active nodes (participants of the outer step)'
@@ -11,13 +11,13 @@ set yrange [0:5]
 set ytics 1
 set grid
 set key bottom right
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
+plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/nodes.svg'
+set output 'nodes.svg'
 set title 'Active nodes over training'
 set xlabel 'inner step'
 set ylabel 'active nodes (participants of the outer step)'
@@ -25,7 +25,7 @@ set yrange [0:5]
 set ytics 1
 set grid
 set key bottom right
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
+plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
 
 unset multiplot
 set output
@@ -33,7 +33,7 @@ set output
 # ---- allreduce_hist
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/allreduce_hist.png'
+set output 'allreduce_hist.png'
 set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step, bin centre [s]'
 set ylabel 'outer steps'
@@ -45,13 +45,13 @@ set grid ytics
 set key top right
 set yrange [0:6.25]
 set ytics 1
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/allreduce_hist.svg'
+set output 'allreduce_hist.svg'
 set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step, bin centre [s]'
 set ylabel 'outer steps'
@@ -63,7 +63,7 @@ set grid ytics
 set key top right
 set yrange [0:6.25]
 set ytics 1
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
@@ -71,7 +71,7 @@ set output
 # ---- allreduce_box
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/allreduce_box.png'
+set output 'allreduce_box.png'
 set title 'All-reduce time per outer step (slowest node): distribution'
 set ylabel 'all-reduce time per outer step [s]'
 set xlabel 'run'
@@ -83,13 +83,13 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('sim-int8-3continents-reno' 1)
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
+plot 'data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/allreduce_box.svg'
+set output 'allreduce_box.svg'
 set title 'All-reduce time per outer step (slowest node): distribution'
 set ylabel 'all-reduce time per outer step [s]'
 set xlabel 'run'
@@ -101,7 +101,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('sim-int8-3continents-reno' 1)
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
+plot 'data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
 
 unset multiplot
 set output
@@ -109,7 +109,7 @@ set output
 # ---- utilization
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/utilization.png'
+set output 'utilization.png'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -117,17 +117,17 @@ set xlabel 'time since start [s]'
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
+plot 'data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/utilization.svg'
+set output 'utilization.svg'
 set multiplot layout 1,2
 set grid
 set key bottom left font ',10'
@@ -135,11 +135,11 @@ set xlabel 'time since start [s]'
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
+plot 'data/utilization_0.dat' using 1:4 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'sim-int8-3continents-reno'
 
 unset multiplot
 set output
@@ -147,7 +147,7 @@ set output
 # ---- timeline
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/timeline.png'
+set output 'timeline.png'
 set title 'Per-node timeline of outer step 3'
 set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
@@ -156,13 +156,13 @@ set yrange [3.6:-0.6]
 set xrange [0:17.0243]
 set grid xtics
 set key outside right top vertical
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
+plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/timeline.svg'
+set output 'timeline.svg'
 set title 'Per-node timeline of outer step 3'
 set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
@@ -171,7 +171,7 @@ set yrange [3.6:-0.6]
 set xrange [0:17.0243]
 set grid xtics
 set key outside right top vertical
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
+plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
 
 unset multiplot
 set output
@@ -179,7 +179,7 @@ set output
 # ---- bytes
 reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/bytes.png'
+set output 'bytes.png'
 set multiplot layout 1,2
 set style data histograms
 set style histogram clustered gap 1
@@ -190,17 +190,17 @@ set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
 set key top right
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
+plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'
 set key off
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/bytes.dat' using 4:xtic(1) lc rgb '#009e73'
+plot 'data/bytes.dat' using 4:xtic(1) lc rgb '#009e73'
 
 unset multiplot
 set output
 reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
-set output '/work/main/results/fidelity/sim-int8-3continents-reno/plots/bytes.svg'
+set output 'bytes.svg'
 set multiplot layout 1,2
 set style data histograms
 set style histogram clustered gap 1
@@ -211,11 +211,11 @@ set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
 set key top right
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
+plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'
 set key off
-plot '/work/main/results/fidelity/sim-int8-3continents-reno/plots/data/bytes.dat' using 4:xtic(1) lc rgb '#009e73'
+plot 'data/bytes.dat' using 4:xtic(1) lc rgb '#009e73'
 
 unset multiplot
 set output
