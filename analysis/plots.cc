@@ -129,9 +129,9 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
        << "set yrange [0:" << max_count * 1.15 + 0.5 << "]\n"
        << (max_count <= 10 ? "set ytics 1\n" : "") << "plot ";
   for (std::size_t i = 0; i < runs.size(); ++i)
-    hist << (i ? ", " : "") << Script::ref(prefix + "allreduce_hist.dat")
-         << " using " << i + 2 << (i == 0 ? ":xtic(1)" : "") << " lc rgb '" << color(i)
-         << "' title columnheader(" << i + 2 << ")";
+    hist << (i ? ", " : "") << Script::ref(prefix + "allreduce_hist.dat") << " using " << i + 2
+         << (i == 0 ? ":xtic(1)" : "") << " lc rgb '" << color(i) << "' title columnheader("
+         << i + 2 << ")";
   sc.figure(prefix + "allreduce_hist", hist.str() + "\n");
 
   // Box plot: one box per run (quartiles, whiskers at 1.5 IQR), every outer step as a dot beside
@@ -154,10 +154,9 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
       out << runs[i]->summary.steps[k].allreduce_s << " " << 0.36 + 0.2 * spread << "\n";
     }
     tics << (tics.tellp() > 0 ? ", " : "") << gp_quote(runs[i]->label) << " " << i + 1;
-    plot << (plot.tellp() > 0 ? ", " : "plot ") << Script::ref(file) << " using ("
-         << i + 1 << "):1 with boxplot lc rgb '" << color(i) << "', "
-         << Script::ref(file) << " using (" << i + 1
-         << " + $2):1 with points pt 7 ps 0.5 lc rgb '#60" << color(i) + 1 << "'";
+    plot << (plot.tellp() > 0 ? ", " : "plot ") << Script::ref(file) << " using (" << i + 1
+         << "):1 with boxplot lc rgb '" << color(i) << "', " << Script::ref(file) << " using ("
+         << i + 1 << " + $2):1 with points pt 7 ps 0.5 lc rgb '#60" << color(i) + 1 << "'";
   }
   box << "set xtics (" << tics.str() << ")\n" << plot.str() << "\n";
   sc.figure(prefix + "allreduce_box", box.str());

@@ -211,8 +211,8 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
     for (char& c : safe)
       if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
     const std::string name = "sweep_" + safe;
-    const fs::path data = dir / "plots" / "data" / (name + ".dat");
-    std::ofstream out(data);
+    const std::string data_ref = "data/" + name + ".dat";  // as the script (run in plots/) names it
+    std::ofstream out(dir / "plots" / data_ref);
     out << "# " << axis.key << " compute_utilization_pct outer_step_utilization_pct mfu_pct\n";
     std::ostringstream util, mfu;
     int index = 0;
@@ -223,7 +223,7 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
       for (const auto& [x, s] : pts)
         out << x << " " << s->compute_utilization * 100 << " " << s->outer_step_utilization * 100
             << " " << s->mfu * 100 << "\n";
-      const std::string f = gp_quote("data/" + name + ".dat") + " index " + std::to_string(index);
+      const std::string f = gp_quote(data_ref) + " index " + std::to_string(index);
       const std::string label = line.empty() ? "" : line + ": ";
       util << (index ? ", " : "plot ") << f << " using 1:2 with linespoints pt 7 lw 2 lc rgb '"
            << series_color(index) << "'"

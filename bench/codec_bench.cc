@@ -134,9 +134,9 @@ void BM_CoreClock(benchmark::State& state) {
     for (std::int64_t i = 0; i < kAdds; ++i) __asm__ volatile("add $1, %0" : "+r"(chain));
   }
   benchmark::DoNotOptimize(chain);
-  state.counters["adds_per_second"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * static_cast<double>(kAdds),
-      benchmark::Counter::kIsRate);
+  state.counters["adds_per_second"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(kAdds),
+                         benchmark::Counter::kIsRate);
 }
 #endif
 
