@@ -219,7 +219,8 @@ Summary summarize(const std::vector<EventRecord>& events) {
     if (s.nodes.min == std::numeric_limits<std::int64_t>::max()) s.nodes.min = 0;
   }
   const double span_s = s.run_end_s - s.run_start_s;
-  s.nodes.mean = safe_div(alive_total, span_s);
+  s.nodes.alive_mean = safe_div(alive_total, span_s);
+  s.nodes.mean = s.nodes.alive_mean;  // replaced by the participants' mean when steps finished
 
   // Per node: utilization and idle time.
   double compute_total = 0;
@@ -291,6 +292,16 @@ Summary summarize(const std::vector<EventRecord>& events) {
                                               });
     s.nodes.min = lo->participants;
     s.nodes.max = hi->participants;
+    // The mean of the same population, weighted by each step's wall time, so that it lies
+    // between them: the alive-time mean also counts the start-up ramp and the tail after the
+    // last step (and, before the run's end was fixed, 11 days of a stretched end put it at
+    // 0.01 below a minimum of 2; issue 21).
+    double weighted = 0, total_s = 0;
+    for (const OuterStepStats& st : s.steps) {
+      weighted += double(st.participants) * st.duration_s;
+      total_s += st.duration_s;
+    }
+    if (total_s > 0) s.nodes.mean = weighted / total_s;
   }
   s.allreduce_s = distribution(slowest_allreduce);
   s.outer_steps = finished ? finished->outer_steps : static_cast<std::int64_t>(s.steps.size());
@@ -385,7 +396,10 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["inner_step_s"] = num(s.inner_step_s);
   j["wire_bytes_per_node_per_outer_step"] = num(s.wire_bytes_per_node_per_outer_step);
   j["bandwidth_reduction_vs_ddp"] = num(s.bandwidth_reduction_vs_ddp);
-  j["nodes"] = {{"min", s.nodes.min}, {"max", s.nodes.max}, {"mean", num(s.nodes.mean)}};
+  j["nodes"] = {{"min", s.nodes.min},
+                {"max", s.nodes.max},
+                {"mean", num(s.nodes.mean)},
+                {"alive_mean", num(s.nodes.alive_mean)}};
   j["recovery"] = {{"count", s.recovery.count},
                    {"total_s", num(s.recovery.total_s)},
                    {"mean_s", num(s.recovery.mean_s)},

@@ -84,7 +84,8 @@ struct Summary {
 
   struct {
     std::int64_t min = 0, max = 0;
-    double mean = 0;  // time-weighted over [run_start_s, run_end_s]
+    double mean = 0;        // participants weighted by step wall time (README, "Definitions")
+    double alive_mean = 0;  // the alive-node count, time-weighted over [run_start_s, run_end_s]
   } nodes;
   struct {
     std::int64_t count = 0;

@@ -744,6 +744,23 @@ void replay_churn(World& w, const ChurnTrace& trace) {
   }
 }
 
+// SimGrid's engine signals are process-wide and s4u offers no way to disconnect a slot: the one
+// slot, connected once, calls whatever the running simulation installed.
+std::function<void()>& time_advance_hook() {
+  static std::function<void()> hook;
+  return hook;
+}
+
+void connect_time_advance_hook() {
+  static const bool connected = [] {
+    sg4::Engine::on_time_advance_cb([](double) {
+      if (auto& hook = time_advance_hook()) hook();
+    });
+    return true;
+  }();
+  (void)connected;
+}
+
 }  // namespace
 
 SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions& options) {
@@ -849,14 +866,44 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   // The engine's nodes end the run themselves; pending churn events then no longer matter.
   if (engine_driver) churn->daemonize();
 
-  e.run();
+  // Interruption and progress, from SimGrid's clock: the hook runs in the maestro on every
+  // advance; a stop request wakes an actor that ends every other one (a kill unwinds each
+  // actor's stack, as at a crash), and the run ends with `run_interrupted`.
+  const int planned = sc.outer_steps();
+  std::string interrupted;
+  auto stop = sg4::Semaphore::create(0);
+  sg4::Actor::create("interrupt", w.pf.coordinator, [stop] {
+    stop->acquire();
+    sg4::Actor::kill_all();
+  })->daemonize();
+  std::uint64_t advances = 0;
+  connect_time_advance_hook();
+  time_advance_hook() = [&] {
+    if (++advances % 256 != 0) return;
+    if (options.on_progress)
+      options.on_progress(sg4::Engine::get_clock(),
+                          engine_driver ? counting.outer_steps() : w.coord->outer_done(), planned);
+    if (interrupted.empty() && options.interrupt_reason) {
+      interrupted = options.interrupt_reason();
+      if (!interrupted.empty()) stop->release();
+    }
+  };
+  try {
+    e.run();
+  } catch (...) {
+    time_advance_hook() = nullptr;
+    throw;
+  }
+  time_advance_hook() = nullptr;
   if (w.error) std::rethrow_exception(w.error);
   const double end = sg4::Engine::get_clock();
   const int outer_done = engine_driver ? counting.outer_steps() : w.coord->outer_done();
   JsonObject f;
-  f.add("simulated_s", end).add("outer_steps", outer_done);
-  sink.emit(Event{end, -1, "run_finished", f});
-  return {end, outer_done, w.net.messages(), w.net.wire_bytes()};
+  f.add("simulated_s", end).add("outer_steps", outer_done).add("outer_steps_planned", planned);
+  if (!interrupted.empty()) f.add("reason", interrupted);
+  sink.emit(Event{end, -1, interrupted.empty() ? "run_finished" : "run_interrupted", f});
+  SimOutcome out{end, outer_done, planned, interrupted, w.net.messages(), w.net.wire_bytes()};
+  return out;
 }
 
 }  // namespace meridian::netsim

@@ -19,8 +19,13 @@ struct SimOptions {
   // SimGrid's own log threshold (critical, error, warning, info, debug): info lists the blocked
   // actors if the simulation ever deadlocks.
   std::string simgrid_log = "critical";
-  // Called at every outer-step boundary with simulated seconds and outer steps done.
+  // Called at every outer-step boundary (model driver) or as simulated time advances (engine
+  // driver, every few hundred clock advances) with simulated seconds and outer steps done. The
+  // caller throttles its drawing.
   std::function<void(double simulated_s, int outer_done, int outer_total)> on_progress;
+  // Polled as simulated time advances: a non-empty answer (the reason, e.g. "SIGINT") stops the
+  // run at once; it then ends with `run_interrupted` instead of `run_finished`.
+  std::function<std::string()> interrupt_reason;
   // The nodes' workers (resolve_worker(sc)); the default is the ModeledWorker. A scenario whose
   // `worker` is not "modeled" needs the plugin of its kind here.
   WorkerPlugin worker;
@@ -29,6 +34,8 @@ struct SimOptions {
 struct SimOutcome {
   double simulated_s = 0.0;
   int outer_steps = 0;
+  int outer_steps_planned = 0;
+  std::string interrupted;  // the reason the run was stopped early; empty when it ran to its end
   std::uint64_t messages = 0;    // simulated point-to-point transfers
   std::uint64_t wire_bytes = 0;  // their total size
 };

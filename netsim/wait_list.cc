@@ -61,14 +61,25 @@ bool acquire_until(const sg4::SemaphorePtr& sem, double deadline_s) {
   // The timer's callback runs in the maestro (no simcall needed there); it outlives the waiter
   // if the waiter's host is turned off, hence the shared flag and the semaphore's own reference.
   auto fired = std::make_shared<bool>(false);
-  auto* timer = simgrid::kernel::timer::Timer::set(deadline_s, [sem, fired] {
-    *fired = true;
-    sem->release();
-  });
+  // A pending timer keeps SimGrid's clock going after the last actor has ended: a waiter killed
+  // at the end of the run (a daemon, or an actor of a host turned off) must take its timer with
+  // it, or the run "ends" at the timer's deadline (issue 21: an emulation that ended at 15 s
+  // reported 3,600 s; a churn event at 999,999 s stretched a run to 11.6 days). The guard runs
+  // on the normal return and while a kill unwinds this actor's stack.
+  struct TimerGuard {
+    simgrid::kernel::timer::Timer* timer;
+    std::shared_ptr<bool> fired;
+    ~TimerGuard() {
+      if (!*fired) timer->remove();  // not fired: still pending, and removing it frees it
+    }
+  } guard{simgrid::kernel::timer::Timer::set(deadline_s,
+                                             [sem, fired] {
+                                               *fired = true;
+                                               sem->release();
+                                             }),
+          fired};
   sem->acquire();
-  if (*fired) return false;
-  timer->remove();  // not fired: still pending, and removing it frees it
-  return true;
+  return !*fired;
 }
 
 }  // namespace meridian::netsim

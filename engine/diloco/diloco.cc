@@ -94,6 +94,10 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
     result.node = id_;
     initialise_outer_state();
     RoundRecord r = mesh_->wait_admitted();
+    if (r.rank_of(id_) < 0) {  // the run ended while this node was queued
+      result.what = "the run ended before a boundary admitted this node";
+      emit("not_admitted", JsonObject().add("outer_step", r.outer_step).add("reason", result.what));
+    }
     if (r.is_joiner(id_)) recover(r);
     while (true) {
       if (options_.outer_steps > 0 && r.outer_step >= options_.outer_steps) {

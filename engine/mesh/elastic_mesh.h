@@ -50,7 +50,8 @@ class ElasticMesh {
   std::int64_t node_id() const { return id_; }
 
   // The first round that names this node a member (TimeoutError after admission_timeout_s).
-  // Emits `admitted` when the node is one of the round's joiners.
+  // Emits `admitted` when the node is one of the round's joiners. When the run ends first, the
+  // run's final record (outer_step >= outer_steps), which does not name this node.
   RoundRecord wait_admitted();
   // The barrier before the all-reduce (PRIME's monitored barrier, with liveness): marks this
   // member ready and waits until every member of `r` is. Returns false as soon as a member that

@@ -117,7 +117,14 @@ TEST(Summary, NodeCountTimeWeighted) {
   // 2 nodes on [0,5), 3 on [5,24), 2 on [24,30]: mean = (10 + 57 + 12) / 30 = 79/30.
   EXPECT_EQ(s.nodes.min, 2);
   EXPECT_EQ(s.nodes.max, 3);
-  EXPECT_DOUBLE_EQ(s.nodes.mean, 79.0 / 30.0);
+  EXPECT_DOUBLE_EQ(s.nodes.alive_mean, 79.0 / 30.0);
+  // The participants of the steps, weighted by their wall time, lie between min and max.
+  double weighted = 0, total_s = 0;
+  for (const auto& st : s.steps) weighted += double(st.participants) * st.duration_s;
+  for (const auto& st : s.steps) total_s += st.duration_s;
+  EXPECT_DOUBLE_EQ(s.nodes.mean, weighted / total_s);
+  EXPECT_GE(s.nodes.mean, 2.0);
+  EXPECT_LE(s.nodes.mean, 3.0);
   ASSERT_EQ(s.node_count.size(), 4u);
   EXPECT_EQ(s.node_count[1], (std::pair<double, std::int64_t>{5.0, 3}));
   EXPECT_EQ(s.node_count[2], (std::pair<double, std::int64_t>{24.0, 2}));
@@ -212,7 +219,7 @@ TEST(Summary, AgreesWithTheSimulatorsOwnSummary) {
   EXPECT_TRUE(near(*s.bandwidth_reduction_vs_ddp, sim["bandwidth_reduction_vs_ddp"]));
   EXPECT_TRUE(near(s.tokens, sim["tokens"]));
   EXPECT_TRUE(near(s.simulated_s, sim["simulated_s"]));
-  EXPECT_TRUE(near(s.nodes.mean, sim["nodes"]["time_averaged_alive"])) << s.nodes.mean;
+  EXPECT_TRUE(near(s.nodes.alive_mean, sim["nodes"]["time_averaged_alive"])) << s.nodes.alive_mean;
   EXPECT_EQ(s.outer_steps, sim["outer_steps"].get<std::int64_t>());
   EXPECT_EQ(s.recovery.count, 1);
   EXPECT_EQ(s.failures, 1);  // the crash (the graceful leave is not a failure)
