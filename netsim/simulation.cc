@@ -6,6 +6,7 @@
 #include "netsim/simulation.h"
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -792,7 +793,12 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
   char arg0[] = "meridian";
   char* argv[] = {arg0, log_arg.data(), nullptr};
+  // SimGrid replaces SIGINT's handler with its own, which prints every actor and calls exit():
+  // a caller that handles SIGINT itself (`meridian sim` ends the run with run_interrupted)
+  // keeps its handler.
+  const auto caller_sigint = std::signal(SIGINT, SIG_DFL);
   sg4::Engine e(&argc, argv);
+  if (caller_sigint != SIG_DFL && caller_sigint != SIG_ERR) std::signal(SIGINT, caller_sigint);
   for (const auto& item : options.worker.simgrid_config) e.set_config(item);
   const int L = sc.diloco.local_ranks;
   configure_network(e, sc, sc.diloco.aggregate ? L : 1);

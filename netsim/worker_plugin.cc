@@ -20,7 +20,7 @@ bool register_worker_kind(const std::string& kind, WorkerKindFactory factory) {
   return true;
 }
 
-WorkerPlugin resolve_worker(Scenario& sc) {
+WorkerPlugin resolve_worker(Scenario& sc, const SlowStepFn& on_slow_step) {
   if (sc.worker == "modeled") return {};
   auto it = registry().find(sc.worker);
   if (it == registry().end()) {
@@ -32,7 +32,7 @@ WorkerPlugin resolve_worker(Scenario& sc) {
                                               "MERIDIAN_WITH_SIMGRID=ON (LibTorch and SimGrid)"
                                             : ""));
   }
-  WorkerPlugin p = it->second(sc);
+  WorkerPlugin p = it->second(sc, on_slow_step);
   p.kind = sc.worker;
   return p;
 }

@@ -46,7 +46,10 @@ struct WorkerPlugin {
 
 // Makes the plugin of one kind for a scenario; may complete the scenario (e.g. the model shapes
 // from the real model). Throws ConfigError naming the scenario file and key for bad settings.
-using WorkerKindFactory = std::function<WorkerPlugin(Scenario& sc)>;
+// `on_slow_step` is told of each slow preparation step before it starts (e.g. building a
+// corpus cache on the first run), so that the command can say why it is quiet.
+using SlowStepFn = std::function<void(const std::string& step)>;
+using WorkerKindFactory = std::function<WorkerPlugin(Scenario& sc, const SlowStepFn& on_slow_step)>;
 
 // Registers a kind (static initialisation of a file linked into the executable). Returns true.
 bool register_worker_kind(const std::string& kind, WorkerKindFactory factory);
@@ -54,6 +57,6 @@ bool register_worker_kind(const std::string& kind, WorkerKindFactory factory);
 // The plugin for `sc.worker`: the default for "modeled", else the registered factory's. Throws
 // ConfigError naming the file when the kind is not part of this build (e.g. `worker: torch`
 // without LibTorch).
-WorkerPlugin resolve_worker(Scenario& sc);
+WorkerPlugin resolve_worker(Scenario& sc, const SlowStepFn& on_slow_step = {});
 
 }  // namespace meridian::netsim

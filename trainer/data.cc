@@ -194,7 +194,12 @@ TokenizedCorpus prepare_corpus(const DataOptions& options) {
   if (!fs::exists(train_txt)) write_atomically(train_txt, train_text);
   if (!fs::exists(val_txt)) write_atomically(val_txt, val_text);
   const std::string tag = ".tmp" + std::to_string(::getpid());
+  const auto slow_step = [&](const std::string& step) {
+    if (options.on_slow_step) options.on_slow_step(step);
+  };
   if (!fs::exists(model)) {
+    slow_step("training the SentencePiece tokenizer on " + std::to_string(c.train_documents) +
+              " documents (first run only; cached in " + cache.string() + ")");
     const fs::path prefix = cache / (key + tag);
     run_tool({MERIDIAN_SPM_TRAIN, "--input=" + train_txt.string(),
               "--model_prefix=" + prefix.string(), "--vocab_size=" + std::to_string(options.vocab),
@@ -210,6 +215,7 @@ TokenizedCorpus prepare_corpus(const DataOptions& options) {
   auto encode = [&](const fs::path& text, const char* split, std::int64_t ndocs) {
     const fs::path ids = cache / (key + "." + split + ".ids");
     if (!fs::exists(ids)) {
+      slow_step(std::string("encoding the ") + split + " split (first run only)");
       const fs::path tmp = ids.string() + tag;
       run_tool({MERIDIAN_SPM_ENCODE, "--model=" + model.string(), "--output_format=id"},
                text.string(), tmp.string(), cache / (key + ".encode.log"));

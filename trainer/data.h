@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,9 @@ struct DataOptions {
   int vocab = 512;             // SentencePiece (unigram) vocabulary; must equal the model's
   std::string cache_dir;       // required: tokenizer model and token ids, keyed by content
   int validation_every = 20;   // document i is held out when i % validation_every == 0
+  // Told each slow step of prepare_corpus before it starts (only when the cache misses: training
+  // the tokenizer, encoding a split), so that a command can say why its first run is slow.
+  std::function<void(const std::string& step)> on_slow_step;
 };
 
 struct TokenizedCorpus {

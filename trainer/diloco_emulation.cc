@@ -110,7 +110,7 @@ class Emulation {
             std::function<void(const std::string&)> log)
       : o_(std::move(o)), events_(events), on_step_(on_step), log_(std::move(log)),
         store_(runtime_) {
-    if (o_.nodes < 1) throw ConfigError("emulation: nodes must be >= 1");
+    validate_emulation(o_);
     if (!log_) log_ = [](const std::string&) {};
     auto w = o_.worker;
     w.data.vocab = w.config.model.vocab;
@@ -262,6 +262,31 @@ class Emulation {
 };
 
 }  // namespace
+
+void validate_emulation(const EmulationOptions& o) {
+  if (o.nodes < 1)
+    throw ConfigError("--nodes: expected at least 1, got " + std::to_string(o.nodes));
+  if (o.diloco.inner_steps < 1 || o.diloco.outer_steps < 1)
+    throw ConfigError("--inner-steps and --outer-steps must be positive");
+  const std::int64_t steps = o.diloco.outer_steps;
+  std::set<std::int64_t> failing;
+  for (const auto& [step, node] : o.fail_after) {
+    const std::string what = "--fail " + std::to_string(node) + "@" + std::to_string(step);
+    if (node < 1 || node > o.nodes)
+      throw ConfigError(what + ": no node " + std::to_string(node) + " (the initial nodes are 1.." +
+                        std::to_string(o.nodes) + ")");
+    if (step < 1 || step >= steps)
+      throw ConfigError(what + ": the outer step must be in [1, " + std::to_string(steps - 1) +
+                        "] (the run has " + std::to_string(steps) + " outer steps)");
+    if (!failing.insert(node).second)
+      throw ConfigError(what + ": node " + std::to_string(node) + " fails twice");
+  }
+  for (const std::int64_t step : o.join_after)
+    if (step < 1 || step >= steps)
+      throw ConfigError("--join " + std::to_string(step) + ": the outer step must be in [1, " +
+                        std::to_string(steps - 1) + "] (the run has " + std::to_string(steps) +
+                        " outer steps)");
+}
 
 EmulationResult run_emulation(EmulationOptions options, EventSink& events,
                               const std::function<void(const EmulatedStep&)>& on_step,

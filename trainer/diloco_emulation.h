@@ -52,6 +52,11 @@ struct EmulationResult {
   std::vector<EmulatedNode> nodes;
 };
 
+// Checks the options before any work (corpus, threads): positive counts, and a churn schedule
+// that names initial nodes (1..nodes) at outer steps inside the run. ConfigError names the
+// option as the command line spells it (`--fail NODE@STEP`, `--join STEP`).
+void validate_emulation(const EmulationOptions& options);
+
 // Runs to the end (every node finished, left or lost). Emits the run-level `config` record
 // first and `run_finished` last (engine/events/SCHEMA.md), the nodes' events in between. `on_step` is called for each applied
 // outer step (from a node's thread, serialised), e.g. to stream a CSV.

@@ -12,6 +12,8 @@
 #include "analysis/summary.h"
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/interrupt.h"
+#include "cli/progress.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "netsim/scenario.h"
@@ -65,7 +67,11 @@ int run_sim(const std::vector<std::string>& args) {
   netsim::Scenario sc = netsim::load_scenario(path, overrides);
   // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the
   // corpus and fails with a clear error when this build has no LibTorch.
-  netsim::WorkerPlugin worker = netsim::resolve_worker(sc);
+  const auto prepare0 = std::chrono::steady_clock::now();
+  netsim::WorkerPlugin worker = netsim::resolve_worker(
+      sc, [](const std::string& step) { std::cerr << "meridian sim: " << step << "\n"; });
+  const double prepare_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - prepare0).count();
   if (out.empty()) out = sc.output_dir;
   std::filesystem::create_directories(out);
   const std::string events_path = (std::filesystem::path(out) / "events.jsonl").string();
@@ -76,31 +82,34 @@ int run_sim(const std::vector<std::string>& args) {
   for (auto& a : args)
     if (a != path) command += " " + a;
   JsonlEventSink sink(events);
-  const auto wall0 = std::chrono::steady_clock::now();
-  double last_print = -1;
+  InterruptScope interrupt;
+  ProgressLine progress;
   netsim::SimOptions opts;
   opts.command = command;
   opts.simgrid_log = simgrid_log;
   opts.worker = std::move(worker);
-  opts.on_progress = [&](double sim_s, int done, int total) {
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    if (wall - last_print < 0.25 && done < total) return;
-    last_print = wall;
-    const double frac = total > 0 ? double(done) / total : 1.0;
-    const int width = 30, filled = static_cast<int>(frac * width);
-    const double eta = frac > 0 ? wall * (1 - frac) / frac : 0;
-    std::fprintf(stderr, "\r[%s%s] %3.0f%%  %.2f simulated days  outer %d/%d  ETA %.0f s ",
-                 std::string(filled, '#').c_str(), std::string(width - filled, '.').c_str(),
-                 100 * frac, sim_s / 86400, done, total, eta);
+  opts.interrupt_reason = [] {
+    const int sig = InterruptScope::received();
+    return sig ? InterruptScope::name(sig) : std::string();
   };
-  netsim::SimOutcome r = netsim::run_simulation(sc, sink, opts);
+  opts.on_progress = [&](double sim_s, int done, int total) {
+    char text[96];
+    std::snprintf(text, sizeof text, "outer step %d/%d  %s simulated", done, total,
+                  ProgressLine::duration_text(sim_s).c_str());
+    progress.update(total > 0 ? double(done) / total : -1, text);
+  };
+  const netsim::SimOutcome r = netsim::run_simulation(sc, sink, opts);
+  progress.finish();
   events.close();
-  const double wall =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  std::fprintf(stderr, "\n%.0f simulated s in %.2f wall s (%.0fx), %llu messages\n", r.simulated_s,
-               wall, wall > 0 ? r.simulated_s / wall : 0.0,
+  const double run_wall_s = progress.elapsed_s();
+  std::fprintf(stderr, "%.0f simulated s in %.2f wall s (%.0fx), %llu messages", r.simulated_s,
+               run_wall_s + prepare_s, run_wall_s > 0 ? r.simulated_s / run_wall_s : 0.0,
                static_cast<unsigned long long>(r.messages));
+  if (prepare_s >= 0.05) std::fprintf(stderr, "; %.2f s of it preparing the workers", prepare_s);
+  std::fputc('\n', stderr);
+  if (!r.interrupted.empty())
+    std::fprintf(stderr, "meridian sim: interrupted (%s) after %d of %d outer steps\n",
+                 r.interrupted.c_str(), r.outer_steps, r.outer_steps_planned);
 
   // summary.json comes from the events alone, by the one implementation of SCHEMA.md's metrics
   // (analysis/), exactly as `meridian report` and `meridian sweep` compute it.
@@ -108,6 +117,7 @@ int run_sim(const std::vector<std::string>& args) {
   std::ofstream(std::filesystem::path(out) / "summary.json") << analysis::to_json(summary).dump(2)
                                                                  << "\n";
   std::cout << analysis::summary_table(summary) << "  events: " << events_path << "\n";
+  if (!r.interrupted.empty()) return InterruptScope::exit_code(InterruptScope::received());
   return kExitOk;
 }
 

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -11,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "engine/error.h"
 #include "trainer/post/finetune/domain_corpus.h"
 #include "trainer/post/finetune/finetune.h"
@@ -105,6 +107,9 @@ int run_finetune(const std::vector<std::string>& args) {
   trainer::DataOptions data;
   data.vocab = o.config.model.vocab;
   data.cache_dir = cache;
+  data.on_slow_step = [](const std::string& step) {
+    std::cerr << "meridian finetune: " << step << "\n";
+  };
   const trainer::TokenizedCorpus general = trainer::prepare_corpus(data);
   const trainer::TokenizedCorpus domain = post::encode_documents(
       post::read_paragraph_documents(domain_dir), general, cache, /*validation_every=*/10);
@@ -114,7 +119,14 @@ int run_finetune(const std::vector<std::string>& args) {
   }
   if (!spectrum_yaml.empty()) o.trainable = post::read_trainable(spectrum_yaml);
 
+  ProgressLine progress;
+  o.on_step = [&](int done, double loss) {
+    char text[80];
+    std::snprintf(text, sizeof text, "step %d/%d  loss %.3f", done, steps, loss);
+    progress.update(steps > 0 ? double(done) / steps : -1, text);
+  };
   const post::FinetuneResult r = post::finetune(o, corpus_name == "general" ? general : domain);
+  progress.finish();
   const double val_general = post::evaluate(o.config, r.params, general, eval_sequences);
   const double val_domain = post::evaluate(o.config, r.params, domain, eval_sequences);
   rusage ru{};

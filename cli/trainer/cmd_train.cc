@@ -2,6 +2,7 @@
 // train and validation loss; optional checkpoint and resume. The baseline of the convergence
 // study; DiLoCo runs go through the engine's node loop.
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -9,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "engine/error.h"
 #include "trainer/adamw.h"
 #include "trainer/torch_worker.h"
@@ -128,6 +130,9 @@ int run_train(const std::vector<std::string>& argv) {
     return kExitUsage;
   }
   try {
+    o.data.on_slow_step = [](const std::string& step) {
+      std::cerr << "meridian train: " << step << "\n";
+    };
     trainer::TorchWorker w(o);
     if (a.has("resume")) w.load_checkpoint(a.kv.at("resume"));
     std::ofstream file;
@@ -142,14 +147,27 @@ int run_train(const std::vector<std::string>& argv) {
     };
     out << w.step() << "," << w.tokens() << ",," << w.evaluate() << ",,"
         << elapsed() << "\n";
+    ProgressLine progress;
     for (int done = 0; done < steps;) {
       const int n = std::min(eval_every, steps - done);
       const double lr = trainer::scheduled_lr(o.config.train.optim, w.step() + n - 1);
-      const auto r = w.run_inner_steps(n);
+      // One step at a time for the progress line; the sum runs in the order run_inner_steps(n)
+      // adds, so the mean loss is the same.
+      double loss_sum = 0;
+      for (int k = 0; k < n; ++k) {
+        const double loss = w.run_inner_steps(1).loss;
+        loss_sum += loss;
+        char text[80];
+        std::snprintf(text, sizeof text, "step %d/%d  loss %.3f", done + k + 1, steps, loss);
+        progress.update(double(done + k + 1) / steps, text);
+      }
       done += n;
-      out << w.step() << "," << w.tokens() << "," << r.loss << "," << w.evaluate() << "," << lr
+      const double val_loss = w.evaluate();
+      progress.clear();
+      out << w.step() << "," << w.tokens() << "," << loss_sum / n << "," << val_loss << "," << lr
           << "," << elapsed() << std::endl;
     }
+    progress.finish();
     if (a.has("checkpoint")) w.save_checkpoint(a.kv.at("checkpoint"));
   } catch (const ConfigError& e) {
     std::cerr << "meridian train: " << e.what() << "\n";

@@ -3,6 +3,7 @@
 // schedule (a node fails at an outer step, a joiner arrives and recovers live). Prints the
 // validation loss of the outer parameters per outer step as CSV. The emulation of the
 // convergence study on one machine; not the simulator (no network model).
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "cli/build_info.h"
 #include "cli/command.h"
+#include "cli/progress.h"
 #include "engine/codec/codec.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
@@ -75,8 +77,10 @@ int run_train_diloco(const std::vector<std::string>& argv) {
     csv_path = take("csv", "");
     events_path = take("events", "");
     if (!kv.empty()) throw ConfigError("unknown option --" + kv.begin()->first);
-    if (nodes < 1 || d.inner_steps < 1 || d.outer_steps < 1)
-      throw ConfigError("--nodes, --inner-steps and --outer-steps must be positive");
+    trainer::validate_emulation(e);  // before the corpus is built or a thread started
+    o.data.on_slow_step = [](const std::string& step) {
+      std::cerr << "meridian train-diloco: " << step << "\n";
+    };
   } catch (const std::invalid_argument&) {
     std::cerr << "meridian train-diloco: a numeric option has a non-numeric value\n" << kUsage;
     return kExitUsage;
@@ -103,14 +107,27 @@ int run_train_diloco(const std::vector<std::string>& argv) {
     for (const auto& arg : argv) e.command += " " + arg;
     std::ostream& csv = csv_path.empty() ? std::cout : csv_file;
     csv << "outer_step,inner_steps_per_node,members,tokens,train_loss,val_loss,fallback,elapsed_s\n";
+    ProgressLine progress;
+    progress.update(0, "outer step 0/" + std::to_string(d.outer_steps) + "  (first inner steps)",
+                    true);
     const auto result = trainer::run_emulation(
         e, sink,
         [&](const trainer::EmulatedStep& s) {
+          progress.clear();
           csv << s.outer_step << "," << d.inner_steps << "," << s.members << "," << s.tokens
               << "," << s.train_loss << "," << s.val_loss << "," << s.fallback << ","
               << s.elapsed_s << std::endl;
+          char text[96];
+          std::snprintf(text, sizeof text, "outer step %lld/%lld  %zu members  val loss %.3f",
+                        static_cast<long long>(s.outer_step), static_cast<long long>(d.outer_steps),
+                        s.members, s.val_loss);
+          progress.update(double(s.outer_step) / d.outer_steps, text, true);
         },
-        [](const std::string& line) { std::cerr << line << "\n"; });
+        [&](const std::string& line) {
+          progress.clear();
+          std::cerr << line << "\n";
+        });
+    progress.finish();
     for (const auto& n : result.nodes)
       std::cerr << "node " << n.id << " (shard " << n.shard << "): "
                 << node_exit_name(n.result.exit) << " after " << n.result.outer_steps_applied

@@ -91,9 +91,8 @@ TEST(SimRunEnd, JoinsAndFailsAtEveryStepEnd) {
   for (int step = 0; step <= 16; ++step) {
     const std::string at = std::to_string(step);
     for (const bool with_fail : {false, true}) {
-      const std::string rows = "step,node,event\n" +
-                               std::string(with_fail ? "2,us-1,fail\n" : "") + at +
-                               ",eu-1,join\n";
+      const std::string rows =
+          "step,node,event\n" + std::string(with_fail ? "2,us-1,fail\n" : "") + at + ",eu-1,join\n";
       const std::string tag = "join" + at + (with_fail ? "f" : "");
       const Ended r = simulate(small_run(write_trace(tag + ".csv", rows)), tag);
       const std::string what = (with_fail ? "fail at 2, join at step " : "join at step ") + at;
@@ -121,9 +120,8 @@ TEST(SimRunEnd, JoinsAndFailsAtEveryStepEnd) {
   for (int step = 0; step <= 16; ++step) {
     const std::string at = std::to_string(step);
     const std::string tag = "fail" + at;
-    const Ended r =
-        simulate(small_run(write_trace(tag + ".csv", "step,node,event\n" + at + ",eu-0,fail\n")),
-                 tag);
+    const Ended r = simulate(
+        small_run(write_trace(tag + ".csv", "step,node,event\n" + at + ",eu-0,fail\n")), tag);
     expect_ends_with_its_last_node(r, "fail at step " + at, 4);
   }
 }

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
+#include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "trainer/diloco_emulation.h"
 
@@ -57,6 +59,38 @@ TEST(DilocoEmulation, TinyNodesTrainThroughAFailureAndAJoin) {
   EXPECT_EQ(all.front().node, -1);
   EXPECT_NE(all.front().to_json().find("\"mode\":\"emulate\""), std::string::npos);
   EXPECT_EQ(all.back().type, "run_finished");
+}
+
+// Regression (issue 21): `train-diloco --nodes 3 --fail 5@1` aborted with std::out_of_range
+// (map::at) when the churn schedule fired. The schedule is now checked before any work.
+TEST(DilocoEmulation, ChurnScheduleIsCheckedBeforeTheRun) {
+  EmulationOptions o;
+  o.nodes = 3;
+  o.diloco.inner_steps = 4;
+  o.diloco.outer_steps = 4;
+  const auto message = [](const EmulationOptions& opts) {
+    try {
+      validate_emulation(opts);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message(o), "");
+  o.fail_after.emplace(1, 5);
+  EXPECT_EQ(message(o), "--fail 5@1: no node 5 (the initial nodes are 1..3)");
+  o.fail_after = {{4, 2}};
+  EXPECT_EQ(message(o), "--fail 2@4: the outer step must be in [1, 3] (the run has 4 outer steps)");
+  o.fail_after = {{1, 2}, {2, 2}};
+  EXPECT_EQ(message(o), "--fail 2@2: node 2 fails twice");
+  o.fail_after = {{1, 2}};
+  o.join_after = {0};
+  EXPECT_EQ(message(o), "--join 0: the outer step must be in [1, 3] (the run has 4 outer steps)");
+  // run_emulation refuses the same schedule before it reads the corpus.
+  o.join_after = {};
+  o.fail_after = {{1, 7}};
+  MemoryEventSink events;
+  EXPECT_THROW(run_emulation(o, events), ConfigError);
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ class SimTorchWorker final : public InnerWorker {
 
 }  // namespace
 
-netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc) {
+netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc,
+                                         const netsim::SlowStepFn& on_slow_step) {
   const TrainerSection t = parse_trainer_section(sc.trainer_yaml, sc.file);
   const ModelConfig& m = t.trainer.model;
   // The modelled cluster trains the real model: the FLOPs model, param_count and tokens per
@@ -75,7 +76,9 @@ netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc) {
   base.seed = sc.run.seed;
   base.validation_sequences = t.validation_sequences;
   base.world = sc.total_nodes();
-  auto corpus = std::make_shared<const TokenizedCorpus>(prepare_corpus(t.data));
+  DataOptions data = t.data;
+  data.on_slow_step = on_slow_step;
+  auto corpus = std::make_shared<const TokenizedCorpus>(prepare_corpus(data));
   const double step_s = sc.inner_step_s();
 
   netsim::WorkerPlugin p;

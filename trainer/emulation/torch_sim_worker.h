@@ -23,7 +23,8 @@ namespace meridian::trainer {
 //
 // After each applied outer step every node emits an `evaluation` event: the validation loss of
 // its outer parameters and their CRC-32C (engine/events/SCHEMA.md).
-netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc);
+netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc,
+                                         const netsim::SlowStepFn& on_slow_step = {});
 
 // SimGrid actor stacks for LibTorch (raw contexts here: every actor runs on its own stack in
 // the one OS thread). Measured with LibTorch 1.13: `tiny` and `small` (bf16 autocast) train with

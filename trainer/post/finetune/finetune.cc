@@ -135,6 +135,7 @@ FinetuneResult finetune(const FinetuneOptions& o, const trainer::TokenizedCorpus
     r.train_loss.push_back(loss.cross_entropy.item<double>());
     r.step_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (o.on_step) o.on_step(step + 1, r.train_loss.back());
   }
   const at::Tensor& flat = model.flat();
   r.params.assign(flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());

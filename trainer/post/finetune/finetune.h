@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@ struct FinetuneOptions {
   std::vector<std::string> trainable;
   int steps = 100;
   std::uint64_t seed = 0;  // weight init (when init_params is empty) and data order
+  // Called after every step with the steps done and that step's loss (e.g. a progress line).
+  std::function<void(int steps_done, double loss)> on_step;
 };
 
 struct FinetuneResult {
