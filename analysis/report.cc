@@ -135,6 +135,8 @@ th { background: #eef3f8; } td.l, th.l { text-align: left; }
 .card .k { color: #555; font-size: 0.9em; }
 figure { margin: 1.2em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { color: #444; font-size: 0.95em; }
+.banner { border: 2px solid #b03a2e; background: #fdecea; color: #7b241c; font-weight: bold;
+          font-size: 1.2em; padding: 0.6em 1em; border-radius: 6px; margin: 0.8em 0; }
 pre { background: #f6f6f6; border: 1px solid #ddd; padding: 0.8em; overflow-x: auto;
       font-size: 0.85em; }
 )";
@@ -152,6 +154,9 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
     << " &middot; codec " << html_escape(s.metrics.codec.empty() ? "n/a" : s.metrics.codec)
     << (s.command.empty() ? "" : " &middot; command <code>" + html_escape(s.command) + "</code>")
     << "</p>\n";
+  // A run that did not finish says so before any number: they cover only what it did.
+  if (const std::string end = run_end_text(s); !end.empty())
+    h << "<div class=\"banner\" id=\"run-end\" role=\"alert\">" << html_escape(end) << "</div>\n";
 
   auto card = [&](const std::string& value, const std::string& key) {
     h << "<div class=\"card\"><div class=\"v\">" << html_escape(value) << "</div><div class=\"k\">"
@@ -174,8 +179,14 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
       << "</td><td class=\"l\">" << html_escape(def) << "</td></tr>\n";
   };
   row("run time", seconds(s.simulated_s),
-      s.mode == "real" ? "wall-clock seconds" : "simulated seconds (run_finished)");
-  row("outer steps", std::to_string(s.outer_steps), "");
+      std::string(s.mode == "real" ? "wall-clock seconds" : "simulated seconds") +
+          (s.complete      ? " (run_finished)"
+           : s.interrupted ? " (run_interrupted)"
+                           : " (last event)"));
+  row("outer steps", outer_steps_text(s),
+      s.complete      ? ""
+      : s.interrupted ? "interrupted: " + s.interrupted_reason
+                      : "incomplete");
   row("tokens", count(s.tokens), "sum over nodes of inner_steps.tokens");
   row("compute utilization", pct(s.compute_utilization), "inner compute / node alive time");
   row("outer-step utilization", pct(s.outer_step_utilization),
