@@ -221,6 +221,10 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
   sc.figure(prefix + "allreduce_box", box.str());
 }
 
+// The two forms of compute utilization, as legends name them.
+const char* const kFormReport = "T_inner / (T_inner + T_allreduce)";
+const char* const kFormWall = "inner compute / outer-step wall time";
+
 void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const std::string& name) {
   double span = 0;
   for (const RunData* r : runs) span = std::max(span, run_span_s(*r));
@@ -240,12 +244,14 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
           << pct(st.compute_utilization) << " " << pct(st.mfu) << "\n";
     }
     const std::string f = Script::ref(file);
-    const std::string tag = runs.size() > 1 ? runs[i]->label + ": " : "";
+    // One run: a legend entry per form. Several: one per run (its colour), and the two forms
+    // once, in black, after them (a legend of runs x forms would not fit under the plot).
+    const bool one = runs.size() == 1;
     const char* style = s.steps.size() > 100 ? "lines lw 1.5" : "linespoints pt 7 ps 0.6";
     util << (util.tellp() > 0 ? ", " : "plot ") << f << " using 1:2 with " << style << " lc rgb '"
-         << color(i) << "' title " << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", "
-         << f << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' title "
-         << gp_quote(tag + "inner compute / outer-step wall time");
+         << color(i) << "' title " << gp_quote(one ? kFormReport : runs[i]->label) << ", " << f
+         << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' "
+         << (one ? "title " + gp_quote(kFormWall) : "notitle");
     // No MFU without GPUs and a peak (a real run on CPUs): no series rather than an empty one.
     const bool has_mfu = std::any_of(s.steps.begin(), s.steps.end(), [](const OuterStepStats& st) {
       return std::isfinite(st.mfu);
@@ -255,10 +261,13 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
           << color(i) << "' title " << gp_quote(runs[i]->label);
   }
   if (util.tellp() == 0) return;
+  if (runs.size() > 1)
+    util << ", NaN with linespoints pt 7 ps 0.6 lc rgb 'black' title " << gp_quote(kFormReport)
+         << ", NaN with lines dt 2 lc rgb 'black' title " << gp_quote(kFormWall);
   const bool any_mfu = mfu.tellp() > 0;
   std::ostringstream body;
   body << "set grid\n"
-       << kKeyOutside << " font ',11'\n"
+       << kKeyOutside << "\n"
        << "set xlabel 'time since start [" << u.name << "]'\n"
        << xrange_to(max_x)
        << "set title 'Compute utilization per outer step'\nset ylabel 'utilization [%]'\n"

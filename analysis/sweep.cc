@@ -94,7 +94,7 @@ int SweepResult::failed() const {
 namespace {
 
 // How the Markdown table shows a column (the CSV keeps the raw number).
-enum class Unit { kFraction, kSeconds, kBytes, kFactor, kCount, kInteger, kPlain };
+enum class Unit { kFraction, kSeconds, kBytes, kFactor, kCount, kInteger, kMean, kPlain };
 
 struct Column {
   const char* name;
@@ -120,7 +120,7 @@ const std::vector<Column>& metric_columns() {
       {"simulated_s", Unit::kSeconds, [](const Summary& s) { return s.simulated_s; }},
       {"outer_steps", Unit::kInteger,
        [](const Summary& s) { return static_cast<double>(s.outer_steps); }},
-      {"nodes_mean", Unit::kPlain, [](const Summary& s) { return s.nodes.mean; }},
+      {"nodes_mean", Unit::kMean, [](const Summary& s) { return s.nodes.mean; }},
       {"loss", Unit::kPlain, [](const Summary& s) { return s.loss.value_or(NAN); }},
   };
   return columns;
@@ -157,10 +157,10 @@ std::string with_unit(double v, Unit unit) {
   switch (unit) {
     case Unit::kFraction:
       return printf_string("%.1f %%", 100 * v);
-    case Unit::kSeconds:
-      if (std::abs(v) >= 3 * 3600) return printf_string("%.1f h", v / 3600);
-      if (std::abs(v) >= 180) return printf_string("%.1f min", v / 60);
-      return printf_string(std::abs(v) >= 99.95 ? "%.0f s" : "%.3g s", v);
+    case Unit::kSeconds:  // three digits, trailing zeros kept: 23.0 s, 8.58 min, 18.2 h
+      if (std::abs(v) >= 3 * 3600) return printf_string("%#.3g h", v / 3600);
+      if (std::abs(v) >= 180) return printf_string("%#.3g min", v / 60);
+      return printf_string(std::abs(v) >= 99.95 ? "%.0f s" : "%#.3g s", v);
     case Unit::kBytes:
       return scaled(v, kSi, "B");
     case Unit::kFactor:
@@ -172,6 +172,8 @@ std::string with_unit(double v, Unit unit) {
     }
     case Unit::kInteger:
       return printf_string("%.0f", v);
+    case Unit::kMean:
+      return printf_string("%.2f", v);
     case Unit::kPlain:
       return printf_string("%.4g", v);
   }
@@ -294,7 +296,6 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
         out << x << " " << s->compute_utilization * 100 << " " << s->outer_step_utilization * 100
             << " " << s->mfu * 100 << "\n";
       const std::string f = gp_quote(data_ref) + " index " + std::to_string(index);
-      const std::string label = line.empty() ? "" : line + ": ";
       // Categories: each series' dots beside the others' in its category, no joining line.
       std::string x = "1";
       if (!numeric) {
@@ -304,11 +305,14 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
       }
       const std::string solid = numeric ? "linespoints pt 7 lw 2" : "points pt 7 ps 1.5";
       const std::string dashed = numeric ? "linespoints pt 5 dt 2" : "points pt 4 ps 1.5";
+      // A legend entry per series (its colour), the two forms once, in black, after them.
       util << (index ? ", " : "plot ") << f << " using " << x << ":2 with " << solid << " lc rgb '"
            << series_color(index) << "'"
-           << " title " << gp_quote(label + "compute / alive time") << ", " << f << " using " << x
-           << ":3 with " << dashed << " lc rgb '" << series_color(index) << "' title "
-           << gp_quote(label + "T_inner / (T_inner + T_allreduce)");
+           << " title " << gp_quote(line.empty() ? "all" : line) << ", " << f << " using " << x
+           << ":3 with " << dashed << " lc rgb '" << series_color(index) << "' notitle";
+      if (index + 1 == static_cast<int>(lines.size()))
+        util << ", NaN with " << solid << " lc rgb 'black' title 'compute / alive time', NaN with "
+             << dashed << " lc rgb 'black' title 'T_inner / (T_inner + T_allreduce)'";
       mfu << (index ? ", " : "plot ") << f << " using " << x << ":4 with " << solid << " lc rgb '"
           << series_color(index) << "'"
           << " title " << gp_quote(line.empty() ? "MFU" : line);
@@ -316,7 +320,7 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
     }
     std::ostringstream body;
     body << "set grid\n"
-         << kKeyOutside << " font ',11'\n"
+         << kKeyOutside << "\n"
          << "set xlabel " << gp_quote(axis.key) << "\n";
     if (numeric) {
       body << "set xtics (";

@@ -162,9 +162,13 @@ TEST(Sweep, TheMarkdownTableHasUnits) {
   ASSERT_LT(s.wire_bytes_per_node_per_outer_step, 999e6);
   std::snprintf(want, sizeof want, "| %.0f MB |", s.wire_bytes_per_node_per_outer_step / 1e6);
   EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
-  std::snprintf(want, sizeof want, "| %.1f min |", s.simulated_s / 60);
+  std::snprintf(want, sizeof want, "| %#.3g min |", s.simulated_s / 60);
   EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
   std::snprintf(want, sizeof want, "| %.0fx |", *s.bandwidth_reduction_vs_ddp);
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  std::snprintf(want, sizeof want, "| %#.3g s |", s.inner_step_s);  // e.g. 2.04 s
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  std::snprintf(want, sizeof want, "| %.2f |", s.nodes.mean);
   EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
   // The CSV keeps the raw numbers for scripts.
   const auto csv = lines_of((out / "sweep.csv").string());
