@@ -18,7 +18,7 @@ struct PlotOptions {
 };
 
 // Where every legend goes: under the plot, outside the data, in as many columns as fit.
-inline constexpr const char* kKeyOutside = "set key below center horizontal height 1";
+inline constexpr const char* kKeyOutside = "set key below center horizontal height 1 samplen 2";
 
 // The gnuplot executable, or a ConfigError that says how to install it.
 std::string find_gnuplot(const std::string& program);

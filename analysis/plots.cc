@@ -221,9 +221,11 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
   sc.figure(prefix + "allreduce_box", box.str());
 }
 
-// The two forms of compute utilization, as legends name them.
-const char* const kFormReport = "T_inner / (T_inner + T_allreduce)";
-const char* const kFormWall = "inner compute / outer-step wall time";
+// The two forms of compute utilization, as legends name them, and their legend colour (a grey
+// that no series has).
+const char* const kFormReport = "T_inner/(T_inner+T_allreduce)";
+const char* const kFormWall = "inner compute/step wall time";
+const char* const kFormColor = "#808080";
 
 void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const std::string& name) {
   double span = 0;
@@ -245,7 +247,7 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
     }
     const std::string f = Script::ref(file);
     // One run: a legend entry per form. Several: one per run (its colour), and the two forms
-    // once, in black, after them (a legend of runs x forms would not fit under the plot).
+    // once, in grey, after them (a legend of runs x forms would not fit under the plot).
     const bool one = runs.size() == 1;
     const char* style = s.steps.size() > 100 ? "lines lw 1.5" : "linespoints pt 7 ps 0.6";
     util << (util.tellp() > 0 ? ", " : "plot ") << f << " using 1:2 with " << style << " lc rgb '"
@@ -262,8 +264,9 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
   }
   if (util.tellp() == 0) return;
   if (runs.size() > 1)
-    util << ", NaN with linespoints pt 7 ps 0.6 lc rgb 'black' title " << gp_quote(kFormReport)
-         << ", NaN with lines dt 2 lc rgb 'black' title " << gp_quote(kFormWall);
+    util << ", NaN with linespoints pt 7 ps 0.6 lc rgb '" << kFormColor << "' title "
+         << gp_quote(kFormReport) << ", NaN with lines dt 2 lc rgb '" << kFormColor << "' title "
+         << gp_quote(kFormWall);
   const bool any_mfu = mfu.tellp() > 0;
   std::ostringstream body;
   body << "set grid\n"

@@ -262,7 +262,8 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
 }
 
 std::string write_report(const std::string& run_dir, const ReportOptions& options) {
-  const RunData run = load_run(run_dir);
+  RunData run = load_run(run_dir);
+  if (!options.label.empty()) run.label = options.label;
   std::vector<std::string> pngs;
   for (const std::string& f : plot_run(run, (fs::path(run.dir) / "plots").string(), options.plots))
     if (fs::path(f).extension() == ".png") pngs.push_back(f);

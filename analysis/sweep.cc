@@ -305,14 +305,14 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
       }
       const std::string solid = numeric ? "linespoints pt 7 lw 2" : "points pt 7 ps 1.5";
       const std::string dashed = numeric ? "linespoints pt 5 dt 2" : "points pt 4 ps 1.5";
-      // A legend entry per series (its colour), the two forms once, in black, after them.
+      // A legend entry per series (its colour), the two forms once, in grey, after them.
       util << (index ? ", " : "plot ") << f << " using " << x << ":2 with " << solid << " lc rgb '"
            << series_color(index) << "'"
            << " title " << gp_quote(line.empty() ? "all" : line) << ", " << f << " using " << x
            << ":3 with " << dashed << " lc rgb '" << series_color(index) << "' notitle";
       if (index + 1 == static_cast<int>(lines.size()))
-        util << ", NaN with " << solid << " lc rgb 'black' title 'compute / alive time', NaN with "
-             << dashed << " lc rgb 'black' title 'T_inner / (T_inner + T_allreduce)'";
+        util << ", NaN with " << solid << " lc rgb '#808080' title 'compute/alive time', NaN with "
+             << dashed << " lc rgb '#808080' title 'T_inner/(T_inner+T_allreduce)'";
       mfu << (index ? ", " : "plot ") << f << " using " << x << ":4 with " << solid << " lc rgb '"
           << series_color(index) << "'"
           << " title " << gp_quote(line.empty() ? "MFU" : line);

@@ -387,6 +387,19 @@ TEST(Report, SelfContainedHtml) {
   EXPECT_NE(html.find("&quot;codec&quot;: &quot;int8&quot;"), std::string::npos);  // the config
 }
 
+TEST(Report, LabelAndTitle) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string dir = fresh_dir("report_label");
+  testing::write_synthetic_run(dir, {});
+  ReportOptions options;
+  options.label = "INTELLECT-1 <global>";
+  options.plots.plot.title = "Figure 2";
+  const std::string html = read_text(write_report(dir, options));
+  EXPECT_NE(html.find("<h1>Meridian run report: INTELLECT-1 &lt;global&gt;</h1>"),
+            std::string::npos);
+  EXPECT_NE(read_text(dir + "/plots/plots.gp").find("title 'Figure 2'"), std::string::npos);
+}
+
 TEST(Report, RunThatNeverReachedAnOuterStep) {
   if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
   const std::string dir = fresh_dir("empty");
