@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "analysis/sweep.h"
 #include "cli/args.h"
@@ -90,16 +91,24 @@ int run_sweep_command(const std::vector<std::string>& args) {
       for (const auto& [k, v] : point.settings) overrides.push_back(k + "=" + v);
       check(options.scenario, overrides);
     };
-  // One line, redrawn in place, for a person watching; nothing in a log or a pipe.
-  if (::isatty(STDERR_FILENO))
-    options.on_progress = [](std::size_t done, std::size_t total, double elapsed_s) {
-      std::fprintf(stderr, "\r%s\033[K%s",
-                   analysis::sweep_progress_line(done, total, elapsed_s).c_str(),
+  // One line on stderr, redrawn in place, for a person watching; nothing in a log or a pipe.
+  // The per-point lines wait in `pending` and are printed between redraws (the progress line
+  // cleared first), so that they never land after it on the same terminal line.
+  std::ostringstream pending;
+  const bool tty = ::isatty(STDERR_FILENO);
+  if (tty)
+    options.on_progress = [&pending](std::size_t done, std::size_t total, double elapsed_s) {
+      std::fputs("\r\033[K", stderr);
+      std::fflush(stderr);
+      std::cout << pending.str() << std::flush;
+      pending.str("");
+      std::fprintf(stderr, "%s%s", analysis::sweep_progress_line(done, total, elapsed_s).c_str(),
                    done == total ? "\n" : "");
       std::fflush(stderr);
     };
   const analysis::SweepResult result =
-      analysis::run_sweep(options, axes, analysis::self_runner(), std::cout);
+      analysis::run_sweep(options, axes, analysis::self_runner(),
+                          tty ? static_cast<std::ostream&>(pending) : std::cout);
   std::cout << "\n"
             << result.points.size() - result.failed() << " of " << result.points.size()
             << " points ok; wrote:\n";
