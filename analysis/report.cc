@@ -2,6 +2,7 @@
 // opened from disk. Every number shown comes from summarize(); nothing is recomputed here.
 #include "analysis/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -223,11 +224,16 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
   }
   h << "</table>\n";
 
-  h << "<h2>Nodes</h2>\n<table>\n<tr><th>node</th><th class=\"l\">joined</th><th>alive</th>"
+  // The host column only where the run names hosts (simulated runs); real runs have ids.
+  const bool hosts = std::any_of(s.per_node.begin(), s.per_node.end(),
+                                 [](const NodeStats& n) { return !n.host.empty(); });
+  h << "<h2>Nodes</h2>\n<table>\n<tr><th>node</th>" << (hosts ? "<th class=\"l\">host</th>" : "")
+    << "<th class=\"l\">joined</th><th>alive</th>"
     << "<th class=\"l\">end</th><th>compute util.</th><th>compute</th><th>all-reduce</th>"
     << "<th>recovery</th><th>idle</th><th>tokens</th><th>bytes sent</th></tr>\n";
   for (const NodeStats& n : s.per_node)
-    h << "<tr><td>" << n.node << "</td><td class=\"l\">"
+    h << "<tr><td>" << n.node << "</td>"
+      << (hosts ? "<td class=\"l\">" + html_escape(n.host) + "</td>" : "") << "<td class=\"l\">"
       << (n.initial ? "initial" : "at " + seconds(n.start_s)) << "</td><td>" << seconds(n.alive_s)
       << "</td><td class=\"l\">" << html_escape(n.end_reason) << "</td><td>"
       << pct(n.compute_utilization) << "</td><td>" << seconds(n.compute_s) << "</td><td>"

@@ -296,6 +296,11 @@ TEST(Plots, NodesAreNamedByTheirHosts) {
   EXPECT_EQ(bytes.find("\"node 1\""), std::string::npos) << bytes;
   EXPECT_NE(section(read_text(dir + "/plots/plots.gp"), "timeline").find("'ap-tokyo-0'"),
             std::string::npos);
+  // The report's node table has a host column (empty for the joiners).
+  const std::string html = report_html(run, {});
+  EXPECT_NE(html.find("<th class=\"l\">host</th>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>2</td><td class=\"l\">ap-tokyo-0</td>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>4</td><td class=\"l\"></td>"), std::string::npos);
 }
 
 TEST(Plots, AHostOnNodeStartedWins) {
