@@ -67,6 +67,12 @@ class Fields {
     if (!v.is_object()) fail(key, "must be an object, got " + v.dump());
     return Fields(v, where_, type_ + "." + key);
   }
+  // An integer, or nullopt when the key is absent or null.
+  std::optional<std::int64_t> optional_integer(const char* key) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return std::nullopt;
+    return integer(key);
+  }
   bool has(const char* key) const { return obj_.contains(key); }
   const json& raw() const { return obj_; }
 
@@ -107,7 +113,8 @@ ConfigRecord parse_config(const Fields& f) {
 
 EventBody parse_body(const std::string& type, const Fields& f) {
   if (type == "config") return parse_config(f);
-  if (type == "node_started") return NodeStartedRecord{f.boolean("initial")};
+  if (type == "node_started")
+    return NodeStartedRecord{f.boolean("initial"), f.has("host") ? f.string("host") : ""};
   if (type == "join_requested") return JoinRequestedRecord{};
   if (type == "admitted") return AdmittedRecord{f.integer("epoch"), f.integer("outer_step")};
   if (type == "recovery_started") return RecoveryStartedRecord{f.ids("sources"), f.number("bytes")};
@@ -158,7 +165,12 @@ EventBody parse_body(const std::string& type, const Fields& f) {
   if (type == "evaluation")
     return EvaluationRecord{f.integer("outer_step"), f.nullable_number("val_loss")};
   if (type == "run_finished")
-    return RunFinishedRecord{f.number("simulated_s"), f.integer("outer_steps")};
+    return RunFinishedRecord{f.number("simulated_s"), f.integer("outer_steps"),
+                             f.optional_integer("outer_steps_planned")};
+  if (type == "run_interrupted")
+    return RunInterruptedRecord{f.string("reason"), f.number("simulated_s"),
+                                f.integer("outer_steps"),
+                                f.optional_integer("outer_steps_planned")};
   return UnknownRecord{};
 }
 
@@ -251,7 +263,9 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
   const std::size_t first = std::min_element(origin.begin(), origin.end()) - origin.begin();
   std::vector<EventRecord> out;
   std::optional<EventRecord> finished;
+  std::optional<std::string> interrupted;  // the reason of the first stream interrupted
   std::int64_t outer_steps = 0;
+  std::optional<std::int64_t> planned;
   for (std::size_t i = 0; i < streams.size(); ++i) {
     const double shift_s = origin[i] - origin[first];
     for (EventRecord& e : streams[i]) {
@@ -260,16 +274,28 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
       if (auto* r = std::get_if<InnerStepsRecord>(&e.body)) r->start_s += shift_s;
       if (auto* r = std::get_if<AllreduceRecord>(&e.body)) r->start_s += shift_s;
       if (e.as<ConfigRecord>() && i != first) continue;
-      if (const auto* f = e.as<RunFinishedRecord>()) {
-        outer_steps = std::max(outer_steps, f->outer_steps);
+      const auto* f = e.as<RunFinishedRecord>();
+      const auto* x = e.as<RunInterruptedRecord>();
+      if (f || x) {
+        outer_steps = std::max(outer_steps, f ? f->outer_steps : x->outer_steps);
+        if (const auto p = f ? f->outer_steps_planned : x->outer_steps_planned)
+          planned = std::max(planned.value_or(*p), *p);
+        if (x && !interrupted) interrupted = x->reason;
         if (!finished || e.t_s >= finished->t_s) finished = std::move(e);
         continue;
       }
       out.push_back(std::move(e));
     }
   }
-  if (finished) {  // the last process's record, spanning the run on the common clock
-    finished->body = RunFinishedRecord{finished->t_s, outer_steps};
+  // The last process's final record, spanning the run on the common clock; one process
+  // interrupted makes the run interrupted.
+  if (finished) {
+    if (interrupted) {
+      finished->type = "run_interrupted";
+      finished->body = RunInterruptedRecord{*interrupted, finished->t_s, outer_steps, planned};
+    } else {
+      finished->body = RunFinishedRecord{finished->t_s, outer_steps, planned};
+    }
     out.push_back(std::move(*finished));
   }
   // The config record first, then time order; ties keep node order (streams are by node id).

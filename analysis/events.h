@@ -38,6 +38,7 @@ struct ConfigRecord {
 };
 struct NodeStartedRecord {
   bool initial = false;
+  std::string host;  // the simulated host (slot) it runs on; "" when the writer has none
 };
 struct JoinRequestedRecord {};
 struct AdmittedRecord {
@@ -119,15 +120,24 @@ struct EvaluationRecord {
 struct RunFinishedRecord {
   double simulated_s = 0;
   std::int64_t outer_steps = 0;
+  std::optional<std::int64_t> outer_steps_planned;  // absent in files of older writers
+};
+// The last line instead of run_finished when the run was stopped (a signal): how far it got.
+struct RunInterruptedRecord {
+  std::string reason;  // e.g. "SIGINT", "SIGTERM"
+  double simulated_s = 0;
+  std::int64_t outer_steps = 0;  // done
+  std::optional<std::int64_t> outer_steps_planned;
 };
 // A type this reader does not know (a newer writer): kept, ignored by the statistics.
 struct UnknownRecord {};
 
-using EventBody = std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
-                               RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord,
-                               NodeLeftRecord, EpochFormedRecord, InnerStepsRecord, AllreduceRecord,
-                               RetryRecord, FallbackRecord, OuterStepRecord, CheckpointRecord,
-                               EvaluationRecord, RunFinishedRecord, UnknownRecord>;
+using EventBody =
+    std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
+                 RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord, NodeLeftRecord,
+                 EpochFormedRecord, InnerStepsRecord, AllreduceRecord, RetryRecord, FallbackRecord,
+                 OuterStepRecord, CheckpointRecord, EvaluationRecord, RunFinishedRecord,
+                 RunInterruptedRecord, UnknownRecord>;
 
 struct EventRecord {
   double t_s = 0;
@@ -156,7 +166,8 @@ std::vector<EventRecord> read_events_file(const std::string& path);
 // One stream from the per-process streams of a real run: every stream's times (`t` and the
 // records' `start_s`) are moved onto the earliest process's clock by the `clock_origin_unix_s`
 // of its config record (required when there is more than one stream); the first config record
-// is kept and the others dropped; the per-process `run_finished` records become one at the last
+// is kept and the others dropped; the per-process `run_finished` (or `run_interrupted`: one
+// interrupted process makes the run interrupted) records become one at the last
 // of them (its `simulated_s` the run's wall time on the common clock); the result is ordered by
 // time (stable). `names` label the streams in errors.
 std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>> streams,

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -58,20 +60,32 @@ std::string gp_quote(const std::string& s) {
 
 void gp_figure(std::ostream& script, const std::string& dir, const std::string& name,
                const std::string& body, const PlotOptions& options, int height_px,
-               std::vector<std::string>& files) {
+               std::vector<std::string>& files, int panels) {
   namespace fs = std::filesystem;
-  script << "\n# ---- " << name << "\nreset\n"
-         << "set terminal pngcairo size " << options.width_px << "," << height_px
-         << " noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'\n"
-         << "set output " << gp_quote(name + ".png") << "\n"
-         << body << "\nunset multiplot\nset output\n";
-  files.push_back((fs::path(dir) / (name + ".png")).string());
-  if (options.svg) {
-    script << "reset\nset terminal svg size " << options.width_px << "," << height_px
-           << " noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'\n"
-           << "set output " << gp_quote(name + ".svg") << "\n"
-           << body << "\nunset multiplot\nset output\n";
-    files.push_back((fs::path(dir) / (name + ".svg")).string());
+  const std::string font = " noenhanced font 'DejaVu Sans,13' linewidth 1.5";
+  // pdfcairo sizes in inches and sets fonts in points: a pixel as a point (72 per inch) keeps
+  // the PNG's proportions and text size relative to the figure.
+  char pdf_size[64];
+  std::snprintf(pdf_size, sizeof pdf_size, "%.3fin,%.3fin", options.width_px / 72.0,
+                height_px / 72.0);
+  const std::string size = std::to_string(options.width_px) + "," + std::to_string(height_px);
+  std::vector<std::pair<std::string, std::string>> outputs = {
+      {"png", "pngcairo size " + size + font + " background rgb 'white'"}};
+  if (options.svg)
+    outputs.push_back({"svg", "svg size " + size + font + " background rgb 'white'"});
+  if (options.pdf) outputs.push_back({"pdf", std::string("pdfcairo size ") + pdf_size + font});
+  std::string multiplot;
+  if (panels > 1 || !options.title.empty()) {
+    multiplot = "set multiplot layout 1," + std::to_string(std::max(panels, 1));
+    if (!options.title.empty()) multiplot += " title " + gp_quote(options.title) + " font ',15'";
+    multiplot += "\n";
+  }
+  script << "\n# ---- " << name << "\n";
+  for (const auto& [ext, terminal] : outputs) {
+    script << "reset\nset terminal " << terminal << "\n"
+           << "set output " << gp_quote(name + "." + ext) << "\n"
+           << multiplot << body << "\nunset multiplot\nset output\n";
+    files.push_back((fs::path(dir) / (name + "." + ext)).string());
   }
 }
 

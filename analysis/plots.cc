@@ -40,18 +40,45 @@ struct Script {
   // A data file: where it is written, and how the script (run in `dir`) names it.
   fs::path data(const std::string& name) const { return dir / "data" / name; }
   static std::string ref(const std::string& name) { return gp_quote("data/" + name); }
-  void figure(const std::string& name, const std::string& body) {
-    gp_figure(text, dir.string(), name, body, options, options.height_px, files);
+  void figure(const std::string& name, const std::string& body, int panels = 1) {
+    gp_figure(text, dir.string(), name, body, options, options.height_px, files, panels);
   }
 };
 
 double run_span_s(const RunData& r) { return r.summary.run_end_s - r.summary.run_start_s; }
+
+// x tics every 1, 2 or 5 × 10^k, about six over [lo, hi], with as many decimals as the step
+// needs: gnuplot's default (%g, six digits) prints 515.0612 and 515.0614 both as 515.061.
+std::string tics_for(double lo, double hi) {
+  const double raw = (hi - lo) / 6;
+  if (!(raw > 0) || !std::isfinite(raw)) return "set xtics nomirror\n";
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = raw / mag < 1.5   ? mag
+                      : raw / mag < 3.5 ? 2 * mag
+                      : raw / mag < 7.5 ? 5 * mag
+                                        : 10 * mag;
+  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
+  std::ostringstream t;
+  t.precision(15);
+  t << "set xtics " << std::ceil(lo / step) * step << ", " << step << " nomirror\n"
+    << "set format x '%." << decimals << "f'\n";
+  return t.str();
+}
+
+// An x range from 0 that leaves the last point off the right border.
+std::string xrange_to(double max_x) {
+  std::ostringstream r;
+  r.precision(10);
+  r << "set xrange [0:" << (max_x > 0 ? max_x * 1.04 : 1.0) << "]\n";
+  return r.str();
+}
 
 // ---- figures shared by one run and several
 
 void fig_nodes(Script& sc, const std::vector<const RunData*>& runs, const std::string& name) {
   std::ostringstream plot;
   std::int64_t max_nodes = 0;
+  double max_x = 0;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const Summary& s = runs[i]->summary;
     if (s.steps.empty()) continue;
@@ -63,6 +90,7 @@ void fig_nodes(Script& sc, const std::vector<const RunData*>& runs, const std::s
       out << static_cast<double>(st.outer_step) * H << " " << st.participants << "\n";
       max_nodes = std::max(max_nodes, st.participants);
     }
+    max_x = std::max(max_x, static_cast<double>(s.steps.back().outer_step + 1) * H);
     out << static_cast<double>(s.steps.back().outer_step + 1) * H << " "
         << s.steps.back().participants << "\n";
     plot << (plot.tellp() > 0 ? ", " : "plot ") << Script::ref(file)
@@ -74,8 +102,9 @@ void fig_nodes(Script& sc, const std::vector<const RunData*>& runs, const std::s
   body << "set title 'Active nodes over training'\n"
        << "set xlabel 'inner step'\nset ylabel 'active nodes (participants of the outer step)'\n"
        << "set yrange [0:" << max_nodes + 1 << "]\n"
-       << (max_nodes <= 20 ? "set ytics 1\n" : "") << "set grid\nset key bottom right\n"
-       << plot.str() << "\n";
+       << (max_nodes <= 20 ? "set ytics 1\n" : "") << "set grid\n"
+       << kKeyOutside << "\n"
+       << xrange_to(max_x) << plot.str() << "\n";
   sc.figure(name, body.str());
 }
 
@@ -90,7 +119,9 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
     most = std::max(most, r->summary.steps.size());
   }
   if (most == 0) return;
-  // Histogram: the same bins for every run, bars of the runs side by side in each bin.
+  // Histogram: the same bins for every run, on a numeric time axis (bin labels rounded to a
+  // few digits all read the same when the times differ in the fourth digit: 515.061, 515.47),
+  // the runs' bars side by side in each bin.
   int bins = static_cast<int>(std::clamp<std::size_t>(most / 2, 5, 20));
   if (hi - lo <= 1e-6 * std::max(1.0, std::abs(hi))) {  // one value: in the middle bin
     const double pad = std::max(std::abs(hi) * 0.05, 1e-3);
@@ -99,9 +130,11 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
     bins |= 1;
   }
   const double width = (hi - lo) / bins;
+  const double bar = width / static_cast<double>(runs.size());
   int max_count = 0;
   {
     auto out = open_data(sc.data(prefix + "allreduce_hist.dat"));
+    out.precision(12);
     out << "bin_center_s";
     for (const RunData* r : runs) out << " \"" << r->label << "\"";
     out << "\n";
@@ -113,30 +146,35 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
         max_count = std::max(max_count, ++c);
       }
     for (int b = 0; b < bins; ++b) {
-      char center[32];
-      std::snprintf(center, sizeof center, "%.3g", lo + (b + 0.5) * width);
-      out << center;
+      out << lo + (b + 0.5) * width;
       for (std::size_t i = 0; i < runs.size(); ++i) out << " " << counts[i][b];
       out << "\n";
     }
   }
   std::ostringstream hist;
+  hist.precision(12);
   hist << "set title 'All-reduce time per outer step (slowest node): histogram'\n"
-       << "set xlabel 'all-reduce time per outer step, bin centre [s]'\n"
-       << "set ylabel 'outer steps'\nset style data histograms\n"
-       << "set style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
-       << "set xtics rotate by -45 nomirror\nset grid ytics\nset key top right\n"
+       << "set xlabel 'all-reduce time per outer step [s]'\n"
+       << "set ylabel 'outer steps'\nset style fill solid 0.85 border -1\n"
+       << "set boxwidth " << bar * 0.9 << " absolute\n"
+       << "set xrange [" << lo - 0.25 * width << ":" << hi + 0.25 * width << "]\n"
+       << tics_for(lo, hi) << "set grid ytics\n"
+       << (runs.size() > 1 ? std::string(kKeyOutside) : std::string("set key off")) << "\n"
        << "set yrange [0:" << max_count * 1.15 + 0.5 << "]\n"
        << (max_count <= 10 ? "set ytics 1\n" : "") << "plot ";
-  for (std::size_t i = 0; i < runs.size(); ++i)
-    hist << (i ? ", " : "") << Script::ref(prefix + "allreduce_hist.dat") << " using " << i + 2
-         << (i == 0 ? ":xtic(1)" : "") << " lc rgb '" << color(i) << "' title columnheader("
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const double shift = (static_cast<double>(i) - (runs.size() - 1) / 2.0) * bar;
+    hist << (i ? ", " : "") << Script::ref(prefix + "allreduce_hist.dat") << " using ($1 + "
+         << shift << "):" << i + 2 << " with boxes lc rgb '" << color(i) << "' title columnheader("
          << i + 2 << ")";
+  }
   sc.figure(prefix + "allreduce_hist", hist.str() + "\n");
 
   // Box plot: one box per run (quartiles, whiskers at 1.5 IQR), every outer step as a dot beside
-  // it, spread sideways by a fixed low-discrepancy offset so that equal values stay visible.
-  std::ostringstream box, tics;
+  // it, spread sideways by a fixed low-discrepancy offset so that equal values stay visible. A
+  // run whose steps all took (nearly) the same time has no box (it would be a flat line): its
+  // dots and a label with the value.
+  std::ostringstream box, tics, labels;
   box << "set title 'All-reduce time per outer step (slowest node): distribution'\n"
       << "set ylabel 'all-reduce time per outer step [s]'\nset xlabel 'run'\n"
       << "set style fill solid 0.5 border -1\nset style boxplot nooutliers\n"
@@ -144,29 +182,57 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
       << "set xrange [0.4:" << runs.size() + 0.6 << "]\n";
   std::ostringstream plot;
   for (std::size_t i = 0; i < runs.size(); ++i) {
-    if (runs[i]->summary.steps.empty()) continue;
+    const auto& steps = runs[i]->summary.steps;
+    if (steps.empty()) continue;
     const std::string file = prefix + "allreduce_box_" + std::to_string(i) + ".dat";
     auto out = open_data(sc.data(file));
     out << "# slowest node's outer_step.allreduce_s, one outer step per line\n";
     out << "# columns: allreduce_s, sideways offset of its dot\n";
-    for (std::size_t k = 0; k < runs[i]->summary.steps.size(); ++k) {
+    double v_lo = INFINITY, v_hi = -INFINITY;
+    for (std::size_t k = 0; k < steps.size(); ++k) {
       const double spread = std::fmod(static_cast<double>(k) * 0.6180339887, 1.0) - 0.5;
-      out << runs[i]->summary.steps[k].allreduce_s << " " << 0.36 + 0.2 * spread << "\n";
+      out << steps[k].allreduce_s << " " << 0.36 + 0.2 * spread << "\n";
+      v_lo = std::min(v_lo, steps[k].allreduce_s);
+      v_hi = std::max(v_hi, steps[k].allreduce_s);
     }
+    // On a y axis from 0, a spread under 0.1 % of the value draws as a flat line too.
+    const bool constant = v_hi - v_lo <= 1e-3 * std::abs(v_hi);
     tics << (tics.tellp() > 0 ? ", " : "") << gp_quote(runs[i]->label) << " " << i + 1;
-    plot << (plot.tellp() > 0 ? ", " : "plot ") << Script::ref(file) << " using (" << i + 1
-         << "):1 with boxplot lc rgb '" << color(i) << "', " << Script::ref(file) << " using ("
-         << i + 1 << " + $2):1 with points pt 7 ps 0.5 lc rgb '#60" << color(i) + 1 << "'";
+    plot << (plot.tellp() > 0 ? ", " : "plot ");
+    if (constant) {
+      char text[128];
+      if (v_hi == v_lo)
+        std::snprintf(text, sizeof text, "all %zu outer steps: %.6g s", steps.size(), v_hi);
+      else
+        std::snprintf(text, sizeof text, "all %zu outer steps: %.7g to %.7g s", steps.size(), v_lo,
+                      v_hi);
+      labels << "set label " << i + 1 << " " << gp_quote(text) << " at " << i + 1 << ", first "
+             << v_hi << " center offset 0,1.2\n";
+    } else {
+      plot << Script::ref(file) << " using (" << i + 1 << "):1 with boxplot lc rgb '" << color(i)
+           << "', ";
+    }
+    // Beside the box; without one, centred where it would be.
+    plot << Script::ref(file) << " using (" << i + 1 << (constant ? " + 2 * ($2 - 0.36)" : " + $2")
+         << "):1 with points pt 7 ps 0.5 lc rgb '"
+         << (constant ? color(i) : "#60" + std::string(color(i) + 1)) << "'";
   }
-  box << "set xtics (" << tics.str() << ")\n" << plot.str() << "\n";
+  box << "set xtics (" << tics.str() << ")\n" << labels.str() << plot.str() << "\n";
   sc.figure(prefix + "allreduce_box", box.str());
 }
+
+// The two forms of compute utilization, as legends name them, and their legend colour (a grey
+// that no series has).
+const char* const kFormReport = "T_inner/(T_inner+T_allreduce)";
+const char* const kFormWall = "inner compute/step wall time";
+const char* const kFormColor = "#808080";
 
 void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const std::string& name) {
   double span = 0;
   for (const RunData* r : runs) span = std::max(span, run_span_s(*r));
   const TimeUnit u = time_unit_for(span);
   std::ostringstream util, mfu;
+  double max_x = 0;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const Summary& s = runs[i]->summary;
     if (s.steps.empty()) continue;
@@ -174,16 +240,20 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
     auto out = open_data(sc.data(file));
     out << "# time_" << u.name << " outer_step_utilization_pct compute_utilization_pct mfu_pct\n";
     auto pct = [](double v) { return std::isfinite(v) ? v * 100.0 : NAN; };
-    for (const OuterStepStats& st : s.steps)
+    for (const OuterStepStats& st : s.steps) {
+      max_x = std::max(max_x, (st.t_end_s - s.run_start_s) / u.divisor_s);
       out << (st.t_end_s - s.run_start_s) / u.divisor_s << " " << pct(st.utilization) << " "
           << pct(st.compute_utilization) << " " << pct(st.mfu) << "\n";
+    }
     const std::string f = Script::ref(file);
-    const std::string tag = runs.size() > 1 ? runs[i]->label + ": " : "";
+    // One run: a legend entry per form. Several: one per run (its colour), and the two forms
+    // once, in grey, after them (a legend of runs x forms would not fit under the plot).
+    const bool one = runs.size() == 1;
     const char* style = s.steps.size() > 100 ? "lines lw 1.5" : "linespoints pt 7 ps 0.6";
     util << (util.tellp() > 0 ? ", " : "plot ") << f << " using 1:2 with " << style << " lc rgb '"
-         << color(i) << "' title " << gp_quote(tag + "T_inner / (T_inner + T_allreduce)") << ", "
-         << f << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' title "
-         << gp_quote(tag + "inner compute / outer-step wall time");
+         << color(i) << "' title " << gp_quote(one ? kFormReport : runs[i]->label) << ", " << f
+         << " using 1:3 with lines dt 2 lc rgb '" << color(i) << "' "
+         << (one ? "title " + gp_quote(kFormWall) : "notitle");
     // No MFU without GPUs and a peak (a real run on CPUs): no series rather than an empty one.
     const bool has_mfu = std::any_of(s.steps.begin(), s.steps.end(), [](const OuterStepStats& st) {
       return std::isfinite(st.mfu);
@@ -193,11 +263,16 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
           << color(i) << "' title " << gp_quote(runs[i]->label);
   }
   if (util.tellp() == 0) return;
+  if (runs.size() > 1)
+    util << ", NaN with linespoints pt 7 ps 0.6 lc rgb '" << kFormColor << "' title "
+         << gp_quote(kFormReport) << ", NaN with lines dt 2 lc rgb '" << kFormColor << "' title "
+         << gp_quote(kFormWall);
   const bool any_mfu = mfu.tellp() > 0;
   std::ostringstream body;
-  body << (any_mfu ? "set multiplot layout 1,2\n" : "")
-       << "set grid\nset key bottom left font ',10'\n"
+  body << "set grid\n"
+       << kKeyOutside << "\n"
        << "set xlabel 'time since start [" << u.name << "]'\n"
+       << xrange_to(max_x)
        << "set title 'Compute utilization per outer step'\nset ylabel 'utilization [%]'\n"
        << "set yrange [0:105]\n"
        << util.str() << "\n";
@@ -205,7 +280,7 @@ void fig_utilization(Script& sc, const std::vector<const RunData*>& runs, const 
     body << "set title 'MFU per outer step'\nset ylabel 'model FLOPs utilization [%]'\n"
          << "set yrange [0:*]\n"
          << mfu.str() << "\n";
-  sc.figure(name, body.str());
+  sc.figure(name, body.str(), any_mfu ? 2 : 1);
 }
 
 // ---- one-run figures
@@ -282,7 +357,7 @@ void fig_timeline(Script& sc, const RunData& run, std::int64_t step) {
   }
   std::ostringstream body, tics;
   for (std::size_t y = 0; y < rows.size(); ++y)
-    tics << (y ? ", " : "") << "'node " << rows[y]->node << "' " << y;
+    tics << (y ? ", " : "") << gp_quote(node_label(*rows[y])) << " " << y;
   body << "set title 'Per-node timeline of outer step " << step << "'\n"
        << "set xlabel 'time since the step''s first inner step [" << u.name << "]'\n"
        << "set ylabel 'node'\nset ytics (" << tics.str() << ")\n"
@@ -303,7 +378,7 @@ void fig_bytes(Script& sc, const RunData& run) {
     if (n.bytes_sent <= 0 && n.bytes_received <= 0) continue;
     const double bw =
         n.allreduce_record_s > 0 ? n.bytes_sent * 8.0 / n.allreduce_record_s / 1e6 : NAN;
-    rows << "\"node " << n.node << "\" " << n.bytes_sent / 1e9 << " " << n.bytes_received / 1e9
+    rows << "\"" << node_label(n) << "\" " << n.bytes_sent / 1e9 << " " << n.bytes_received / 1e9
          << " " << bw << "\n";
   }
   if (rows.tellp() == 0) return;
@@ -314,17 +389,17 @@ void fig_bytes(Script& sc, const RunData& run) {
   }
   const std::string f = Script::ref("bytes.dat");
   std::ostringstream body;
-  body << "set multiplot layout 1,2\nset style data histograms\n"
+  body << "set style data histograms\n"
        << "set style histogram clustered gap 1\nset style fill solid 0.85 border -1\n"
        << "set grid ytics\nset xtics rotate by -45 nomirror\nset yrange [0:*]\n"
        << "set title 'All-reduce bytes per node (whole run)'\nset ylabel 'data [GB]'\n"
-       << "set key top right\n"
+       << kKeyOutside << "\n"
        << "plot " << f << " using 2:xtic(1) lc rgb '" << color(0) << "' title 'sent', " << f
        << " using 3 lc rgb '" << color(1) << "' title 'received'\n"
        << "set title 'All-reduce send bandwidth per node'\n"
        << "set ylabel 'bytes sent / time in all-reduce [Mb/s]'\nset key off\n"
        << "plot " << f << " using 4:xtic(1) lc rgb '" << color(2) << "'\n";
-  sc.figure("bytes", body.str());
+  sc.figure("bytes", body.str(), 2);
 }
 
 void fig_loss(Script& sc, const RunData& run) {
@@ -332,9 +407,12 @@ void fig_loss(Script& sc, const RunData& run) {
   const TimeUnit u = time_unit_for(run_span_s(run));
   std::ostringstream rows;
   bool any_val = false;
+  double max_x[2] = {0, 0};  // tokens, time
   for (const OuterStepStats& st : s.steps) {
     if (!st.loss) continue;
     any_val = any_val || st.val_loss.has_value();
+    max_x[0] = std::max(max_x[0], st.cumulative_tokens);
+    max_x[1] = std::max(max_x[1], (st.t_end_s - s.run_start_s) / u.divisor_s);
     rows << st.cumulative_tokens << " " << (st.t_end_s - s.run_start_s) / u.divisor_s << " "
          << *st.loss << " " << std::exp(*st.loss) << " ";
     if (st.val_loss)
@@ -362,17 +440,17 @@ void fig_loss(Script& sc, const RunData& run) {
   };
   auto body = [&](const std::string& x_label, int col, const std::string& fmt) {
     std::ostringstream b;
-    b << "set multiplot layout 1,2\nset grid\n"
-      << (any_val ? "set key top right font ',10'\n" : "set key off\n") << fmt << "set xlabel "
-      << gp_quote(x_label) << "\n"
+    b << "set grid\n"
+      << (any_val ? std::string(kKeyOutside) + "\n" : "set key off\n") << fmt
+      << xrange_to(max_x[col - 1]) << "set xlabel " << gp_quote(x_label) << "\n"
       << "set title 'Loss'\nset ylabel 'loss [nats/token]'\n"
       << series(col, 3, color(0)) << "\n"
       << "set title 'Perplexity'\nset ylabel 'perplexity = exp(loss)'\nset logscale y\n"
       << series(col, 4, color(1)) << "\n";
     return b.str();
   };
-  sc.figure("loss_vs_tokens", body("tokens (all nodes)", 1, "set format x '%.0s%c'\n"));
-  sc.figure("loss_vs_time", body(std::string("time since start [") + u.name + "]", 2, ""));
+  sc.figure("loss_vs_tokens", body("tokens (all nodes)", 1, "set format x '%.0s%c'\n"), 2);
+  sc.figure("loss_vs_time", body(std::string("time since start [") + u.name + "]", 2, ""), 2);
 }
 
 std::vector<std::string> finish(Script& sc, const std::string& script_name) {

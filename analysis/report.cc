@@ -2,6 +2,7 @@
 // opened from disk. Every number shown comes from summarize(); nothing is recomputed here.
 #include "analysis/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -135,6 +136,8 @@ th { background: #eef3f8; } td.l, th.l { text-align: left; }
 .card .k { color: #555; font-size: 0.9em; }
 figure { margin: 1.2em 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 figcaption { color: #444; font-size: 0.95em; }
+.banner { border: 2px solid #b03a2e; background: #fdecea; color: #7b241c; font-weight: bold;
+          font-size: 1.2em; padding: 0.6em 1em; border-radius: 6px; margin: 0.8em 0; }
 pre { background: #f6f6f6; border: 1px solid #ddd; padding: 0.8em; overflow-x: auto;
       font-size: 0.85em; }
 )";
@@ -152,6 +155,9 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
     << " &middot; codec " << html_escape(s.metrics.codec.empty() ? "n/a" : s.metrics.codec)
     << (s.command.empty() ? "" : " &middot; command <code>" + html_escape(s.command) + "</code>")
     << "</p>\n";
+  // A run that did not finish says so before any number: they cover only what it did.
+  if (const std::string end = run_end_text(s); !end.empty())
+    h << "<div class=\"banner\" id=\"run-end\" role=\"alert\">" << html_escape(end) << "</div>\n";
 
   auto card = [&](const std::string& value, const std::string& key) {
     h << "<div class=\"card\"><div class=\"v\">" << html_escape(value) << "</div><div class=\"k\">"
@@ -174,8 +180,14 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
       << "</td><td class=\"l\">" << html_escape(def) << "</td></tr>\n";
   };
   row("run time", seconds(s.simulated_s),
-      s.mode == "real" ? "wall-clock seconds" : "simulated seconds (run_finished)");
-  row("outer steps", std::to_string(s.outer_steps), "");
+      std::string(s.mode == "real" ? "wall-clock seconds" : "simulated seconds") +
+          (s.complete      ? " (run_finished)"
+           : s.interrupted ? " (run_interrupted)"
+                           : " (last event)"));
+  row("outer steps", outer_steps_text(s),
+      s.complete      ? ""
+      : s.interrupted ? "interrupted: " + s.interrupted_reason
+                      : "incomplete");
   row("tokens", count(s.tokens), "sum over nodes of inner_steps.tokens");
   row("compute utilization", pct(s.compute_utilization), "inner compute / node alive time");
   row("outer-step utilization", pct(s.outer_step_utilization),
@@ -212,11 +224,16 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
   }
   h << "</table>\n";
 
-  h << "<h2>Nodes</h2>\n<table>\n<tr><th>node</th><th class=\"l\">joined</th><th>alive</th>"
+  // The host column only where the run names hosts (simulated runs); real runs have ids.
+  const bool hosts = std::any_of(s.per_node.begin(), s.per_node.end(),
+                                 [](const NodeStats& n) { return !n.host.empty(); });
+  h << "<h2>Nodes</h2>\n<table>\n<tr><th>node</th>" << (hosts ? "<th class=\"l\">host</th>" : "")
+    << "<th class=\"l\">joined</th><th>alive</th>"
     << "<th class=\"l\">end</th><th>compute util.</th><th>compute</th><th>all-reduce</th>"
     << "<th>recovery</th><th>idle</th><th>tokens</th><th>bytes sent</th></tr>\n";
   for (const NodeStats& n : s.per_node)
-    h << "<tr><td>" << n.node << "</td><td class=\"l\">"
+    h << "<tr><td>" << n.node << "</td>"
+      << (hosts ? "<td class=\"l\">" + html_escape(n.host) + "</td>" : "") << "<td class=\"l\">"
       << (n.initial ? "initial" : "at " + seconds(n.start_s)) << "</td><td>" << seconds(n.alive_s)
       << "</td><td class=\"l\">" << html_escape(n.end_reason) << "</td><td>"
       << pct(n.compute_utilization) << "</td><td>" << seconds(n.compute_s) << "</td><td>"
@@ -251,7 +268,8 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
 }
 
 std::string write_report(const std::string& run_dir, const ReportOptions& options) {
-  const RunData run = load_run(run_dir);
+  RunData run = load_run(run_dir);
+  if (!options.label.empty()) run.label = options.label;
   std::vector<std::string> pngs;
   for (const std::string& f : plot_run(run, (fs::path(run.dir) / "plots").string(), options.plots))
     if (fs::path(f).extension() == ".png") pngs.push_back(f);

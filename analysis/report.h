@@ -13,6 +13,7 @@ namespace meridian::analysis {
 struct ReportOptions {
   RunPlotOptions plots;
   std::string output;  // default: RUN_DIR/report.html
+  std::string label;   // the run's name in the page and its plots; default: its folder's name
 };
 
 // Draws the run's plots into RUN_DIR/plots and writes the report; returns its path.

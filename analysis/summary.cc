@@ -37,7 +37,22 @@ struct NodeLife {
   std::optional<double> started, admitted, left, failed, first_event;
   bool initial = false;
   bool crashed = false;  // node_left with graceful = false
+  std::string host;      // node_started.host
 };
+
+// The hosts that start the run, in platform order (config.platform.hosts[].host where `start`
+// is true): the simulator gives initial node k the k-th of them (netsim/simulation.cc).
+std::vector<std::string> starting_hosts(const nlohmann::json& config) {
+  std::vector<std::string> out;
+  if (!config.is_object() || !config.contains("platform")) return out;
+  const nlohmann::json& platform = config["platform"];
+  if (!platform.is_object() || !platform.contains("hosts") || !platform["hosts"].is_array())
+    return out;
+  for (const nlohmann::json& h : platform["hosts"])
+    if (h.is_object() && h.value("start", true) && h.contains("host") && h["host"].is_string())
+      out.push_back(h["host"].get<std::string>());
+  return out;
+}
 
 }  // namespace
 
@@ -72,6 +87,7 @@ Summary summarize(const std::vector<EventRecord>& events) {
   Summary s;
   const ConfigRecord* config = nullptr;
   const RunFinishedRecord* finished = nullptr;
+  const RunInterruptedRecord* interrupted = nullptr;
   double finished_t = 0, last_t = 0, first_t = std::numeric_limits<double>::infinity();
 
   std::map<std::int64_t, NodeLife> lives;
@@ -97,10 +113,14 @@ Summary summarize(const std::vector<EventRecord>& events) {
     } else if (const auto* r = e.as<RunFinishedRecord>()) {
       finished = r;
       finished_t = e.t_s;
+    } else if (const auto* r = e.as<RunInterruptedRecord>()) {
+      interrupted = r;
+      finished_t = e.t_s;
     } else if (const auto* r = e.as<NodeStartedRecord>()) {
       NodeLife& life = lives[e.node];
       if (!life.started) life.started = e.t_s;
       life.initial = r->initial;
+      if (!r->host.empty()) life.host = r->host;
     } else if (e.as<AdmittedRecord>()) {
       NodeLife& life = lives[e.node];
       if (!life.admitted) life.admitted = e.t_s;
@@ -167,15 +187,29 @@ Summary summarize(const std::vector<EventRecord>& events) {
 
   // The run spans from its first node event to run_finished (or its last event if it crashed).
   s.run_start_s = std::isfinite(first_t) ? first_t : 0.0;
-  s.run_end_s = finished ? std::max(finished_t, s.run_start_s) : last_t;
-  s.simulated_s = finished ? finished->simulated_s : s.run_end_s - s.run_start_s;
+  // run_interrupted ends the run like run_finished, short of its plan.
+  s.complete = finished != nullptr;
+  s.interrupted = !finished && interrupted;
+  if (s.interrupted) s.interrupted_reason = interrupted->reason;
+  s.outer_steps_planned = finished      ? finished->outer_steps_planned
+                          : interrupted ? interrupted->outer_steps_planned
+                                        : std::nullopt;
+  const bool ended = finished || interrupted;
+  s.run_end_s = ended ? std::max(finished_t, s.run_start_s) : last_t;
+  s.simulated_s = finished      ? finished->simulated_s
+                  : interrupted ? interrupted->simulated_s
+                                : s.run_end_s - s.run_start_s;
 
   // Alive intervals, and from them the node count as a step function.
   std::vector<std::pair<double, int>> deltas;
   double alive_total = 0;
+  const std::vector<std::string> hosts = starting_hosts(s.config);
   for (auto& [id, n] : nodes) {
     const NodeLife& life = lives[id];
     n.initial = life.initial;
+    n.host = life.host;
+    if (n.host.empty() && life.initial && id >= 0 && id < static_cast<std::int64_t>(hosts.size()))
+      n.host = hosts[static_cast<std::size_t>(id)];
     // A joiner's wall time counts from its start: waiting for admission and recovering are
     // time its GPUs are held without computing (the simulator's summary counts the same way).
     std::optional<double> start = life.started ? life.started : life.admitted;
@@ -304,7 +338,9 @@ Summary summarize(const std::vector<EventRecord>& events) {
     if (total_s > 0) s.nodes.mean = weighted / total_s;
   }
   s.allreduce_s = distribution(slowest_allreduce);
-  s.outer_steps = finished ? finished->outer_steps : static_cast<std::int64_t>(s.steps.size());
+  s.outer_steps = finished      ? finished->outer_steps
+                  : interrupted ? interrupted->outer_steps
+                                : static_cast<std::int64_t>(s.steps.size());
   for (auto it = s.steps.rbegin(); it != s.steps.rend(); ++it)
     if (it->loss) {
       s.loss = it->loss;
@@ -380,6 +416,11 @@ nlohmann::ordered_json to_json(const Summary& s) {
   }
   j["simulated_s"] = num(s.simulated_s);
   j["outer_steps"] = s.outer_steps;
+  j["outer_steps_planned"] =
+      s.outer_steps_planned ? J(*s.outer_steps_planned) : J(nullptr);  // unknown in old files
+  j["complete"] = s.complete;
+  j["interrupted"] = s.interrupted;
+  j["interrupted_reason"] = s.interrupted ? J(s.interrupted_reason) : J(nullptr);
   j["tokens"] = num(s.tokens);
   j["compute_utilization"] = num(s.compute_utilization);
   J per_node = J::object();
@@ -416,6 +457,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
   J nodes = J::array();
   for (const NodeStats& n : s.per_node) {
     nodes.push_back({{"node", n.node},
+                     {"host", n.host.empty() ? J(nullptr) : J(n.host)},
                      {"initial", n.initial},
                      {"start_s", num(n.start_s)},
                      {"end_s", num(n.end_s)},
@@ -434,6 +476,25 @@ nlohmann::ordered_json to_json(const Summary& s) {
   }
   j["per_node"] = nodes;
   return j;
+}
+
+std::string node_label(const NodeStats& n) {
+  return n.host.empty() ? "node " + std::to_string(n.node) : n.host;
+}
+
+std::string outer_steps_text(const Summary& s) {
+  return std::to_string(s.outer_steps) +
+         (s.outer_steps_planned ? " of " + std::to_string(*s.outer_steps_planned) + " planned"
+                                : "");
+}
+
+std::string run_end_text(const Summary& s) {
+  if (s.complete) return "";
+  if (s.interrupted)
+    return "Interrupted (" + s.interrupted_reason + ") after " + outer_steps_text(s) +
+           " outer steps";
+  return "Incomplete: the events stop after " + outer_steps_text(s) +
+         " outer steps without a final record (the run crashed, was killed, or is still running)";
 }
 
 std::string summary_table(const Summary& s) {
@@ -466,9 +527,10 @@ std::string summary_table(const Summary& s) {
     os << ", " << net["model"].get<std::string>() << ", TCP window "
        << num(net["tcp_gamma_bytes"].get<double>() / 1048576.0, "%.1f MiB");
   os << ")\n";
+  if (!s.complete) os << "  ** " << run_end_text(s) << " **\n";
   row("simulated time",
       num(s.simulated_s, "%.0f s") + " (" + num(s.simulated_s / 86400, "%.2f days") + ")");
-  row("outer steps", std::to_string(s.outer_steps));
+  row("outer steps", outer_steps_text(s));
   row("nodes min / mean / max", num(double(s.nodes.min), "%.0f") + " / " +
                                     num(s.nodes.mean, "%.2f") + " / " +
                                     num(double(s.nodes.max), "%.0f"));

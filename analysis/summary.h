@@ -29,6 +29,10 @@ Distribution distribution(const std::vector<double>& values);
 // run's end, whichever is first.
 struct NodeStats {
   std::int64_t node = -1;
+  // The host it ran on: node_started.host, else (simulate and emulate runs of writers without
+  // it) the config record's platform: initial node k ran on the k-th host that starts. "" when
+  // unknown (real runs, joiners of such writers).
+  std::string host;
   bool initial = false;
   double start_s = 0, end_s = 0, alive_s = 0;
   std::string end_reason;  // "left", "failed" (crash or fail_detected) or "run_end"
@@ -72,6 +76,13 @@ struct Summary {
   double run_start_s = 0, run_end_s = 0;
   double simulated_s = 0;  // run_finished.simulated_s, else run_end_s - run_start_s
   std::int64_t outer_steps = 0;
+  // How the run ended: `complete` when it has a run_finished record; `interrupted` when it has
+  // run_interrupted instead (reason: e.g. "SIGINT"); neither when the events simply stop (a
+  // crash, a kill -9, a file still being written): incomplete.
+  bool complete = false;
+  bool interrupted = false;
+  std::string interrupted_reason;                   // "" unless interrupted
+  std::optional<std::int64_t> outer_steps_planned;  // from the final record; unknown without
   double tokens = 0;
 
   double compute_utilization = 0;
@@ -113,6 +124,17 @@ Summary summarize(const std::vector<EventRecord>& events);
 // summary.json: the SCHEMA.md keys plus per-node and recovery details, and the run's name, seed
 // and network model echoed from the config record; NaN becomes null.
 nlohmann::ordered_json to_json(const Summary& s);
+
+// The node's name in figures and tables: its host ("us-east-0"), else "node N".
+std::string node_label(const NodeStats& n);
+
+// "160 of 904 planned" when the plan is known, else "160".
+std::string outer_steps_text(const Summary& s);
+
+// "" for a complete run; else one sentence for the top of a report or table: "Interrupted
+// (SIGINT) after 160 of 904 planned outer steps", or "Incomplete: ..." when the events stop
+// without a final record.
+std::string run_end_text(const Summary& s);
 
 // The headline numbers as an aligned text table (what `meridian sim` prints on stdout).
 std::string summary_table(const Summary& s);

@@ -70,6 +70,21 @@ SweepRunner self_runner() {
   };
 }
 
+std::string sweep_progress_line(std::size_t done, std::size_t total, double elapsed_s) {
+  std::string line =
+      "sweep: " + std::to_string(done) + "/" + std::to_string(total) + " points done, ";
+  if (done >= total) return line + "finished";
+  if (done == 0) return line + "ETA ?";
+  const long eta =
+      std::lround(elapsed_s / static_cast<double>(done) * static_cast<double>(total - done));
+  if (eta >= 3600)
+    return line + "ETA " + std::to_string(eta / 3600) + " h " + std::to_string(eta % 3600 / 60) +
+           " min";
+  if (eta >= 60)
+    return line + "ETA " + std::to_string(eta / 60) + " min " + std::to_string(eta % 60) + " s";
+  return line + "ETA " + std::to_string(eta) + " s";
+}
+
 int SweepResult::failed() const {
   int n = 0;
   for (const SweepPointResult& p : points) n += p.summary ? 0 : 1;
@@ -78,28 +93,35 @@ int SweepResult::failed() const {
 
 namespace {
 
+// How the Markdown table shows a column (the CSV keeps the raw number).
+enum class Unit { kFraction, kSeconds, kBytes, kFactor, kCount, kInteger, kMean, kPlain };
+
 struct Column {
   const char* name;
+  Unit unit;
   std::function<double(const Summary&)> value;
 };
 
 const std::vector<Column>& metric_columns() {
   static const std::vector<Column> columns = {
-      {"compute_utilization", [](const Summary& s) { return s.compute_utilization; }},
-      {"outer_step_utilization", [](const Summary& s) { return s.outer_step_utilization; }},
-      {"mfu", [](const Summary& s) { return s.mfu; }},
-      {"allreduce_p50_s", [](const Summary& s) { return s.allreduce_s.p50; }},
-      {"allreduce_p90_s", [](const Summary& s) { return s.allreduce_s.p90; }},
-      {"inner_step_s", [](const Summary& s) { return s.inner_step_s; }},
-      {"wire_bytes_per_node_per_outer_step",
+      {"compute_utilization", Unit::kFraction,
+       [](const Summary& s) { return s.compute_utilization; }},
+      {"outer_step_utilization", Unit::kFraction,
+       [](const Summary& s) { return s.outer_step_utilization; }},
+      {"mfu", Unit::kFraction, [](const Summary& s) { return s.mfu; }},
+      {"allreduce_p50_s", Unit::kSeconds, [](const Summary& s) { return s.allreduce_s.p50; }},
+      {"allreduce_p90_s", Unit::kSeconds, [](const Summary& s) { return s.allreduce_s.p90; }},
+      {"inner_step_s", Unit::kSeconds, [](const Summary& s) { return s.inner_step_s; }},
+      {"wire_bytes_per_node_per_outer_step", Unit::kBytes,
        [](const Summary& s) { return s.wire_bytes_per_node_per_outer_step; }},
-      {"bandwidth_reduction_vs_ddp",
+      {"bandwidth_reduction_vs_ddp", Unit::kFactor,
        [](const Summary& s) { return s.bandwidth_reduction_vs_ddp.value_or(NAN); }},
-      {"tokens", [](const Summary& s) { return s.tokens; }},
-      {"simulated_s", [](const Summary& s) { return s.simulated_s; }},
-      {"outer_steps", [](const Summary& s) { return static_cast<double>(s.outer_steps); }},
-      {"nodes_mean", [](const Summary& s) { return s.nodes.mean; }},
-      {"loss", [](const Summary& s) { return s.loss.value_or(NAN); }},
+      {"tokens", Unit::kCount, [](const Summary& s) { return s.tokens; }},
+      {"simulated_s", Unit::kSeconds, [](const Summary& s) { return s.simulated_s; }},
+      {"outer_steps", Unit::kInteger,
+       [](const Summary& s) { return static_cast<double>(s.outer_steps); }},
+      {"nodes_mean", Unit::kMean, [](const Summary& s) { return s.nodes.mean; }},
+      {"loss", Unit::kPlain, [](const Summary& s) { return s.loss.value_or(NAN); }},
   };
   return columns;
 }
@@ -109,6 +131,53 @@ std::string number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
+}
+
+std::string printf_string(const char* format, double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// v / 1000^k with three significant digits and the k-th prefix.
+std::string scaled(double v, const char* const prefixes[5], const char* unit) {
+  int k = 0;
+  while (k < 4 && std::abs(v) >= 999.5) v /= 1000, ++k;
+  return printf_string(std::abs(v) >= 99.95   ? "%.0f"
+                       : std::abs(v) >= 9.995 ? "%.1f"
+                                              : "%.2f",
+                       v) +
+         " " + prefixes[k] + unit;
+}
+
+// The Markdown cell: the number with its unit, readable at a glance.
+std::string with_unit(double v, Unit unit) {
+  if (!std::isfinite(v)) return "";
+  static const char* const kSi[5] = {"", "k", "M", "G", "T"};
+  switch (unit) {
+    case Unit::kFraction:
+      return printf_string("%.1f %%", 100 * v);
+    case Unit::kSeconds:  // three digits, trailing zeros kept: 23.0 s, 8.58 min, 18.2 h
+      if (std::abs(v) >= 3 * 3600) return printf_string("%#.3g h", v / 3600);
+      if (std::abs(v) >= 180) return printf_string("%#.3g min", v / 60);
+      return printf_string(std::abs(v) >= 99.95 ? "%.0f s" : "%#.3g s", v);
+    case Unit::kBytes:
+      return scaled(v, kSi, "B");
+    case Unit::kFactor:
+      return printf_string(std::abs(v) >= 10 ? "%.0fx" : "%.1fx", v);
+    case Unit::kCount: {
+      std::string c = scaled(v, kSi, "");
+      while (!c.empty() && c.back() == ' ') c.pop_back();
+      return c;
+    }
+    case Unit::kInteger:
+      return printf_string("%.0f", v);
+    case Unit::kMean:
+      return printf_string("%.2f", v);
+    case Unit::kPlain:
+      return printf_string("%.4g", v);
+  }
+  return number(v);
 }
 
 std::string csv_field(const std::string& s) {
@@ -164,11 +233,14 @@ void write_sweep_tables(const SweepResult& result, const std::string& out_dir,
     std::vector<std::string> row = {p.point.name};
     for (const auto& kv : p.point.settings) row.push_back(kv.second);
     row.push_back(status_of(p));
-    for (const Column& c : metric_columns())
+    std::vector<std::string> md_row = row;
+    for (const Column& c : metric_columns()) {
       row.push_back(p.summary ? number(c.value(*p.summary)) : "");
+      md_row.push_back(p.summary ? with_unit(c.value(*p.summary), c.unit) : "");
+    }
     for (std::size_t i = 0; i < row.size(); ++i) {
       csv << (i ? "," : "") << csv_field(row[i]);
-      md << "| " << md_field(row[i]) << " ";
+      md << "| " << md_field(md_row[i]) << " ";
     }
     csv << "\n";
     md << "|\n";
@@ -224,19 +296,31 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
         out << x << " " << s->compute_utilization * 100 << " " << s->outer_step_utilization * 100
             << " " << s->mfu * 100 << "\n";
       const std::string f = gp_quote(data_ref) + " index " + std::to_string(index);
-      const std::string label = line.empty() ? "" : line + ": ";
-      util << (index ? ", " : "plot ") << f << " using 1:2 with linespoints pt 7 lw 2 lc rgb '"
+      // Categories: each series' dots beside the others' in its category, no joining line.
+      std::string x = "1";
+      if (!numeric) {
+        std::ostringstream shifted;
+        shifted << "($1 + " << (index - (static_cast<double>(lines.size()) - 1) / 2) * 0.1 << ")";
+        x = shifted.str();
+      }
+      const std::string solid = numeric ? "linespoints pt 7 lw 2" : "points pt 7 ps 1.5";
+      const std::string dashed = numeric ? "linespoints pt 5 dt 2" : "points pt 4 ps 1.5";
+      // A legend entry per series (its colour), the two forms once, in grey, after them.
+      util << (index ? ", " : "plot ") << f << " using " << x << ":2 with " << solid << " lc rgb '"
            << series_color(index) << "'"
-           << " title " << gp_quote(label + "compute / alive time") << ", " << f
-           << " using 1:3 with linespoints pt 5 dt 2 lc rgb '" << series_color(index) << "' title "
-           << gp_quote(label + "T_inner / (T_inner + T_allreduce)");
-      mfu << (index ? ", " : "plot ") << f << " using 1:4 with linespoints pt 7 lw 2 lc rgb '"
+           << " title " << gp_quote(line.empty() ? "all" : line) << ", " << f << " using " << x
+           << ":3 with " << dashed << " lc rgb '" << series_color(index) << "' notitle";
+      if (index + 1 == static_cast<int>(lines.size()))
+        util << ", NaN with " << solid << " lc rgb '#808080' title 'compute/alive time', NaN with "
+             << dashed << " lc rgb '#808080' title 'T_inner/(T_inner+T_allreduce)'";
+      mfu << (index ? ", " : "plot ") << f << " using " << x << ":4 with " << solid << " lc rgb '"
           << series_color(index) << "'"
           << " title " << gp_quote(line.empty() ? "MFU" : line);
       ++index;
     }
     std::ostringstream body;
-    body << "set multiplot layout 1,2\nset grid\nset key bottom left font ',10'\n"
+    body << "set grid\n"
+         << kKeyOutside << "\n"
          << "set xlabel " << gp_quote(axis.key) << "\n";
     if (numeric) {
       body << "set xtics (";
@@ -261,8 +345,8 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
          << "set title " << gp_quote("MFU vs " + axis.key)
          << "\nset ylabel 'model FLOPs utilization [%]'\nset yrange [0:*]\n"
          << mfu.str() << "\n";
-    gp_figure(script, (dir / "plots").string(), name, body.str(), options, options.height_px,
-              drawn);
+    gp_figure(script, (dir / "plots").string(), name, body.str(), options, options.height_px, drawn,
+              2);
   }
   if (drawn.empty()) return;
   const fs::path script_path = dir / "plots" / "sweep.gp";
@@ -282,9 +366,29 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
   result.axes = axes;
   result.command = options.command;
   const std::vector<SweepPoint> points = expand_grid(axes);
+  // Every point's settings before the first runs: a bad key fails now, not after hours.
+  if (options.check_point)
+    for (const SweepPoint& p : points) {
+      try {
+        options.check_point(p);
+      } catch (const ConfigError& e) {
+        std::string sets;
+        for (const auto& [k, v] : p.settings) sets += " --set " + k + "=" + v;
+        throw ConfigError("--set: point '" + p.name + "' (" + sets.substr(1) +
+                          ") is not a valid scenario: " + e.what());
+      }
+    }
   std::error_code ec;
   fs::create_directories(options.out_dir, ec);
   if (ec) throw ConfigError(options.out_dir + ": cannot create the sweep folder: " + ec.message());
+  const auto sweep_t0 = std::chrono::steady_clock::now();
+  auto report_progress = [&](std::size_t done) {
+    if (options.on_progress)
+      options.on_progress(
+          done, points.size(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep_t0).count());
+  };
+  report_progress(0);
   for (std::size_t i = 0; i < points.size(); ++i) {
     SweepPointResult r;
     r.point = points[i];
@@ -314,6 +418,7 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
     progress << (r.summary ? "ok" : "FAILED") << " (" << took << ")\n";
     if (!r.error.empty()) progress << "  " << r.error << "\n";
     result.points.push_back(std::move(r));
+    report_progress(i + 1);
   }
   write_sweep_tables(result, options.out_dir, result.files);
   if (options.plots) plot_sweep(result, options.out_dir, options.plot, result.files);

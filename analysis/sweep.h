@@ -46,7 +46,17 @@ struct SweepOptions {
   PlotOptions plot;
   bool plots = true;
   std::string command;  // the command line, written above the Markdown table
+  // Called for every point before any runs (e.g. loading the scenario with the point's
+  // overrides); throws ConfigError for a point that cannot run. Default: no check.
+  std::function<void(const SweepPoint&)> check_point;
+  // Called before the first point (done 0) and after each: points done, of total, wall
+  // seconds since the first started. Default: none.
+  std::function<void(std::size_t done, std::size_t total, double elapsed_s)> on_progress;
 };
+
+// The progress line: "sweep: 2/6 points done, ETA 1 min 10 s" (the ETA from the mean time per
+// point so far; "ETA ?" before the first is done).
+std::string sweep_progress_line(std::size_t done, std::size_t total, double elapsed_s);
 
 struct SweepPointResult {
   SweepPoint point;
@@ -64,17 +74,22 @@ struct SweepResult {
   int failed() const;
 };
 
-// Runs every point (progress lines to `progress`), summarizes each from DIR/<point>/
-// events.jsonl, writes DIR/sweep.csv and DIR/sweep.md, and the plots when options.plots.
+// Checks every point (options.check_point) first: a point that cannot run is a ConfigError
+// naming `--set` and the point, before any point runs. Then runs every point (a line per point
+// to `progress`), summarizes each from DIR/<point>/events.jsonl, writes DIR/sweep.csv and
+// DIR/sweep.md, and the plots when options.plots.
 SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>& axes,
                       const SweepRunner& runner, std::ostream& progress);
 
-// The table's columns: point, each axis key, status, then the metrics.
+// The table's columns: point, each axis key, status, then the metrics: raw numbers in the
+// CSV; in the Markdown, with their units (utilizations as %, times in s/min/h, bytes in
+// kB/MB/GB, counts with k/M/G).
 void write_sweep_tables(const SweepResult& result, const std::string& out_dir,
                         std::vector<std::string>& files);
 
 // One figure per axis with two or more values: utilization (both forms) and MFU against the
-// axis value, one line per combination of the other axes.
+// axis value, one series per combination of the other axes: lines over a numeric axis, dots
+// side by side over a categorical one (fp32, int8: no line joins categories).
 void plot_sweep(const SweepResult& result, const std::string& out_dir, const PlotOptions& options,
                 std::vector<std::string>& files);
 

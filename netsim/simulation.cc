@@ -670,6 +670,7 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
   o.mesh.max_retries = w.sc.diloco.retries;
   o.mesh.initial_world = initial_world;
   o.mesh.outer_steps = w.sc.outer_steps();
+  o.mesh.host = w.pf.names[slot];  // node_started names the host, as the netsim driver's does
   // A joiner waits for the next boundary however long the outer step is (the engine's 600 s
   // default is shorter than one INTELLECT-1 outer step, ~2,900 s: joiners would give up).
   o.mesh.admission_timeout_s = kForever;

@@ -3,7 +3,9 @@
 // full page). Talks the DevTools protocol over --remote-debugging-pipe: no npm packages.
 // Not a layout test: it checks loading, a person looks at the screenshots.
 //
-// usage: node report_check.mjs CHROMIUM REPORT.html OUT_PREFIX
+// usage: node report_check.mjs CHROMIUM REPORT.html OUT_PREFIX [BANNER]
+//   BANNER: the run-end banner (#run-end) the page must show, whole and on the first screen
+//   (an interrupted or incomplete run); without it the page must have no banner.
 // exit: 0 ok, 1 a check failed, 2 usage or browser trouble.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -11,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const [chromium, report, outPrefix] = process.argv.slice(2);
+const [chromium, report, outPrefix, banner] = process.argv.slice(2);
 if (!chromium || !report || !outPrefix) {
   console.error('usage: node report_check.mjs CHROMIUM REPORT.html OUT_PREFIX');
   process.exit(2);
@@ -116,7 +118,14 @@ try {
       external: Array.from(document.querySelectorAll('[src],link[href]'))
         .map((e) => e.getAttribute('src') || e.getAttribute('href'))
         .filter((u) => !u.startsWith('data:')),
-      tables: document.querySelectorAll('table').length })`,
+      tables: document.querySelectorAll('table').length,
+      banner: (() => {
+        const b = document.getElementById('run-end');
+        if (!b) return null;
+        const r = b.getBoundingClientRect(), style = getComputedStyle(b);
+        return { text: b.textContent.trim(), top: r.top, bottom: r.bottom, height: r.height,
+                 visible: style.display !== 'none' && style.visibility !== 'hidden' };
+      })() })`,
     returnByValue: true,
   }, sessionId);
   const page = JSON.parse(result.value);
@@ -135,6 +144,18 @@ try {
   for (const img of page.images) if (!img.ok) problems.push(`image '${img.name}' did not load`);
   for (const ext of page.external) problems.push(`external resource: ${ext}`);
   if (page.tables === 0) problems.push('the page has no tables');
+  if (banner === undefined) {
+    if (page.banner) problems.push(`unexpected run-end banner: "${page.banner.text}"`);
+  } else if (!page.banner) {
+    problems.push(`no run-end banner (expected "${banner}")`);
+  } else {
+    if (page.banner.text !== banner)
+      problems.push(`banner says "${page.banner.text}", expected "${banner}"`);
+    // On the first screen (1000 CSS px high), whole, drawn.
+    if (!page.banner.visible || page.banner.height <= 0 || page.banner.bottom > 1000)
+      problems.push(`the banner is not on the first screen (${JSON.stringify(page.banner)})`);
+  }
+  if (page.banner) console.log(`report_check: banner "${page.banner.text}"`);
   console.log(`report_check: ${report}: "${page.title}", ${page.images.length} images ` +
     `(${page.images.map((i) => `${i.name} ${i.w}x${i.h}`).join(', ')}), ${page.tables} tables`);
   console.log(`report_check: screenshots ${outPrefix}-first-screen.png, ${outPrefix}-full.png ` +

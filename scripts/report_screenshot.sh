@@ -3,13 +3,15 @@
 # errors, no external resources; saves screenshots to look at. Exit 77 (ctest SKIP) when
 # chromium or node is not installed.
 #
-# usage: scripts/report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR]
+# usage: scripts/report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR [BANNER]]
 #   Copies RUN_DIR/events.jsonl into WORK_DIR (default: a new temporary folder), runs
 #   `meridian report` there, and writes WORK_DIR/report-first-screen.png and report-full.png.
+#   BANNER: the run-end banner the page must show on its first screen (an interrupted run);
+#   without it the page must show none.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-meridian=${1:?usage: report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR]}
-run_dir=${2:?usage: report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR]}
+meridian=${1:?usage: report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR [BANNER]]}
+run_dir=${2:?usage: report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR [BANNER]]}
 work=${3:-$(mktemp -d)}
 
 chromium=$(command -v chromium || command -v chromium-browser || true)
@@ -26,4 +28,4 @@ rm -rf "$work/run"
 mkdir -p "$work/run"
 cp "$run_dir/events.jsonl" "$work/run/events.jsonl"
 "$meridian" report "$work/run"
-node "$here/report_check.mjs" "$chromium" "$work/run/report.html" "$work/report"
+node "$here/report_check.mjs" "$chromium" "$work/run/report.html" "$work/report" ${4+"$4"}

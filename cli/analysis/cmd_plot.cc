@@ -12,7 +12,8 @@ namespace meridian::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: meridian plot RUN_DIR... [--out DIR] [--step N] [--size WxH] [--no-svg]\n"
+    "usage: meridian plot RUN_DIR... [--out DIR] [--step N] [--size WxH] [--no-svg] [--pdf]\n"
+    "                     [--label NAME]... [--title TEXT]\n"
     "  Draws each run's plots (PNG and SVG) into RUN_DIR/plots: active nodes, all-reduce time\n"
     "  histogram and box plot, utilization and MFU over time, a per-node timeline of one outer\n"
     "  step, bytes and bandwidth per node, loss and perplexity (when the run has losses).\n"
@@ -23,6 +24,10 @@ constexpr const char* kUsage =
     "               the middle one)\n"
     "  --size WxH   image size in pixels (default 1200x700)\n"
     "  --no-svg     PNG only\n"
+    "  --pdf        also PDF (vector, for papers)\n"
+    "  --label NAME the run's name in legends and axes (default: its folder's name); with\n"
+    "               several runs, once per run in the same order\n"
+    "  --title TEXT a title above every figure\n"
     "  Needs gnuplot (apt-get install -y gnuplot-nox).\n";
 
 // "1200x700" -> {1200, 700}; anything else is a ConfigError.
@@ -51,7 +56,7 @@ std::int64_t parse_step(const std::string& s) {
 }
 
 int run_plot(const std::vector<std::string>& args) {
-  std::vector<std::string> dirs;
+  std::vector<std::string> dirs, labels;
   std::string out;
   analysis::RunPlotOptions options;
   for (std::size_t i = 0; i < args.size(); ++i) {
@@ -65,6 +70,12 @@ int run_plot(const std::vector<std::string>& args) {
       std::tie(options.plot.width_px, options.plot.height_px) = parse_size(value());
     else if (a == "--no-svg")
       options.plot.svg = false;
+    else if (a == "--pdf")
+      options.plot.pdf = true;
+    else if (a == "--label")
+      labels.push_back(value());
+    else if (a == "--title")
+      options.plot.title = value();
     else if (a == "-h" || a == "--help")
       return std::cout << kUsage, kExitOk;
     else if (!a.empty() && a[0] == '-')
@@ -73,10 +84,14 @@ int run_plot(const std::vector<std::string>& args) {
       dirs.push_back(a);
   }
   if (dirs.empty()) throw ConfigError(std::string("no run directory given\n") + kUsage);
+  if (!labels.empty() && labels.size() != dirs.size())
+    throw ConfigError("--label: " + std::to_string(labels.size()) + " labels for " +
+                      std::to_string(dirs.size()) + " runs; give one per run, in order");
   analysis::find_gnuplot(options.plot.gnuplot);
 
   std::vector<analysis::RunData> runs;
   for (const std::string& d : dirs) runs.push_back(analysis::load_run(d));
+  for (std::size_t i = 0; i < labels.size(); ++i) runs[i].label = labels[i];
   for (const analysis::RunData& r : runs) {
     const std::string plots_dir =
         runs.size() == 1 && !out.empty() ? out : (std::filesystem::path(r.dir) / "plots").string();

@@ -10,10 +10,12 @@ namespace meridian::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: meridian report RUN_DIR [--out FILE]\n"
+    "usage: meridian report RUN_DIR [--out FILE] [--label NAME] [--title TEXT]\n"
     "  Writes RUN_DIR/report.html (or FILE): summary table, per-node table, every plot of\n"
     "  `meridian plot` embedded in the page, and the resolved configuration. The page has no\n"
-    "  external resources and opens from disk. Needs gnuplot (apt-get install -y gnuplot-nox).\n";
+    "  external resources and opens from disk. Needs gnuplot (apt-get install -y gnuplot-nox).\n"
+    "  --label NAME  the run's name in the page and its plots (default: its folder's name)\n"
+    "  --title TEXT  a title above every plot\n";
 
 int run_report(const std::vector<std::string>& args) {
   std::string dir;
@@ -24,6 +26,9 @@ int run_report(const std::vector<std::string>& args) {
       if (i + 1 >= args.size())
         throw ConfigError("--out needs a file name\n" + std::string(kUsage));
       options.output = args[++i];
+    } else if (a == "--label" || a == "--title") {
+      if (i + 1 >= args.size()) throw ConfigError(a + " needs a value\n" + std::string(kUsage));
+      (a == "--label" ? options.label : options.plots.plot.title) = args[++i];
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;

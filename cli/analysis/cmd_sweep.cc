@@ -1,12 +1,17 @@
 // `meridian sweep SCENARIO.yaml --set key=v1,v2 ...`: runs `meridian sim` once per grid point
 // (as child processes of this binary), then writes the table and the plots. Argument parsing
 // only; the sweep is analysis/sweep.h.
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "analysis/sweep.h"
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/scenario_check.h"
 #include "engine/error.h"
 
 namespace meridian::cli {
@@ -14,12 +19,16 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: meridian sweep SCENARIO.yaml --set KEY=V1,V2,... [--set ...] [--out DIR]\n"
-    "                      [--seed N] [--no-plots]\n"
+    "                      [--seed N] [--no-plots] [--title TEXT] [--pdf]\n"
     "  Runs `meridian sim SCENARIO.yaml --out DIR/<point> --set KEY=V ...` for every point of\n"
     "  the grid (the cartesian product of the --set lists; a single value is applied to every\n"
     "  point), then writes DIR/sweep.csv, DIR/sweep.md and, for each key with several values,\n"
     "  DIR/plots/sweep_<key>.png|svg: utilization and MFU against that value.\n"
-    "  Each point's output is in DIR/<point>.log. Default DIR: sweep.\n"
+    "  Every point's settings are checked (the scenario loaded with them) before any runs.\n"
+    "  Each point's output is in DIR/<point>.log. Default DIR: sweep. On a terminal, stderr\n"
+    "  shows a progress line (points done, ETA).\n"
+    "  --title TEXT  a title above every sweep plot\n"
+    "  --pdf         also write each plot as PDF\n"
     "  Exit status 1 when a point failed (the others are still in the table).\n"
     "  example: meridian sweep scenarios/intellect1-global.yaml --set diloco.H=50,100,500 \\\n"
     "             --set diloco.codec=fp32,int8 --out results/sweep-H-codec\n";
@@ -45,6 +54,10 @@ int run_sweep_command(const std::vector<std::string>& args) {
       }
     } else if (a == "--no-plots") {
       options.plots = false;
+    } else if (a == "--title") {
+      options.plot.title = value();
+    } else if (a == "--pdf") {
+      options.plot.pdf = true;
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
@@ -71,8 +84,31 @@ int run_sweep_command(const std::vector<std::string>& args) {
 
   options.command = "meridian sweep";
   for (const std::string& a : args) options.command += " " + a;
+  if (const ScenarioCheck& check = scenario_check())
+    options.check_point = [&options, &check](const analysis::SweepPoint& point) {
+      std::vector<std::string> overrides;
+      if (options.seed) overrides.push_back("run.seed=" + std::to_string(*options.seed));
+      for (const auto& [k, v] : point.settings) overrides.push_back(k + "=" + v);
+      check(options.scenario, overrides);
+    };
+  // One line on stderr, redrawn in place, for a person watching; nothing in a log or a pipe.
+  // The per-point lines wait in `pending` and are printed between redraws (the progress line
+  // cleared first), so that they never land after it on the same terminal line.
+  std::ostringstream pending;
+  const bool tty = ::isatty(STDERR_FILENO);
+  if (tty)
+    options.on_progress = [&pending](std::size_t done, std::size_t total, double elapsed_s) {
+      std::fputs("\r\033[K", stderr);
+      std::fflush(stderr);
+      std::cout << pending.str() << std::flush;
+      pending.str("");
+      std::fprintf(stderr, "%s%s", analysis::sweep_progress_line(done, total, elapsed_s).c_str(),
+                   done == total ? "\n" : "");
+      std::fflush(stderr);
+    };
   const analysis::SweepResult result =
-      analysis::run_sweep(options, axes, analysis::self_runner(), std::cout);
+      analysis::run_sweep(options, axes, analysis::self_runner(),
+                          tty ? static_cast<std::ostream&>(pending) : std::cout);
   std::cout << "\n"
             << result.points.size() - result.failed() << " of " << result.points.size()
             << " points ok; wrote:\n";

@@ -118,7 +118,10 @@ std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
   }
   id_ = node_id;
   store_.add(key_heartbeat(id_), 1);
-  emit("node_started", JsonObject().add("initial", initial));
+  JsonObject started;
+  started.add("initial", initial);
+  if (!options_.host.empty()) started.add("host", options_.host);
+  emit("node_started", started);
   if (!initial) emit("join_requested");
   store_.set(key_join(id_), std::to_string(id_));
   beat_and_lease();

@@ -32,6 +32,9 @@ struct MeshOptions {
   // Measured bandwidth of the link from -> to between two node ids, for the ring order;
   // null = uniform (ring order = survivors in their previous order, joiners appended by id).
   std::function<double(std::int64_t from, std::int64_t to)> bandwidth_bps;
+  // Where the node runs (e.g. the simulated host "us-east-0"), echoed into its node_started
+  // record for the plots; "" = not recorded.
+  std::string host;
 };
 
 // Thread-safety: start/wait_admitted/report/next_round/leave/stop are called by the node's

@@ -10,7 +10,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:15]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:94016]
 plot 'data/compare_nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_nodes_1.dat' using 1:2 with steps lw 2.5 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_nodes_2.dat' using 1:2 with steps lw 2.5 lc rgb '#009e73' title 'intellect1-global', 'data/compare_nodes_3.dat' using 1:2 with steps lw 2.5 lc rgb '#cc79a7' title 'intellect1-full'
 
 unset multiplot
@@ -24,7 +25,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:15]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:94016]
 plot 'data/compare_nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_nodes_1.dat' using 1:2 with steps lw 2.5 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_nodes_2.dat' using 1:2 with steps lw 2.5 lc rgb '#009e73' title 'intellect1-global', 'data/compare_nodes_3.dat' using 1:2 with steps lw 2.5 lc rgb '#cc79a7' title 'intellect1-full'
 
 unset multiplot
@@ -35,16 +37,17 @@ reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'compare_allreduce_hist.png'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 2.23940933356 absolute
+set xrange [313.515085731:517.550158344]
+set xtics 320, 20 nomirror
+set format x '%.0f'
 set grid ytics
-set key top right
+set key below center horizontal height 1 samplen 2
 set yrange [0:278.8]
-plot 'data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
+plot 'data/compare_allreduce_hist.dat' using ($1 + -3.73234888926):2 with boxes lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using ($1 + -1.24411629642):3 with boxes lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using ($1 + 1.24411629642):4 with boxes lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using ($1 + 3.73234888926):5 with boxes lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot
 set output
@@ -52,16 +55,17 @@ reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'compare_allreduce_hist.svg'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 2.23940933356 absolute
+set xrange [313.515085731:517.550158344]
+set xtics 320, 20 nomirror
+set format x '%.0f'
 set grid ytics
-set key top right
+set key below center horizontal height 1 samplen 2
 set yrange [0:278.8]
-plot 'data/compare_allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using 3 lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using 4 lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using 5 lc rgb '#cc79a7' title columnheader(5)
+plot 'data/compare_allreduce_hist.dat' using ($1 + -3.73234888926):2 with boxes lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using ($1 + -1.24411629642):3 with boxes lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using ($1 + 1.24411629642):4 with boxes lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using ($1 + 3.73234888926):5 with boxes lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot
 set output
@@ -81,7 +85,9 @@ set key off
 set yrange [0:*]
 set xrange [0.4:4.6]
 set xtics ('intellect1-usa' 1, 'intellect1-useu' 2, 'intellect1-global' 3, 'intellect1-full' 4)
-plot 'data/compare_allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/compare_allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2', 'data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', 'data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', 'data/compare_allreduce_box_2.dat' using (3):1 with boxplot lc rgb '#009e73', 'data/compare_allreduce_box_2.dat' using (3 + $2):1 with points pt 7 ps 0.5 lc rgb '#60009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
+set label 1 'all 20 outer steps: 504.8785 to 505.1534 s' at 1, first 505.153 center offset 0,1.2
+set label 3 'all 20 outer steps: 515.0603 to 515.0619 s' at 3, first 515.062 center offset 0,1.2
+plot 'data/compare_allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2', 'data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', 'data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', 'data/compare_allreduce_box_2.dat' using (3 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
 
 unset multiplot
 set output
@@ -99,7 +105,9 @@ set key off
 set yrange [0:*]
 set xrange [0.4:4.6]
 set xtics ('intellect1-usa' 1, 'intellect1-useu' 2, 'intellect1-global' 3, 'intellect1-full' 4)
-plot 'data/compare_allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/compare_allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2', 'data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', 'data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', 'data/compare_allreduce_box_2.dat' using (3):1 with boxplot lc rgb '#009e73', 'data/compare_allreduce_box_2.dat' using (3 + $2):1 with points pt 7 ps 0.5 lc rgb '#60009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
+set label 1 'all 20 outer steps: 504.8785 to 505.1534 s' at 1, first 505.153 center offset 0,1.2
+set label 3 'all 20 outer steps: 515.0603 to 515.0619 s' at 3, first 515.062 center offset 0,1.2
+plot 'data/compare_allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2', 'data/compare_allreduce_box_1.dat' using (2):1 with boxplot lc rgb '#d55e00', 'data/compare_allreduce_box_1.dat' using (2 + $2):1 with points pt 7 ps 0.5 lc rgb '#60d55e00', 'data/compare_allreduce_box_2.dat' using (3 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
 
 unset multiplot
 set output
@@ -110,12 +118,13 @@ set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1
 set output 'compare_utilization.png'
 set multiplot layout 1,2
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
+set xrange [0:725.1111315]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'intellect1-usa: inner compute / outer-step wall time', 'data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' title 'intellect1-useu: inner compute / outer-step wall time', 'data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' title 'intellect1-global: inner compute / outer-step wall time', 'data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' title 'intellect1-full: inner compute / outer-step wall time'
+plot 'data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' notitle, 'data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' notitle, 'data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global', 'data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' notitle, 'data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full', 'data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' notitle, NaN with linespoints pt 7 ps 0.6 lc rgb '#808080' title 'T_inner/(T_inner+T_allreduce)', NaN with lines dt 2 lc rgb '#808080' title 'inner compute/step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
@@ -128,12 +137,13 @@ set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 ba
 set output 'compare_utilization.svg'
 set multiplot layout 1,2
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
+set xrange [0:725.1111315]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'intellect1-usa: inner compute / outer-step wall time', 'data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' title 'intellect1-useu: inner compute / outer-step wall time', 'data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' title 'intellect1-global: inner compute / outer-step wall time', 'data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full: T_inner / (T_inner + T_allreduce)', 'data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' title 'intellect1-full: inner compute / outer-step wall time'
+plot 'data/compare_utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'intellect1-usa', 'data/compare_utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' notitle, 'data/compare_utilization_1.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#d55e00' title 'intellect1-useu', 'data/compare_utilization_1.dat' using 1:3 with lines dt 2 lc rgb '#d55e00' notitle, 'data/compare_utilization_2.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#009e73' title 'intellect1-global', 'data/compare_utilization_2.dat' using 1:3 with lines dt 2 lc rgb '#009e73' notitle, 'data/compare_utilization_3.dat' using 1:2 with lines lw 1.5 lc rgb '#cc79a7' title 'intellect1-full', 'data/compare_utilization_3.dat' using 1:3 with lines dt 2 lc rgb '#cc79a7' notitle, NaN with linespoints pt 7 ps 0.6 lc rgb '#808080' title 'T_inner/(T_inner+T_allreduce)', NaN with lines dt 2 lc rgb '#808080' title 'inner compute/step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]

@@ -114,6 +114,31 @@ TEST(Events, ARealRunsNodeFilesAreMergedOnOneClock) {
   EXPECT_DOUBLE_EQ(*events.front().as<ConfigRecord>()->clock_origin_unix_s, 1000);
 }
 
+// One process stopped by a signal makes the merged run interrupted; the plan is kept.
+TEST(Events, OneInterruptedProcessMakesTheMergedRunInterrupted) {
+  const std::string dir = ::testing::TempDir() + "/events_test_interrupted";
+  std::filesystem::remove_all(dir);
+  write_file(dir + "/node-1/events.jsonl",
+             real_config(1000) + "\n" +
+                 R"({"t":4,"node":-1,"type":"run_finished","simulated_s":4,"outer_steps":3,)"
+                 R"("outer_steps_planned":10})"
+                 "\n");
+  write_file(dir + "/node-2/events.jsonl",
+             real_config(1001) + "\n" +
+                 R"({"t":2,"node":-1,"type":"run_interrupted","reason":"SIGTERM",)"
+                 R"("simulated_s":2,"outer_steps":2,"outer_steps_planned":10})"
+                 "\n");
+  const auto events = read_events_file(dir);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events.back().type, "run_interrupted");
+  const auto* x = events.back().as<RunInterruptedRecord>();
+  ASSERT_NE(x, nullptr);
+  EXPECT_EQ(x->reason, "SIGTERM");
+  EXPECT_EQ(x->outer_steps, 3);
+  EXPECT_EQ(x->outer_steps_planned, 10);
+  EXPECT_DOUBLE_EQ(x->simulated_s, 4);
+}
+
 TEST(Events, NodeFilesWithoutAClockOriginAreRefused) {
   const std::string dir = ::testing::TempDir() + "/events_test_real_old";
   std::filesystem::remove_all(dir);

@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <set>
 #include <sstream>
 
 #include "analysis/report.h"
@@ -133,6 +135,221 @@ TEST(Plots, SeveralRunsSideBySide) {
   EXPECT_EQ(header, "bin_center_s \"meridian_plots_test_int8\" \"meridian_plots_test_fp32\"");
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// One figure's section of a generated script (from "# ---- NAME" to the next section).
+std::string section(const std::string& script, const std::string& name) {
+  const std::string mark = "# ---- " + name + "\n";
+  const auto at = script.find(mark);
+  if (at == std::string::npos) return "";
+  const auto end = script.find("# ---- ", at + mark.size());
+  return script.substr(at, end == std::string::npos ? std::string::npos : end - at);
+}
+
+// The synthetic run with every outer step's (slowest) all-reduce time replaced.
+RunData run_with_allreduce(const std::string& dir, const std::function<double(int)>& time_s) {
+  testing::write_synthetic_run(dir, {});
+  RunData run = load_run(dir);
+  for (std::size_t k = 0; k < run.summary.steps.size(); ++k)
+    run.summary.steps[k].allreduce_s = time_s(static_cast<int>(k));
+  return run;
+}
+
+// Issue 21: the bins of a run whose all-reduce times differ only in the fourth digit were
+// labelled "515" each (bin centres printed with three digits, used as the tic labels).
+TEST(Plots, HistogramBinsAreDistinctOnANumericAxis) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string dir = fresh_dir("bins");
+  const RunData run = run_with_allreduce(dir, [](int k) { return 515.061 + 0.0001 * k; });
+  RunPlotOptions options;
+  options.plot.svg = false;
+  plot_run(run, dir + "/plots", options);
+  std::ifstream in(dir + "/plots/data/allreduce_hist.dat");
+  std::string line;
+  std::getline(in, line);  // header
+  std::set<std::string> centres;
+  int bins = 0;
+  for (; std::getline(in, line); ++bins) centres.insert(line.substr(0, line.find(' ')));
+  EXPECT_EQ(bins, 6);  // 12 steps / 2
+  EXPECT_EQ(centres.size(), 6u) << "bin centres printed alike";
+  const std::string hist = section(read_text(dir + "/plots/plots.gp"), "allreduce_hist");
+  EXPECT_EQ(hist.find("xtic("), std::string::npos) << "labels from rounded strings";
+  EXPECT_NE(hist.find("with boxes"), std::string::npos);
+  // Tics every 0.0002 s (range 0.0011 s / 6 -> 0.00018 -> 0.0002): four decimals.
+  EXPECT_NE(hist.find("set format x '%.4f'"), std::string::npos) << hist;
+}
+
+// Issue 21: when every outer step took the same time the box plot was a flat, wide line.
+TEST(Plots, EqualAllReduceTimesDrawDotsAndTheValueNotAFlatBox) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string dir = fresh_dir("flat");
+  const RunData run = run_with_allreduce(dir, [](int) { return 515.0; });
+  RunPlotOptions options;
+  options.plot.svg = false;
+  plot_run(run, dir + "/plots", options);
+  const std::string box = section(read_text(dir + "/plots/plots.gp"), "allreduce_box");
+  EXPECT_EQ(box.find("with boxplot"), std::string::npos) << box;
+  EXPECT_NE(box.find("with points"), std::string::npos) << box;
+  EXPECT_NE(box.find("'all 12 outer steps: 515 s'"), std::string::npos) << box;
+  // Nearly equal (within 0.1 %, a flat line on an axis from 0): the range in the label.
+  const std::string dir3 = fresh_dir("nearlyflat");
+  plot_run(run_with_allreduce(dir3, [](int k) { return 515.0604 + 0.0001 * (k % 3); }),
+           dir3 + "/plots", options);
+  const std::string box3 = section(read_text(dir3 + "/plots/plots.gp"), "allreduce_box");
+  EXPECT_EQ(box3.find("with boxplot"), std::string::npos) << box3;
+  EXPECT_NE(box3.find("'all 12 outer steps: 515.0604 to 515.0606 s'"), std::string::npos) << box3;
+  // A run whose times vary keeps its box.
+  const std::string dir2 = fresh_dir("notflat");
+  plot_run(run_with_allreduce(dir2, [](int k) { return 500.0 + k; }), dir2 + "/plots", options);
+  EXPECT_NE(section(read_text(dir2 + "/plots/plots.gp"), "allreduce_box").find("with boxplot"),
+            std::string::npos);
+}
+
+// Every `set key` of a script is `off` or outside the plot area.
+void expect_legends_outside(const std::string& script_path) {
+  std::istringstream script(read_text(script_path));
+  int keys = 0;
+  for (std::string line; std::getline(script, line);) {
+    if (line.rfind("set key", 0) != 0) continue;
+    ++keys;
+    const bool outside = line == "set key off" || line.find(" below") != std::string::npos ||
+                         line.find(" outside") != std::string::npos;
+    EXPECT_TRUE(outside) << script_path << ": " << line;
+  }
+  EXPECT_GT(keys, 0) << script_path;
+}
+
+// Issue 21: in bytes.png the legend covered the bars; in the utilization plot the dashed
+// series ran through the legend.
+TEST(Plots, LegendsAreOutsideTheData) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string a = fresh_dir("keys_a"), b = fresh_dir("keys_b");
+  testing::write_synthetic_run(a, {});
+  testing::SyntheticOptions o;
+  o.H = 100;
+  testing::write_synthetic_run(b, o);
+  RunPlotOptions options;
+  options.plot.svg = false;
+  plot_run(load_run(a), a + "/plots", options);
+  plot_comparison({load_run(a), load_run(b)}, a + "/compare", options.plot);
+  expect_legends_outside(a + "/plots/plots.gp");
+  expect_legends_outside(a + "/compare/compare.gp");
+}
+
+// Issue 21: the last outer step's point sat on the right border of the utilization plot.
+TEST(Plots, TheLastPointIsInsideTheXRange) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string dir = fresh_dir("border");
+  testing::write_synthetic_run(dir, {});
+  RunPlotOptions options;
+  options.plot.svg = false;
+  plot_run(load_run(dir), dir + "/plots", options);
+  const std::string script = read_text(dir + "/plots/plots.gp");
+  for (const auto& [figure, data] : std::vector<std::pair<std::string, std::string>>{
+           {"utilization", "utilization_0.dat"}, {"nodes", "nodes_0.dat"}}) {
+    double last_x = 0;
+    std::ifstream in(dir + "/plots/data/" + data);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line[0] != '#') last_x = std::max(last_x, std::stod(line));
+    const std::string sec = section(script, figure);
+    const auto at = sec.find("set xrange [0:");
+    ASSERT_NE(at, std::string::npos) << figure;
+    const double x_max = std::stod(sec.substr(at + 14));
+    EXPECT_GT(x_max, last_x * 1.02) << figure;
+    EXPECT_LT(x_max, last_x * 1.1) << figure;
+  }
+}
+
+// Issue 21: per-node figures said "node 0..13" where the scenario names the hosts.
+TEST(Plots, NodesAreNamedByTheirHosts) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string dir = fresh_dir("hosts");
+  std::vector<Event> events = testing::synthetic_run({});
+  // The config record of a simulated run names the platform's hosts; nodes 0-3 start on the
+  // hosts with start: true, in order (the joiners, 4 and 5, carry no host here).
+  {
+    std::string config = events[0].to_json();
+    const std::string platform =
+        R"("platform":{"hosts":[{"host":"us-east-0","start":true},{"host":"spare-0","start":false},)"
+        R"({"host":"eu-west-0","start":true},{"host":"ap-tokyo-0","start":true},)"
+        R"({"host":"us-west-0","start":true}]},)";
+    config.insert(config.find("\"config\":{") + 10, platform);
+    std::ofstream out(dir + "/events.jsonl");
+    out << config << "\n";
+    for (std::size_t i = 1; i < events.size(); ++i) out << events[i].to_json() << "\n";
+  }
+  const RunData run = load_run(dir);
+  std::vector<std::string> labels;
+  for (const NodeStats& n : run.summary.per_node) labels.push_back(node_label(n));
+  EXPECT_EQ(labels, (std::vector<std::string>{"us-east-0", "eu-west-0", "ap-tokyo-0", "us-west-0",
+                                              "node 4", "node 5"}));
+  RunPlotOptions options;
+  options.plot.svg = false;
+  plot_run(run, dir + "/plots", options);
+  const std::string bytes = read_text(dir + "/plots/data/bytes.dat");
+  EXPECT_NE(bytes.find("\"eu-west-0\" "), std::string::npos) << bytes;
+  EXPECT_EQ(bytes.find("\"node 1\""), std::string::npos) << bytes;
+  EXPECT_NE(section(read_text(dir + "/plots/plots.gp"), "timeline").find("'ap-tokyo-0'"),
+            std::string::npos);
+  // The report's node table has a host column (empty for the joiners).
+  const std::string html = report_html(run, {});
+  EXPECT_NE(html.find("<th class=\"l\">host</th>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>2</td><td class=\"l\">ap-tokyo-0</td>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>4</td><td class=\"l\"></td>"), std::string::npos);
+}
+
+TEST(Plots, AHostOnNodeStartedWins) {
+  const auto e = parse_event_line(
+      R"({"t":0,"node":7,"type":"node_started","initial":false,"host":"eu-cent-1"})", "test");
+  EXPECT_EQ(e.as<NodeStartedRecord>()->host, "eu-cent-1");
+  NodeStats n;
+  n.node = 7;
+  EXPECT_EQ(node_label(n), "node 7");
+  n.host = "eu-cent-1";
+  EXPECT_EQ(node_label(n), "eu-cent-1");
+}
+
+// --pdf, --title, --label: PDFs beside the PNGs, the title above every figure, the label in
+// the legends instead of the folder's name.
+TEST(Plots, PdfTitleAndLabel) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string a = fresh_dir("pdf_a"), b = fresh_dir("pdf_b");
+  testing::write_synthetic_run(a, {});
+  testing::write_synthetic_run(b, {});
+  RunData ra = load_run(a), rb = load_run(b);
+  ra.label = "DiLoCo int8";
+  rb.label = "second run";
+  PlotOptions options;
+  options.svg = false;
+  options.pdf = true;
+  options.title = "Figure 3: it's a test";
+  const auto files = plot_comparison({ra, rb}, a + "/compare", options);
+  ASSERT_EQ(files.size(), 8u);  // four figures, PNG and PDF
+  int pdfs = 0;
+  for (const std::string& f : files) {
+    if (fs::path(f).extension() != ".pdf") continue;
+    ++pdfs;
+    std::ifstream in(f, std::ios::binary);
+    char magic[5] = {};
+    in.read(magic, 5);
+    EXPECT_EQ(std::string(magic, 5), "%PDF-") << f;
+    EXPECT_GT(fs::file_size(f), 5000u) << f;
+  }
+  EXPECT_EQ(pdfs, 4);
+  const std::string script = read_text(a + "/compare/compare.gp");
+  EXPECT_NE(script.find("title 'Figure 3: it''s a test'"), std::string::npos);
+  EXPECT_NE(script.find("'DiLoCo int8'"), std::string::npos);
+  std::ifstream hist(a + "/compare/data/compare_allreduce_hist.dat");
+  std::string header;
+  std::getline(hist, header);
+  EXPECT_EQ(header, "bin_center_s \"DiLoCo int8\" \"second run\"");
+}
+
 TEST(Plots, TimelineStepMustExist) {
   if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
   const std::string dir = fresh_dir("step");
@@ -173,6 +390,19 @@ TEST(Report, SelfContainedHtml) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_NE(html.find("outer-step utilization"), std::string::npos);
   EXPECT_NE(html.find("&quot;codec&quot;: &quot;int8&quot;"), std::string::npos);  // the config
+}
+
+TEST(Report, LabelAndTitle) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string dir = fresh_dir("report_label");
+  testing::write_synthetic_run(dir, {});
+  ReportOptions options;
+  options.label = "INTELLECT-1 <global>";
+  options.plots.plot.title = "Figure 2";
+  const std::string html = read_text(write_report(dir, options));
+  EXPECT_NE(html.find("<h1>Meridian run report: INTELLECT-1 &lt;global&gt;</h1>"),
+            std::string::npos);
+  EXPECT_NE(read_text(dir + "/plots/plots.gp").find("title 'Figure 2'"), std::string::npos);
 }
 
 TEST(Report, RunThatNeverReachedAnOuterStep) {

@@ -195,6 +195,65 @@ TEST(Summary, UnfinishedRunEndsAtItsLastEvent) {
   EXPECT_EQ(s.outer_steps, 3);  // counted from the outer_step records
 }
 
+// data/interrupted_run: the synthetic run stopped by SIGINT after its fifth outer step (every
+// record up to that step's last outer_step record, then run_interrupted, 12 planned).
+TEST(Summary, AnInterruptedRunSaysHowFarItGot) {
+  const Summary s = summarize(read_events_file(kData + "/interrupted_run"));
+  EXPECT_FALSE(s.complete);
+  EXPECT_TRUE(s.interrupted);
+  EXPECT_EQ(s.interrupted_reason, "SIGINT");
+  EXPECT_EQ(s.outer_steps, 5);
+  ASSERT_TRUE(s.outer_steps_planned.has_value());
+  EXPECT_EQ(*s.outer_steps_planned, 12);
+  EXPECT_NEAR(s.simulated_s, 672.6966609032553, 1e-9);  // run_interrupted.simulated_s
+  EXPECT_EQ(outer_steps_text(s), "5 of 12 planned");
+  EXPECT_EQ(run_end_text(s), "Interrupted (SIGINT) after 5 of 12 planned outer steps");
+  const auto j = to_json(s);
+  EXPECT_EQ(j["interrupted"], true);
+  EXPECT_EQ(j["interrupted_reason"], "SIGINT");
+  EXPECT_EQ(j["outer_steps_planned"], 12);
+  EXPECT_EQ(j["complete"], false);
+  const std::string table = summary_table(s);
+  EXPECT_NE(table.find("Interrupted (SIGINT) after 5 of 12 planned outer steps"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find(" 5 of 12 planned\n"), std::string::npos) << table;
+}
+
+TEST(Summary, AFinishedRunWithItsPlanAndAnOldOneWithout) {
+  std::vector<EventRecord> events = read_events_file(kData + "/small_run.jsonl");
+  {
+    const Summary old = summarize(events);  // run_finished without outer_steps_planned
+    EXPECT_TRUE(old.complete);
+    EXPECT_FALSE(old.interrupted);
+    EXPECT_FALSE(old.outer_steps_planned.has_value());
+    EXPECT_EQ(run_end_text(old), "");
+    EXPECT_EQ(outer_steps_text(old), "3");
+    EXPECT_TRUE(to_json(old)["outer_steps_planned"].is_null());
+    EXPECT_TRUE(to_json(old)["interrupted_reason"].is_null());
+  }
+  events.back() = parse_event_line(
+      R"({"t":30,"node":-1,"type":"run_finished","simulated_s":30,"outer_steps":3,)"
+      R"("outer_steps_planned":3})",
+      "test");
+  const Summary s = summarize(events);
+  EXPECT_TRUE(s.complete);
+  EXPECT_EQ(outer_steps_text(s), "3 of 3 planned");
+  EXPECT_EQ(run_end_text(s), "");
+}
+
+// Events that simply stop (a crash, kill -9) are neither finished nor interrupted: incomplete.
+TEST(Summary, EventsWithoutAFinalRecordAreAnIncompleteRun) {
+  std::vector<EventRecord> events = read_events_file(kData + "/small_run.jsonl");
+  events.pop_back();
+  const Summary s = summarize(events);
+  EXPECT_FALSE(s.complete);
+  EXPECT_FALSE(s.interrupted);
+  EXPECT_EQ(run_end_text(s).rfind("Incomplete: the events stop after 3 outer steps", 0), 0u)
+      << run_end_text(s);
+  EXPECT_EQ(to_json(s)["complete"], false);
+  EXPECT_NE(summary_table(s).find("Incomplete"), std::string::npos);
+}
+
 // A run written by the simulator (data/netsim_churn: a join with recovery, a crash during an
 // all-reduce, a graceful leave) and the summary.json that an earlier, independent implementation
 // in netsim/ computed from it (retired since: `meridian sim` now writes summary.json through

@@ -22,6 +22,31 @@ std::vector<std::string> lines_of(const std::string& path) {
   return out;
 }
 
+// A fake `meridian sim` for the tests below: a synthetic run of `outer_steps` into --out, with
+// diloco.H and diloco.codec from the point's --set values.
+SweepRunner synthetic_runner(int outer_steps) {
+  return [outer_steps](const std::vector<std::string>& args, const std::string&) {
+    testing::SyntheticOptions o;
+    o.outer_steps = outer_steps;
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i + 1].rfind("diloco.H=", 0) == 0) o.H = std::stoi(args[i + 1].substr(9));
+      if (args[i + 1].rfind("diloco.codec=", 0) == 0) o.codec = args[i + 1].substr(13);
+    }
+    testing::write_synthetic_run(args[3], o);
+    return 0;
+  };
+}
+
+// Options for a sweep of x.yaml into a fresh temporary folder NAME.
+SweepOptions fresh_sweep(const std::string& name) {
+  const fs::path out = fs::path(::testing::TempDir()) / name;
+  fs::remove_all(out);
+  SweepOptions options;
+  options.scenario = "x.yaml";
+  options.out_dir = out.string();
+  return options;
+}
+
 TEST(Sweep, ParsesAxes) {
   const SweepAxis a = parse_sweep_axis("diloco.H=50,100,500");
   EXPECT_EQ(a.key, "diloco.H");
@@ -112,6 +137,129 @@ TEST(Sweep, RunsEveryPointAndWritesTheTable) {
   EXPECT_EQ(md[2].rfind("| point | diloco.H | diloco.codec | status | compute_utilization |", 0),
             0u);
   EXPECT_EQ(md[3].rfind("|---|---|---|---|--:|", 0), 0u) << md[3];
+}
+
+// Issue 21: sweep.md printed raw fractions (0.351342) and bytes as 7.58561e+10.
+TEST(Sweep, TheMarkdownTableHasUnits) {
+  SweepOptions options = fresh_sweep("meridian_sweep_units_test");
+  options.plots = false;
+  const fs::path out = options.out_dir;
+  std::ostringstream progress;
+  const SweepResult r =
+      run_sweep(options, {parse_sweep_axis("diloco.H=50")}, synthetic_runner(4), progress);
+  const Summary& s = *r.points[0].summary;
+  const auto md = lines_of((out / "sweep.md").string());
+  ASSERT_EQ(md.size(), 3u);  // header, rule, one point (no command given)
+  const std::string& row = md[2];
+  EXPECT_EQ(row.find("e+"), std::string::npos) << row;
+  char want[64];
+  std::snprintf(want, sizeof want, "| %.1f %% |", 100 * s.compute_utilization);
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  std::snprintf(want, sizeof want, "| %.1f %% |", 100 * s.mfu);
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  // Bytes with an SI prefix, three digits; times in s or min; the DDP factor with an x.
+  ASSERT_GT(s.wire_bytes_per_node_per_outer_step, 100e6);
+  ASSERT_LT(s.wire_bytes_per_node_per_outer_step, 999e6);
+  std::snprintf(want, sizeof want, "| %.0f MB |", s.wire_bytes_per_node_per_outer_step / 1e6);
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  std::snprintf(want, sizeof want, "| %#.3g min |", s.simulated_s / 60);
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  std::snprintf(want, sizeof want, "| %.0fx |", *s.bandwidth_reduction_vs_ddp);
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  std::snprintf(want, sizeof want, "| %#.3g s |", s.inner_step_s);  // e.g. 2.04 s
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  std::snprintf(want, sizeof want, "| %.2f |", s.nodes.mean);
+  EXPECT_NE(row.find(want), std::string::npos) << want << " in " << row;
+  // The CSV keeps the raw numbers for scripts.
+  const auto csv = lines_of((out / "sweep.csv").string());
+  std::snprintf(want, sizeof want, ",%.6g,", s.compute_utilization);
+  EXPECT_NE(csv[1].find(want), std::string::npos) << csv[1];
+}
+
+// Issue 21: a sweep with a bad key ran every point before each failed. Every point is checked
+// before the first runs; the error names --set and the point.
+TEST(Sweep, ABadPointFailsBeforeAnyPointRuns) {
+  SweepOptions options = fresh_sweep("meridian_sweep_check_test");
+  options.plots = false;
+  const fs::path out = options.out_dir;
+  int runs = 0;
+  SweepRunner fake = [&](const std::vector<std::string>&, const std::string&) {
+    ++runs;
+    return 0;
+  };
+  std::vector<std::string> checked;
+  options.check_point = [&](const SweepPoint& p) {
+    checked.push_back(p.name);
+    for (const auto& [k, v] : p.settings)
+      if (k == "diloco.codec" && v == "int4")
+        throw ConfigError("x.yaml: diloco.codec: unknown codec 'int4'");
+  };
+  std::ostringstream progress;
+  try {
+    run_sweep(options,
+              {parse_sweep_axis("diloco.H=50,100"), parse_sweep_axis("diloco.codec=fp32,int4")},
+              fake, progress);
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("--set: point 'diloco.H=50_diloco.codec=int4'", 0), 0u) << what;
+    EXPECT_NE(what.find("--set diloco.H=50 --set diloco.codec=int4"), std::string::npos) << what;
+    EXPECT_NE(what.find("unknown codec 'int4'"), std::string::npos) << what;
+  }
+  EXPECT_EQ(runs, 0);
+  EXPECT_EQ(checked, (std::vector<std::string>{"diloco.H=50_diloco.codec=fp32",
+                                               "diloco.H=50_diloco.codec=int4"}));
+  EXPECT_FALSE(fs::exists(out)) << "nothing written before the check";
+}
+
+TEST(Sweep, ProgressLineCountsPointsAndEstimatesTheRest) {
+  EXPECT_EQ(sweep_progress_line(0, 6, 0), "sweep: 0/6 points done, ETA ?");
+  EXPECT_EQ(sweep_progress_line(2, 6, 20), "sweep: 2/6 points done, ETA 40 s");
+  EXPECT_EQ(sweep_progress_line(1, 6, 30), "sweep: 1/6 points done, ETA 2 min 30 s");
+  EXPECT_EQ(sweep_progress_line(1, 3, 4000), "sweep: 1/3 points done, ETA 2 h 13 min");
+  EXPECT_EQ(sweep_progress_line(6, 6, 60), "sweep: 6/6 points done, finished");
+  // run_sweep reports before the first point and after each.
+  SweepOptions options = fresh_sweep("meridian_sweep_progress_test");
+  options.plots = false;
+  std::vector<std::pair<std::size_t, std::size_t>> calls;
+  options.on_progress = [&](std::size_t done, std::size_t total, double elapsed_s) {
+    EXPECT_GE(elapsed_s, 0.0);
+    calls.push_back({done, total});
+  };
+  std::ostringstream progress;
+  run_sweep(options, {parse_sweep_axis("diloco.H=50,100")}, synthetic_runner(2), progress);
+  EXPECT_EQ(calls, (std::vector<std::pair<std::size_t, std::size_t>>{{0, 2}, {1, 2}, {2, 2}}));
+}
+
+// Issue 21: the sweep plot over codecs joined the categories fp32 and int8 with a line.
+TEST(Sweep, CategoriesAreDotsNotLines) {
+  try {
+    find_gnuplot("gnuplot");
+  } catch (const ConfigError&) {
+    GTEST_SKIP() << "gnuplot not installed";
+  }
+  SweepOptions options = fresh_sweep("meridian_sweep_categories_test");
+  options.plot.svg = false;
+  const fs::path out = options.out_dir;
+  std::ostringstream progress;
+  run_sweep(options,
+            {parse_sweep_axis("diloco.H=50,100"), parse_sweep_axis("diloco.codec=fp32,int8")},
+            synthetic_runner(4), progress);
+  std::ifstream in(out / "plots" / "sweep.gp");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string script = text.str();
+  const auto codec = script.find("# ---- sweep_diloco_codec");
+  ASSERT_NE(codec, std::string::npos);
+  const std::string numeric = script.substr(0, codec), categorical = script.substr(codec);
+  EXPECT_NE(numeric.find("with linespoints"), std::string::npos);  // H: a numeric axis
+  EXPECT_EQ(categorical.find("linespoints"), std::string::npos) << categorical;
+  EXPECT_EQ(categorical.find("with lines"), std::string::npos) << categorical;
+  EXPECT_NE(categorical.find("with points"), std::string::npos);
+  EXPECT_NE(categorical.find("set xtics ('fp32' 0, 'int8' 1)"), std::string::npos);
+  // Legends below the plots, not over the data.
+  EXPECT_EQ(script.find("set key bottom left"), std::string::npos);
+  EXPECT_NE(script.find("set key below"), std::string::npos);
 }
 
 TEST(Sweep, PlotsAgainstEachSweptValue) {

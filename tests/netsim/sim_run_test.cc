@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "engine/events/event_sink.h"
@@ -172,6 +173,12 @@ TEST(SimRun, EngineDriverJoinerRecoversAndIsAdmitted) {
   const auto fin = testing::of_type(events, "run_finished");
   ASSERT_EQ(fin.size(), 1u);
   EXPECT_EQ(fin[0]["outer_steps"], 4);
+  // node_started names each node's host, the joiner's too (the plots label nodes by it).
+  std::map<int, std::string> hosts;
+  for (auto& n : testing::of_type(events, "node_started"))
+    hosts[n["node"].get<int>()] = n.value("host", "");
+  EXPECT_EQ(hosts, (std::map<int, std::string>{
+                       {0, "us-0"}, {1, "us-1"}, {2, "eu-0"}, {3, "as-0"}, {4, "eu-1"}}));
 }
 
 TEST(SimRun, PlatformXmlAndBandwidthVariability) {

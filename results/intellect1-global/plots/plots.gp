@@ -10,7 +10,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:15]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:2080]
 plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-global'
 
 unset multiplot
@@ -24,7 +25,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:15]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:2080]
 plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'intellect1-global'
 
 unset multiplot
@@ -35,17 +37,18 @@ reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'allreduce_hist.png'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 0.000146761136793 absolute
+set xrange [515.060254305:515.061966518]
+set xtics 515.0604, 0.0002 nomirror
+set format x '%.4f'
 set grid ytics
-set key top right
+set key off
 set yrange [0:8.55]
 set ytics 1
-plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
@@ -53,17 +56,18 @@ reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'allreduce_hist.svg'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 0.000146761136793 absolute
+set xrange [515.060254305:515.061966518]
+set xtics 515.0604, 0.0002 nomirror
+set format x '%.4f'
 set grid ytics
-set key top right
+set key off
 set yrange [0:8.55]
 set ytics 1
-plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
@@ -83,7 +87,8 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-global' 1)
-plot 'data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
+set label 1 'all 20 outer steps: 515.0603 to 515.0619 s' at 1, first 515.062 center offset 0,1.2
+plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
 set output
@@ -101,7 +106,8 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-global' 1)
-plot 'data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
+set label 1 'all 20 outer steps: 515.0603 to 515.0619 s' at 1, first 515.062 center offset 0,1.2
+plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
 set output
@@ -112,12 +118,13 @@ set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1
 set output 'utilization.png'
 set multiplot layout 1,2
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
+set xrange [0:16.5885507]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner/(T_inner+T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute/step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
@@ -130,12 +137,13 @@ set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 ba
 set output 'utilization.svg'
 set multiplot layout 1,2
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
+set xrange [0:16.5885507]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner/(T_inner+T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute/step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
@@ -151,7 +159,7 @@ set output 'timeline.png'
 set title 'Per-node timeline of outer step 10'
 set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
-set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6, 'node 7' 7, 'node 8' 8, 'node 9' 9, 'node 10' 10, 'node 11' 11, 'node 12' 12, 'node 13' 13)
+set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-east-2' 2, 'us-west-0' 3, 'us-west-1' 4, 'us-nw-0' 5, 'us-nw-1' 6, 'eu-west-0' 7, 'eu-west-1' 8, 'eu-west-2' 9, 'eu-cent-0' 10, 'eu-cent-1' 11, 'ap-tokyo-0' 12, 'ap-seoul-0' 13)
 set yrange [13.6:-0.6]
 set xrange [0:46.9301]
 set grid xtics
@@ -166,7 +174,7 @@ set output 'timeline.svg'
 set title 'Per-node timeline of outer step 10'
 set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
-set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6, 'node 7' 7, 'node 8' 8, 'node 9' 9, 'node 10' 10, 'node 11' 11, 'node 12' 12, 'node 13' 13)
+set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-east-2' 2, 'us-west-0' 3, 'us-west-1' 4, 'us-nw-0' 5, 'us-nw-1' 6, 'eu-west-0' 7, 'eu-west-1' 8, 'eu-west-2' 9, 'eu-cent-0' 10, 'eu-cent-1' 11, 'ap-tokyo-0' 12, 'ap-seoul-0' 13)
 set yrange [13.6:-0.6]
 set xrange [0:46.9301]
 set grid xtics
@@ -189,7 +197,7 @@ set xtics rotate by -45 nomirror
 set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
-set key top right
+set key below center horizontal height 1 samplen 2
 plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'
@@ -210,7 +218,7 @@ set xtics rotate by -45 nomirror
 set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
-set key top right
+set key below center horizontal height 1 samplen 2
 plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'

@@ -10,7 +10,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:5]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:62.4]
 plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'real-int8-3continents-reno'
 
 unset multiplot
@@ -24,7 +25,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:5]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:62.4]
 plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'real-int8-3continents-reno'
 
 unset multiplot
@@ -35,17 +37,18 @@ reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'allreduce_hist.png'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 0.11333352312 absolute
+set xrange [11.9698953208:12.6624890732]
+set xtics 12.1, 0.1 nomirror
+set format x '%.1f'
 set grid ytics
-set key top right
+set key off
 set yrange [0:5.1]
 set ytics 1
-plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
@@ -53,17 +56,18 @@ reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'allreduce_hist.svg'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 0.11333352312 absolute
+set xrange [11.9698953208:12.6624890732]
+set xtics 12.1, 0.1 nomirror
+set format x '%.1f'
 set grid ytics
-set key top right
+set key off
 set yrange [0:5.1]
 set ytics 1
-plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
@@ -111,12 +115,13 @@ reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'utilization.png'
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [s]'
+set xrange [0:109.5338564]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner/(T_inner+T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute/step wall time'
 
 unset multiplot
 set output
@@ -124,12 +129,13 @@ reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'utilization.svg'
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [s]'
+set xrange [0:109.5338564]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner/(T_inner+T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute/step wall time'
 
 unset multiplot
 set output
@@ -179,7 +185,7 @@ set xtics rotate by -45 nomirror
 set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
-set key top right
+set key below center horizontal height 1 samplen 2
 plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'
@@ -200,7 +206,7 @@ set xtics rotate by -45 nomirror
 set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
-set key top right
+set key below center horizontal height 1 samplen 2
 plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'
@@ -218,6 +224,7 @@ set multiplot layout 1,2
 set grid
 set key off
 set format x '%.0s%c'
+set xrange [0:127795.2]
 set xlabel 'tokens (all nodes)'
 set title 'Loss'
 set ylabel 'loss [nats/token]'
@@ -236,6 +243,7 @@ set multiplot layout 1,2
 set grid
 set key off
 set format x '%.0s%c'
+set xrange [0:127795.2]
 set xlabel 'tokens (all nodes)'
 set title 'Loss'
 set ylabel 'loss [nats/token]'
@@ -255,6 +263,7 @@ set output 'loss_vs_time.png'
 set multiplot layout 1,2
 set grid
 set key off
+set xrange [0:109.5338564]
 set xlabel 'time since start [s]'
 set title 'Loss'
 set ylabel 'loss [nats/token]'
@@ -272,6 +281,7 @@ set output 'loss_vs_time.svg'
 set multiplot layout 1,2
 set grid
 set key off
+set xrange [0:109.5338564]
 set xlabel 'time since start [s]'
 set title 'Loss'
 set ylabel 'loss [nats/token]'

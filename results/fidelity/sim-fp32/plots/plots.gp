@@ -10,7 +10,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:5]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:62.4]
 plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'sim-fp32'
 
 unset multiplot
@@ -24,7 +25,8 @@ set ylabel 'active nodes (participants of the outer step)'
 set yrange [0:5]
 set ytics 1
 set grid
-set key bottom right
+set key below center horizontal height 1 samplen 2
+set xrange [0:62.4]
 plot 'data/nodes_0.dat' using 1:2 with steps lw 2.5 lc rgb '#0072b2' title 'sim-fp32'
 
 unset multiplot
@@ -35,17 +37,18 @@ reset
 set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'allreduce_hist.png'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 0.0763584445714 absolute
+set xrange [9.32334505657:9.78997999562]
+set xtics 9.35, 0.05 nomirror
+set format x '%.2f'
 set grid ytics
-set key top right
+set key off
 set yrange [0:5.1]
 set ytics 1
-plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
@@ -53,17 +56,18 @@ reset
 set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 background rgb 'white'
 set output 'allreduce_hist.svg'
 set title 'All-reduce time per outer step (slowest node): histogram'
-set xlabel 'all-reduce time per outer step, bin centre [s]'
+set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
-set style data histograms
-set style histogram clustered gap 1
 set style fill solid 0.85 border -1
-set xtics rotate by -45 nomirror
+set boxwidth 0.0763584445714 absolute
+set xrange [9.32334505657:9.78997999562]
+set xtics 9.35, 0.05 nomirror
+set format x '%.2f'
 set grid ytics
-set key top right
+set key off
 set yrange [0:5.1]
 set ytics 1
-plot 'data/allreduce_hist.dat' using 2:xtic(1) lc rgb '#0072b2' title columnheader(2)
+plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
 set output
@@ -112,12 +116,13 @@ set terminal pngcairo size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1
 set output 'utilization.png'
 set multiplot layout 1,2
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [s]'
+set xrange [0:84.29849656]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner/(T_inner+T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute/step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
@@ -130,12 +135,13 @@ set terminal svg size 1200,700 noenhanced font 'DejaVu Sans,13' linewidth 1.5 ba
 set output 'utilization.svg'
 set multiplot layout 1,2
 set grid
-set key bottom left font ',10'
+set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [s]'
+set xrange [0:84.29849656]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
-plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner / (T_inner + T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute / outer-step wall time'
+plot 'data/utilization_0.dat' using 1:2 with linespoints pt 7 ps 0.6 lc rgb '#0072b2' title 'T_inner/(T_inner+T_allreduce)', 'data/utilization_0.dat' using 1:3 with lines dt 2 lc rgb '#0072b2' title 'inner compute/step wall time'
 set title 'MFU per outer step'
 set ylabel 'model FLOPs utilization [%]'
 set yrange [0:*]
@@ -151,7 +157,7 @@ set output 'timeline.png'
 set title 'Per-node timeline of outer step 3'
 set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
-set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3)
+set ytics ('lab-0' 0, 'lab-1' 1, 'lab-2' 2, 'lab-3' 3)
 set yrange [3.6:-0.6]
 set xrange [0:13.501]
 set grid xtics
@@ -166,7 +172,7 @@ set output 'timeline.svg'
 set title 'Per-node timeline of outer step 3'
 set xlabel 'time since the step''s first inner step [s]'
 set ylabel 'node'
-set ytics ('node 0' 0, 'node 1' 1, 'node 2' 2, 'node 3' 3)
+set ytics ('lab-0' 0, 'lab-1' 1, 'lab-2' 2, 'lab-3' 3)
 set yrange [3.6:-0.6]
 set xrange [0:13.501]
 set grid xtics
@@ -189,7 +195,7 @@ set xtics rotate by -45 nomirror
 set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
-set key top right
+set key below center horizontal height 1 samplen 2
 plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'
@@ -210,7 +216,7 @@ set xtics rotate by -45 nomirror
 set yrange [0:*]
 set title 'All-reduce bytes per node (whole run)'
 set ylabel 'data [GB]'
-set key top right
+set key below center horizontal height 1 samplen 2
 plot 'data/bytes.dat' using 2:xtic(1) lc rgb '#0072b2' title 'sent', 'data/bytes.dat' using 3 lc rgb '#d55e00' title 'received'
 set title 'All-reduce send bandwidth per node'
 set ylabel 'bytes sent / time in all-reduce [Mb/s]'
