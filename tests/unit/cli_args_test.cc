@@ -1,5 +1,6 @@
 // The typed option values every `meridian` subcommand shares (cli/args.h): what each accepts,
-// and that everything else is a ConfigError naming the option.
+// and that everything else is a ConfigError naming the option; the conventions main() applies
+// (--key=value, --help).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -63,6 +64,25 @@ TEST(CliArgs, AMissingValueNamesTheOption) {
   std::size_t i = 0;
   EXPECT_NE(config_error([&] { opt::value(args, i); }).find("--port needs a value"),
             std::string::npos);
+}
+
+using Args = std::vector<std::string>;
+
+TEST(CliArgs, KeyEqualsValueSplitsAtTheFirstEquals) {
+  EXPECT_EQ(opt::split_key_value({"sim", "a.yaml", "--out=runs/x", "--set=diloco.H=5"}),
+            (Args{"sim", "a.yaml", "--out", "runs/x", "--set", "diloco.H=5"}));
+  // Values and positionals with '=' stay whole; so does all after `--`, and `--k=` / `--=v`.
+  EXPECT_EQ(opt::split_key_value({"--set", "a=b", "x=y", "-o=1", "--k=", "--=v", "--", "--a=b"}),
+            (Args{"--set", "a=b", "x=y", "-o=1", "--k=", "--=v", "--", "--a=b"}));
+  EXPECT_EQ(opt::split_key_value({}), Args{});
+}
+
+TEST(CliArgs, HelpAnywhereBeforeDoubleDash) {
+  EXPECT_TRUE(opt::asks_for_help({"--help"}));
+  EXPECT_TRUE(opt::asks_for_help({"a.yaml", "--out", "x", "-h"}));
+  EXPECT_FALSE(opt::asks_for_help({"a.yaml", "--", "--help"}));
+  EXPECT_FALSE(opt::asks_for_help({"--helpful", "help"}));
+  EXPECT_FALSE(opt::asks_for_help({}));
 }
 
 }  // namespace
