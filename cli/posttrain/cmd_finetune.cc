@@ -11,6 +11,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/run_folder.h"
 #include "engine/error.h"
 #include "trainer/post/finetune/domain_corpus.h"
 #include "trainer/post/finetune/finetune.h"
@@ -21,8 +22,9 @@ namespace meridian::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: meridian finetune --config NAME|FILE.yaml --out DIR [--corpus general|domain]\n"
-    "         [--init WEIGHTS] [--spectrum YAML] [--steps N] [--lr X] [--warmup N] [--seed S]\n"
+    "usage: meridian finetune --config NAME|FILE.yaml --out DIR [--force]\n"
+    "         [--corpus general|domain] [--init WEIGHTS] [--spectrum YAML] [--steps N]\n"
+    "         [--lr X] [--warmup N] [--seed S]\n"
     "         [--batch B] [--seq-len T] [--eval-sequences N] [--domain-dir DIR] [--cache DIR]\n"
     "\n"
     "Trains the trainer's model (from --init weights, a safetensors file or checkpoint directory,\n"
@@ -35,7 +37,8 @@ constexpr const char* kUsage =
     "DIR/model.safetensors\n"
     "and DIR/result.json (per-step loss and time, parameters and optimizer bytes, peak RSS, and "
     "the\n"
-    "validation loss on both corpora).\n";
+    "validation loss on both corpora). A DIR that already holds a run (result.json, ...) is\n"
+    "refused unless --force.\n";
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -49,6 +52,7 @@ int run_finetune(const std::vector<std::string>& args) {
   int steps = 100, eval_sequences = 32, batch = 0, seq_len = 0;
   std::uint64_t seed = 0;
   double lr = -1, warmup = -1;
+  bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--config")
@@ -79,6 +83,8 @@ int run_finetune(const std::vector<std::string>& args) {
       domain_dir = opt::value(args, i);
     else if (a == "--cache")
       cache = opt::value(args, i);
+    else if (a == "--force")
+      force = true;
     else {
       std::cerr << "meridian finetune: unknown argument " << a << "\n" << kUsage;
       return kExitUsage;
@@ -88,6 +94,7 @@ int run_finetune(const std::vector<std::string>& args) {
     std::cerr << kUsage;
     return kExitUsage;
   }
+  claim_run_folder(out, force);  // before hours of training, not after
   post::FinetuneOptions o;
   o.config = trainer::load_named_config(config_name);
   if (lr >= 0) o.config.train.optim.lr = lr;

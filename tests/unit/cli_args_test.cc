@@ -1,12 +1,16 @@
 // The typed option values every `meridian` subcommand shares (cli/args.h): what each accepts,
 // and that everything else is a ConfigError naming the option; the conventions main() applies
-// (--key=value, --help).
+// (--key=value, --help) and the run-folder rule (cli/run_folder.h).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/run_folder.h"
 
 namespace meridian::cli {
 namespace {
@@ -83,6 +87,32 @@ TEST(CliArgs, HelpAnywhereBeforeDoubleDash) {
   EXPECT_FALSE(opt::asks_for_help({"a.yaml", "--", "--help"}));
   EXPECT_FALSE(opt::asks_for_help({"--helpful", "help"}));
   EXPECT_FALSE(opt::asks_for_help({}));
+}
+
+TEST(CliRunFolder, RefusesAFolderHoldingARunUnlessForced) {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("meridian_run_folder_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  claim_run_folder(root / "new" / "deep", false);  // created, parents too
+  EXPECT_TRUE(fs::is_directory(root / "new" / "deep"));
+  claim_run_folder(root / "new" / "deep", false);  // empty: fine again
+  std::ofstream(root / "new" / "deep" / "notes.txt") << "x";
+  claim_run_folder(root / "new" / "deep", false);  // holds no run: fine
+  for (const char* marker : kRunFolderMarkers) {
+    SCOPED_TRACE(marker);
+    const fs::path dir = root / marker;
+    fs::create_directories(dir);
+    std::ofstream(dir / marker) << "{}";
+    const std::string e = config_error([&] { claim_run_folder(dir, false, "--out"); });
+    EXPECT_EQ(e, dir.string() + " already holds a run (" + marker +
+                     "); choose another folder with --out DIR, or pass --force to write over it");
+    EXPECT_EQ(config_error([&] { claim_run_folder(dir, true); }), "");
+  }
+  std::ofstream(root / "file") << "x";
+  EXPECT_NE(config_error([&] { claim_run_folder(root / "file", true); }).find("is a file"),
+            std::string::npos);
+  fs::remove_all(root);
 }
 
 }  // namespace
