@@ -7,6 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/error.h"
 #include "netsim/churn.h"
@@ -195,6 +198,49 @@ TEST(Scenario, BadOverrideAndBadYaml) {
   EXPECT_NE(error_of(kMinimal, {"diloco.codec=int4"}).find("'diloco.codec'"), std::string::npos);
   EXPECT_NE(error_of("run: [unclosed").find("not valid YAML"), std::string::npos);
   EXPECT_THROW(load_scenario("/nonexistent/x.yaml"), ConfigError);
+}
+
+// netsim/README.md opens with a scenario and a churn trace for users to copy: they must load;
+// and it documents every key.
+TEST(Scenario, TheReadmesScenarioAndChurnTraceLoad) {
+  std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/netsim/README.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string md = text.str();
+  const auto block = [&](const std::string& lang) {
+    const std::size_t fence = md.find("```" + lang + "\n");
+    EXPECT_NE(fence, std::string::npos) << "no ```" << lang << " block";
+    const std::size_t start = fence + lang.size() + 4;
+    return md.substr(start, md.find("```", start) - start);
+  };
+  const Scenario sc = parse_scenario(block("yaml"), "mine.yaml");
+  EXPECT_EQ(sc.output_dir, "runs/mine");
+  EXPECT_EQ(sc.churn_trace, "mine-churn.csv");
+  EXPECT_EQ(sc.hardware.step_time_s, 1.5);
+  const std::vector<std::string> hosts = host_slot_names(sc);
+  EXPECT_EQ(hosts, (std::vector<std::string>{"us-0", "us-1", "eu-0", "eu-1"}));
+  const ChurnTrace trace =
+      parse_churn(block("csv"), "mine-churn.csv", hosts, {"us-0", "us-1", "eu-0"});
+  ASSERT_EQ(trace.events.size(), 2u);
+  EXPECT_EQ(trace.events[1].host, "eu-1");
+  EXPECT_EQ(trace.events[1].kind, ChurnKind::kJoin);
+
+  // Every key the reader accepts is in the README's table: the keys echoed into each run's
+  // config record (all of them, less the file and the derived step time).
+  const nlohmann::json echoed =
+      nlohmann::json::parse(parse_scenario(kMinimal, "m").to_json().str());
+  std::function<void(const nlohmann::json&, const std::string&)> documented =
+      [&](const nlohmann::json& object, const std::string& prefix) {
+        for (auto it = object.begin(); it != object.end(); ++it) {
+          const std::string key = prefix + it.key();
+          if (it->is_object()) {
+            documented(*it, key + ".");
+          } else if (key != "file" && key != "hardware.inner_step_s") {
+            EXPECT_NE(md.find("| `" + key + "` |"), std::string::npos) << key << " undocumented";
+          }
+        }
+      };
+  documented(echoed, "");
 }
 
 const std::vector<std::string> kHosts{"a-0", "a-1", "b-0"};
