@@ -29,10 +29,10 @@ void print_help(std::ostream& os) {
   os << "usage: meridian COMMAND [ARGS...]\n\ncommands:\n";
   auto cmds = commands();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  for (const auto& c : cmds) {
-    os << "  " << c.name << std::string(c.name.size() < 10 ? 10 - c.name.size() : 1, ' ')
-       << c.summary << "\n";
-  }
+  std::size_t width = 0;  // the summaries line up after the longest name
+  for (const auto& c : cmds) width = std::max(width, c.name.size());
+  for (const auto& c : cmds)
+    os << "  " << c.name << std::string(width + 2 - c.name.size(), ' ') << c.summary << "\n";
   os << "\n`meridian help COMMAND` or `meridian COMMAND --help` prints a command's usage;\n"
         "`meridian --version` the version. Options take `--key value` or `--key=value`.\n";
 }

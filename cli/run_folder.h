@@ -1,7 +1,6 @@
-// The output-folder rule every `meridian` command that writes a run folder follows: a new run goes
-// into a folder that does not exist, is empty, or holds no other run; never silently over another
-// run's files unless the user says --force. Header-only so that any cli/ command can call it;
-// it creates the folder and decides nothing about what the command then writes there.
+// The rule for every `meridian` command that writes a run folder: a new run never lands silently
+// on another run's files (unless --force). Header-only, for any cli/ command; it creates the
+// folder and decides nothing about what the command then writes there.
 #pragma once
 
 #include <filesystem>
