@@ -92,9 +92,9 @@ class CliTest : public testing::TempDirTest {
 // runs per command: a binary linked with LibTorch takes most of a second to start.)
 TEST_F(CliTest, EveryCommandAnswersHelp) {
   const std::vector<std::string> names = listed_commands();
-  ASSERT_GE(names.size(), 5u);
+  // version and store are in every configuration (they need only the engine).
   const std::set<std::string> listed(names.begin(), names.end());
-  EXPECT_TRUE(listed.count("version") && listed.count("store")) << "help lists too little";
+  ASSERT_TRUE(listed.count("version") && listed.count("store")) << "help lists too little";
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
     const Ran help = meridian(name + " --help");
