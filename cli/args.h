@@ -4,7 +4,10 @@
 // own arguments.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,6 +108,20 @@ inline double fraction(const std::string& option, const std::string& text) {
     throw ConfigError(option + ": write a percentage (e.g. 25%) or a fraction in [0, 1], got '" +
                       text + "'");
   return v;
+}
+
+// ConfigError naming `option` when the file `path` could not be written (its folder is missing or
+// read-only, or it is a folder or read-only itself): checked with the arguments, before any work,
+// instead of finding out when the output is due. Creates and truncates nothing.
+inline void check_writable(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path file(path);
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  std::error_code ec;
+  const bool ok = fs::exists(file, ec)
+                      ? !fs::is_directory(file, ec) && ::access(path.c_str(), W_OK) == 0
+                      : fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK) == 0;
+  if (!ok) throw ConfigError(option + ": cannot write '" + path + "'");
 }
 
 // "1,0.5,2" → {1, 0.5, 2}.

@@ -109,17 +109,19 @@ int run_finetune(const std::vector<std::string>& args) {
   o.steps = steps;
   o.seed = seed;
 
+  // The files the arguments name are read before the corpora are tokenized.
+  if (!init.empty()) {
+    std::filesystem::path p = post::resolve_checkpoint(init);
+    o.init_params = post::read_weights(p, o.config.model);
+  }
+  if (!spectrum_yaml.empty()) o.trainable = post::read_trainable(spectrum_yaml);
+
   trainer::DataOptions data;
   data.vocab = o.config.model.vocab;
   data.cache_dir = cache;
   const trainer::TokenizedCorpus general = trainer::prepare_corpus(data);
   const trainer::TokenizedCorpus domain = post::encode_documents(
       post::read_paragraph_documents(domain_dir), general, cache, /*validation_every=*/10);
-  if (!init.empty()) {
-    std::filesystem::path p = post::resolve_checkpoint(init);
-    o.init_params = post::read_weights(p, o.config.model);
-  }
-  if (!spectrum_yaml.empty()) o.trainable = post::read_trainable(spectrum_yaml);
 
   const post::FinetuneResult r = post::finetune(o, corpus_name == "general" ? general : domain);
   const double val_general = post::evaluate(o.config, r.params, general, eval_sequences);

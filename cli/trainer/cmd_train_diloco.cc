@@ -88,6 +88,8 @@ int run_train_diloco(const std::vector<std::string>& argv) {
     d.codec = parse_codec(take("codec", "fp32"));
     csv_path = take("csv", "");
     events_path = take("events", "");
+    if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
+    if (!events_path.empty()) opt::check_writable("--events", events_path);
     if (!kv.empty()) throw ConfigError("unknown option --" + kv.begin()->first);
 
     o.config = trainer::load_named_config(model);

@@ -139,6 +139,11 @@ TEST_F(CliTest, TrainDilocoNamesTheBadOptionBeforeLoadingAnything) {
   EXPECT_NE(meridian("train-diloco --inner-steps x").err.find("--inner-steps: expected an integer"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir_ / "no-cache"));
+  // An output file that cannot be written is found with the arguments, not after the training.
+  const Ran csv = meridian("train-diloco --model tiny --csv missing/loss.csv --cache no-cache");
+  EXPECT_EQ(csv.rc, 2);
+  EXPECT_NE(csv.err.find("--csv: cannot write 'missing/loss.csv'"), std::string::npos) << csv.err;
+  EXPECT_FALSE(fs::exists(dir_ / "no-cache"));
 }
 
 // Issue 21: `--out=DIR` was refused. `--key=value` reaches the command as `--key value`; here

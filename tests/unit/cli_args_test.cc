@@ -89,6 +89,23 @@ TEST(CliArgs, HelpAnywhereBeforeDoubleDash) {
   EXPECT_FALSE(opt::asks_for_help({}));
 }
 
+TEST(CliArgs, CheckWritableCreatesNothingAndNamesTheOption) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("meridian_writable_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  opt::check_writable("--csv", (dir / "new.csv").string());
+  EXPECT_FALSE(fs::exists(dir / "new.csv"));
+  std::ofstream(dir / "old.csv") << "kept";
+  opt::check_writable("--csv", (dir / "old.csv").string());
+  std::ifstream old(dir / "old.csv");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(old), {}), "kept");
+  EXPECT_EQ(config_error([&] { opt::check_writable("--csv", (dir / "no" / "x.csv").string()); }),
+            "--csv: cannot write '" + (dir / "no" / "x.csv").string() + "'");
+  EXPECT_NE(config_error([&] { opt::check_writable("--out", dir.string()); }), "");
+  fs::remove_all(dir);
+}
+
 TEST(CliRunFolder, RefusesAFolderHoldingARunUnlessForced) {
   namespace fs = std::filesystem;
   const fs::path root =
