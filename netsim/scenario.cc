@@ -78,10 +78,15 @@ struct Origin {
     return file;
   }
 
-  // The override that set `key_path` or a key below it; nullptr when the file did.
+  // The override that set `key_path`, a key below it or the section it is in; nullptr when the
+  // file did.
   const std::string* override_of(const std::string& key_path) const {
-    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it)  // the last one wins
-      if (it->first == key_path || it->first.rfind(key_path + ".", 0) == 0) return &it->second;
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {  // the last one wins
+      const std::string& set = it->first;
+      if (set == key_path || set.rfind(key_path + ".", 0) == 0 ||
+          key_path.rfind(set + ".", 0) == 0 || key_path.rfind(set + "[", 0) == 0)
+        return &it->second;
+    }
     return nullptr;
   }
 };

@@ -95,6 +95,14 @@ TEST(Scenario, UnknownSiteGivesValueLineAndTheSites) {
                      "network.sites (us, eu), got 'e'"),
             std::string::npos)
       << rtt;
+  // A --set that gave a whole section is blamed for an error inside it.
+  const std::string section = error_of(kMinimal, {"network.nodes=[{site: a}, {site: x}]"});
+  EXPECT_EQ(section.rfind("--set network.nodes=[{site: a}, {site: x}]: key "
+                          "'network.nodes[1].site': expected one of the sites listed in "
+                          "network.sites (a, b), got 'x'",
+                          0),
+            0u)
+      << section;
   const std::string coord = error_of(kMinimal, {"network.coordinator_site=c"});
   EXPECT_EQ(coord,
             "--set network.coordinator_site=c: key 'network.coordinator_site': expected one of "
