@@ -1,9 +1,13 @@
-// Small argument helpers shared by the `meridian` subcommands: the value after an option and
-// typed values, with errors that name the option and what was expected. Not a general parser:
-// each command walks its own arguments.
+// Small argument helpers shared by the `meridian` subcommands: the conventions main() applies
+// before any command runs (--help, --key=value), the value after an option and typed values, with
+// errors that name the option and what was expected. Not a general parser: each command walks its
+// own arguments.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -11,6 +15,36 @@
 #include "engine/error.h"
 
 namespace meridian::cli::opt {
+
+// True when the arguments ask for the command's usage: `--help` or `-h` anywhere before a `--`.
+inline bool asks_for_help(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--") return false;
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+// The arguments with every `--key=value` split into `--key` `value`, so that each command sees
+// one spelling. Only the first '=' splits (`--set=diloco.H=5` gives `--set` `diloco.H=5`);
+// arguments that do not start with `--`, and everything after a `--`, are left as they are.
+// `--key=` (empty value) stays one argument, which the command then refuses as unknown.
+inline std::vector<std::string> split_key_value(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  bool options_ended = false;
+  for (const std::string& a : args) {
+    const std::size_t eq = a.find('=');
+    options_ended |= a == "--";
+    if (options_ended || a.rfind("--", 0) != 0 || eq == std::string::npos || eq == 2 ||
+        eq + 1 == a.size()) {
+      out.push_back(a);
+      continue;
+    }
+    out.push_back(a.substr(0, eq));
+    out.push_back(a.substr(eq + 1));
+  }
+  return out;
+}
 
 // The value after option args[i] (advancing i); ConfigError naming the option (followed by
 // `usage`, when given) when it is missing.
@@ -74,6 +108,20 @@ inline double fraction(const std::string& option, const std::string& text) {
     throw ConfigError(option + ": write a percentage (e.g. 25%) or a fraction in [0, 1], got '" +
                       text + "'");
   return v;
+}
+
+// ConfigError naming `option` when the file `path` could not be written (its folder is missing or
+// read-only, or it is a folder or read-only itself): checked with the arguments, before any work,
+// instead of finding out when the output is due. Creates and truncates nothing.
+inline void check_writable(const std::string& option, const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path file(path);
+  const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
+  std::error_code ec;
+  const bool ok = fs::exists(file, ec)
+                      ? !fs::is_directory(file, ec) && ::access(path.c_str(), W_OK) == 0
+                      : fs::is_directory(dir, ec) && ::access(dir.c_str(), W_OK) == 0;
+  if (!ok) throw ConfigError(option + ": cannot write '" + path + "'");
 }
 
 // "1,0.5,2" → {1, 0.5, 2}.

@@ -13,7 +13,7 @@ int run_version(const std::vector<std::string>&) {
 }
 
 MERIDIAN_COMMAND("version", "print the version and the backends built in",
-                 "usage: meridian version\n", run_version);
+                 "usage: meridian version   (or: meridian --version)\n", run_version);
 
 }  // namespace
 }  // namespace meridian::cli

@@ -1,8 +1,11 @@
 // `meridian`: one binary that simulates, emulates, trains and plots. Dispatches to the
-// registered subcommands and maps errors to exit codes and a one-line message.
+// registered subcommands and maps errors to exit codes and a one-line message. The conventions
+// every command shares are applied here, before the command runs: `--help`/`-h` prints its usage
+// (stdout, exit 0), `--key=value` reaches it as `--key value`, `meridian --version`.
 #include <algorithm>
 #include <iostream>
 
+#include "cli/args.h"
 #include "cli/command.h"
 #include "engine/error.h"
 
@@ -26,11 +29,12 @@ void print_help(std::ostream& os) {
   os << "usage: meridian COMMAND [ARGS...]\n\ncommands:\n";
   auto cmds = commands();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
-  for (const auto& c : cmds) {
-    os << "  " << c.name << std::string(c.name.size() < 10 ? 10 - c.name.size() : 1, ' ')
-       << c.summary << "\n";
-  }
-  os << "\n`meridian help COMMAND` prints a command's usage.\n";
+  std::size_t width = 0;  // the summaries line up after the longest name
+  for (const auto& c : cmds) width = std::max(width, c.name.size());
+  for (const auto& c : cmds)
+    os << "  " << c.name << std::string(width + 2 - c.name.size(), ' ') << c.summary << "\n";
+  os << "\n`meridian help COMMAND` or `meridian COMMAND --help` prints a command's usage;\n"
+        "`meridian --version` the version. Options take `--key value` or `--key=value`.\n";
 }
 
 }  // namespace
@@ -40,7 +44,7 @@ int main(int argc, char** argv) {
   using namespace meridian::cli;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
-    if (args.size() >= 2) {
+    if (args.size() >= 2 && !opt::asks_for_help({args[1]})) {
       for (const auto& c : commands())
         if (c.name == args[1]) {
           std::cout << c.usage;
@@ -52,10 +56,16 @@ int main(int argc, char** argv) {
     print_help(args.empty() ? std::cerr : std::cout);
     return args.empty() ? kExitUsage : kExitOk;
   }
+  if (args[0] == "--version") args[0] = "version";
   for (const auto& c : commands()) {
     if (c.name != args[0]) continue;
+    const std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (opt::asks_for_help(rest)) {
+      std::cout << c.usage;
+      return kExitOk;
+    }
     try {
-      return c.run(std::vector<std::string>(args.begin() + 1, args.end()));
+      return c.run(opt::split_key_value(rest));
     } catch (const meridian::ConfigError& e) {
       std::cerr << "meridian " << c.name << ": " << e.what() << "\n";
       return kExitUsage;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <set>
 #include <sstream>
@@ -59,19 +60,60 @@ int Scenario::total_nodes() const {
 
 namespace {
 
+// Where the values being read came from: the file, and the --set overrides applied on top of it
+// (key path, and the override as the user wrote it), so that an error blames the one that gave
+// the bad key or value.
+struct Origin {
+  std::string file;
+  std::vector<std::pair<std::string, std::string>> overrides;
+  // Key paths whose values came from another file (network.sites_from): key path, file.
+  std::vector<std::pair<std::string, std::string>> other_files;
+
+  // The file that gave `key_path`.
+  const std::string& file_of(const std::string& key_path) const {
+    for (const auto& [prefix, other] : other_files)
+      if (key_path == prefix || key_path.rfind(prefix + "[", 0) == 0 ||
+          key_path.rfind(prefix + ".", 0) == 0)
+        return other;
+    return file;
+  }
+
+  // The override that set `key_path`, a key below it or the section it is in; nullptr when the
+  // file did.
+  const std::string* override_of(const std::string& key_path) const {
+    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {  // the last one wins
+      const std::string& set = it->first;
+      if (set == key_path || set.rfind(key_path + ".", 0) == 0 ||
+          key_path.rfind(set + ".", 0) == 0 || key_path.rfind(set + "[", 0) == 0)
+        return &it->second;
+    }
+    return nullptr;
+  }
+};
+
+// "file:LINE" where the node has a position in the file, else "file".
+std::string where(const std::string& file, const YAML::Node* node) {
+  if (node && node->IsDefined() && node->Mark().line >= 0)
+    return file + ":" + std::to_string(node->Mark().line + 1);
+  return file;
+}
+
 // A mapping being read: remembers which keys were consumed so the rest can be reported.
 class Reader {
  public:
-  Reader(const YAML::Node& node, std::string file, std::string path)
-      : node_(node), file_(std::move(file)), path_(std::move(path)) {
-    if (node_ && !node_.IsNull() && !node_.IsMap()) fail(path_, "a mapping");
+  Reader(const YAML::Node& node, const Origin& origin, std::string path)
+      : node_(node), origin_(&origin), path_(std::move(path)) {
+    if (node_ && !node_.IsNull() && !node_.IsMap()) fail(path_, "a mapping", &node_);
   }
 
+  // Errors read "FILE:LINE: key 'a.b': expected X, got 'v'", or "--set a.b=v: key 'a.b': ..."
+  // when an override gave the value.
   [[noreturn]] void fail(const std::string& key, const std::string& expected,
                          const YAML::Node* got = nullptr) const {
-    std::string msg = file_ + ": key '" + key + "': expected " + expected;
-    if (got && got->IsScalar()) msg += ", got '" + got->Scalar() + "'";
-    if (got && got->Mark().line >= 0) msg += " (line " + std::to_string(got->Mark().line + 1) + ")";
+    const std::string* ov = origin_->override_of(key);
+    std::string msg = (ov ? "--set " + *ov : where(origin_->file_of(key), got)) + ": key '" + key +
+                      "': expected " + expected;
+    if (got && got->IsDefined() && got->IsScalar()) msg += ", got '" + got->Scalar() + "'";
     throw ConfigError(msg);
   }
 
@@ -102,27 +144,35 @@ class Reader {
     out = v;
   }
 
-  Reader child(const std::string& k) { return Reader(get(k), file_, key_path(k)); }
+  Reader child(const std::string& k) { return Reader(get(k), *origin_, key_path(k)); }
+  // The mapping `node`, an element of a list under this one, read as `path`.
+  Reader element(const YAML::Node& node, const std::string& path) const {
+    return Reader(node, *origin_, path);
+  }
 
+  // An unknown key: "--set diloco.HH=5: unknown key 'diloco.HH'; keys of diloco: H, codec, ..."
+  // or "FILE:LINE: unknown key 'diloco.HH'; keys of diloco: ...".
   void finish() const {
     if (!node_ || !node_.IsMap()) return;
     for (auto it = node_.begin(); it != node_.end(); ++it) {
       const std::string k = it->first.as<std::string>();
-      if (!seen_.count(k)) {
-        std::string known;
-        for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
-        throw ConfigError(file_ + ": unknown key '" + key_path(k) + "' (line " +
-                          std::to_string(it->first.Mark().line + 1) +
-                          "); known keys here: " + known);
-      }
+      if (seen_.count(k)) continue;
+      std::string known;
+      for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
+      const std::string* ov = origin_->override_of(key_path(k));
+      const YAML::Node key_node = it->first;
+      throw ConfigError((ov ? "--set " + *ov : where(origin_->file_of(key_path(k)), &key_node)) +
+                        ": unknown key '" + key_path(k) + "'; keys of " +
+                        (path_.empty() ? std::string("a scenario") : path_) + ": " + known);
     }
   }
 
-  const std::string& file() const { return file_; }
+  const std::string& file() const { return origin_->file; }
 
  private:
   YAML::Node node_;
-  std::string file_, path_;
+  const Origin* origin_;
+  std::string path_;
   std::set<std::string> seen_;
 };
 
@@ -135,7 +185,8 @@ std::function<bool(const T&)> non_negative() {
   return [](const T& v) { return v >= 0; };
 }
 
-void apply_override(YAML::Node& root, const std::string& ov, const std::string& file) {
+// Applies "a.b.c=value" to the tree; returns the key path it set.
+std::string apply_override(YAML::Node& root, const std::string& ov, const std::string& file) {
   auto eq = ov.find('=');
   if (eq == std::string::npos || eq == 0)
     throw ConfigError("--set '" + ov + "': expected key.path=value");
@@ -151,7 +202,7 @@ void apply_override(YAML::Node& root, const std::string& ov, const std::string& 
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     YAML::Node cur = chain.back();
     if (cur.IsDefined() && !cur.IsNull() && !cur.IsMap())
-      throw ConfigError(file + ": --set '" + ov + "': '" + parts[i] + "' is not a mapping");
+      throw ConfigError("--set " + ov + ": '" + parts[i] + "' is not a mapping in " + file);
     YAML::Node next = cur[parts[i]];
     if (!next.IsDefined() || next.IsNull()) {
       cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
@@ -166,6 +217,7 @@ void apply_override(YAML::Node& root, const std::string& ov, const std::string& 
     throw ConfigError("--set '" + ov + "': value is not valid YAML: " + e.what());
   }
   chain.back()[parts.back()] = parsed;
+  return path;
 }
 
 void parse_model(Reader r, ModelSpec& m) {
@@ -245,7 +297,7 @@ void parse_network(Reader r, NetworkSpec& n) {
   std::set<std::string> site_names;
   YAML::Node sites = sequence("sites");
   for (std::size_t i = 0; sites && i < sites.size(); ++i) {
-    Reader s(sites[i], r.file(), r.key_path("sites[" + std::to_string(i) + "]"));
+    Reader s = r.element(sites[i], r.key_path("sites[" + std::to_string(i) + "]"));
     SiteSpec site;
     s.scalar<std::string>("name", site.name, "a non-empty site name",
                           [](const std::string& v) { return !v.empty(); });
@@ -255,12 +307,21 @@ void parse_network(Reader r, NetworkSpec& n) {
     if (!site_names.insert(site.name).second) s.fail(s.key_path("name"), "a unique site name");
     n.sites.push_back(site);
   }
+  // A site that network.sites does not list: the error gives the value, where it stands and the
+  // names it could have been.
   auto known_site = [&](Reader& s, const std::string& k, const std::string& v) {
-    if (!site_names.count(v)) s.fail(s.key_path(k), "one of the sites listed in network.sites");
+    if (site_names.count(v)) return;
+    const YAML::Node given = s.get(k);
+    std::string names;
+    for (const SiteSpec& site : n.sites) names += (names.empty() ? "" : ", ") + site.name;
+    s.fail(s.key_path(k),
+           names.empty() ? std::string("a site, but network.sites lists none")
+                         : "one of the sites listed in network.sites (" + names + ")",
+           &given);
   };
   YAML::Node rtt = sequence("rtt");
   for (std::size_t i = 0; rtt && i < rtt.size(); ++i) {
-    Reader s(rtt[i], r.file(), r.key_path("rtt[" + std::to_string(i) + "]"));
+    Reader s = r.element(rtt[i], r.key_path("rtt[" + std::to_string(i) + "]"));
     RttSpec e;
     s.scalar<std::string>("a", e.a, "a site name");
     s.scalar<std::string>("b", e.b, "a site name");
@@ -275,7 +336,7 @@ void parse_network(Reader r, NetworkSpec& n) {
   }
   YAML::Node nodes = sequence("nodes");
   for (std::size_t i = 0; nodes && i < nodes.size(); ++i) {
-    Reader s(nodes[i], r.file(), r.key_path("nodes[" + std::to_string(i) + "]"));
+    Reader s = r.element(nodes[i], r.key_path("nodes[" + std::to_string(i) + "]"));
     NodeGroup g;
     s.scalar<std::string>("site", g.site, "a site name");
     s.scalar<int>("count", g.count, "a positive integer", positive<int>());
@@ -303,8 +364,11 @@ void parse_network(Reader r, NetworkSpec& n) {
       }
   }
   if (n.nodes.empty()) r.fail(r.key_path("nodes"), "at least one node group");
-  if (!n.coordinator_site.empty() && !site_names.count(n.coordinator_site))
-    r.fail(r.key_path("coordinator_site"), "one of the sites listed in network.sites");
+  if (!n.coordinator_site.empty()) known_site(r, "coordinator_site", n.coordinator_site);
+  bool any_start = false;
+  for (const NodeGroup& g : n.nodes) any_start |= g.start;
+  // The engine's mesh needs an initial world of at least one node.
+  if (!any_start) r.fail(r.key_path("nodes"), "at least one node group with start: true");
 }
 
 void parse_diloco(Reader r, DilocoSpec& d) {
@@ -328,12 +392,27 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.scalar<int>("retries", d.retries, "an integer >= 0", non_negative<int>());
   r.scalar<double>("outer_opt_s", d.outer_opt_s, "seconds >= 0", non_negative<double>());
   r.scalar<double>("checkpoint_s", d.checkpoint_s, "seconds >= 0", non_negative<double>());
-  r.scalar<double>("dead_after_s", d.dead_after_s, "seconds >= 0", non_negative<double>());
+  r.scalar<double>("dead_after_s", d.dead_after_s, "seconds > 0", positive<double>());
   r.scalar<double>("heartbeat_s", d.heartbeat_s, "seconds > 0", positive<double>());
   r.scalar<int>("state_copies", d.state_copies, "a positive integer", positive<int>());
   r.scalar<std::uint64_t>("recovery_chunk_bytes", d.recovery_chunk_bytes, "bytes > 0",
                           positive<std::uint64_t>());
   r.finish();
+  // The engine's mesh evicts a member that missed heartbeats for dead_after_s: it needs at least
+  // one heartbeat in that window (engine/mesh/elastic_mesh.cc), so refuse it here, by key.
+  if (d.dead_after_s <= d.heartbeat_s) {
+    // Blame the one that was given: dead_after_s when it was, else heartbeat_s.
+    const YAML::Node dead = r.get("dead_after_s"), beat = r.get("heartbeat_s");
+    const bool dead_given = dead.IsDefined() && !dead.IsNull();
+    std::ostringstream want;
+    if (dead_given)
+      want << "seconds > diloco.heartbeat_s (" << d.heartbeat_s << ")";
+    else
+      want << "seconds < diloco.dead_after_s (" << d.dead_after_s << ")";
+    want << ": a member is evicted once it missed heartbeats for dead_after_s";
+    r.fail(r.key_path(dead_given ? "dead_after_s" : "heartbeat_s"), want.str(),
+           dead_given ? &dead : &beat);
+  }
 }
 
 // worker: modeled|torch and the `trainer:` section, kept as YAML text: netsim does not know the
@@ -362,8 +441,10 @@ void parse_worker(Reader& r, const YAML::Node& root, Scenario& sc) {
 }
 
 // network.sites_from: FILE (relative to the scenario) supplies network.sites and network.rtt,
-// so that several scenarios share one measured latency table. Keys given inline win.
-void merge_sites_from(YAML::Node& root, const std::string& file, const std::string& base_dir) {
+// so that several scenarios share one measured latency table. Keys given inline win; those taken
+// from FILE are recorded in `origin`, so that errors in them name FILE.
+void merge_sites_from(YAML::Node& root, Origin& origin, const std::string& base_dir) {
+  const std::string& file = origin.file;
   if (!root.IsMap() || !root["network"] || !root["network"].IsMap()) return;
   YAML::Node net = root["network"];
   YAML::Node from = net["sites_from"];
@@ -384,16 +465,18 @@ void merge_sites_from(YAML::Node& root, const std::string& file, const std::stri
     if (k != "sites" && k != "rtt")
       throw ConfigError(p.string() + ": unknown key '" + k +
                         "' (a sites file holds sites and rtt)");
-    if (!net[k]) net[k] = it->second;
+    if (net[k]) continue;
+    net[k] = it->second;
+    origin.other_files.emplace_back("network." + k, p.string());
   }
 }
 
-Scenario parse_root(YAML::Node root, const std::string& file, const std::string& base_dir) {
-  merge_sites_from(root, file, base_dir);
+Scenario parse_root(YAML::Node root, Origin origin, const std::string& base_dir) {
+  const std::string file = origin.file;
+  merge_sites_from(root, origin, base_dir);
   Scenario sc;
   sc.file = file;
-  Reader r(root, file, "");
-  if (!root || !root.IsMap()) r.fail("(top level)", "a mapping with run, model, network, ...");
+  Reader r(root, origin, "");
   {
     Reader run = r.child("run");
     run.scalar<std::string>("name", sc.run.name, "a run name");
@@ -428,40 +511,80 @@ Scenario parse_root(YAML::Node root, const std::string& file, const std::string&
   if (sc.run.name.empty()) {
     sc.run.name = std::filesystem::path(file).stem().string();
   }
-  if (sc.output_dir.empty()) sc.output_dir = "results/" + sc.run.name;
+  // runs/ (git-ignored), never results/: a run must not land on the committed, curated outputs.
+  if (sc.output_dir.empty()) sc.output_dir = "runs/" + sc.run.name;
   if (sc.network.coordinator_site.empty() && !sc.network.sites.empty())
     sc.network.coordinator_site = sc.network.sites.front().name;
   return sc;
+}
+
+// What `text` is when it is not a scenario but a file a user might mistake for one; "" when
+// nothing is recognised. Asked only once the text failed as a scenario, so never a false alarm.
+std::string not_a_scenario_hint(const std::string& text) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    line = line.substr(b);
+    if (line[0] == '<')
+      return "this looks like a SimGrid platform XML, not a scenario. A scenario is YAML (run, "
+             "model, network, diloco, ...) that names such a file under network.platform_xml, "
+             "e.g. `network: {platform_xml: two-sites.xml}` (scenarios/two-sites.xml; "
+             "netsim/README.md)";
+    const std::size_t eq = line.find('='), colon = line.find(':');
+    const bool table = line[0] == '[' && line.find(']') != std::string::npos &&
+                       line.find(',') == std::string::npos;
+    if (table || (eq != std::string::npos && eq < colon))
+      return "this looks like TOML, not a scenario. A scenario is YAML: `key: value`, sections "
+             "as indented mappings (run:, model:, network:, diloco:, ...); netsim/README.md "
+             "opens with one to copy";
+    return "";
+  }
+  return "";
+}
+
+Scenario parse_text(const std::string& text, const std::string& file, const std::string& base_dir,
+                    const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    const std::string hint = not_a_scenario_hint(text);
+    throw ConfigError(file + ": " +
+                      (hint.empty() ? "not valid YAML: " + std::string(e.what()) : hint));
+  }
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) {
+    const std::string hint = not_a_scenario_hint(text);
+    throw ConfigError(file + ": " +
+                      (hint.empty() ? "expected a scenario: a YAML mapping with run, model, "
+                                      "network, diloco, ..."
+                                    : hint));
+  }
+  Origin origin;
+  origin.file = file;
+  for (auto& ov : overrides) origin.overrides.emplace_back(apply_override(root, ov, file), ov);
+  return parse_root(root, origin, base_dir);
 }
 
 }  // namespace
 
 Scenario parse_scenario(const std::string& yaml_text, const std::string& name,
                         const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(name + ": not valid YAML: " + e.what());
-  }
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  for (auto& ov : overrides) apply_override(root, ov, name);
-  return parse_root(root, name, "");
+  return parse_text(yaml_text, name, "", overrides);
 }
 
 Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw ConfigError(path + ": cannot open the scenario file");
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(path + ": not valid YAML: " + e.what());
-  }
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  for (auto& ov : overrides) apply_override(root, ov, path);
-  Scenario sc = parse_root(root, path, std::filesystem::path(path).parent_path().string());
-  sc.base_dir = std::filesystem::path(path).parent_path().string();
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(path + ": is a folder; expected a scenario file (YAML)");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open the scenario file");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string base_dir = std::filesystem::path(path).parent_path().string();
+  Scenario sc = parse_text(text.str(), path, base_dir, overrides);
+  sc.base_dir = base_dir;
   return sc;
 }
 

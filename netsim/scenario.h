@@ -119,7 +119,7 @@ struct Scenario {
   NetworkSpec network;
   DilocoSpec diloco;
   std::string churn_trace;  // path, "" = no churn
-  std::string output_dir;   // default results/<run.name>
+  std::string output_dir;   // default runs/<run.name> (under the working directory)
   // Who computes inner steps: "modeled" (ModeledWorker, phantom buffers) or "torch" (real
   // LibTorch training, trainer/emulation; the model then comes from the trainer section).
   std::string worker = "modeled";

@@ -10,7 +10,7 @@ if ! "$BIN" help sim >/dev/null 2>&1; then
   echo "demo: this meridian was built without SimGrid (MERIDIAN_WITH_SIMGRID=OFF); nothing to simulate" >&2
   exit 2
 fi
-"$BIN" sim scenarios/intellect1-global.yaml --out "$OUT"
+"$BIN" sim scenarios/intellect1-global.yaml --out "$OUT" --force   # the demo owns $OUT: a rerun redraws it
 "$BIN" plot "$OUT"
 "$BIN" report "$OUT"
 echo

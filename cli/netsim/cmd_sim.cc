@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/interrupt.h"
 #include "cli/progress.h"
+#include "cli/run_folder.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "netsim/scenario.h"
@@ -23,10 +24,13 @@ namespace meridian::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: meridian sim SCENARIO.yaml [--out DIR] [--seed N] [--set key.path=value ...]\n"
+    "usage: meridian sim SCENARIO.yaml [--out DIR] [--force] [--seed N]\n"
+    "                    [--set key.path=value ...] [--simgrid-log L]\n"
     "  Simulates the scenario (SimGrid network model, modelled compute, churn trace);\n"
     "  with `worker: torch` every node also trains a real LibTorch model (emulation).\n"
-    "  --out DIR      output folder (default: the scenario's output.dir, else results/<name>)\n"
+    "  --out DIR      output folder (default: the scenario's output.dir, else runs/<name>)\n"
+    "  --force        write into a folder that already holds a run (its events.jsonl and\n"
+    "                 summary.json are replaced; other files stay)\n"
     "  --seed N       overrides run.seed\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
     "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
@@ -36,6 +40,7 @@ int run_sim(const std::vector<std::string>& args) {
   std::string path, out;
   std::vector<std::string> overrides;
   std::string simgrid_log = "critical";
+  bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -47,6 +52,8 @@ int run_sim(const std::vector<std::string>& args) {
       overrides.push_back(value());
     else if (a == "--simgrid-log")
       simgrid_log = value();
+    else if (a == "--force")
+      force = true;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
@@ -65,6 +72,8 @@ int run_sim(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   netsim::Scenario sc = netsim::load_scenario(path, overrides);
+  if (out.empty()) out = sc.output_dir;
+  claim_run_folder(out, force);  // before any work: never over another run unless --force
   // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the
   // corpus and fails with a clear error when this build has no LibTorch.
   const auto prepare0 = std::chrono::steady_clock::now();
@@ -72,8 +81,6 @@ int run_sim(const std::vector<std::string>& args) {
       sc, [](const std::string& step) { std::cerr << "meridian sim: " << step << "\n"; });
   const double prepare_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - prepare0).count();
-  if (out.empty()) out = sc.output_dir;
-  std::filesystem::create_directories(out);
   const std::string events_path = (std::filesystem::path(out) / "events.jsonl").string();
   std::ofstream events(events_path, std::ios::binary | std::ios::trunc);
   if (!events) throw ConfigError(events_path + ": cannot write");

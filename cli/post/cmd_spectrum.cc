@@ -61,6 +61,7 @@ int run_spectrum_cmd(const std::vector<std::string>& args) {
     std::cerr << kUsage;
     return kExitUsage;
   }
+  opt::check_writable("--out", out);  // before the decompositions, not after
   const auto start = std::chrono::steady_clock::now();
   const safetensors::File file = safetensors::read(post::resolve_checkpoint(checkpoint));
   const post::SpectrumReport report = post::run_spectrum(file, options);

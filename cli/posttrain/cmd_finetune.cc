@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/progress.h"
+#include "cli/run_folder.h"
 #include "engine/error.h"
 #include "trainer/post/finetune/domain_corpus.h"
 #include "trainer/post/finetune/finetune.h"
@@ -23,8 +24,9 @@ namespace meridian::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: meridian finetune --config NAME|FILE.yaml --out DIR [--corpus general|domain]\n"
-    "         [--init WEIGHTS] [--spectrum YAML] [--steps N] [--lr X] [--warmup N] [--seed S]\n"
+    "usage: meridian finetune --config NAME|FILE.yaml --out DIR [--force]\n"
+    "         [--corpus general|domain] [--init WEIGHTS] [--spectrum YAML] [--steps N]\n"
+    "         [--lr X] [--warmup N] [--seed S]\n"
     "         [--batch B] [--seq-len T] [--eval-sequences N] [--domain-dir DIR] [--cache DIR]\n"
     "\n"
     "Trains the trainer's model (from --init weights, a safetensors file or checkpoint directory,\n"
@@ -37,7 +39,8 @@ constexpr const char* kUsage =
     "DIR/model.safetensors\n"
     "and DIR/result.json (per-step loss and time, parameters and optimizer bytes, peak RSS, and "
     "the\n"
-    "validation loss on both corpora).\n";
+    "validation loss on both corpora). A DIR that already holds a run (result.json, ...) is\n"
+    "refused unless --force.\n";
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -51,6 +54,7 @@ int run_finetune(const std::vector<std::string>& args) {
   int steps = 100, eval_sequences = 32, batch = 0, seq_len = 0;
   std::uint64_t seed = 0;
   double lr = -1, warmup = -1;
+  bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--config")
@@ -81,6 +85,8 @@ int run_finetune(const std::vector<std::string>& args) {
       domain_dir = opt::value(args, i);
     else if (a == "--cache")
       cache = opt::value(args, i);
+    else if (a == "--force")
+      force = true;
     else {
       std::cerr << "meridian finetune: unknown argument " << a << "\n" << kUsage;
       return kExitUsage;
@@ -90,6 +96,7 @@ int run_finetune(const std::vector<std::string>& args) {
     std::cerr << kUsage;
     return kExitUsage;
   }
+  claim_run_folder(out, force);  // before hours of training, not after
   post::FinetuneOptions o;
   o.config = trainer::load_named_config(config_name);
   if (lr >= 0) o.config.train.optim.lr = lr;
@@ -104,6 +111,13 @@ int run_finetune(const std::vector<std::string>& args) {
   o.steps = steps;
   o.seed = seed;
 
+  // The files the arguments name are read before the corpora are tokenized.
+  if (!init.empty()) {
+    std::filesystem::path p = post::resolve_checkpoint(init);
+    o.init_params = post::read_weights(p, o.config.model);
+  }
+  if (!spectrum_yaml.empty()) o.trainable = post::read_trainable(spectrum_yaml);
+
   trainer::DataOptions data;
   data.vocab = o.config.model.vocab;
   data.cache_dir = cache;
@@ -113,11 +127,6 @@ int run_finetune(const std::vector<std::string>& args) {
   const trainer::TokenizedCorpus general = trainer::prepare_corpus(data);
   const trainer::TokenizedCorpus domain = post::encode_documents(
       post::read_paragraph_documents(domain_dir), general, cache, /*validation_every=*/10);
-  if (!init.empty()) {
-    std::filesystem::path p = post::resolve_checkpoint(init);
-    o.init_params = post::read_weights(p, o.config.model);
-  }
-  if (!spectrum_yaml.empty()) o.trainable = post::read_trainable(spectrum_yaml);
 
   ProgressLine progress;
   o.on_step = [&](int done, double loss) {

@@ -117,14 +117,15 @@ int run_train(const std::vector<std::string>& argv) {
       const auto s = a.kv.at("shard");
       const auto slash = s.find('/');
       if (slash == std::string::npos) throw ConfigError("--shard: expected R/W, got '" + s + "'");
-      o.rank = std::stoi(s.substr(0, slash));
-      o.world = std::stoi(s.substr(slash + 1));
+      o.world = static_cast<int>(opt::integer_in("--shard W", s.substr(slash + 1), 1, 1 << 20));
+      o.rank = static_cast<int>(opt::integer_in("--shard R", s.substr(0, slash), 0, o.world - 1));
     }
     steps = static_cast<int>(a.num("steps", 100));
     eval_every = static_cast<int>(a.num("eval-every", 25));
     if (steps < 0 || eval_every <= 0 || t.batch <= 0)
       throw ConfigError("--steps must be >= 0, --eval-every and --batch > 0");
     csv_path = a.str("csv", "");
+    if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
   } catch (const ConfigError& e) {
     std::cerr << "meridian train: " << e.what() << "\n" << kUsage;
     return kExitUsage;

@@ -7,8 +7,10 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
+#include "cli/args.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "cli/progress.h"
@@ -19,6 +21,8 @@
 
 namespace meridian::cli {
 namespace {
+
+constexpr std::uint64_t kMaxCount = 1u << 30;  // bound of every count option
 
 constexpr const char* kUsage =
     "usage: meridian train-diloco [options]\n"
@@ -46,10 +50,12 @@ int run_train_diloco(const std::vector<std::string>& argv) {
       const std::string k = argv[i].substr(2), v = argv[++i];
       if (k == "fail") {
         const auto at = v.find('@');
-        if (at == std::string::npos) throw ConfigError("--fail: expected NODE@STEP");
-        e.fail_after.emplace(std::stoll(v.substr(at + 1)), std::stoll(v.substr(0, at)));
+        if (at == std::string::npos)
+          throw ConfigError("--fail: expected NODE@STEP, got '" + v + "'");
+        e.fail_after.emplace(opt::integer_in("--fail STEP", v.substr(at + 1), 0, kMaxCount),
+                             opt::integer_in("--fail NODE", v.substr(0, at), 1, kMaxCount));
       } else if (k == "join") {
-        e.join_after.push_back(std::stoll(v));
+        e.join_after.push_back(opt::integer_in("--join", v, 0, kMaxCount));
       } else {
         kv[k] = v;
       }
@@ -60,30 +66,45 @@ int run_train_diloco(const std::vector<std::string>& argv) {
       if (it != kv.end()) kv.erase(it);
       return v;
     };
-    o.config = trainer::load_named_config(take("model", "small"));
-    auto& t = o.config.train;
-    t.batch = std::stoi(take("batch", std::to_string(t.batch)));
-    o.config.model.seq_len = std::stoi(take("seq-len", std::to_string(o.config.model.seq_len)));
-    trainer::validate(o.config.model, "--seq-len");
-    t.optim.lr = std::stod(take("lr", std::to_string(t.optim.lr)));
-    t.optim.warmup_steps = std::stoll(take("warmup", std::to_string(t.optim.warmup_steps)));
-    o.seed = std::stoull(take("seed", "0"));
-    o.validation_sequences = std::stoi(take("val-sequences", "32"));
+    // Every value is checked here, before the model or the corpus is touched; an error names
+    // the option and what it expects.
+    const auto count = [&](const std::string& k, std::uint64_t lo) -> std::optional<std::int64_t> {
+      const auto it = kv.find(k);
+      if (it == kv.end()) return std::nullopt;
+      const auto v =
+          static_cast<std::int64_t>(opt::integer_in("--" + k, it->second, lo, kMaxCount));
+      kv.erase(it);
+      return v;
+    };
+    const std::string model = take("model", "small");
+    const auto batch = count("batch", 1), seq_len = count("seq-len", 1);
+    const auto warmup = count("warmup", 0);
+    const std::string lr = take("lr", "");
+    const double lr_value = lr.empty() ? 0.0 : opt::number("--lr", lr);
+    o.seed = opt::unsigned_integer("--seed", take("seed", "0"));
+    o.validation_sequences = static_cast<int>(count("val-sequences", 1).value_or(32));
     o.data.cache_dir = take("cache", ".cache/meridian-trainer");
-    nodes = std::stoi(take("nodes", "4"));
-    d.inner_steps = std::stoi(take("inner-steps", "50"));
-    d.outer_steps = std::stoll(take("outer-steps", "4"));
+    nodes = static_cast<int>(count("nodes", 1).value_or(4));
+    d.inner_steps = static_cast<int>(count("inner-steps", 1).value_or(50));
+    d.outer_steps = count("outer-steps", 1).value_or(4);
     d.codec = parse_codec(take("codec", "fp32"));
     csv_path = take("csv", "");
     events_path = take("events", "");
+    if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
+    if (!events_path.empty()) opt::check_writable("--events", events_path);
     if (!kv.empty()) throw ConfigError("unknown option --" + kv.begin()->first);
-    trainer::validate_emulation(e);  // before the corpus is built or a thread started
+    trainer::validate_emulation(e);  // the churn schedule, before the model or the corpus
     o.data.on_slow_step = [](const std::string& step) {
       std::cerr << "meridian train-diloco: " << step << "\n";
     };
-  } catch (const std::invalid_argument&) {
-    std::cerr << "meridian train-diloco: a numeric option has a non-numeric value\n" << kUsage;
-    return kExitUsage;
+
+    o.config = trainer::load_named_config(model);
+    auto& t = o.config.train;
+    if (batch) t.batch = static_cast<int>(*batch);
+    if (seq_len) o.config.model.seq_len = static_cast<int>(*seq_len);
+    trainer::validate(o.config.model, "--seq-len");
+    if (!lr.empty()) t.optim.lr = lr_value;
+    if (warmup) t.optim.warmup_steps = *warmup;
   } catch (const ConfigError& e) {
     std::cerr << "meridian train-diloco: " << e.what() << "\n" << kUsage;
     return kExitUsage;

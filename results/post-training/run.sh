@@ -11,7 +11,7 @@ M="$1/bin/meridian"; OUT="$2"; CONFIG="${3:-small}"; BASE_STEPS="${4:-200}"; CPT
 shift 5 || true
 EXTRA=("$@"); CACHE="$OUT/cache"; EVAL=16
 mkdir -p "$OUT"
-ft() { "$M" finetune --config "$CONFIG" --cache "$CACHE" --eval-sequences "$EVAL" "${EXTRA[@]}" "$@"; }
+ft() { "$M" finetune --force --config "$CONFIG" --cache "$CACHE" --eval-sequences "$EVAL" "${EXTRA[@]}" "$@"; }
 
 ft --corpus general --steps "$BASE_STEPS" --warmup 30 --out "$OUT/base"
 "$M" spectrum "$OUT/base" --top 25% --by-type --out "$OUT/spectrum.yaml" > "$OUT/spectrum.txt"

@@ -3,6 +3,13 @@
 #include "netsim/scenario.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/error.h"
 #include "netsim/churn.h"
@@ -40,7 +47,7 @@ TEST(Scenario, DefaultsAreIntellect1) {
   EXPECT_EQ(sc.network.tcp_gamma_bytes, 4194304.0);
   EXPECT_EQ(sc.diloco.H, 100);
   EXPECT_EQ(sc.run.name, "min");
-  EXPECT_EQ(sc.output_dir, "results/min");
+  EXPECT_EQ(sc.output_dir, "runs/min");  // never results/, which holds committed outputs
   EXPECT_NEAR(sc.inner_step_s(), 22.96, 0.01);
   EXPECT_EQ(host_slot_names(sc), (std::vector<std::string>{"a-0", "a-1", "b-0"}));
 }
@@ -53,9 +60,118 @@ TEST(Scenario, OverridesApply) {
 
 TEST(Scenario, UnknownKeyNamesFileKeyAndKnownKeys) {
   const std::string e = error_of(std::string(kMinimal) + "diloco: {Hh: 3}\n");
-  EXPECT_NE(e.find("bad.yaml"), std::string::npos) << e;
-  EXPECT_NE(e.find("'diloco.Hh'"), std::string::npos) << e;
-  EXPECT_NE(e.find("known keys here"), std::string::npos) << e;
+  EXPECT_NE(e.find("bad.yaml:5: unknown key 'diloco.Hh'; keys of diloco: H, "), std::string::npos)
+      << e;
+}
+
+// Issue 21: an unknown or bad --set key was blamed on the file, at "line 0".
+TEST(Scenario, UnknownOrBadSetKeyBlamesTheSet) {
+  const std::string e = error_of(kMinimal, {"diloco.HH=5"});
+  EXPECT_EQ(e.rfind("--set diloco.HH=5: unknown key 'diloco.HH'; keys of diloco: H, ", 0), 0u) << e;
+  EXPECT_NE(e.find("codec"), std::string::npos) << e;
+  EXPECT_EQ(e.find("bad.yaml"), std::string::npos) << e;
+  EXPECT_EQ(e.find("line"), std::string::npos) << e;
+  const std::string top = error_of(kMinimal, {"dilco.H=5"});
+  EXPECT_EQ(top.rfind("--set dilco.H=5: unknown key 'dilco'; keys of a scenario: ", 0), 0u) << top;
+  const std::string bad = error_of(kMinimal, {"run.seed=1", "diloco.H=-1"});
+  EXPECT_EQ(bad, "--set diloco.H=-1: key 'diloco.H': expected a positive integer, got '-1'");
+  // A key in the file keeps the file's name and line even when other keys were --set.
+  const std::string file = error_of(std::string(kMinimal) + "diloco: {H: 0}\n", {"run.seed=2"});
+  EXPECT_EQ(file, "bad.yaml:5: key 'diloco.H': expected a positive integer, got '0'");
+}
+
+// Issue 21: an unknown site left out the value, the line and the valid sites.
+TEST(Scenario, UnknownSiteGivesValueLineAndTheSites) {
+  const std::string e = error_of(
+      "network:\n  sites: [{name: us}, {name: eu}]\n  rtt: [{a: us, b: eu, ms: 80, source: x}]\n"
+      "  nodes:\n    - {site: us}\n    - {site: asia}\n");
+  EXPECT_EQ(e,
+            "bad.yaml:6: key 'network.nodes[1].site': expected one of the sites listed in "
+            "network.sites (us, eu), got 'asia'");
+  const std::string rtt = error_of(
+      "network:\n  sites: [{name: us}, {name: eu}]\n  rtt: [{a: us, b: e, ms: 80, source: x}]\n"
+      "  nodes: [{site: us}]\n");
+  EXPECT_NE(rtt.find("bad.yaml:3: key 'network.rtt[0].b': expected one of the sites listed in "
+                     "network.sites (us, eu), got 'e'"),
+            std::string::npos)
+      << rtt;
+  // A --set that gave a whole section is blamed for an error inside it.
+  const std::string section = error_of(kMinimal, {"network.nodes=[{site: a}, {site: x}]"});
+  EXPECT_EQ(section.rfind("--set network.nodes=[{site: a}, {site: x}]: key "
+                          "'network.nodes[1].site': expected one of the sites listed in "
+                          "network.sites (a, b), got 'x'",
+                          0),
+            0u)
+      << section;
+  const std::string coord = error_of(kMinimal, {"network.coordinator_site=c"});
+  EXPECT_EQ(coord,
+            "--set network.coordinator_site=c: key 'network.coordinator_site': expected one of "
+            "the sites listed in network.sites (a, b), got 'c'");
+}
+
+// A value that network.sites_from brought in is blamed on that file, at its line.
+TEST(Scenario, ErrorsInASitesFromFileNameThatFile) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("meridian_sites_from_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "sites.yaml") << "sites: [{name: a}, {name: b}]\n"
+                                       "rtt:\n  - {a: a, b: c, ms: 80, source: x}\n";
+  std::ofstream(dir / "run.yaml") << "network:\n  sites_from: sites.yaml\n  nodes: [{site: a}]\n";
+  std::string e;
+  try {
+    load_scenario((dir / "run.yaml").string());
+  } catch (const ConfigError& err) {
+    e = err.what();
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(e, (dir / "sites.yaml").string() +
+                   ":3: key 'network.rtt[0].b': expected one of the sites listed in network.sites "
+                   "(a, b), got 'c'");
+}
+
+// Issue 21: a SimGrid platform XML or a TOML file given as a scenario got a bare YAML error.
+TEST(Scenario, PlatformXmlOrTomlGetsAHint) {
+  const std::string xml = error_of(
+      "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+      "<platform version=\"4.1\">\n  <zone id=\"w\" routing=\"Full\"/>\n</platform>\n");
+  EXPECT_EQ(xml.rfind("bad.yaml: this looks like a SimGrid platform XML, not a scenario", 0), 0u)
+      << xml;
+  EXPECT_NE(xml.find("network.platform_xml"), std::string::npos) << xml;
+  const std::string toml = error_of("# a run\n[run]\nname = \"x\"\n\n[diloco]\nH = 5\n");
+  EXPECT_EQ(toml.rfind("bad.yaml: this looks like TOML, not a scenario", 0), 0u) << toml;
+  const std::string flat = error_of("name = \"x\"\nseed = 3\n");
+  EXPECT_EQ(flat.rfind("bad.yaml: this looks like TOML", 0), 0u) << flat;
+  // Broken YAML that looks like neither keeps the parser's message.
+  EXPECT_NE(error_of("run: [unclosed").find("not valid YAML"), std::string::npos);
+}
+
+// Issue 21: values the engine refuses later (dead_after_s: 0 failed inside the mesh with a
+// message naming no key) are refused by the scenario check, by key.
+TEST(Scenario, ValuesTheEngineWouldRefuseAreRefusedByKey) {
+  EXPECT_EQ(error_of(std::string(kMinimal) + "diloco:\n  dead_after_s: 0\n"),
+            "bad.yaml:6: key 'diloco.dead_after_s': expected seconds > 0, got '0'");
+  const std::string le = error_of(std::string(kMinimal) + "diloco:\n  dead_after_s: 2\n");
+  EXPECT_EQ(le.rfind("bad.yaml:6: key 'diloco.dead_after_s': expected seconds > "
+                     "diloco.heartbeat_s (2)",
+                     0),
+            0u)
+      << le;
+  EXPECT_EQ(error_of(kMinimal, {"diloco.heartbeat_s=0"}),
+            "--set diloco.heartbeat_s=0: key 'diloco.heartbeat_s': expected seconds > 0, got '0'");
+  // dead_after_s left at its default: the heartbeat that was set is the one blamed.
+  EXPECT_EQ(error_of(kMinimal, {"diloco.heartbeat_s=10"})
+                .rfind("--set diloco.heartbeat_s=10: key 'diloco.heartbeat_s': expected seconds < "
+                       "diloco.dead_after_s (6)",
+                       0),
+            0u);
+  EXPECT_NE(error_of(kMinimal, {"diloco.timeout_s=0"}).find("'diloco.timeout_s': expected"),
+            std::string::npos);
+  EXPECT_NE(error_of(kMinimal, {"diloco.H=0"}).find("'diloco.H': expected"), std::string::npos);
+  const std::string none =
+      error_of("network:\n  sites: [{name: a}]\n  nodes: [{site: a, count: 2, start: false}]\n");
+  EXPECT_NE(none.find("key 'network.nodes': expected at least one node group with start: true"),
+            std::string::npos)
+      << none;
 }
 
 TEST(Scenario, BadValueNamesExpectation) {
@@ -90,6 +206,49 @@ TEST(Scenario, BadOverrideAndBadYaml) {
   EXPECT_NE(error_of(kMinimal, {"diloco.codec=int4"}).find("'diloco.codec'"), std::string::npos);
   EXPECT_NE(error_of("run: [unclosed").find("not valid YAML"), std::string::npos);
   EXPECT_THROW(load_scenario("/nonexistent/x.yaml"), ConfigError);
+}
+
+// netsim/README.md opens with a scenario and a churn trace for users to copy: they must load;
+// and it documents every key.
+TEST(Scenario, TheReadmesScenarioAndChurnTraceLoad) {
+  std::ifstream in(std::string(MERIDIAN_SOURCE_DIR) + "/netsim/README.md");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string md = text.str();
+  const auto block = [&](const std::string& lang) {
+    const std::size_t fence = md.find("```" + lang + "\n");
+    EXPECT_NE(fence, std::string::npos) << "no ```" << lang << " block";
+    const std::size_t start = fence + lang.size() + 4;
+    return md.substr(start, md.find("```", start) - start);
+  };
+  const Scenario sc = parse_scenario(block("yaml"), "mine.yaml");
+  EXPECT_EQ(sc.output_dir, "runs/mine");
+  EXPECT_EQ(sc.churn_trace, "mine-churn.csv");
+  EXPECT_EQ(sc.hardware.step_time_s, 1.5);
+  const std::vector<std::string> hosts = host_slot_names(sc);
+  EXPECT_EQ(hosts, (std::vector<std::string>{"us-0", "us-1", "eu-0", "eu-1"}));
+  const ChurnTrace trace =
+      parse_churn(block("csv"), "mine-churn.csv", hosts, {"us-0", "us-1", "eu-0"});
+  ASSERT_EQ(trace.events.size(), 2u);
+  EXPECT_EQ(trace.events[1].host, "eu-1");
+  EXPECT_EQ(trace.events[1].kind, ChurnKind::kJoin);
+
+  // Every key the reader accepts is in the README's table: the keys echoed into each run's
+  // config record (all of them, less the file and the derived step time).
+  const nlohmann::json echoed =
+      nlohmann::json::parse(parse_scenario(kMinimal, "m").to_json().str());
+  std::function<void(const nlohmann::json&, const std::string&)> documented =
+      [&](const nlohmann::json& object, const std::string& prefix) {
+        for (auto it = object.begin(); it != object.end(); ++it) {
+          const std::string key = prefix + it.key();
+          if (it->is_object()) {
+            documented(*it, key + ".");
+          } else if (key != "file" && key != "hardware.inner_step_s") {
+            EXPECT_NE(md.find("| `" + key + "` |"), std::string::npos) << key << " undocumented";
+          }
+        }
+      };
+  documented(echoed, "");
 }
 
 const std::vector<std::string> kHosts{"a-0", "a-1", "b-0"};

@@ -1,0 +1,220 @@
+// The conventions every `meridian` command follows (issue 21), checked on the built binary:
+// --help/-h (usage on stdout, exit 0) for each command `meridian help` lists, --version,
+// --key=value, and a run folder that holds another run is refused unless --force.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/post/temp_dir_test_base.h"
+
+namespace meridian {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Ran {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CliTest : public testing::TempDirTest {
+ protected:
+  // Runs `meridian ARGS` (ARGS as shell words) in `cwd` (default: this test's folder).
+  Ran meridian(const std::string& args, const fs::path& cwd = {}) {
+    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string command = "cd '" + (cwd.empty() ? dir_ : cwd).string() + "' && '" +
+                                MERIDIAN_BIN + "' " + args + " >'" + out.string() + "' 2>'" +
+                                err.string() + "' </dev/null";
+    const int status = std::system(command.c_str());
+    Ran r;
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+  }
+
+  // The command names `meridian help` lists: the lines after "commands:" up to the blank one.
+  std::vector<std::string> listed_commands() {
+    const Ran help = meridian("help");
+    EXPECT_EQ(help.rc, 0) << help.err;
+    std::vector<std::string> names;
+    std::istringstream in(help.out);
+    bool in_list = false;
+    for (std::string line; std::getline(in, line);) {
+      if (line == "commands:") {
+        in_list = true;
+      } else if (in_list && line.empty()) {
+        break;
+      } else if (in_list) {
+        std::istringstream words(line);
+        std::string name;
+        words >> name;
+        names.push_back(name);
+      }
+    }
+    return names;
+  }
+
+  bool has_command(const std::string& name) {
+    for (const std::string& n : listed_commands())
+      if (n == name) return true;
+    return false;
+  }
+
+  // A scenario that simulates in well under a second: 2 nodes, a small model, one outer step.
+  void write_tiny_scenario(const fs::path& path) {
+    std::ofstream(path) << "run: {name: tiny, outer_steps: 1, driver: model}\n"
+                           "model: {layers: 2, hidden: 64, heads: 4, kv_heads: 4, ffn: 128,\n"
+                           "        vocab: 256, seq_len: 16}\n"
+                           "hardware: {step_time_s: 1, batch_sequences: 1}\n"
+                           "network:\n"
+                           "  sites: [{name: a}]\n"
+                           "  nodes: [{site: a, count: 2, bandwidth_gbps: 1}]\n"
+                           "diloco: {H: 2, checkpoint_s: 0}\n";
+  }
+};
+
+// Issue 21: --help worked on sim, plot, report and sweep only. Every command `meridian help`
+// lists (so a new command is covered without touching this test) prints its usage on stdout and
+// exits 0, for --help and for -h after other arguments, and `meridian help NAME` agrees. (Two
+// runs per command: a binary linked with LibTorch takes most of a second to start.)
+TEST_F(CliTest, EveryCommandAnswersHelp) {
+  const std::vector<std::string> names = listed_commands();
+  // version and store are in every configuration (they need only the engine).
+  const std::set<std::string> listed(names.begin(), names.end());
+  ASSERT_TRUE(listed.count("version") && listed.count("store")) << "help lists too little";
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    const Ran help = meridian(name + " --help");
+    EXPECT_EQ(help.rc, 0) << help.err;
+    EXPECT_EQ(help.out.rfind("usage: meridian ", 0), 0u) << help.out;
+    EXPECT_EQ(help.err, "");
+    const Ran late = meridian(name + " some-file.yaml --out x -h");
+    EXPECT_EQ(late.rc, 0) << late.err;
+    EXPECT_EQ(late.out, help.out);
+  }
+  EXPECT_EQ(meridian("help version").out, meridian("version --help").out);
+}
+
+TEST_F(CliTest, VersionAndTopLevelHelp) {
+  const Ran version = meridian("--version");
+  EXPECT_EQ(version.rc, 0) << version.err;
+  EXPECT_EQ(version.out.rfind("meridian ", 0), 0u) << version.out;
+  EXPECT_NE(version.out.find("backends: "), std::string::npos) << version.out;
+  EXPECT_EQ(meridian("version").out, version.out);
+  const Ran help = meridian("--help");
+  EXPECT_EQ(help.rc, 0);
+  EXPECT_EQ(help.out.rfind("usage: meridian COMMAND", 0), 0u) << help.out;
+  EXPECT_EQ(meridian("help --help").out, help.out);
+  const Ran none = meridian("");
+  EXPECT_EQ(none.rc, 2);
+  EXPECT_EQ(none.out, "");
+}
+
+TEST_F(CliTest, UnknownOptionsAreUsageErrors) {
+  const Ran r = meridian("store --no-such-option");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--no-such-option"), std::string::npos) << r.err;
+}
+
+// A bad value is refused before any work, naming the option (train-diloco said "a numeric option
+// has a non-numeric value" and checked some only after loading the model).
+TEST_F(CliTest, TrainDilocoNamesTheBadOptionBeforeLoadingAnything) {
+  if (!has_command("train-diloco")) GTEST_SKIP() << "built without the trainer";
+  const Ran r = meridian("train-diloco --model nosuch --nodes=0 --cache no-cache");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("--nodes: expected an integer in [1, "), std::string::npos) << r.err;
+  EXPECT_NE(meridian("train-diloco --inner-steps x").err.find("--inner-steps: expected an integer"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir_ / "no-cache"));
+  // An output file that cannot be written is found with the arguments, not after the training.
+  const Ran csv = meridian("train-diloco --model tiny --csv missing/loss.csv --cache no-cache");
+  EXPECT_EQ(csv.rc, 2);
+  EXPECT_NE(csv.err.find("--csv: cannot write 'missing/loss.csv'"), std::string::npos) << csv.err;
+  EXPECT_FALSE(fs::exists(dir_ / "no-cache"));
+}
+
+// Issue 21: `--out=DIR` was refused. `--key=value` reaches the command as `--key value`; here
+// the refusal names DIR, which shows that sim read --out=DIR as --out DIR (and --set=k=v).
+TEST_F(CliTest, KeyEqualsValueIsTheSameAsKeySpaceValue) {
+  if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
+  write_tiny_scenario(dir_ / "tiny.yaml");
+  fs::create_directories(dir_ / "old");
+  std::ofstream(dir_ / "old" / "events.jsonl") << "{}\n";
+  const Ran eq = meridian("sim tiny.yaml --out=old --set=diloco.H=3");
+  EXPECT_EQ(eq.rc, 2) << eq.err;
+  EXPECT_NE(eq.err.find("old already holds a run (events.jsonl)"), std::string::npos) << eq.err;
+  EXPECT_EQ(meridian("sim tiny.yaml --out old --set diloco.H=3").err, eq.err);
+  const Ran bad_set = meridian("sim tiny.yaml --out=new --set=diloco.HH=3");
+  EXPECT_EQ(bad_set.rc, 2);
+  EXPECT_NE(bad_set.err.find("--set diloco.HH=3: unknown key 'diloco.HH'"), std::string::npos)
+      << bad_set.err;
+  EXPECT_FALSE(fs::exists(dir_ / "new"));  // arguments are checked before anything is written
+}
+
+// Issue 21: without --out, sim wrote into results/<name> and silently over a committed run.
+// The default is runs/<name>; a folder that holds a run is refused before any work, unless
+// --force.
+TEST_F(CliTest, SimWritesRunsNameAndNeverOverAnotherRunUnlessForced) {
+  if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
+  write_tiny_scenario(dir_ / "tiny.yaml");
+  const Ran first = meridian("sim tiny.yaml");
+  ASSERT_EQ(first.rc, 0) << first.err;
+  EXPECT_TRUE(fs::exists(dir_ / "runs" / "tiny" / "events.jsonl"));
+  EXPECT_TRUE(fs::exists(dir_ / "runs" / "tiny" / "summary.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "results"));
+  const std::string events = slurp(dir_ / "runs" / "tiny" / "events.jsonl");
+
+  const Ran again = meridian("sim tiny.yaml --seed 5");
+  EXPECT_EQ(again.rc, 2);
+  EXPECT_NE(again.err.find("runs/tiny already holds a run (events.jsonl)"), std::string::npos)
+      << again.err;
+  EXPECT_NE(again.err.find("--force"), std::string::npos) << again.err;
+  EXPECT_EQ(slurp(dir_ / "runs" / "tiny" / "events.jsonl"), events);  // untouched
+
+  const Ran forced = meridian("sim tiny.yaml --seed 5 --force");
+  EXPECT_EQ(forced.rc, 0) << forced.err;
+  EXPECT_NE(slurp(dir_ / "runs" / "tiny" / "events.jsonl"), events);
+
+  // An existing folder that holds no run is fine (e.g. one made for it beforehand).
+  fs::create_directories(dir_ / "empty");
+  std::ofstream(dir_ / "empty" / "notes.txt") << "mine\n";
+  EXPECT_EQ(meridian("sim tiny.yaml --out empty").rc, 0);
+  EXPECT_EQ(slurp(dir_ / "empty" / "notes.txt"), "mine\n");
+}
+
+TEST_F(CliTest, FinetuneRefusesAFolderThatHoldsARunBeforeTraining) {
+  if (!has_command("finetune")) GTEST_SKIP() << "built without the trainer";
+  fs::create_directories(dir_ / "ft");
+  std::ofstream(dir_ / "ft" / "result.json") << "{}\n";
+  const Ran r = meridian("finetune --config tiny --out ft --steps 0 --cache no-cache");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("ft already holds a run (result.json)"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "no-cache"));  // refused before the corpus was touched
+}
+
+// Issue 21: a SimGrid platform XML given to sim got a bare YAML parse error.
+TEST_F(CliTest, SimGivenAPlatformXmlSaysWhatAScenarioIs) {
+  if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
+  const Ran r = meridian("sim '" + std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/two-sites.xml'");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("two-sites.xml: this looks like a SimGrid platform XML, not a scenario"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("network.platform_xml"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace meridian
