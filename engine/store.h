@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meridian {
@@ -35,6 +36,16 @@ class Store {
   virtual bool erase(const std::string& key) = 0;
   // Keys that start with `prefix`, sorted.
   virtual std::vector<std::string> list(const std::string& prefix) = 0;
+  // Every (key, value) whose key starts with `prefix`, sorted by key: the membership's one read
+  // of all heartbeat counters per beat. Backends answer it in one round trip; this default
+  // (list, then a read per key) is for wrappers that do not forward it, and may miss a key
+  // erased in between.
+  virtual std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (std::string& key : list(prefix))
+      if (auto value = try_get(key)) out.emplace_back(std::move(key), std::move(*value));
+    return out;
+  }
 };
 
 }  // namespace meridian

@@ -45,7 +45,7 @@ class Table {
   void for_prefix(const std::string& prefix, F f) const {
     for (auto it = ordered_.lower_bound(prefix);
          it != ordered_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it)
-      f(it->first);
+      f(it->first, it->second);
   }
 
  private:
@@ -164,12 +164,24 @@ class SimStoreClient final : public Store {
     const double up_s = request(prefix.size());
     std::vector<std::string> keys;
     std::size_t n = 0;
-    s_->table.for_prefix(prefix, [&](const std::string& key) {
+    s_->table.for_prefix(prefix, [&](const std::string& key, const std::string&) {
       keys.push_back(key);
       n += key.size();
     });
     reply(up_s, n);
     return keys;
+  }
+
+  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override {
+    const double up_s = request(prefix.size());
+    std::vector<std::pair<std::string, std::string>> out;
+    std::size_t n = 0;
+    s_->table.for_prefix(prefix, [&](const std::string& key, const std::string& value) {
+      out.emplace_back(key, value);
+      n += key.size() + value.size();
+    });
+    reply(up_s, n);
+    return out;
   }
 
  private:

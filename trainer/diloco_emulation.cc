@@ -36,6 +36,9 @@ class CuttableStore final : public Store {
   }
   bool erase(const std::string& k) override { return alive(), inner_.erase(k); }
   std::vector<std::string> list(const std::string& p) override { return alive(), inner_.list(p); }
+  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& p) override {
+    return alive(), inner_.read_prefix(p);
+  }
   std::string get(const std::string& k, double timeout_s) override {
     std::string out;
     in_slices(timeout_s, [&](double s) { out = inner_.get(k, s); });

@@ -111,6 +111,17 @@ std::vector<std::string> MemoryStore::list(const std::string& prefix) {
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> MemoryStore::read_prefix(
+    const std::string& prefix) {
+  std::lock_guard<Mutex> lock(*mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto it = data_.lower_bound(prefix); it != data_.end(); ++it) {
+    if (it->first.compare(0, prefix.size(), prefix) != 0) break;
+    out.emplace_back(it->first, it->second);
+  }
+  return out;
+}
+
 std::uint64_t MemoryStore::version() {
   std::lock_guard<Mutex> lock(*mu_);
   return version_;

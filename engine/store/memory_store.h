@@ -32,6 +32,7 @@ class MemoryStore final : public Store {
                                          const std::string& desired) override;
   bool erase(const std::string& key) override;
   std::vector<std::string> list(const std::string& prefix) override;
+  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override;
 
   // Number of successful writes so far (set, add, successful compare_set, erase of a present
   // key): a cheap change counter for tests and diagnostics.

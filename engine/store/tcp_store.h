@@ -113,6 +113,7 @@ class TcpStore final : public Store {
                                          const std::string& desired) override;
   bool erase(const std::string& key) override;
   std::vector<std::string> list(const std::string& prefix) override;
+  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override;
 
  private:
   int take_connection();

@@ -278,4 +278,24 @@ std::vector<std::string> TcpStore::list(const std::string& prefix) {
   return keys;
 }
 
+std::vector<std::pair<std::string, std::string>> TcpStore::read_prefix(const std::string& prefix) {
+  Writer w(Type::kReadPrefix);
+  w.str(prefix);
+  const std::string reply = round_trip(w.frame(), 0);
+  Reader r = expect_ok(reply, "read_prefix", prefix);
+  const std::uint32_t n = r.u32("count");
+  if (std::uint64_t{n} * 8 > r.remaining())
+    throw ProtocolError("store read_prefix: count exceeds reply");
+  std::vector<std::pair<std::string, std::string>> out;
+  out.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    std::string key = r.str("key", options_.limits.max_key_bytes);
+    if (!key.starts_with(prefix))
+      throw ProtocolError("store read_prefix: key '" + key + "' outside prefix '" + prefix + "'");
+    out.emplace_back(std::move(key), r.str("value", options_.limits.max_frame_bytes));
+  }
+  r.finish("read_prefix reply");
+  return out;
+}
+
 }  // namespace meridian

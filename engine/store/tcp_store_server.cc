@@ -396,6 +396,28 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
       reply(c, ok);
       return;
     }
+    case Type::kReadPrefix: {
+      const std::string prefix = r.str("prefix", lim.max_key_bytes);
+      r.finish("read_prefix");
+      std::vector<std::pair<const std::string*, const std::string*>> entries;
+      std::uint64_t bytes = 0;
+      for (auto it = data.lower_bound(prefix); it != data.end() && it->first.starts_with(prefix);
+           ++it) {
+        entries.push_back({&it->first, &it->second});
+        bytes += 8 + it->first.size() + it->second.size();
+      }
+      if (entries.size() > lim.max_keys || bytes + 16 > lim.max_frame_bytes) {
+        Writer e(Type::kError);
+        e.str("read_prefix '" + prefix + "': " + std::to_string(entries.size()) +
+              " keys exceed one reply's limits");
+        reply(c, e);
+        return;
+      }
+      ok.u32(static_cast<std::uint32_t>(entries.size()));
+      for (const auto& [k, v] : entries) ok.str(*k).str(*v);
+      reply(c, ok);
+      return;
+    }
     default:
       throw ProtocolError("unknown request type " + std::to_string(static_cast<int>(type)));
   }

@@ -19,7 +19,8 @@
 namespace meridian::store_wire {
 
 inline constexpr std::uint32_t kMagic = 0x4d524453;  // "MRDS"
-inline constexpr std::uint16_t kProtocolVersion = 1;
+// 2: READ_PREFIX (every key and value under a prefix in one reply).
+inline constexpr std::uint16_t kProtocolVersion = 2;
 inline constexpr std::uint32_t kMaxHandshakeFrameBytes = 16 * 1024;
 using Nonce = std::array<std::uint8_t, 32>;
 
@@ -36,6 +37,7 @@ enum class Type : std::uint8_t {
   kCompareSet = 21,
   kErase = 22,
   kList = 23,
+  kReadPrefix = 24,
   kOk = 32,
   kTimeout = 33,
   kError = 34,

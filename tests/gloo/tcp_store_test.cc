@@ -94,6 +94,9 @@ TEST_F(TcpStoreTest, EveryOperation) {
 
   EXPECT_EQ(s.list("a/"), (std::vector<std::string>{"a/1", "a/2"}));
   EXPECT_EQ(s.list(""), (std::vector<std::string>{"a/1", "a/2", "b", "c", "n"}));
+  using KV = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(s.read_prefix("a/"), (KV{{"a/1", "one"}, {"a/2", std::string("t\0o", 3)}}));
+  EXPECT_EQ(s.read_prefix("zz"), KV{});
   EXPECT_TRUE(s.erase("a/1"));
   EXPECT_FALSE(s.erase("a/1"));
   EXPECT_EQ(s.list("a/"), (std::vector<std::string>{"a/2"}));

@@ -147,6 +147,10 @@ class NodeStore final : public Store {
     check();
     return inner_.list(p);
   }
+  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& p) override {
+    check();
+    return inner_.read_prefix(p);
+  }
 
  private:
   void check() const {

@@ -92,5 +92,19 @@ TEST(MemoryStore, ListReturnsSortedKeysWithThePrefixOnly) {
   EXPECT_EQ(store.list("").size(), 6u);
 }
 
+// The membership's one read per beat: every counter under a prefix, in key order, with values.
+TEST(MemoryStore, ReadPrefixReturnsKeysAndValuesInOneCall) {
+  ThreadRuntime rt;
+  MemoryStore store(rt);
+  store.set("hb/2", "7");
+  store.set("hb/10", "3");
+  store.set("hc/1", "x");
+  using KV = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(store.read_prefix("hb/"), (KV{{"hb/10", "3"}, {"hb/2", "7"}}));
+  EXPECT_EQ(store.read_prefix("zz"), KV{});
+  // The Store seam's default (list, then reads) gives the same answer for a wrapper.
+  EXPECT_EQ(store.Store::read_prefix("hb/"), store.read_prefix("hb/"));
+}
+
 }  // namespace
 }  // namespace meridian
