@@ -393,7 +393,8 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
     SweepPointResult r;
     r.point = points[i];
     r.dir = (fs::path(options.out_dir) / r.point.name).string();
-    std::vector<std::string> args = {"sim", options.scenario, "--out", r.dir};
+    // The sweep claimed its folder (the command's --force): the point folders are its own.
+    std::vector<std::string> args = {"sim", options.scenario, "--out", r.dir, "--force"};
     if (options.seed) args.insert(args.end(), {"--seed", std::to_string(*options.seed)});
     for (const auto& [k, v] : r.point.settings) args.insert(args.end(), {"--set", k + "=" + v});
     const std::string log = r.dir + ".log";

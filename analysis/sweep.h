@@ -41,7 +41,7 @@ SweepRunner self_runner();
 
 struct SweepOptions {
   std::string scenario;  // SCENARIO.yaml
-  std::string out_dir = "sweep";
+  std::string out_dir = "runs/sweep";
   std::optional<std::int64_t> seed;
   PlotOptions plot;
   bool plots = true;

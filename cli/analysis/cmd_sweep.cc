@@ -11,6 +11,7 @@
 #include "analysis/sweep.h"
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/run_folder.h"
 #include "cli/scenario_check.h"
 #include "engine/error.h"
 
@@ -19,16 +20,17 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: meridian sweep SCENARIO.yaml --set KEY=V1,V2,... [--set ...] [--out DIR]\n"
-    "                      [--seed N] [--no-plots] [--title TEXT] [--pdf]\n"
+    "                      [--seed N] [--no-plots] [--title TEXT] [--pdf] [--force]\n"
     "  Runs `meridian sim SCENARIO.yaml --out DIR/<point> --set KEY=V ...` for every point of\n"
     "  the grid (the cartesian product of the --set lists; a single value is applied to every\n"
     "  point), then writes DIR/sweep.csv, DIR/sweep.md and, for each key with several values,\n"
     "  DIR/plots/sweep_<key>.png|svg: utilization and MFU against that value.\n"
     "  Every point's settings are checked (the scenario loaded with them) before any runs.\n"
-    "  Each point's output is in DIR/<point>.log. Default DIR: sweep. On a terminal, stderr\n"
+    "  Each point's output is in DIR/<point>.log. Default DIR: runs/sweep. On a terminal, stderr\n"
     "  shows a progress line (points done, ETA).\n"
     "  --title TEXT  a title above every sweep plot\n"
     "  --pdf         also write each plot as PDF\n"
+    "  --force       write into DIR even if it holds another sweep (its points are replaced)\n"
     "  Exit status 1 when a point failed (the others are still in the table).\n"
     "  example: meridian sweep scenarios/intellect1-global.yaml --set diloco.H=50,100,500 \\\n"
     "             --set diloco.codec=fp32,int8 --out results/sweep-H-codec\n";
@@ -36,6 +38,7 @@ constexpr const char* kUsage =
 int run_sweep_command(const std::vector<std::string>& args) {
   analysis::SweepOptions options;
   std::vector<analysis::SweepAxis> axes;
+  bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -52,6 +55,8 @@ int run_sweep_command(const std::vector<std::string>& args) {
       } catch (const std::exception&) {
         throw ConfigError("--seed '" + s + "': expected an integer");
       }
+    } else if (a == "--force") {
+      force = true;
     } else if (a == "--no-plots") {
       options.plots = false;
     } else if (a == "--title") {
@@ -82,6 +87,9 @@ int run_sweep_command(const std::vector<std::string>& args) {
   if (axes.empty())
     throw ConfigError(std::string("nothing to sweep: give --set KEY=V1,V2\n") + kUsage);
 
+  // The sweep's folder is claimed once, before any point: its point folders are then its own
+  // (each `meridian sim` child is given --force for them).
+  claim_run_folder(options.out_dir, force);
   options.command = "meridian sweep";
   for (const std::string& a : args) options.command += " " + a;
   if (const ScenarioCheck& check = scenario_check())

@@ -110,10 +110,10 @@ TEST(Sweep, RunsEveryPointAndWritesTheTable) {
       fake, progress);
 
   ASSERT_EQ(calls.size(), 4u);
-  EXPECT_EQ(calls[0],
-            (std::vector<std::string>{"sim", "scenarios/x.yaml", "--out",
-                                      (out / "diloco.H=50_diloco.codec=fp32").string(), "--seed",
-                                      "9", "--set", "diloco.H=50", "--set", "diloco.codec=fp32"}));
+  EXPECT_EQ(calls[0], (std::vector<std::string>{"sim", "scenarios/x.yaml", "--out",
+                                                (out / "diloco.H=50_diloco.codec=fp32").string(),
+                                                "--force", "--seed", "9", "--set", "diloco.H=50",
+                                                "--set", "diloco.codec=fp32"}));
   EXPECT_EQ(r.failed(), 1);
   EXPECT_NE(progress.str().find("[3/4] diloco.H=500_diloco.codec=fp32 ... FAILED"),
             std::string::npos)
