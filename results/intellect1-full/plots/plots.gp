@@ -40,8 +40,8 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 5.49996269717 absolute
-set xrange [314.475550908:439.752479011]
+set boxwidth 5.46721156775 absolute
+set xrange [314.50923754:439.040167694]
 set xtics 320, 20 nomirror
 set format x '%.0f'
 set grid ytics
@@ -58,8 +58,8 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 5.49996269717 absolute
-set xrange [314.475550908:439.752479011]
+set boxwidth 5.46721156775 absolute
+set xrange [314.50923754:439.040167694]
 set xtics 320, 20 nomirror
 set format x '%.0f'
 set grid ytics
@@ -116,7 +116,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:725.1111315]
+set xrange [0:725.0147453]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -135,7 +135,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:725.1111315]
+set xrange [0:725.0147453]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -155,7 +155,7 @@ set output 'timeline.png'
 set title 'Per-node timeline of outer step 25'
 set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
-set ytics ('us-east-0' 0, 'us-west-0' 1, 'us-nw-0' 2, 'eu-west-0' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6)
+set ytics ('us-east-0' 0, 'us-west-0' 1, 'us-nw-0' 2, 'eu-west-0' 3, 'us-east-1' 4, 'eu-cent-0' 5, 'ap-tokyo-0' 6)
 set yrange [6.6:-0.6]
 set xrange [0:62.272]
 set grid xtics
@@ -170,7 +170,7 @@ set output 'timeline.svg'
 set title 'Per-node timeline of outer step 25'
 set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
-set ytics ('us-east-0' 0, 'us-west-0' 1, 'us-nw-0' 2, 'eu-west-0' 3, 'node 4' 4, 'node 5' 5, 'node 6' 6)
+set ytics ('us-east-0' 0, 'us-west-0' 1, 'us-nw-0' 2, 'eu-west-0' 3, 'us-east-1' 4, 'eu-cent-0' 5, 'ap-tokyo-0' 6)
 set yrange [6.6:-0.6]
 set xrange [0:62.272]
 set grid xtics

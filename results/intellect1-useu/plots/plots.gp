@@ -40,13 +40,14 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 0.0501983182714 absolute
-set xrange [494.52990672:495.115553766]
-set xtics 494.6, 0.1 nomirror
-set format x '%.1f'
+set boxwidth 0.0211621126517 absolute
+set xrange [495.001430336:495.24832165]
+set xtics 495.05, 0.05 nomirror
+set format x '%.2f'
 set grid ytics
 set key off
-set yrange [0:22.35]
+set yrange [0:10.85]
+set ytics 1
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -58,13 +59,14 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 0.0501983182714 absolute
-set xrange [494.52990672:495.115553766]
-set xtics 494.6, 0.1 nomirror
-set format x '%.1f'
+set boxwidth 0.0211621126517 absolute
+set xrange [495.001430336:495.24832165]
+set xtics 495.05, 0.05 nomirror
+set format x '%.2f'
 set grid ytics
 set key off
-set yrange [0:22.35]
+set yrange [0:10.85]
+set ytics 1
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -85,7 +87,8 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-useu' 1)
-plot 'data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
+set label 1 'all 20 outer steps: 495.0073 to 495.2424 s' at 1, first 495.242 center offset 0,1.2
+plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
 set output
@@ -103,7 +106,8 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-useu' 1)
-plot 'data/allreduce_box_0.dat' using (1):1 with boxplot lc rgb '#0072b2', 'data/allreduce_box_0.dat' using (1 + $2):1 with points pt 7 ps 0.5 lc rgb '#600072b2'
+set label 1 'all 20 outer steps: 495.0073 to 495.2424 s' at 1, first 495.242 center offset 0,1.2
+plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
 set output
@@ -116,7 +120,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.46158612]
+set xrange [0:16.46159018]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -135,7 +139,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.46158612]
+set xrange [0:16.46159018]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -157,7 +161,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-west-0' 2, 'us-west-1' 3, 'us-nw-0' 4, 'us-nw-1' 5, 'eu-west-0' 6, 'eu-west-1' 7, 'eu-cent-0' 8, 'eu-cent-1' 9)
 set yrange [9.6:-0.6]
-set xrange [0:46.5451]
+set xrange [0:46.536]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
@@ -172,7 +176,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-west-0' 2, 'us-west-1' 3, 'us-nw-0' 4, 'us-nw-1' 5, 'eu-west-0' 6, 'eu-west-1' 7, 'eu-cent-0' 8, 'eu-cent-1' 9)
 set yrange [9.6:-0.6]
-set xrange [0:46.5451]
+set xrange [0:46.536]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
