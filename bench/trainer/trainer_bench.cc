@@ -39,7 +39,7 @@ TokenizedCorpus random_corpus(int vocab, std::size_t tokens) {
 void BM_TrainSteps(benchmark::State& state) {
   TorchWorkerOptions o;
   o.config = load_named_config(env_or("MERIDIAN_BENCH_MODEL", "small"));
-  o.config.train.bf16_autocast = state.range(0) != 0;
+  o.config.train.bf16_autocast = state.range(0) != 0 ? Bf16Autocast::kOn : Bf16Autocast::kOff;
   o.validation_sequences = 1;
   const int steps = std::stoi(env_or("MERIDIAN_BENCH_STEPS", "5"));
   const auto& m = o.config.model;
