@@ -7,6 +7,10 @@
 #include <mutex>
 #include <set>
 
+#if MERIDIAN_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -107,6 +111,38 @@ Bf16Choice resolve_bf16(Bf16Autocast setting, const CpuFeatures& cpu) {
       break;
   }
   return c;
+}
+
+std::string gemm_kernels() {
+  const std::string bf16 = "; bf16 autocast: ATen's oneDNN bf16 ops";
+#if MERIDIAN_HAVE_DNNL
+  const char* isa = "below avx2";
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx2:
+      isa = "avx2";
+      break;
+    case dnnl_cpu_isa_avx2_vnni:
+      isa = "avx2_vnni";
+      break;
+    case dnnl_cpu_isa_avx512_core:
+      isa = "avx512_core";
+      break;
+    case dnnl_cpu_isa_avx512_core_vnni:
+      isa = "avx512_core_vnni";
+      break;
+    case dnnl_cpu_isa_avx512_core_bf16:
+      isa = "avx512_core_bf16";
+      break;
+    case dnnl_cpu_isa_avx512_core_amx:
+      isa = "avx512_core_amx";
+      break;
+    default:
+      break;
+  }
+  return std::string("fp32: oneDNN dnnl_sgemm, ISA ") + isa + bf16;
+#else
+  return "fp32: ATen (built without the oneDNN header)" + bf16;
+#endif
 }
 
 bool bf16_for_training(Bf16Autocast setting) {

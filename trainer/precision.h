@@ -46,6 +46,11 @@ struct Bf16Choice {
 //   false -> fp32.
 Bf16Choice resolve_bf16(Bf16Autocast setting, const CpuFeatures& cpu);
 
+// The GEMM kernels this build and CPU run, for benchmark tables: "fp32 oneDNN dnnl_sgemm
+// (avx512_core_bf16); bf16 ATen/oneDNN" (oneDNN's ISA as it chose it at run time) or "fp32 ATen
+// (...)" when the build had no oneDNN header.
+std::string gemm_kernels();
+
 // resolve_bf16 on this machine; its note goes to stderr once per process (a run with many
 // workers in one process says it once).
 bool bf16_for_training(Bf16Autocast setting);

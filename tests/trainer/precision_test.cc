@@ -168,6 +168,17 @@ TEST(Precision, TheConfigRecordEchoesTheResolvedChoice) {
       << json;
 }
 
+// Benchmarks print this next to their numbers: it names the fp32 GEMM library and, for oneDNN,
+// the ISA it chose.
+TEST(Precision, GemmKernelsNameTheLibraries) {
+  const std::string k = gemm_kernels();
+  EXPECT_EQ(k.rfind("fp32: ", 0), 0u) << k;
+  EXPECT_NE(k.find("bf16 autocast: "), std::string::npos) << k;
+  const CpuFeatures& cpu = host_cpu_features();
+  if (k.find("oneDNN dnnl_sgemm") != std::string::npos && cpu.avx512_bf16 && !cpu.amx_bf16)
+    EXPECT_NE(k.find("ISA avx512_core_bf16"), std::string::npos) << k;
+}
+
 TEST(Precision, ConfigsWithoutTheKeyStayFp32) {
   EXPECT_EQ(load_named_config("tiny").train.bf16_autocast, Bf16Autocast::kOff);
 }
