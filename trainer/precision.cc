@@ -145,15 +145,19 @@ std::string gemm_kernels() {
 #endif
 }
 
-bool bf16_for_training(Bf16Autocast setting) {
-  const Bf16Choice c = resolve_bf16(setting, host_cpu_features());
+bool bf16_for_training(Bf16Autocast setting, const CpuFeatures& cpu, std::ostream& log) {
+  const Bf16Choice c = resolve_bf16(setting, cpu);
   if (!c.note.empty()) {
     static std::mutex mu;
     static std::set<std::string> said;
     std::lock_guard<std::mutex> lock(mu);
-    if (said.insert(c.note).second) std::cerr << c.note << "\n";
+    if (said.insert(c.note).second) log << c.note << "\n";
   }
   return c.bf16;
+}
+
+bool bf16_for_training(Bf16Autocast setting) {
+  return bf16_for_training(setting, host_cpu_features(), std::cerr);
 }
 
 }  // namespace meridian::trainer

@@ -4,6 +4,7 @@
 // trainer runs on the CPU only).
 #pragma once
 
+#include <iosfwd>
 #include <string>
 
 namespace meridian::trainer {
@@ -51,8 +52,10 @@ Bf16Choice resolve_bf16(Bf16Autocast setting, const CpuFeatures& cpu);
 // (...)" when the build had no oneDNN header.
 std::string gemm_kernels();
 
-// resolve_bf16 on this machine; its note goes to stderr once per process (a run with many
-// workers in one process says it once).
+// resolve_bf16 on `cpu`; its note goes to `log` once per process (a run with many workers in
+// one process says it once). Thread-safe.
+bool bf16_for_training(Bf16Autocast setting, const CpuFeatures& cpu, std::ostream& log);
+// The same on this machine, notes to stderr: what TorchWorker and post-training call.
 bool bf16_for_training(Bf16Autocast setting);
 
 }  // namespace meridian::trainer

@@ -81,6 +81,16 @@ TEST(Precision, ExplicitTrueIsFollowedWithAWarningWhereItIsSlow) {
   EXPECT_EQ(fast.note, "");
 }
 
+// Many workers in one process (train-diloco, the simulator) print the note once.
+TEST(Precision, TheNoteIsPrintedOncePerProcess) {
+  std::ostringstream log;
+  for (int worker = 0; worker < 3; ++worker)
+    EXPECT_FALSE(bf16_for_training(Bf16Autocast::kAuto, avx2_cpu(), log));
+  EXPECT_EQ(log.str(), resolve_bf16(Bf16Autocast::kAuto, avx2_cpu()).note + "\n");
+  EXPECT_TRUE(bf16_for_training(Bf16Autocast::kAuto, avx512_bf16_cpu(), log));
+  EXPECT_EQ(log.str(), resolve_bf16(Bf16Autocast::kAuto, avx2_cpu()).note + "\n");
+}
+
 TEST(Precision, ExplicitFalseIsFp32Silently) {
   for (const CpuFeatures& cpu : {avx2_cpu(), avx512_bf16_cpu()}) {
     const Bf16Choice c = resolve_bf16(Bf16Autocast::kOff, cpu);
@@ -175,8 +185,9 @@ TEST(Precision, GemmKernelsNameTheLibraries) {
   EXPECT_EQ(k.rfind("fp32: ", 0), 0u) << k;
   EXPECT_NE(k.find("bf16 autocast: "), std::string::npos) << k;
   const CpuFeatures& cpu = host_cpu_features();
-  if (k.find("oneDNN dnnl_sgemm") != std::string::npos && cpu.avx512_bf16 && !cpu.amx_bf16)
+  if (k.find("oneDNN dnnl_sgemm") != std::string::npos && cpu.avx512_bf16 && !cpu.amx_bf16) {
     EXPECT_NE(k.find("ISA avx512_core_bf16"), std::string::npos) << k;
+  }
 }
 
 TEST(Precision, ConfigsWithoutTheKeyStayFp32) {
