@@ -25,8 +25,8 @@ struct CpuFeatures {
   bool amx_bf16 = false;     // x86 AMX-BF16 tiles
   bool arm_bf16 = false;     // aarch64 FEAT_BF16: bfdot, bfmmla
 
-  // Whether bf16 matmuls run at least at fp32 speed; without it oneDNN and ATen convert to fp32
-  // and back around every op (25x slower than fp32 on an AVX2 machine, issue 23).
+  // Whether the CPU has bf16 arithmetic; without it bf16 matmuls are emulated by converting to
+  // and from fp32 (`small` trained 25x slower than in fp32 on an AVX2 machine, issue 23).
   bool native_bf16() const { return avx512_bf16 || amx_bf16 || arm_bf16; }
 };
 
