@@ -12,6 +12,7 @@
 #include "engine/runtime/thread_runtime.h"
 #include "engine/store/memory_store.h"
 #include "engine/transport/inproc/inproc_transport.h"
+#include "trainer/precision.h"
 
 namespace meridian::trainer {
 namespace {
@@ -148,10 +149,14 @@ class Emulation {
     model.add("name", m.name).add("layers", m.layers).add("hidden", m.hidden)
         .add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn)
         .add("vocab", m.vocab).add("seq_len", m.seq_len).add("rope_theta", m.rope_theta);
-    train.add("batch", t.batch).add("bf16_autocast", t.bf16_autocast).add("lr", t.optim.lr)
-        .add("beta1", t.optim.beta1).add("beta2", t.optim.beta2)
-        .add("weight_decay", t.optim.weight_decay).add("grad_clip", t.optim.grad_clip)
-        .add("warmup_steps", t.optim.warmup_steps).add("z_loss_weight", t.optim.z_loss_weight);
+    // bf16_autocast: what this machine trains in; the setting and the CPU say why.
+    const CpuFeatures& cpu = host_cpu_features();
+    train.add("batch", t.batch).add("bf16_autocast", resolve_bf16(t.bf16_autocast, cpu).bf16);
+    train.add("bf16_autocast_setting", bf16_autocast_name(t.bf16_autocast));
+    train.add("cpu", describe(cpu)).add("lr", t.optim.lr);
+    train.add("beta1", t.optim.beta1).add("beta2", t.optim.beta2);
+    train.add("weight_decay", t.optim.weight_decay).add("grad_clip", t.optim.grad_clip);
+    train.add("warmup_steps", t.optim.warmup_steps).add("z_loss_weight", t.optim.z_loss_weight);
     diloco.add("nodes", o_.nodes).add("H", d.inner_steps).add("outer_steps", d.outer_steps)
         .add("codec", codec_name(d.codec)).add("outer_lr", static_cast<double>(d.outer.lr))
         .add("outer_momentum", static_cast<double>(d.outer.momentum))

@@ -39,6 +39,22 @@ class MapReader {
     }
   }
 
+  // true, false (any YAML boolean) or auto.
+  void read(const std::string& key, Bf16Autocast& out) {
+    known_.insert(key);
+    const YAML::Node v = node_[key];
+    if (!v) return;
+    bool on = false;
+    if (v.IsScalar() && v.Scalar() == "auto") {
+      out = Bf16Autocast::kAuto;
+    } else if (YAML::convert<bool>::decode(v, on)) {
+      out = on ? Bf16Autocast::kOn : Bf16Autocast::kOff;
+    } else {
+      throw ConfigError(where_ + "." + key + ": expected true, false or auto, got '" +
+                        (v.IsScalar() ? v.Scalar() : std::string("a non-scalar")) + "'");
+    }
+  }
+
   void positive(const std::string& key, double v) const {
     if (!(v > 0)) throw ConfigError(where_ + "." + key + ": expected a positive value");
   }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "trainer/precision.h"
+
 namespace YAML {
 class Node;
 }
@@ -46,7 +48,9 @@ struct OptimConfig {
 
 struct TrainConfig {
   int batch = 4;                 // sequences per inner step (micro-batch = batch)
-  bool bf16_autocast = false;    // bf16 autocast of matmuls on the CPU
+  // bf16 autocast of the forward pass on the CPU: true, false, or auto (bf16 only where the CPU
+  // computes it natively; resolve_bf16 in precision.h). Resolved when a worker is built.
+  Bf16Autocast bf16_autocast = Bf16Autocast::kOff;
   OptimConfig optim;
 };
 
@@ -61,8 +65,8 @@ TrainerConfig load_trainer_config(const std::string& path);
 // Loads trainer/configs/<name>.yaml (the directory compiled in) or a path ending in .yaml.
 TrainerConfig load_named_config(const std::string& name_or_path);
 // Reads a `train:` map (batch, lr, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps,
-// decay_start_step, total_steps, z_loss_weight, bf16_autocast) over `base`; unknown keys and
-// bad values raise ConfigError naming `where` and the key.
+// decay_start_step, total_steps, z_loss_weight, bf16_autocast: true|false|auto) over `base`;
+// unknown keys and bad values raise ConfigError naming `where` and the key.
 TrainConfig read_train_config(const YAML::Node& node, const std::string& where,
                               TrainConfig base = {});
 // Directory holding the shipped configs.

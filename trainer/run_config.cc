@@ -8,6 +8,7 @@
 
 #include "engine/codec/codec.h"
 #include "engine/error.h"
+#include "trainer/precision.h"
 
 namespace meridian::trainer {
 namespace {
@@ -230,7 +231,12 @@ JsonObject trainer_section_json(const TrainerSection& t) {
   model.add("name", m.name).add("layers", m.layers).add("hidden", m.hidden);
   model.add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn);
   model.add("vocab", m.vocab).add("seq_len", m.seq_len).add("rope_theta", m.rope_theta);
-  train.add("batch", tr.batch).add("bf16_autocast", tr.bf16_autocast).add("lr", tr.optim.lr);
+  // bf16_autocast: what this machine trains in; the setting and the CPU say why.
+  const CpuFeatures& cpu = host_cpu_features();
+  train.add("batch", tr.batch).add("lr", tr.optim.lr);
+  train.add("bf16_autocast", resolve_bf16(tr.bf16_autocast, cpu).bf16);
+  train.add("bf16_autocast_setting", bf16_autocast_name(tr.bf16_autocast));
+  train.add("cpu", describe(cpu));
   train.add("beta1", tr.optim.beta1).add("beta2", tr.optim.beta2);
   train.add("weight_decay", tr.optim.weight_decay).add("grad_clip", tr.optim.grad_clip);
   train.add("warmup_steps", tr.optim.warmup_steps);

@@ -20,6 +20,7 @@
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model.h"
+#include "trainer/precision.h"
 #include "trainer/torch_compat.h"
 
 namespace meridian::trainer {
@@ -35,6 +36,7 @@ struct TorchWorker::Impl {
       throw ConfigError("model " + options.config.model.name + ": vocab " +
                         std::to_string(options.config.model.vocab) +
                         " differs from the tokenizer's " + std::to_string(corpus.vocab));
+    bf16 = bf16_for_training(options.config.train.bf16_autocast);
     model.init_weights(options.seed);
     optimizer = std::make_unique<FlatAdamW>(options.config.train.optim, model.flat(),
                                             model.flat_grad());
@@ -62,7 +64,7 @@ struct TorchWorker::Impl {
     model.zero_grad();
     at::Tensor logits;
     {
-      compat::CpuAutocastBf16 autocast(tc.bf16_autocast);
+      compat::CpuAutocastBf16 autocast(bf16);
       logits = model.forward(input);
     }
     LossParts loss = lm_loss(logits, target, tc.optim.z_loss_weight);
@@ -79,6 +81,7 @@ struct TorchWorker::Impl {
   LlamaModel model;
   ShardReader reader;
   std::unique_ptr<FlatAdamW> optimizer;
+  bool bf16 = false;  // train.bf16_autocast resolved for this machine
   std::vector<std::int64_t> batch, validation;
   std::int64_t step = 0;
   std::int64_t tokens = 0;
@@ -209,7 +212,7 @@ double TorchWorker::evaluate() {
                                    at::TensorOptions().dtype(at::kLong));
     at::Tensor logits;
     {
-      compat::CpuAutocastBf16 autocast(impl_->options.config.train.bf16_autocast);
+      compat::CpuAutocastBf16 autocast(impl_->bf16);
       logits = impl_->model.forward(all.narrow(1, 0, T));
     }
     sum += lm_loss(logits, all.narrow(1, 1, T), 0.0).cross_entropy.item<double>() *

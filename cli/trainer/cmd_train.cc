@@ -27,7 +27,8 @@ constexpr const char* kUsage =
     "  --lr X --warmup N        peak learning rate, warmup steps (default: the config's)\n"
     "  --decay-start N --total-steps N   1-sqrt decay to 0 between these steps\n"
     "  --z-loss W               max-z-loss weight (default 0)\n"
-    "  --bf16                   bf16 autocast on the CPU\n"
+    "  --bf16                   bf16 autocast even on a CPU without native bf16 (slow);\n"
+    "                           default: the config's train.bf16_autocast (small: auto)\n"
     "  --seed S                 init and shuffling seed (default 0)\n"
     "  --shard R/W              data shard R of W (default 0/1)\n"
     "  --eval-every K           validation loss every K steps (default 25)\n"
@@ -105,7 +106,7 @@ int run_train(const std::vector<std::string>& argv) {
         static_cast<std::int64_t>(a.num("decay-start", t.optim.decay_start_step));
     t.optim.total_steps = static_cast<std::int64_t>(a.num("total-steps", t.optim.total_steps));
     t.optim.z_loss_weight = a.num("z-loss", t.optim.z_loss_weight);
-    t.bf16_autocast = t.bf16_autocast || a.has("bf16");
+    if (a.has("bf16")) t.bf16_autocast = trainer::Bf16Autocast::kOn;
     o.seed = static_cast<std::uint64_t>(a.num("seed", 0));
     o.validation_sequences = static_cast<int>(a.num("val-sequences", 32));
     o.data.cache_dir = a.str("cache", ".cache/meridian-trainer");

@@ -58,6 +58,10 @@ TEST(DilocoEmulation, TinyNodesTrainThroughAFailureAndAJoin) {
   EXPECT_EQ(all.front().type, "config");  // SCHEMA: first record, run-level
   EXPECT_EQ(all.front().node, -1);
   EXPECT_NE(all.front().to_json().find("\"mode\":\"emulate\""), std::string::npos);
+  // tiny has no bf16_autocast key: fp32 on every machine, and the record says so.
+  EXPECT_NE(
+      all.front().to_json().find("\"bf16_autocast\":false,\"bf16_autocast_setting\":\"false\""),
+      std::string::npos);
   EXPECT_EQ(all.back().type, "run_finished");
 }
 

@@ -15,6 +15,7 @@
 #include "engine/error.h"
 #include "trainer/adamw.h"
 #include "trainer/model.h"
+#include "trainer/precision.h"
 #include "trainer/safetensors/float_convert.h"
 #include "trainer/safetensors/safetensors.h"
 #include "trainer/torch_compat.h"
@@ -118,6 +119,7 @@ FinetuneResult finetune(const FinetuneOptions& o, const trainer::TokenizedCorpus
   const int T = mc.seq_len, B = o.config.train.batch;
   trainer::ShardReader reader(corpus.train, T, 0, 1, o.seed);
   std::vector<std::int64_t> batch;
+  const bool bf16 = trainer::bf16_for_training(o.config.train.bf16_autocast);
   for (int step = 0; step < o.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     reader.next_batch(B, batch);
@@ -125,7 +127,7 @@ FinetuneResult finetune(const FinetuneOptions& o, const trainer::TokenizedCorpus
     model.zero_grad();
     at::Tensor logits;
     {
-      trainer::compat::CpuAutocastBf16 autocast(o.config.train.bf16_autocast);
+      trainer::compat::CpuAutocastBf16 autocast(bf16);
       logits = model.forward(all.narrow(1, 0, T));
     }
     trainer::LossParts loss =
@@ -155,13 +157,14 @@ double evaluate(const trainer::TrainerConfig& config, std::span<const float> par
   at::NoGradGuard no_grad;
   double sum = 0;
   const int per_batch = config.train.batch;
+  const bool bf16 = trainer::bf16_for_training(config.train.bf16_autocast);
   for (int r = 0; r < count; r += per_batch) {
     const int n = std::min(per_batch, count - r);
     at::Tensor all = at::from_blob(v.data() + static_cast<std::size_t>(r) * (T + 1), {n, T + 1},
                                    at::TensorOptions().dtype(at::kLong));
     at::Tensor logits;
     {
-      trainer::compat::CpuAutocastBf16 autocast(config.train.bf16_autocast);
+      trainer::compat::CpuAutocastBf16 autocast(bf16);
       logits = model.forward(all.narrow(1, 0, T));
     }
     sum += trainer::lm_loss(logits, all.narrow(1, 1, T), 0.0).cross_entropy.item<double>() * n;
