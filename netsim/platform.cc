@@ -21,6 +21,19 @@ constexpr int kVariabilityPeriods = 64;  // length of the looped bandwidth profi
 
 double unit_draw(std::uint64_t& state) { return double(splitmix64(state) >> 11) * 0x1.0p-53; }
 
+std::uint64_t host_draw_state(std::uint64_t seed, const std::string& host, std::uint64_t stream) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a of the name, then mixed with seed and stream
+  for (const unsigned char c : host) h = (h ^ c) * 0x100000001b3ull;
+  std::uint64_t state = seed * 0x9E3779B97F4A7C15ull ^ h ^ (stream * 0xD1B54A32D192ED03ull);
+  splitmix64(state);  // one round so that nearby seeds and names start far apart
+  return state;
+}
+
+double drawn_access_gbps(std::uint64_t seed, const std::string& host, double lo, double hi) {
+  std::uint64_t state = host_draw_state(seed, host, 0);
+  return lo + (hi - lo) * unit_draw(state);
+}
+
 std::vector<std::string> host_slot_names(const Scenario& sc) {
   std::map<std::string, int> per_site;
   std::vector<std::string> names;
@@ -64,13 +77,14 @@ void configure_network(sg4::Engine& e, const Scenario& sc, double gamma_scale) {
 Platform build_platform(sg4::Engine& e, const Scenario& sc) {
   Platform p;
   p.names = host_slot_names(sc);
-  std::uint64_t rng = sc.run.seed * 0x100000001B3ull + 17;
+  std::size_t slot = 0;
   for (auto& g : sc.network.nodes)
-    for (int i = 0; i < g.count; ++i) {
+    for (int i = 0; i < g.count; ++i, ++slot) {
       p.sites.push_back(g.site);
-      auto [lo, hi] = sc.network.access_bandwidth_gbps;
-      double draw = unit_draw(rng);  // always drawn, so fixing one group keeps the others
-      p.access_gbps.push_back(g.bandwidth_gbps > 0 ? g.bandwidth_gbps : lo + (hi - lo) * draw);
+      const auto [lo, hi] = sc.network.access_bandwidth_gbps;
+      p.access_gbps.push_back(g.bandwidth_gbps > 0
+                                  ? g.bandwidth_gbps
+                                  : drawn_access_gbps(sc.run.seed, p.names[slot], lo, hi));
       p.speed_factor.push_back(g.speed_factor);
       p.start.push_back(g.start);
     }
@@ -117,8 +131,8 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc) {
   }
 
   std::vector<sg4::SplitDuplexLink*> access;
-  std::uint64_t var_rng = sc.run.seed * 0x2545F4914F6CDD1Dull + 99;
   for (std::size_t i = 0; i < p.names.size(); ++i) {
+    std::uint64_t var_rng = host_draw_state(sc.run.seed, p.names[i], 1);
     auto* h = world->create_host(p.names[i], kHostFlops)->seal();
     p.hosts.push_back(h);
     const double bps = p.access_gbps[i] * 1e9 / 8;

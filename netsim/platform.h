@@ -43,4 +43,15 @@ Platform build_platform(simgrid::s4u::Engine& e, const Scenario& sc);
 // draws on every platform and standard library.
 double unit_draw(std::uint64_t& state);
 
+// The random state of one host's draws: keyed by the run's seed, the host's identity (its name,
+// `<site>-<index>`) and what is drawn (`stream`), not by its slot in the scenario. The same
+// host draws the same access bandwidth in every scenario that has it; hosts that another
+// scenario lacks do not shift the others' draws (issue 18: slot-order draws gave three
+// geographies the same first eight bandwidths, and so the same slowest node).
+std::uint64_t host_draw_state(std::uint64_t seed, const std::string& host, std::uint64_t stream);
+
+// A host's access bandwidth when its node group gives none: U[lo, hi] Gb/s, one draw from
+// host_draw_state(seed, host, 0).
+double drawn_access_gbps(std::uint64_t seed, const std::string& host, double lo, double hi);
+
 }  // namespace meridian::netsim

@@ -8,8 +8,10 @@
 #include <iostream>
 #include <sstream>
 
+#include "analysis/ensemble.h"
 #include "analysis/events.h"
 #include "analysis/summary.h"
+#include "analysis/sweep.h"
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/interrupt.h"
@@ -32,14 +34,76 @@ constexpr const char* kUsage =
     "  --force        write into a folder that already holds a run (its events.jsonl and\n"
     "                 summary.json are replaced; other files stay)\n"
     "  --seed N       overrides run.seed\n"
+    "  --seeds LIST   an ensemble: one run per seed (1-20, 1,3,5 or 1-3,10) in DIR/seed-<N>/\n"
+    "                 (default DIR: runs/<name>-seeds), then DIR/ensemble.json and\n"
+    "                 DIR/ensemble.md: each figure's median and 90 % interval over the seeds,\n"
+    "                 the per-outer-step all-reduce times of all runs pooled\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
     "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
     "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
+
+// `--seeds`: one `meridian sim` child per seed (SimGrid runs once per process), each into
+// DIR/seed-<N> with the same settings, then the distributions across them (analysis/ensemble.h).
+int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds,
+                 const std::vector<std::string>& overrides, const std::string& out, bool force,
+                 const std::string& simgrid_log, const std::vector<std::string>& args) {
+  claim_run_folder(out, force);
+  std::string command = "meridian sim";
+  for (const std::string& a : args) command += " " + a;
+  const analysis::SweepRunner runner = analysis::self_runner();
+  InterruptScope interrupt;
+  ProgressLine progress;
+  std::vector<analysis::EnsembleRun> runs;
+  for (std::size_t k = 0; k < seeds.size() && !InterruptScope::received(); ++k) {
+    const std::string name = "seed-" + std::to_string(seeds[k]);
+    const std::filesystem::path dir = std::filesystem::path(out) / name;
+    progress.update(double(k) / seeds.size(),
+                    "seed " + std::to_string(seeds[k]) + " (" + std::to_string(k + 1) + "/" +
+                        std::to_string(seeds.size()) + ")",
+                    true);
+    std::vector<std::string> child = {"sim",
+                                      path,
+                                      "--out",
+                                      dir.string(),
+                                      "--force",
+                                      "--seed",
+                                      std::to_string(seeds[k]),
+                                      "--simgrid-log",
+                                      simgrid_log};
+    for (const std::string& o : overrides) child.insert(child.end(), {"--set", o});
+    const int rc = runner(child, (std::filesystem::path(out) / (name + ".log")).string());
+    analysis::EnsembleRun run{seeds[k], name, std::nullopt};
+    if (rc == 0)
+      run.summary =
+          analysis::summarize(analysis::read_events_file((dir / "events.jsonl").string()));
+    else {
+      progress.clear();
+      std::cerr << "meridian sim: seed " << seeds[k] << " failed (exit " << rc << "), see "
+                << (std::filesystem::path(out) / (name + ".log")).string() << "\n";
+    }
+    runs.push_back(std::move(run));
+  }
+  progress.finish();
+  const nlohmann::json e = analysis::ensemble_json(runs, path, command);
+  std::ofstream(std::filesystem::path(out) / "ensemble.json") << e.dump(2) << "\n";
+  const std::string md = analysis::ensemble_markdown(e);
+  std::ofstream(std::filesystem::path(out) / "ensemble.md") << md;
+  std::cout << md << "  runs: " << out << "/seed-<N>/\n";
+  if (const int sig = InterruptScope::received()) {
+    std::cerr << "meridian sim: interrupted (" << InterruptScope::name(sig) << ") after "
+              << runs.size() << " of " << seeds.size() << " seeds\n";
+    return InterruptScope::exit_code(sig);
+  }
+  for (const auto& r : runs)
+    if (!r.summary) return kExitFailed;
+  return kExitOk;
+}
 
 int run_sim(const std::vector<std::string>& args) {
   std::string path, out;
   std::vector<std::string> overrides;
   std::string simgrid_log = "critical";
+  std::string seeds_text;
   bool force = false;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -48,6 +112,8 @@ int run_sim(const std::vector<std::string>& args) {
       out = value();
     else if (a == "--seed")
       overrides.push_back("run.seed=" + value());
+    else if (a == "--seeds")
+      seeds_text = value();
     else if (a == "--set")
       overrides.push_back(value());
     else if (a == "--simgrid-log")
@@ -72,6 +138,13 @@ int run_sim(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   netsim::Scenario sc = netsim::load_scenario(path, overrides);
+  if (!seeds_text.empty()) {
+    const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", seeds_text);
+    for (const std::string& o : overrides)
+      if (o.rfind("run.seed=", 0) == 0) throw ConfigError("--seeds and --seed: give one of them");
+    return run_ensemble(path, seeds, overrides, out.empty() ? sc.output_dir + "-seeds" : out, force,
+                        simgrid_log, args);
+  }
   if (out.empty()) out = sc.output_dir;
   claim_run_folder(out, force);  // before any work: never over another run unless --force
   // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
@@ -193,6 +194,51 @@ TEST_F(CliTest, SimWritesRunsNameAndNeverOverAnotherRunUnlessForced) {
   std::ofstream(dir_ / "empty" / "notes.txt") << "mine\n";
   EXPECT_EQ(meridian("sim tiny.yaml --out empty").rc, 0);
   EXPECT_EQ(slurp(dir_ / "empty" / "notes.txt"), "mine\n");
+}
+
+// Issue 18: an ensemble over seeds. Draw-dependent bandwidths (a U[0.5, 4] Gb/s range) make the
+// seeds' runs differ; the same seed list gives a byte-identical ensemble.json.
+TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
+  if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
+  std::ofstream(dir_ / "ens.yaml") << "run: {name: ens, outer_steps: 2}\n"
+                                      "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4,\n"
+                                      "        ffn: 512, vocab: 1000, seq_len: 128}\n"
+                                      "hardware: {step_time_s: 1}\n"
+                                      "network:\n"
+                                      "  access_bandwidth_gbps: [0.5, 4.0]\n"
+                                      "  sites: [{name: a}, {name: b}]\n"
+                                      "  rtt: [{a: a, b: b, ms: 80, source: test}]\n"
+                                      "  nodes: [{site: a, count: 2}, {site: b, count: 2}]\n"
+                                      "diloco: {H: 2, buckets: \"1\", local_ranks: 1, "
+                                      "checkpoint_s: 0}\n";
+  const Ran first = meridian("sim ens.yaml --seeds 1-3 --out e1");
+  ASSERT_EQ(first.rc, 0) << first.err;
+  for (int seed = 1; seed <= 3; ++seed)
+    EXPECT_TRUE(fs::exists(dir_ / "e1" / ("seed-" + std::to_string(seed)) / "summary.json"));
+  EXPECT_NE(first.out.find("90 % interval"), std::string::npos) << first.out;
+  const std::string ensemble = slurp(dir_ / "e1" / "ensemble.json");
+  EXPECT_NE(ensemble.find("\"seeds\": [\n    1,\n    2,\n    3\n  ]"), std::string::npos)
+      << ensemble;
+
+  const Ran second = meridian("sim ens.yaml --seeds=1-3 --out e2");
+  ASSERT_EQ(second.rc, 0) << second.err;
+  // Everything but the command line (which names the other folder) is the same.
+  auto without_command = [](const std::string& text) {
+    nlohmann::json j = nlohmann::json::parse(text);
+    j.erase("command");
+    return j.dump();
+  };
+  EXPECT_EQ(without_command(slurp(dir_ / "e2" / "ensemble.json")), without_command(ensemble));
+
+  // The seeds drew different bandwidths, so their all-reduce times differ.
+  const std::string s1 = slurp(dir_ / "e1" / "seed-1" / "summary.json");
+  const std::string s2 = slurp(dir_ / "e1" / "seed-2" / "summary.json");
+  EXPECT_NE(s1, s2);
+
+  EXPECT_EQ(meridian("sim ens.yaml --seeds 1-3 --out e1").rc, 2);  // holds an ensemble
+  const Ran bad = meridian("sim ens.yaml --seeds 3-1 --out e3");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("--seeds: range '3-1' runs backwards"), std::string::npos) << bad.err;
 }
 
 TEST_F(CliTest, FinetuneRefusesAFolderThatHoldsARunBeforeTraining) {

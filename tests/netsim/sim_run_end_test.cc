@@ -1,10 +1,12 @@
 // How a simulated run ends: with churn at every step of a short run (a join in the last outer
 // step used to keep the engine driver's simulation alive forever), with churn events due after
-// the run (simulated time used to run on to them), and when it is interrupted.
+// the run (simulated time used to run on to them), and when it is interrupted; and how a short
+// run draws its hosts' bandwidths.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -164,6 +166,54 @@ TEST(SimRunEnd, InterruptedRunSaysSoAndHowFarItGot) {
   EXPECT_EQ(last["outer_steps_planned"], 400);
   EXPECT_LT(last["outer_steps"].get<int>(), 400);
   EXPECT_TRUE(testing::of_type(events, "run_finished").empty());
+}
+
+// Issue 18: access bandwidths are drawn per host identity, not per slot. Two scenarios that
+// share sites but not nodes (us-0..3 against eu-0..3) drew the same four bandwidths in slot
+// order; now they are independent, and a host keeps its draw in any scenario that has it.
+std::vector<json> platform_hosts(const std::string& nodes, const std::string& tag) {
+  const std::string yaml =
+      "run: {name: draws, outer_steps: 1, seed: 7}\n"
+      "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4, ffn: 512, vocab: 1000, "
+      "seq_len: 128}\n"
+      "hardware: {step_time_s: 1}\n"
+      "network:\n"
+      "  access_bandwidth_gbps: [0.5, 4.0]\n"
+      "  sites: [{name: us}, {name: eu}]\n"
+      "  rtt: [{a: us, b: eu, ms: 80, source: test}]\n"
+      "  nodes: " +
+      nodes +
+      "\n"
+      "diloco: {H: 1, buckets: \"1\", local_ranks: 1, checkpoint_s: 0}\n";
+  const Ended r = simulate(yaml, tag);
+  EXPECT_EQ(r.rc, 0);
+  if (r.events.empty()) return {};
+  return r.events.front()["config"]["platform"]["hosts"].get<std::vector<json>>();
+}
+
+TEST(SimRunEnd, BandwidthDrawsBelongToTheHostNotItsSlot) {
+  const auto us = platform_hosts("[{site: us, count: 4}]", "draws_us");
+  const auto eu = platform_hosts("[{site: eu, count: 4}]", "draws_eu");
+  const auto both = platform_hosts("[{site: eu, count: 4}, {site: us, count: 4}]", "draws_both");
+  ASSERT_EQ(us.size(), 4u);
+  ASSERT_EQ(eu.size(), 4u);
+  ASSERT_EQ(both.size(), 8u);
+  std::set<double> us_draws, eu_draws;
+  for (const json& h : us) us_draws.insert(h["access_gbps"].get<double>());
+  for (const json& h : eu) eu_draws.insert(h["access_gbps"].get<double>());
+  EXPECT_EQ(us_draws.size(), 4u);
+  for (double d : eu_draws) EXPECT_EQ(us_draws.count(d), 0u) << d;  // independent draws
+  // Identity: eu-i and us-i draw what they drew alone, whatever their slot.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(both[i]["host"], eu[i]["host"]);
+    EXPECT_EQ(both[i]["access_gbps"], eu[i]["access_gbps"]);
+    EXPECT_EQ(both[4 + i]["host"], us[i]["host"]);
+    EXPECT_EQ(both[4 + i]["access_gbps"], us[i]["access_gbps"]);
+  }
+  for (const json& h : both) {
+    EXPECT_GE(h["access_gbps"].get<double>(), 0.5);
+    EXPECT_LE(h["access_gbps"].get<double>(), 4.0);
+  }
 }
 
 }  // namespace

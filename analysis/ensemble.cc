@@ -1,0 +1,141 @@
+// Ensembles over seeds (see ensemble.h).
+#include "analysis/ensemble.h"
+
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <sstream>
+
+#include "engine/error.h"
+
+namespace meridian::analysis {
+namespace {
+
+constexpr std::size_t kMaxSeeds = 10000;
+
+std::int64_t parse_seed(const std::string& option, const std::string& text) {
+  if (text.empty() || text.size() > 18 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw ConfigError(option + ": expected seeds as N, A-B or a comma list (e.g. 1-20), got '" +
+                      text + "'");
+  return std::stoll(text);
+}
+
+// The run-level figures summarised across seeds, in the order the table shows them.
+struct Figure {
+  const char* key;
+  const char* label;
+  bool percent;
+  double (*get)(const Summary&);
+};
+const Figure kFigures[] = {
+    {"compute_utilization", "compute utilization", true,
+     [](const Summary& s) { return s.compute_utilization; }},
+    {"outer_step_utilization", "outer-step utilization (report form)", true,
+     [](const Summary& s) { return s.outer_step_utilization; }},
+    {"mfu", "MFU", true, [](const Summary& s) { return s.mfu; }},
+    {"allreduce_s_p50", "all-reduce p50 (s)", false,
+     [](const Summary& s) { return s.allreduce_s.p50; }},
+    {"simulated_s", "simulated time (s)", false, [](const Summary& s) { return s.simulated_s; }},
+};
+
+nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+std::string fmt(const nlohmann::json& v, bool percent) {
+  if (!v.is_number()) return "n/a";
+  char buf[32];
+  if (percent)
+    std::snprintf(buf, sizeof buf, "%.1f %%", 100 * v.get<double>());
+  else
+    std::snprintf(buf, sizeof buf, "%.1f", v.get<double>());
+  return buf;
+}
+
+}  // namespace
+
+std::vector<std::int64_t> parse_seed_list(const std::string& option, const std::string& text) {
+  std::vector<std::int64_t> seeds;
+  std::set<std::int64_t> seen;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');) {
+    const auto dash = part.find('-');
+    const std::int64_t lo = parse_seed(option, part.substr(0, dash));
+    const std::int64_t hi =
+        dash == std::string::npos ? lo : parse_seed(option, part.substr(dash + 1));
+    if (hi < lo)
+      throw ConfigError(option + ": range '" + part + "' runs backwards (write " +
+                        std::to_string(hi) + "-" + std::to_string(lo) + ")");
+    if (hi - lo >= static_cast<std::int64_t>(kMaxSeeds))
+      throw ConfigError(option + ": more than " + std::to_string(kMaxSeeds) + " seeds");
+    for (std::int64_t s = lo; s <= hi; ++s) {
+      if (!seen.insert(s).second)
+        throw ConfigError(option + ": seed " + std::to_string(s) + " is listed twice");
+      seeds.push_back(s);
+      if (seeds.size() > kMaxSeeds)
+        throw ConfigError(option + ": more than " + std::to_string(kMaxSeeds) + " seeds");
+    }
+  }
+  if (seeds.empty()) throw ConfigError(option + ": no seed given");
+  return seeds;
+}
+
+nlohmann::json ensemble_json(const std::vector<EnsembleRun>& runs, const std::string& scenario,
+                             const std::string& command) {
+  nlohmann::json j;
+  j["scenario"] = scenario;
+  j["command"] = command;
+  j["seeds"] = nlohmann::json::array();
+  j["runs"] = nlohmann::json::array();
+  std::vector<double> pooled;
+  for (const EnsembleRun& r : runs) {
+    j["seeds"].push_back(r.seed);
+    nlohmann::json run = {
+        {"seed", r.seed}, {"dir", r.dir}, {"status", r.summary ? "ok" : "failed"}};
+    if (r.summary) {
+      for (const Figure& f : kFigures) run[f.key] = num(f.get(*r.summary));
+      for (const OuterStepStats& st : r.summary->steps) pooled.push_back(st.allreduce_s);
+    }
+    j["runs"].push_back(run);
+  }
+  j["metrics"] = nlohmann::json::object();
+  for (const Figure& f : kFigures) {
+    std::vector<double> values;
+    for (const EnsembleRun& r : runs)
+      if (r.summary && std::isfinite(f.get(*r.summary))) values.push_back(f.get(*r.summary));
+    const Distribution d = distribution(values);
+    j["metrics"][f.key] = {{"median", num(d.p50)},
+                           {"p5", num(percentile(values, 0.05))},
+                           {"p95", num(percentile(values, 0.95))},
+                           {"min", num(d.min)},
+                           {"max", num(d.max)},
+                           {"count", d.count}};
+  }
+  const Distribution p = distribution(pooled);
+  j["allreduce_s_pooled"] = {{"p10", num(p.p10)},
+                             {"p50", num(p.p50)},
+                             {"p90", num(p.p90)},
+                             {"mean", num(p.mean)},
+                             {"count", p.count}};
+  return j;
+}
+
+std::string ensemble_markdown(const nlohmann::json& e) {
+  std::ostringstream out;
+  std::size_t ok = 0;
+  for (const auto& r : e["runs"]) ok += r["status"] == "ok";
+  out << "Ensemble of `" << e["scenario"].get<std::string>() << "` over " << e["runs"].size()
+      << " seeds (" << ok << " ran)\n\nCommand: `" << e["command"].get<std::string>()
+      << "`\n\n| figure | median | 90 % interval (p5 – p95) | min | max |\n|---|--:|--:|--:|--:|\n";
+  for (const Figure& f : kFigures) {
+    const auto& m = e["metrics"][f.key];
+    out << "| " << f.label << " | " << fmt(m["median"], f.percent) << " | "
+        << fmt(m["p5"], f.percent) << " – " << fmt(m["p95"], f.percent) << " | "
+        << fmt(m["min"], f.percent) << " | " << fmt(m["max"], f.percent) << " |\n";
+  }
+  const auto& p = e["allreduce_s_pooled"];
+  out << "\nAll-reduce time per outer step (slowest node), every outer step of every run pooled ("
+      << p["count"].get<std::size_t>() << " steps): p10 " << fmt(p["p10"], false) << " s, p50 "
+      << fmt(p["p50"], false) << " s, p90 " << fmt(p["p90"], false) << " s.\n";
+  return out.str();
+}
+
+}  // namespace meridian::analysis
