@@ -40,14 +40,14 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 2.23987361165 absolute
-set xrange [313.539158962:517.616532468]
-set xtics 320, 20 nomirror
+set boxwidth 1.99457327628 absolute
+set xrange [318.549452368:500.277239762]
+set xtics 340, 20 nomirror
 set format x '%.0f'
 set grid ytics
 set key below center horizontal height 1 samplen 2
-set yrange [0:299.5]
-plot 'data/compare_allreduce_hist.dat' using ($1 + -3.73312268609):2 with boxes lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using ($1 + -1.2443742287):3 with boxes lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using ($1 + 1.2443742287):4 with boxes lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using ($1 + 3.73312268609):5 with boxes lc rgb '#cc79a7' title columnheader(5)
+set yrange [0:380]
+plot 'data/compare_allreduce_hist.dat' using ($1 + -3.3242887938):2 with boxes lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using ($1 + -1.1080962646):3 with boxes lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using ($1 + 1.1080962646):4 with boxes lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using ($1 + 3.3242887938):5 with boxes lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot
 set output
@@ -58,14 +58,14 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 2.23987361165 absolute
-set xrange [313.539158962:517.616532468]
-set xtics 320, 20 nomirror
+set boxwidth 1.99457327628 absolute
+set xrange [318.549452368:500.277239762]
+set xtics 340, 20 nomirror
 set format x '%.0f'
 set grid ytics
 set key below center horizontal height 1 samplen 2
-set yrange [0:299.5]
-plot 'data/compare_allreduce_hist.dat' using ($1 + -3.73312268609):2 with boxes lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using ($1 + -1.2443742287):3 with boxes lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using ($1 + 1.2443742287):4 with boxes lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using ($1 + 3.73312268609):5 with boxes lc rgb '#cc79a7' title columnheader(5)
+set yrange [0:380]
+plot 'data/compare_allreduce_hist.dat' using ($1 + -3.3242887938):2 with boxes lc rgb '#0072b2' title columnheader(2), 'data/compare_allreduce_hist.dat' using ($1 + -1.1080962646):3 with boxes lc rgb '#d55e00' title columnheader(3), 'data/compare_allreduce_hist.dat' using ($1 + 1.1080962646):4 with boxes lc rgb '#009e73' title columnheader(4), 'data/compare_allreduce_hist.dat' using ($1 + 3.3242887938):5 with boxes lc rgb '#cc79a7' title columnheader(5)
 
 unset multiplot
 set output
@@ -85,9 +85,9 @@ set key off
 set yrange [0:*]
 set xrange [0.4:4.6]
 set xtics ('intellect1-usa' 1, 'intellect1-useu' 2, 'intellect1-global' 3, 'intellect1-full' 4)
-set label 1 'all 20 outer steps: 505.0167 to 505.0167 s' at 1, first 505.017 center offset 0,1.2
-set label 2 'all 20 outer steps: 495.0073 to 495.2424 s' at 2, first 495.242 center offset 0,1.2
-set label 3 'all 20 outer steps: 515.0605 to 515.1278 s' at 3, first 515.128 center offset 0,1.2
+set label 1 'all 20 outer steps: 439.94 to 440.0426 s' at 1, first 440.043 center offset 0,1.2
+set label 2 'all 20 outer steps: 432.5542 to 432.8203 s' at 2, first 432.82 center offset 0,1.2
+set label 3 'all 20 outer steps: 497.564 to 498.061 s' at 3, first 498.061 center offset 0,1.2
 plot 'data/compare_allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2', 'data/compare_allreduce_box_1.dat' using (2 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#d55e00', 'data/compare_allreduce_box_2.dat' using (3 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
 
 unset multiplot
@@ -106,9 +106,9 @@ set key off
 set yrange [0:*]
 set xrange [0.4:4.6]
 set xtics ('intellect1-usa' 1, 'intellect1-useu' 2, 'intellect1-global' 3, 'intellect1-full' 4)
-set label 1 'all 20 outer steps: 505.0167 to 505.0167 s' at 1, first 505.017 center offset 0,1.2
-set label 2 'all 20 outer steps: 495.0073 to 495.2424 s' at 2, first 495.242 center offset 0,1.2
-set label 3 'all 20 outer steps: 515.0605 to 515.1278 s' at 3, first 515.128 center offset 0,1.2
+set label 1 'all 20 outer steps: 439.94 to 440.0426 s' at 1, first 440.043 center offset 0,1.2
+set label 2 'all 20 outer steps: 432.5542 to 432.8203 s' at 2, first 432.82 center offset 0,1.2
+set label 3 'all 20 outer steps: 497.564 to 498.061 s' at 3, first 498.061 center offset 0,1.2
 plot 'data/compare_allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2', 'data/compare_allreduce_box_1.dat' using (2 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#d55e00', 'data/compare_allreduce_box_2.dat' using (3 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#009e73', 'data/compare_allreduce_box_3.dat' using (4):1 with boxplot lc rgb '#cc79a7', 'data/compare_allreduce_box_3.dat' using (4 + $2):1 with points pt 7 ps 0.5 lc rgb '#60cc79a7'
 
 unset multiplot
@@ -122,7 +122,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:725.0147453]
+set xrange [0:724.5385187]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -141,7 +141,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:725.0147453]
+set xrange [0:724.5385187]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]

@@ -40,13 +40,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 5.46721156775 absolute
-set xrange [314.50923754:439.040167694]
-set xtics 320, 20 nomirror
+set boxwidth 5.90566644292 absolute
+set xrange [319.125181997:453.643139863]
+set xtics 340, 20 nomirror
 set format x '%.0f'
 set grid ytics
 set key off
-set yrange [0:281.1]
+set yrange [0:353.55]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -58,13 +58,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 5.46721156775 absolute
-set xrange [314.50923754:439.040167694]
-set xtics 320, 20 nomirror
+set boxwidth 5.90566644292 absolute
+set xrange [319.125181997:453.643139863]
+set xtics 340, 20 nomirror
 set format x '%.0f'
 set grid ytics
 set key off
-set yrange [0:281.1]
+set yrange [0:353.55]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -116,7 +116,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:725.0147453]
+set xrange [0:724.5385187]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -135,7 +135,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:725.0147453]
+set xrange [0:724.5385187]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -157,7 +157,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-west-0' 1, 'us-nw-0' 2, 'eu-west-0' 3, 'us-east-1' 4, 'eu-cent-0' 5, 'ap-tokyo-0' 6)
 set yrange [6.6:-0.6]
-set xrange [0:62.272]
+set xrange [0:77.1959]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', 'data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#e69f00' title 'recovery'
@@ -172,7 +172,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-west-0' 1, 'us-nw-0' 2, 'eu-west-0' 3, 'us-east-1' 4, 'eu-cent-0' 5, 'ap-tokyo-0' 6)
 set yrange [6.6:-0.6]
-set xrange [0:62.272]
+set xrange [0:77.1959]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce', 'data/timeline.dat' index 3 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#e69f00' title 'recovery'

@@ -40,13 +40,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 0.00605161098261 absolute
-set xrange [515.058862886:515.129465014]
-set xtics 515.07, 0.01 nomirror
-set format x '%.2f'
+set boxwidth 0.0447374545603 absolute
+set xrange [497.551537334:498.073474304]
+set xtics 497.6, 0.1 nomirror
+set format x '%.1f'
 set grid ytics
 set key off
-set yrange [0:22.35]
+set yrange [0:17.75]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -58,13 +58,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 0.00605161098261 absolute
-set xrange [515.058862886:515.129465014]
-set xtics 515.07, 0.01 nomirror
-set format x '%.2f'
+set boxwidth 0.0447374545603 absolute
+set xrange [497.551537334:498.073474304]
+set xtics 497.6, 0.1 nomirror
+set format x '%.1f'
 set grid ytics
 set key off
-set yrange [0:22.35]
+set yrange [0:17.75]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -85,7 +85,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-global' 1)
-set label 1 'all 20 outer steps: 515.0605 to 515.1278 s' at 1, first 515.128 center offset 0,1.2
+set label 1 'all 20 outer steps: 497.564 to 498.061 s' at 1, first 498.061 center offset 0,1.2
 plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
@@ -104,7 +104,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-global' 1)
-set label 1 'all 20 outer steps: 515.0605 to 515.1278 s' at 1, first 515.128 center offset 0,1.2
+set label 1 'all 20 outer steps: 497.564 to 498.061 s' at 1, first 498.061 center offset 0,1.2
 plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
@@ -118,7 +118,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.58306722]
+set xrange [0:16.47433413]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -137,7 +137,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.58306722]
+set xrange [0:16.47433413]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -159,7 +159,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-east-2' 2, 'us-west-0' 3, 'us-west-1' 4, 'us-nw-0' 5, 'us-nw-1' 6, 'eu-west-0' 7, 'eu-west-1' 8, 'eu-west-2' 9, 'eu-cent-0' 10, 'eu-cent-1' 11, 'ap-tokyo-0' 12, 'ap-seoul-0' 13)
 set yrange [13.6:-0.6]
-set xrange [0:46.8874]
+set xrange [0:46.5724]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
@@ -174,7 +174,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-east-2' 2, 'us-west-0' 3, 'us-west-1' 4, 'us-nw-0' 5, 'us-nw-1' 6, 'eu-west-0' 7, 'eu-west-1' 8, 'eu-west-2' 9, 'eu-cent-0' 10, 'eu-cent-1' 11, 'ap-tokyo-0' 12, 'ap-seoul-0' 13)
 set yrange [13.6:-0.6]
-set xrange [0:46.8874]
+set xrange [0:46.5724]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'

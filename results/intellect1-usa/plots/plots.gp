@@ -40,13 +40,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 4.13195501994 absolute
-set xrange [478.618123105:531.415326138]
-set xtics 480, 10 nomirror
-set format x '%.0f'
+set boxwidth 0.00923130813839 absolute
+set xrange [439.937485256:440.04518385]
+set xtics 439.96, 0.02 nomirror
+set format x '%.2f'
 set grid ytics
 set key off
-set yrange [0:23.5]
+set yrange [0:16.6]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -58,13 +58,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 4.13195501994 absolute
-set xrange [478.618123105:531.415326138]
-set xtics 480, 10 nomirror
-set format x '%.0f'
+set boxwidth 0.00923130813839 absolute
+set xrange [439.937485256:440.04518385]
+set xtics 439.96, 0.02 nomirror
+set format x '%.2f'
 set grid ytics
 set key off
-set yrange [0:23.5]
+set yrange [0:16.6]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -85,7 +85,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-usa' 1)
-set label 1 'all 20 outer steps: 505.0167 to 505.0167 s' at 1, first 505.017 center offset 0,1.2
+set label 1 'all 20 outer steps: 439.94 to 440.0426 s' at 1, first 440.043 center offset 0,1.2
 plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
@@ -104,7 +104,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-usa' 1)
-set label 1 'all 20 outer steps: 505.0167 to 505.0167 s' at 1, first 505.017 center offset 0,1.2
+set label 1 'all 20 outer steps: 439.94 to 440.0426 s' at 1, first 440.043 center offset 0,1.2
 plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
@@ -118,7 +118,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.51655319]
+set xrange [0:16.14050391]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -137,7 +137,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.51655319]
+set xrange [0:16.14050391]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -159,7 +159,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-east-2' 2, 'us-west-0' 3, 'us-west-1' 4, 'us-west-2' 5, 'us-nw-0' 6, 'us-nw-1' 7)
 set yrange [7.6:-0.6]
-set xrange [0:46.6961]
+set xrange [0:45.6105]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
@@ -174,7 +174,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-east-2' 2, 'us-west-0' 3, 'us-west-1' 4, 'us-west-2' 5, 'us-nw-0' 6, 'us-nw-1' 7)
 set yrange [7.6:-0.6]
-set xrange [0:46.6961]
+set xrange [0:45.6105]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'

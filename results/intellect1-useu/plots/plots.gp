@@ -40,14 +40,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 0.0211621126517 absolute
-set xrange [495.001430336:495.24832165]
-set xtics 495.05, 0.05 nomirror
+set boxwidth 0.0239462188096 absolute
+set xrange [432.547538062:432.826910615]
+set xtics 432.6, 0.05 nomirror
 set format x '%.2f'
 set grid ytics
 set key off
-set yrange [0:10.85]
-set ytics 1
+set yrange [0:22.35]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -59,14 +58,13 @@ set title 'All-reduce time per outer step (slowest node): histogram'
 set xlabel 'all-reduce time per outer step [s]'
 set ylabel 'outer steps'
 set style fill solid 0.85 border -1
-set boxwidth 0.0211621126517 absolute
-set xrange [495.001430336:495.24832165]
-set xtics 495.05, 0.05 nomirror
+set boxwidth 0.0239462188096 absolute
+set xrange [432.547538062:432.826910615]
+set xtics 432.6, 0.05 nomirror
 set format x '%.2f'
 set grid ytics
 set key off
-set yrange [0:10.85]
-set ytics 1
+set yrange [0:22.35]
 plot 'data/allreduce_hist.dat' using ($1 + 0):2 with boxes lc rgb '#0072b2' title columnheader(2)
 
 unset multiplot
@@ -87,7 +85,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-useu' 1)
-set label 1 'all 20 outer steps: 495.0073 to 495.2424 s' at 1, first 495.242 center offset 0,1.2
+set label 1 'all 20 outer steps: 432.5542 to 432.8203 s' at 1, first 432.82 center offset 0,1.2
 plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
@@ -106,7 +104,7 @@ set key off
 set yrange [0:*]
 set xrange [0.4:1.6]
 set xtics ('intellect1-useu' 1)
-set label 1 'all 20 outer steps: 495.0073 to 495.2424 s' at 1, first 495.242 center offset 0,1.2
+set label 1 'all 20 outer steps: 432.5542 to 432.8203 s' at 1, first 432.82 center offset 0,1.2
 plot 'data/allreduce_box_0.dat' using (1 + 2 * ($2 - 0.36)):1 with points pt 7 ps 0.5 lc rgb '#0072b2'
 
 unset multiplot
@@ -120,7 +118,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.46159018]
+set xrange [0:16.09780501]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -139,7 +137,7 @@ set multiplot layout 1,2
 set grid
 set key below center horizontal height 1 samplen 2
 set xlabel 'time since start [h]'
-set xrange [0:16.46159018]
+set xrange [0:16.09780501]
 set title 'Compute utilization per outer step'
 set ylabel 'utilization [%]'
 set yrange [0:105]
@@ -161,7 +159,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-west-0' 2, 'us-west-1' 3, 'us-nw-0' 4, 'us-nw-1' 5, 'eu-west-0' 6, 'eu-west-1' 7, 'eu-cent-0' 8, 'eu-cent-1' 9)
 set yrange [9.6:-0.6]
-set xrange [0:46.536]
+set xrange [0:45.4874]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
@@ -176,7 +174,7 @@ set xlabel 'time since the step''s first inner step [min]'
 set ylabel 'node'
 set ytics ('us-east-0' 0, 'us-east-1' 1, 'us-west-0' 2, 'us-west-1' 3, 'us-nw-0' 4, 'us-nw-1' 5, 'eu-west-0' 6, 'eu-west-1' 7, 'eu-cent-0' 8, 'eu-cent-1' 9)
 set yrange [9.6:-0.6]
-set xrange [0:46.536]
+set xrange [0:45.4874]
 set grid xtics
 set key outside right top vertical
 plot 'data/timeline.dat' index 0 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#d9d9d9' title 'idle', 'data/timeline.dat' index 1 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#009e73' title 'compute', 'data/timeline.dat' index 2 using 1:2:3:4:5:6 with boxxyerror fs solid 1.0 noborder lc rgb '#0072b2' title 'all-reduce'
