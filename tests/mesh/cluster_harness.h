@@ -45,6 +45,9 @@ class SyntheticWorker final : public InnerWorker {
     for (std::uint64_t i = 0; i < params_.size(); ++i) params_[i] = static_cast<float>(i);
   }
 
+  // Inner steps done so far; read it from this worker's own hooks (they run on its activity).
+  std::int64_t inner_steps_done() const { return step_; }
+
   InnerStepsResult run_inner_steps(int steps) override {
     std::function<void()> before, after;
     {

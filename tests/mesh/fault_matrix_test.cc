@@ -3,6 +3,10 @@
 // and outer step, and their outer parameters and momentum are bit-identical after every step.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <mutex>
+#include <string>
+
 #include "tests/mesh/cluster_harness.h"
 
 namespace meridian::testing {
@@ -195,22 +199,37 @@ TEST(FaultMatrix, ANodeDeclaredDeadWhileAliveIsEvicted) {
   // Long enough that the live nodes' heartbeats are not starved into a death on a loaded
   // machine; the muted node is still declared dead within a second.
   o.dead_after_s = 1.0;
-  Cluster c(o);
   // A member that is not the coordinator stalls in its inner steps of step 2 with its heartbeat
   // silent: the others' rings time out, the coordinator declares it dead and retries without it
   // (round 3). When the node wakes up, the next record does not name it: it stops as evicted.
-  std::int64_t v = -1;
-  c.at_step(1, [&] {
-    v = c.leader() == 4 ? 3 : 4;
-    c.allow_eviction(v);
-    c.mute_heartbeat(v, true);
-    c.worker(v).set_before_inner([&c, &v] {
-      const std::string removed = "removed=" + std::to_string(v);
+  // The hooks are installed at launch and act on the worker's own step count: installed from
+  // an outer-step callback (another node's activity), they raced the node, which could already
+  // be in the inner steps of step 2 (a timing-dependent failure, more frequent once a heartbeat
+  // became one store read).
+  std::atomic<Cluster*> cluster{nullptr};
+  std::atomic<std::int64_t> victim{-1};
+  std::mutex pick;
+  o.on_launch = [&](std::int64_t id, SyntheticWorker& worker) {
+    if (id != 3 && id != 4) return;
+    worker.set_before_inner([&, id, &w = worker, inner = o.inner_steps] {
+      if (w.inner_steps_done() != 2 * static_cast<std::int64_t>(inner)) return;  // not step 2
+      Cluster& c = *cluster.load();
+      {
+        std::lock_guard<std::mutex> lock(pick);
+        if (victim.load() < 0) victim = c.leader() == 4 ? 3 : 4;
+      }
+      if (id != victim.load()) return;
+      c.allow_eviction(id);
+      c.mute_heartbeat(id, true);
+      const std::string removed = "removed=" + std::to_string(id);
       c.store().wait({"mesh/round/000000000003"}, 20.0);
       ASSERT_NE(c.store().try_get("mesh/round/000000000003")->find(removed), std::string::npos);
     });
-  });
+  };
+  Cluster c(o);
+  cluster = &c;
   c.run_and_check();
+  const std::int64_t v = victim.load();
   ASSERT_GT(v, 0);
   EXPECT_EQ(c.result(v).exit, NodeExit::kEvicted);
   expect_removed(c, v, "allreduce");
