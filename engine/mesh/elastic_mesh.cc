@@ -252,15 +252,31 @@ void ElasticMesh::observe_heartbeats() {
     reads.push_back({*id, parse_i64(value).value_or(-1)});
   }
   const double now = runtime_.now_s();
-  std::lock_guard<Mutex> lock(*mu_);
-  observed_s_ = now;
-  for (const Read& r : reads) {
-    Seen& s = seen_[r.id];
-    if (s.counter != r.counter) {
-      s.counter = r.counter;
-      s.changed_s = read_s;
+  // The coordinator reports each silence once, when its rule first fires (a counter unchanged
+  // over dead_after_s of its reads): when a crash is detected, as distinct from when a round
+  // record removes the node (fail_detected), which waits for the round.
+  std::vector<std::pair<std::int64_t, double>> silent;  // (id, seconds without a change)
+  {
+    std::lock_guard<Mutex> lock(*mu_);
+    observed_s_ = now;
+    for (const Read& r : reads) {
+      Seen& s = seen_[r.id];
+      if (s.counter != r.counter) {
+        s.counter = r.counter;
+        s.changed_s = read_s;
+        s.reported = false;
+      }
+      s.read_s = std::max(s.read_s, read_s);
+      if (leader_ && !s.reported && r.id != id_ &&
+          s.read_s - s.changed_s >= options_.dead_after_s) {
+        s.reported = true;
+        silent.emplace_back(r.id, s.read_s - s.changed_s);
+      }
     }
-    s.read_s = std::max(s.read_s, read_s);
+  }
+  for (const auto& [id, silent_s] : silent) {
+    if (store_.try_get(key_left(id))) continue;  // it left (or finished): not a silence
+    emit("silent", JsonObject().add("node_silent", id).add("silent_s", silent_s));
   }
 }
 

@@ -92,6 +92,7 @@ class ElasticMesh {
     std::int64_t counter = -1;
     double changed_s = 0.0;  // this node's clock at the read that first saw `counter`
     double read_s = 0.0;     // this node's clock at the latest read of the counter
+    bool reported = false;   // `silent` emitted for the current silence (coordinator only)
   };
 
   void heartbeat_loop();

@@ -125,6 +125,26 @@ TEST(SimRunEnd, JoinsAndFailsAtEveryStepEnd) {
     const Ended r = simulate(
         small_run(write_trace(tag + ".csv", "step,node,event\n" + at + ",eu-0,fail\n")), tag);
     expect_ends_with_its_last_node(r, "fail at step " + at, 4);
+    // The coordinator's heartbeat rule fires dead_after_s (6 s) after the last change it saw,
+    // which can be up to one beat (2 s) before the crash, and it looks once a beat: so between
+    // 4 s and 6 s + two beats (plus the reads' round trips) after the crash. The round that
+    // removes the node comes later (fail_detected). eu-0 is the third slot: node id 2.
+    double crash_t = -1, silent_t = -1, removed_t = -1;
+    for (const json& e : r.events) {
+      if (e["type"] == "node_left" && e["node"] == 2 && e["graceful"] == false && crash_t < 0)
+        crash_t = e["t"].get<double>();
+      if (e["type"] == "silent" && e["node_silent"] == 2 && silent_t < 0) {
+        silent_t = e["t"].get<double>();
+        EXPECT_GE(e["silent_s"].get<double>(), 6.0) << "fail at step " << at;
+      }
+      if (e["type"] == "fail_detected" && e["failed"] == 2 && removed_t < 0)
+        removed_t = e["t"].get<double>();
+    }
+    if (removed_t < 0) continue;  // the run ended before a round removed it
+    ASSERT_GE(silent_t, 0) << "fail at step " << at << ": removed but never reported silent";
+    EXPECT_GE(silent_t - crash_t, 4.0) << "fail at step " << at;
+    EXPECT_LE(silent_t - crash_t, 12.0) << "fail at step " << at;
+    EXPECT_LE(silent_t, removed_t) << "fail at step " << at;
   }
 }
 
