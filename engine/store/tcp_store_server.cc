@@ -374,47 +374,32 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
       reply(c, ok);
       return;
     }
-    case Type::kList: {
-      const std::string prefix = r.str("prefix", lim.max_key_bytes);
-      r.finish("list");
-      std::vector<const std::string*> keys;
-      std::uint64_t bytes = 0;
-      for (auto it = data.lower_bound(prefix); it != data.end() && it->first.starts_with(prefix);
-           ++it) {
-        keys.push_back(&it->first);
-        bytes += 4 + it->first.size();
-      }
-      if (keys.size() > lim.max_keys || bytes + 16 > lim.max_frame_bytes) {
-        Writer e(Type::kError);
-        e.str("list '" + prefix + "': " + std::to_string(keys.size()) +
-              " keys exceed one reply's limits");
-        reply(c, e);
-        return;
-      }
-      ok.u32(static_cast<std::uint32_t>(keys.size()));
-      for (const auto* k : keys) ok.str(*k);
-      reply(c, ok);
-      return;
-    }
+    case Type::kList:
     case Type::kReadPrefix: {
+      // LIST answers the keys under a prefix, READ_PREFIX the keys and their values.
+      const bool with_values = type == Type::kReadPrefix;
+      const char* what = with_values ? "read_prefix" : "list";
       const std::string prefix = r.str("prefix", lim.max_key_bytes);
-      r.finish("read_prefix");
-      std::vector<std::pair<const std::string*, const std::string*>> entries;
+      r.finish(what);
+      std::vector<std::map<std::string, std::string>::const_iterator> entries;
       std::uint64_t bytes = 0;
       for (auto it = data.lower_bound(prefix); it != data.end() && it->first.starts_with(prefix);
            ++it) {
-        entries.push_back({&it->first, &it->second});
-        bytes += 8 + it->first.size() + it->second.size();
+        entries.push_back(it);
+        bytes += 4 + it->first.size() + (with_values ? 4 + it->second.size() : 0);
       }
       if (entries.size() > lim.max_keys || bytes + 16 > lim.max_frame_bytes) {
         Writer e(Type::kError);
-        e.str("read_prefix '" + prefix + "': " + std::to_string(entries.size()) +
+        e.str(std::string(what) + " '" + prefix + "': " + std::to_string(entries.size()) +
               " keys exceed one reply's limits");
         reply(c, e);
         return;
       }
       ok.u32(static_cast<std::uint32_t>(entries.size()));
-      for (const auto& [k, v] : entries) ok.str(*k).str(*v);
+      for (const auto& it : entries) {
+        ok.str(it->first);
+        if (with_values) ok.str(it->second);
+      }
       reply(c, ok);
       return;
     }
