@@ -12,13 +12,7 @@ cd "$here/../.."
 mkdir -p runs
 trace=$PWD/runs/detection-churn.csv
 printf 'time_s,node,event\n1000,ap-sydney-1,fail\n1900,ap-seoul-0,fail\n2800,eu-cent-1,fail\n3700,us-nw-1,fail\n4600,us-east-1,fail\n' > "$trace"
-nodes_for() {
-  local k=$(($1 / 16))
-  echo "[{site: us-east, count: $((3 * k))}, {site: us-west, count: $((2 * k))}," \
-       "{site: us-nw, count: $((2 * k))}, {site: eu-west, count: $((3 * k))}," \
-       "{site: eu-cent, count: $((2 * k))}, {site: ap-tokyo, count: $((1 * k))}," \
-       "{site: ap-seoul, count: $((1 * k))}, {site: ap-sydney, count: $((2 * k))}]"
-}
+. "$here/nodes_for.sh"
 for n in 16 64 128; do
   "$build/bin/meridian" sim scenarios/intellect1-scale.yaml --out "runs/detection-$n" --force \
     --set "network.nodes=$(nodes_for "$n")" --set run.outer_steps=3 \

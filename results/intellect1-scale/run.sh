@@ -14,14 +14,7 @@ root=$(cd "$here/../.." && pwd)
 meridian=$(cd "$build" && pwd)/bin/meridian
 outer=3
 
-# The 16-node base in intellect1-global's proportions plus Sydney; N must be a multiple of 16.
-nodes_for() {
-  local k=$(($1 / 16))
-  echo "[{site: us-east, count: $((3 * k))}, {site: us-west, count: $((2 * k))}," \
-       "{site: us-nw, count: $((2 * k))}, {site: eu-west, count: $((3 * k))}," \
-       "{site: eu-cent, count: $((2 * k))}, {site: ap-tokyo, count: $((1 * k))}," \
-       "{site: ap-seoul, count: $((1 * k))}, {site: ap-sydney, count: $((2 * k))}]"
-}
+. "$here/nodes_for.sh"
 
 cd "$root"
 mkdir -p runs
