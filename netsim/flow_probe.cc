@@ -16,7 +16,7 @@ namespace sg4 = simgrid::s4u;
 
 JsonObject FlowProbeResult::to_json() const {
   JsonObject j;
-  j.add("seconds", seconds).add("goodput_mbit_per_s", goodput_bps / 1e6);
+  j.add("seconds", seconds).add("bytes", bytes).add("goodput_mbit_per_s", goodput_bps / 1e6);
   if (std::isfinite(rate_bound_bps))
     j.add("rate_bound_mbit_per_s", rate_bound_bps / 1e6);
   else
@@ -27,9 +27,9 @@ JsonObject FlowProbeResult::to_json() const {
 FlowProbeResult simulate_transfer(const FlowProbe& probe) {
   if (!(probe.rtt_ms >= 0) || !(probe.bandwidth_gbps > 0) || !(probe.loss >= 0 && probe.loss < 0.5) ||
       probe.bytes == 0 || probe.flows < 1 || probe.messages < 1 || !(probe.gap_s >= 0) ||
-      !(probe.window_bytes > 0))
+      !(probe.window_bytes > 0) || !(probe.duration_s >= 0))
     throw ConfigError("sim-flow: expected rtt >= 0, bandwidth > 0, loss in [0, 0.5), bytes > 0, "
-                      "flows >= 1, messages >= 1, gap >= 0, window > 0");
+                      "flows >= 1, messages >= 1, gap >= 0, window > 0, duration >= 0");
   Scenario sc;
   sc.file = "sim-flow";
   sc.run.name = "sim-flow";
@@ -57,6 +57,22 @@ FlowProbeResult simulate_transfer(const FlowProbe& probe) {
 
   FlowProbeResult r;
   r.rate_bound_bps = wan.rate_bound(pf.hosts[0], pf.hosts[1], 0) * 8;
+  if (probe.duration_s > 0) {
+    // Time-limited, as iperf's -t: one transfer larger than the path can carry in the time, and
+    // what has arrived when the time is up.
+    const double most = probe.bandwidth_gbps * 1e9 / 8 * probe.duration_s * 2 + 1e6;
+    sg4::Actor::create("sender", pf.hosts[0], [&] {
+      auto comm = wan.start(pf.hosts[0], pf.hosts[1], static_cast<std::uint64_t>(most));
+      sg4::this_actor::sleep_for(probe.duration_s);
+      r.bytes = most - comm->get_remaining();
+      comm->cancel();
+      wan.ended(pf.hosts[0], pf.hosts[1]);
+    });
+    e.run();
+    r.seconds = probe.duration_s;
+    r.goodput_bps = r.bytes * 8 / r.seconds;
+    return r;
+  }
   sg4::Actor::create("sender", pf.hosts[0], [&] {
     for (int m = 0; m < probe.messages; ++m) {
       if (m > 0 && probe.gap_s > 0) sg4::this_actor::sleep_for(probe.gap_s);
@@ -67,7 +83,8 @@ FlowProbeResult simulate_transfer(const FlowProbe& probe) {
     }
   });
   e.run();
-  r.goodput_bps = double(probe.bytes) * probe.messages * 8 / r.seconds;
+  r.bytes = double(probe.bytes) * probe.messages;
+  r.goodput_bps = r.bytes * 8 / r.seconds;
   return r;
 }
 

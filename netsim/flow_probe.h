@@ -19,6 +19,7 @@ struct FlowProbe {
   int flows = 1;                      // parallel connections
   int messages = 1;                   // sent one after another on the same connections
   double gap_s = 0;                   // idle time between two messages
+  double duration_s = 0;              // > 0: send for this long instead (bytes, messages unused)
   double window_bytes = 4194304;      // per connection (socket buffer: network.tcp_gamma_bytes)
   bool crosstraffic = false;
   TcpSpec tcp;
@@ -26,6 +27,8 @@ struct FlowProbe {
 
 struct FlowProbeResult {
   double seconds = 0;       // first byte sent to last byte received, idle gaps excluded
+                            // (with duration_s: the duration)
+  double bytes = 0;         // payload delivered
   double goodput_bps = 0;   // bits of payload per second of `seconds`
   double rate_bound_bps = 0;  // the model's rate bound (all flows), +inf when none
   JsonObject to_json() const;

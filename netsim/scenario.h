@@ -89,7 +89,9 @@ struct NodeGroup {
 struct NetworkSpec {
   std::string model = "CM02";          // SimGrid network/model
   double tcp_gamma_bytes = 4194304.0;  // per-flow window cap: Linux tcp_wmem max default
-  bool crosstraffic = true;            // SimGrid network/crosstraffic
+  // SimGrid network/crosstraffic (its 5 % reverse-path charge, shares weighted by latency):
+  // off, as it starves WAN flows in rings that mix LAN and WAN hops (netsim/README.md).
+  bool crosstraffic = false;
   TcpSpec tcp;                         // per-connection TCP (netsim/tcp_model.h)
   // One-way control trips that must cross before a message's data may start, once both its
   // sender and its receiver have posted it (a rendezvous protocol). 0: the data goes at once

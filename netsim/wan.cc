@@ -146,10 +146,20 @@ WanModel::Connection& WanModel::connection(const sg4::Host* src, const sg4::Host
   return c;
 }
 
-double WanModel::rtt_s(const sg4::Host* src, const sg4::Host* dst) {
+double WanModel::route_latency_s(Connection& c) const {
   double one_way = 0;
-  for (const sg4::Link* l : connection(src, dst).route) one_way += l->get_latency();
-  return 2 * one_way;
+  for (const sg4::Link* l : c.route) one_way += l->get_latency();
+  return one_way;
+}
+
+double WanModel::path_change_s(Connection& c, double t_s) const {
+  if (!c.path || !c.path->varies()) return 0;
+  return c.path->at(t_s).latency_s - c.path->segment(0).latency_s;
+}
+
+double WanModel::rtt_s(const sg4::Host* src, const sg4::Host* dst) {
+  Connection& c = connection(src, dst);
+  return 2 * (route_latency_s(c) + path_change_s(c, sg4::Engine::get_clock()));
 }
 
 double WanModel::loss(Connection& c, double t_s) const { return c.path ? c.path->at(t_s).loss : 0; }
@@ -173,24 +183,28 @@ void WanModel::ended(sg4::Host* src, sg4::Host* dst) {
 }
 
 double WanModel::latency_factor(double bytes, const sg4::Host* src, const sg4::Host* dst) {
+  // The latency SimGrid charges is the route's as built; the path's current one adds its change
+  // (netsim/platform.cc says why this is not a latency profile), and slow start its rounds.
   Connection& c = connection(src, dst);
-  if (c.in_flight > 0) return 1.0;  // the window is open: data is already flowing
-  if (c.last_end_s >= 0 && !tcp_.slow_start_after_idle) return 1.0;
-  const double rtt = rtt_s(src, dst);
-  if (rtt <= 0) return 1.0;
+  const double built = route_latency_s(c);
+  if (built <= 0) return 1.0;
+  const double now = sg4::Engine::get_clock();
+  const double one_way = built + path_change_s(c, now);
+  const double rtt = 2 * one_way;
+  auto factor = [&](double slow_start_s) { return (one_way + slow_start_s) / built; };
+  if (c.in_flight > 0) return factor(0);  // the window is open: data is already flowing
+  if (c.last_end_s >= 0 && !tcp_.slow_start_after_idle) return factor(0);
   // One connection's steady rate: its share of the route's narrowest link (the per-flow bound
   // is one of them), its window over the RTT.
   double narrowest = kInf;
   for (const sg4::Link* l : c.route) narrowest = std::min(narrowest, l->get_bandwidth());
   const double rate = std::min(narrowest / connections_, gamma_bytes_ / rtt);
-  const double now = sg4::Engine::get_clock();
   const double initial = tcp_.initial_window_segments * tcp_.mss_bytes;
   const double cwnd0 = c.last_end_s < 0
                            ? initial
                            : window_after_idle(rate * rtt, now - c.last_end_s,
                                                stable_rto(rtt, tcp_.rto_min_ms * 1e-3), initial);
-  const double penalty = slow_start_penalty(bytes / connections_, rate, rtt, cwnd0);
-  return 1.0 + penalty / (rtt / 2);
+  return factor(slow_start_penalty(bytes / connections_, rate, rtt, cwnd0));
 }
 
 JsonObject WanModel::to_json() const {

@@ -7,9 +7,10 @@
 //  - slow start on a new connection and after idle (Linux's restart), as latency, through the
 //    network model's latency-factor callback;
 //  - the paths' variation in time: path changes (latency steps) and loss episodes, one seeded
-//    timeline per site pair that drives both the backbone link's latency profile and the
-//    per-flow bound's profile; and the available bandwidth of shared site-pair links (a
-//    log-normal AR(1) profile). SimGrid profiles built from callbacks, so a run never repeats.
+//    timeline per site pair, read by the latency callback (a transfer gets the path's latency at
+//    its start) and by the per-flow bound's bandwidth profile; and the available bandwidth of
+//    shared site-pair links (a log-normal AR(1) profile). SimGrid profiles built from
+//    callbacks, so a run never repeats.
 // Formulas, parameters and sources: netsim/README.md, "The WAN model"; tcp_model.h.
 #pragma once
 
@@ -99,6 +100,8 @@ class WanModel {
   };
   Connection& connection(const simgrid::s4u::Host* src, const simgrid::s4u::Host* dst);
   double loss(Connection& c, double t_s) const;
+  double route_latency_s(Connection& c) const;  // one way, as built
+  double path_change_s(Connection& c, double t_s) const;  // one way, added by a path change
   double latency_factor(double bytes, const simgrid::s4u::Host* src,
                         const simgrid::s4u::Host* dst);
 

@@ -14,7 +14,7 @@ constexpr char kUsage[] =
     "                         [--flows K] [--messages M] [--gap-ms G] [--cc cubic|reno|bbr]\n"
     "                         [--window-bytes W] [--mss-bytes 1448] [--initial-window 10]\n"
     "                         [--slow-start-after-idle true|false] [--rto-min-ms 200]\n"
-    "                         [--per-flow-cap-gbps C] [--crosstraffic true|false]\n"
+    "                         [--per-flow-cap-gbps C] [--crosstraffic true|false] [--seconds T]\n"
     "\n"
     "Simulates M messages of S bytes (default 1, 64 MiB), each split over K parallel TCP\n"
     "connections (default 1), from a host on one site to a host on another: R ms round trip\n"
@@ -22,8 +22,9 @@ constexpr char kUsage[] =
     "G ms idle between messages (default 0), W bytes of socket buffer per connection (default\n"
     "4194304, Linux's tcp_wmem maximum), with netsim's WAN model (netsim/README.md, \"The WAN\n"
     "model\"). Prints one JSON line: seconds (first byte sent to last byte received, gaps\n"
-    "excluded), goodput_mbit_per_s, rate_bound_mbit_per_s (the loss/cap bound of all K\n"
-    "connections; null when none).\n";
+    "excluded), bytes (delivered), goodput_mbit_per_s, rate_bound_mbit_per_s (the loss/cap\n"
+    "bound of all K connections; null when none). --seconds T: send for T seconds instead, as\n"
+    "iperf -t does, and report what arrived in that time.\n";
 
 bool boolean(const std::string& option, const std::string& v) {
   if (v == "true" || v == "1") return true;
@@ -44,6 +45,7 @@ int run(const std::vector<std::string>& args) {
     else if (a == "--flows") p.flows = static_cast<int>(count());
     else if (a == "--messages") p.messages = static_cast<int>(count());
     else if (a == "--gap-ms") p.gap_s = num() / 1000;
+    else if (a == "--seconds") p.duration_s = num();
     else if (a == "--cc") {
       p.tcp.cc = opt::value(args, i, kUsage);
       netsim::parse_congestion_control(p.tcp.cc, "--cc");

@@ -208,6 +208,36 @@ TEST(SimRun, PlatformXmlAndBandwidthVariability) {
   EXPECT_EQ(v1, v2);
 }
 
+// The WAN model's processes all on (issue 18): loss and a shared capacity on the path, its
+// available bandwidth, latency and loss varying in time. The run ends without retries (SimGrid's
+// lazy updates stalled transfers under bandwidth profiles), every step's all-reduce differs, loss
+// makes them slower than the lossless path, and the same seed gives byte-identical events.
+TEST(SimRun, TheWanProcessesVaryTheAllReduceDeterministically) {
+  const std::string two =
+      "run: {name: w, outer_steps: 6}\n"
+      "hardware: {step_time_s: 10}\n"
+      "network:\n"
+      "  sites: [{name: a}, {name: b}]\n"
+      "  rtt: [{a: a, b: b, ms: 80, source: t}]\n"
+      "  nodes: [{site: a, bandwidth_gbps: 1}, {site: b, bandwidth_gbps: 1}]\n"
+      "diloco: {H: 1, buckets: \"4\", local_ranks: 1, checkpoint_s: 0}\n";
+  const std::vector<std::string> wan{
+      "network.paths=[{a: a, b: b, loss: 1.0e-5, capacity_gbps: 0.8, source: t}]",
+      "network.variation.bandwidth_cv=0.3", "network.variation.bandwidth_correlation_s=20",
+      "network.variation.path_change_interval_s=10",
+      "network.variation.path_change_rtt_fraction=0.1",
+      "network.variation.loss_episode_interval_s=30", "network.variation.loss_episode_s=5",
+      "network.variation.loss_episode_loss=0.001", "network.variation.source=t"};
+  const std::string a = simulate(two, "wan_a", wan), b = simulate(two, "wan_b", wan);
+  EXPECT_EQ(testing::read_file(a), testing::read_file(b));
+  const auto events = testing::read_events(a);
+  EXPECT_TRUE(testing::of_type(events, "retry").empty());
+  ASSERT_EQ(testing::of_type(events, "run_finished").size(), 1u);
+  const json s = summary_of(a), plain = summary_of(simulate(two, "wan_plain"));
+  EXPECT_LT(s["allreduce_s"]["p10"].get<double>(), s["allreduce_s"]["p90"].get<double>());
+  EXPECT_GT(s["allreduce_s"]["mean"].get<double>(), plain["allreduce_s"]["mean"].get<double>());
+}
+
 TEST(SimRun, SameSeedGivesByteIdenticalEvents) {
   const std::string trace = write_temp(
       "det.csv", "time_s,node,event,arg\n5,eu-1,join,\n20,us-1,slow,0.5\n60,as-0,fail,\n");
