@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,13 +13,18 @@
 namespace meridian::analysis {
 namespace {
 
-std::string error_of(const std::string& text) {
+// The ConfigError's message, "" when there is none.
+std::string error_of(const std::function<void()>& f) {
   try {
-    parse_seed_list("--seeds", text);
+    f();
   } catch (const ConfigError& e) {
     return e.what();
   }
   return "";
+}
+
+std::string error_of(const std::string& seeds) {
+  return error_of([&] { parse_seed_list("--seeds", seeds); });
 }
 
 TEST(Ensemble, SeedLists) {
@@ -48,6 +54,7 @@ Summary run_with(double utilization, std::vector<double> allreduce) {
   s.allreduce_s = distribution(allreduce);
   for (double a : allreduce) {
     OuterStepStats st;
+    st.outer_step = static_cast<std::int64_t>(s.steps.size());
     st.allreduce_s = a;
     s.steps.push_back(st);
   }
@@ -73,6 +80,9 @@ TEST(Ensemble, MediansIntervalsAndThePooledSteps) {
   EXPECT_NEAR(u["p95"].get<double>(), 0.88, 1e-12);
   EXPECT_NEAR(u["min"].get<double>(), 0.5, 1e-12);
   EXPECT_NEAR(u["max"].get<double>(), 0.9, 1e-12);
+  // The quartiles the box plots draw: h = 1 and h = 3.
+  EXPECT_NEAR(u["p25"].get<double>(), 0.6, 1e-12);
+  EXPECT_NEAR(u["p75"].get<double>(), 0.8, 1e-12);
   // Per-run all-reduce medians 10.5, 20.5, ..., 50.5.
   EXPECT_NEAR(e["metrics"]["allreduce_s_p50"]["median"].get<double>(), 30.5, 1e-12);
   // Pooled: the ten steps 10, 11, 20, 21, ..., 50, 51.
@@ -80,12 +90,40 @@ TEST(Ensemble, MediansIntervalsAndThePooledSteps) {
   EXPECT_EQ(p["count"], 10);
   EXPECT_NEAR(p["p50"].get<double>(), 30.5, 1e-12);
   EXPECT_NEAR(p["mean"].get<double>(), 30.5, 1e-12);
+  // Per outer step across the seeds: step 0 holds {10, 20, 30, 40, 50} (p10 at h = 0.4, p90 at
+  // h = 3.6), step 1 the same plus one.
+  const auto& by_step = e["allreduce_s_by_step"];
+  ASSERT_EQ(by_step.size(), 2u);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(by_step[k]["outer_step"], k);
+    EXPECT_EQ(by_step[k]["count"], 5);
+    EXPECT_NEAR(by_step[k]["p10"].get<double>(), 14.0 + k, 1e-12);
+    EXPECT_NEAR(by_step[k]["p50"].get<double>(), 30.0 + k, 1e-12);
+    EXPECT_NEAR(by_step[k]["p90"].get<double>(), 46.0 + k, 1e-12);
+  }
 
   const std::string md = ensemble_markdown(e);
   EXPECT_NE(md.find("over 6 seeds (5 ran)"), std::string::npos) << md;
   EXPECT_NE(md.find("| compute utilization | 70.0 % | 52.0 % – 88.0 % | 50.0 % | 90.0 % |"),
             std::string::npos)
       << md;
+}
+
+// A seed whose run has fewer outer steps (stopped, or churn) counts only where it has them: the
+// band at a step is over the seeds that reached it, and says how many.
+TEST(Ensemble, EachOuterStepIsOverTheSeedsThatReachedIt) {
+  const std::vector<EnsembleRun> runs = {{1, "seed-1", run_with(0.8, {10, 12, 14})},
+                                         {2, "seed-2", run_with(0.8, {20})},
+                                         {3, "seed-3", run_with(0.8, {30, 32})}};
+  const nlohmann::json by_step = ensemble_json(runs, "x.yaml", "c")["allreduce_s_by_step"];
+  ASSERT_EQ(by_step.size(), 3u);
+  EXPECT_EQ(by_step[0]["count"], 3);
+  EXPECT_NEAR(by_step[0]["p50"].get<double>(), 20, 1e-12);
+  EXPECT_EQ(by_step[1]["count"], 2);
+  EXPECT_NEAR(by_step[1]["p10"].get<double>(), 14, 1e-12);  // 12 + 0.1 x (32 - 12)
+  EXPECT_EQ(by_step[2]["count"], 1);
+  EXPECT_EQ(by_step[2]["p10"], by_step[2]["p90"]);
+  EXPECT_NEAR(by_step[2]["p90"].get<double>(), 14, 1e-12);
 }
 
 }  // namespace
