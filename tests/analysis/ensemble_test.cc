@@ -1,6 +1,6 @@
 // The ensemble over seeds (analysis/ensemble.h): the seed-list grammar and its errors, the
-// distributions against values computed by hand, and its figures (analysis/plots.h): the numbers
-// drawn are ensemble.json's, one box per ensemble. Figure tests skip
+// distributions against values computed by hand, and its figures and report (analysis/plots.h,
+// report.h): the numbers drawn are ensemble.json's, one box per ensemble. Figure tests skip
 // without gnuplot.
 #include "analysis/ensemble.h"
 
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "analysis/plots.h"
+#include "analysis/report.h"
 #include "engine/error.h"
 #include "tests/analysis/test_files.h"
 
@@ -304,6 +305,43 @@ TEST(EnsembleFigures, AFolderIsARunAnEnsembleOrAnErrorThatNamesIt) {
                 "/neither: neither a run (no events.jsonl, no node-<ID>/events.jsonl) nor an "
                 "ensemble of `meridian sim --seeds` (no ensemble.json)");
   EXPECT_EQ(folder_error(root + "/missing"), root + "/missing: no such file or folder");
+}
+
+TEST(EnsembleReport, TableFiguresAndALinkPerSeed) {
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed";
+  const std::string root = testing::fresh_dir("meridian_ensemble_report");
+  const std::string dir = root + "/ens";
+  write_ensemble(dir, 5, 0.5, 0.1, 10, 1);
+  fs::create_directories(dir + "/seed-2");
+  std::ofstream(dir + "/seed-2/report.html") << "<html></html>\n";
+  const std::string path = write_ensemble_report(dir, {});
+  EXPECT_EQ(path, dir + "/report.html");
+  const std::string html = read_text(path);
+  EXPECT_NE(html.find("<h1>Meridian ensemble report: ens</h1>"), std::string::npos);
+  // ensemble.md's table: the same rows, the same numbers.
+  EXPECT_NE(html.find("<td class=\"l\">compute utilization</td><td>70.0 %</td><td>52.0 % &ndash; "
+                      "88.0 %</td><td>50.0 %</td><td>90.0 %</td>"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("pooled (10 steps)"), std::string::npos);
+  EXPECT_EQ(count_of(html, "src=\"data:image/png;base64,"), 2u);
+  EXPECT_NE(html.find("<figure id=\"ensemble_box\">"), std::string::npos);
+  EXPECT_NE(html.find("<figure id=\"ensemble_allreduce_steps\">"), std::string::npos);
+  EXPECT_EQ(count_of(html, "src=\""), 2u);  // nothing else loaded
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  // A link per seed: its report where it has one, else its folder; the failed seed says so.
+  EXPECT_NE(html.find("<a href=\"seed-1/\">"), std::string::npos);
+  EXPECT_NE(html.find("<a href=\"seed-2/report.html\">"), std::string::npos);
+  EXPECT_NE(html.find("<td>6</td><td class=\"l\">failed</td>"), std::string::npos);
+  EXPECT_NE(html.find("1 of 6 seeds failed"), std::string::npos);
+
+  // Written elsewhere, the links lead from there.
+  ReportOptions options;
+  options.output = root + "/page.html";
+  options.label = "USA";
+  const std::string moved = read_text(write_ensemble_report(dir, options));
+  EXPECT_NE(moved.find("<a href=\"ens/seed-1/\">"), std::string::npos);
+  EXPECT_NE(moved.find("Meridian ensemble report: USA"), std::string::npos);
 }
 
 }  // namespace
