@@ -15,3 +15,4 @@ for s in usa useu global; do
 done
 "$build/bin/meridian" plot "$here/usa" "$here/useu" "$here/global" --label "USA (8 nodes)" \
   --label "US + EU (10)" --label "global (14)" --no-svg --out "$here/plots" > /dev/null
+rm -rf "$here/plots/data" "$here/plots/"*.gp "$here/plots/"*.log   # regenerable
