@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -86,13 +87,17 @@ nlohmann::json ensemble_json(const std::vector<EnsembleRun>& runs, const std::st
   j["seeds"] = nlohmann::json::array();
   j["runs"] = nlohmann::json::array();
   std::vector<double> pooled;
+  std::map<std::int64_t, std::vector<double>> by_step;  // outer step -> one time per seed
   for (const EnsembleRun& r : runs) {
     j["seeds"].push_back(r.seed);
     nlohmann::json run = {
         {"seed", r.seed}, {"dir", r.dir}, {"status", r.summary ? "ok" : "failed"}};
     if (r.summary) {
       for (const Figure& f : kFigures) run[f.key] = num(f.get(*r.summary));
-      for (const OuterStepStats& st : r.summary->steps) pooled.push_back(st.allreduce_s);
+      for (const OuterStepStats& st : r.summary->steps) {
+        pooled.push_back(st.allreduce_s);
+        by_step[st.outer_step].push_back(st.allreduce_s);
+      }
     }
     j["runs"].push_back(run);
   }
@@ -104,6 +109,8 @@ nlohmann::json ensemble_json(const std::vector<EnsembleRun>& runs, const std::st
     const Distribution d = distribution(values);
     j["metrics"][f.key] = {{"median", num(d.p50)},
                            {"p5", num(percentile(values, 0.05))},
+                           {"p25", num(percentile(values, 0.25))},
+                           {"p75", num(percentile(values, 0.75))},
                            {"p95", num(percentile(values, 0.95))},
                            {"min", num(d.min)},
                            {"max", num(d.max)},
@@ -115,26 +122,50 @@ nlohmann::json ensemble_json(const std::vector<EnsembleRun>& runs, const std::st
                              {"p90", num(p.p90)},
                              {"mean", num(p.mean)},
                              {"count", p.count}};
+  j["allreduce_s_by_step"] = nlohmann::json::array();
+  for (const auto& [step, values] : by_step) {
+    const Distribution d = distribution(values);
+    j["allreduce_s_by_step"].push_back({{"outer_step", step},
+                                        {"count", d.count},
+                                        {"p10", num(d.p10)},
+                                        {"p50", num(d.p50)},
+                                        {"p90", num(d.p90)}});
+  }
   return j;
+}
+
+std::vector<EnsembleRow> ensemble_rows(const nlohmann::json& e) {
+  std::vector<EnsembleRow> rows;
+  for (const Figure& f : kFigures) {
+    const auto& m = e["metrics"][f.key];
+    rows.push_back({f.label, fmt(m["median"], f.percent), fmt(m["p5"], f.percent),
+                    fmt(m["p95"], f.percent), fmt(m["min"], f.percent), fmt(m["max"], f.percent)});
+  }
+  return rows;
+}
+
+std::string ensemble_heading(const nlohmann::json& e) {
+  std::size_t ok = 0;
+  for (const auto& r : e["runs"]) ok += r["status"] == "ok";
+  return "Ensemble of `" + e["scenario"].get<std::string>() + "` over " +
+         std::to_string(e["runs"].size()) + " seeds (" + std::to_string(ok) + " ran)";
+}
+
+std::string ensemble_pooled_text(const nlohmann::json& e) {
+  const auto& p = e["allreduce_s_pooled"];
+  return "All-reduce time per outer step (slowest node), every outer step of every run pooled (" +
+         std::to_string(p["count"].get<std::size_t>()) + " steps): p10 " + fmt(p["p10"], false) +
+         " s, p50 " + fmt(p["p50"], false) + " s, p90 " + fmt(p["p90"], false) + " s.";
 }
 
 std::string ensemble_markdown(const nlohmann::json& e) {
   std::ostringstream out;
-  std::size_t ok = 0;
-  for (const auto& r : e["runs"]) ok += r["status"] == "ok";
-  out << "Ensemble of `" << e["scenario"].get<std::string>() << "` over " << e["runs"].size()
-      << " seeds (" << ok << " ran)\n\nCommand: `" << e["command"].get<std::string>()
+  out << ensemble_heading(e) << "\n\nCommand: `" << e["command"].get<std::string>()
       << "`\n\n| figure | median | 90 % interval (p5 – p95) | min | max |\n|---|--:|--:|--:|--:|\n";
-  for (const Figure& f : kFigures) {
-    const auto& m = e["metrics"][f.key];
-    out << "| " << f.label << " | " << fmt(m["median"], f.percent) << " | "
-        << fmt(m["p5"], f.percent) << " – " << fmt(m["p95"], f.percent) << " | "
-        << fmt(m["min"], f.percent) << " | " << fmt(m["max"], f.percent) << " |\n";
-  }
-  const auto& p = e["allreduce_s_pooled"];
-  out << "\nAll-reduce time per outer step (slowest node), every outer step of every run pooled ("
-      << p["count"].get<std::size_t>() << " steps): p10 " << fmt(p["p10"], false) << " s, p50 "
-      << fmt(p["p50"], false) << " s, p90 " << fmt(p["p90"], false) << " s.\n";
+  for (const EnsembleRow& r : ensemble_rows(e))
+    out << "| " << r.label << " | " << r.median << " | " << r.p5 << " – " << r.p95 << " | " << r.min
+        << " | " << r.max << " |\n";
+  out << "\n" << ensemble_pooled_text(e) << "\n";
   return out.str();
 }
 

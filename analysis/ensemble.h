@@ -26,12 +26,26 @@ struct EnsembleRun {
 };
 
 // ensemble.json: `seeds`, `runs` (seed, folder, status and the run-level figures), `metrics`
-// ({median, p5, p95, min, max, count} over the seeds that ran, for compute_utilization,
-// outer_step_utilization, mfu, allreduce_s_p50, simulated_s) and `allreduce_s_pooled` (p10,
-// p50, p90, mean, count over every outer step of every run). Deterministic for a seed list:
-// nothing in it depends on wall time.
+// ({median, p5, p25, p75, p95, min, max, count} over the seeds that ran, for
+// compute_utilization, outer_step_utilization, mfu, allreduce_s_p50, simulated_s),
+// `allreduce_s_pooled` (p10, p50, p90, mean, count over every outer step of every run) and
+// `allreduce_s_by_step` (per outer step number, in order: {outer_step, count, p10, p50, p90}
+// over the seeds whose run has that step). Percentiles as summary.h's (type 7). Deterministic
+// for a seed list: nothing in it depends on wall time.
 nlohmann::json ensemble_json(const std::vector<EnsembleRun>& runs, const std::string& scenario,
                              const std::string& command);
+
+// The figures of the ensemble table, in order, formatted (percentages, seconds; "n/a" where
+// none): what ensemble.md and the ensemble's report.html both show.
+struct EnsembleRow {
+  std::string label, median, p5, p95, min, max;
+};
+std::vector<EnsembleRow> ensemble_rows(const nlohmann::json& ensemble);
+
+// "Ensemble of `x.yaml` over 6 seeds (5 ran)", and the pooled all-reduce sentence below the
+// table ("All-reduce time per outer step ... p10 1.0 s, p50 2.0 s, p90 3.0 s.").
+std::string ensemble_heading(const nlohmann::json& ensemble);
+std::string ensemble_pooled_text(const nlohmann::json& ensemble);
 
 // ensemble.md: the same as a table a person reads (percentages, seconds).
 std::string ensemble_markdown(const nlohmann::json& ensemble);

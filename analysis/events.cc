@@ -307,6 +307,13 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
   return out;
 }
 
+bool has_events(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(path)) return true;
+  return fs::is_directory(path) &&
+         (fs::exists(fs::path(path) / "events.jsonl") || !node_stream_files(path).empty());
+}
+
 std::vector<EventRecord> read_events_file(const std::string& path) {
   namespace fs = std::filesystem;
   if (fs::is_directory(path) && !fs::exists(fs::path(path) / "events.jsonl")) {

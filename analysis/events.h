@@ -176,4 +176,8 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
 // The events.jsonl path for a run directory or an events file.
 std::string events_path(const std::string& run_dir_or_file);
 
+// Whether read_events_file has something to read: a file, or a folder with events.jsonl or
+// node-<ID>/events.jsonl. Looks only; the content is not checked.
+bool has_events(const std::string& run_dir_or_file);
+
 }  // namespace meridian::analysis

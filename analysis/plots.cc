@@ -453,6 +453,156 @@ void fig_loss(Script& sc, const RunData& run) {
   sc.figure("loss_vs_time", body(std::string("time since start [") + u.name + "]", 2, ""), 2);
 }
 
+// ---- ensemble figures: every number from ensemble.json (analysis/ensemble.h)
+
+// The run-level figures an ensemble's box plot shows, one panel each.
+struct EnsembleFigure {
+  const char* key;    // in ensemble.json's metrics and runs
+  const char* title;  // the panel's title
+  const char* axis;   // its y label
+  double scale;       // ensemble.json's unit to the axis's: fractions to %
+};
+const EnsembleFigure kEnsembleFigures[] = {
+    {"compute_utilization", "Compute utilization", "compute utilization [%]", 100},
+    {"mfu", "MFU", "model FLOPs utilization [%]", 100},
+    {"allreduce_s_p50", "All-reduce, median of each run",
+     "all-reduce time per outer step, run median [s]", 1},
+};
+const char* const kBoxConvention =
+    "box: p25-p75, line: median, whiskers: p5-p95 over the seeds; dots: one seed each";
+
+double json_number(const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; }
+
+// A number of ensemble.json as the file writes it (the shortest text that reads back as the same
+// double), NaN where it has none: the data files hold exactly the file's numbers.
+std::string as_written(const nlohmann::json& v) { return v.is_number() ? v.dump() : "NaN"; }
+
+// One panel per figure that some ensemble has; one box per ensemble (x = 1, 2, ...), the seeds'
+// values as dots beside it. Percentiles are drawn as candlesticks (box p25-p75, whiskers p5-p95)
+// with the median as a bar across; the data files hold ensemble.json's numbers unscaled.
+void fig_ensemble_box(Script& sc, const std::vector<const EnsembleData*>& ens,
+                      const std::string& name) {
+  std::ostringstream body, tics;
+  for (std::size_t i = 0; i < ens.size(); ++i)
+    tics << (i ? ", " : "") << gp_quote(ens[i]->label) << " " << i + 1;
+  // The seeds' own values, one file per ensemble: seed, each figure, the dot's sideways offset.
+  for (std::size_t i = 0; i < ens.size(); ++i) {
+    auto out = open_data(sc.data(name + "_seeds_" + std::to_string(i) + ".dat"));
+    out << "# seed";
+    for (const EnsembleFigure& f : kEnsembleFigures) out << " " << f.key;
+    out << " offset (runs that ran, from ensemble.json)\n";
+    std::size_t k = 0;
+    for (const auto& r : ens[i]->ensemble["runs"]) {
+      if (r["status"] != "ok") continue;
+      out << r["seed"].get<std::int64_t>();
+      for (const EnsembleFigure& f : kEnsembleFigures) out << " " << as_written(r[f.key]);
+      const double spread = std::fmod(static_cast<double>(k++) * 0.6180339887, 1.0) - 0.5;
+      out << " " << 0.36 + 0.2 * spread << "\n";
+    }
+  }
+  int panels = 0;
+  for (std::size_t col = 0; col < std::size(kEnsembleFigures); ++col) {
+    const EnsembleFigure& f = kEnsembleFigures[col];
+    const std::string file = name + "_" + f.key + ".dat";
+    std::ostringstream plot, labels;
+    {
+      auto out = open_data(sc.data(file));
+      out << "# x p5 p25 median p75 p95 seeds label: ensemble.json metrics." << f.key << "\n";
+      for (std::size_t i = 0; i < ens.size(); ++i) {
+        const auto& m = ens[i]->ensemble["metrics"][f.key];
+        const double p5 = json_number(m["p5"]), p95 = json_number(m["p95"]);
+        out << i + 1 << " " << as_written(m["p5"]) << " " << as_written(m["p25"]) << " "
+            << as_written(m["median"]) << " " << as_written(m["p75"]) << " " << as_written(m["p95"])
+            << " " << m["count"].get<std::size_t>() << " \"" << ens[i]->label << "\"\n";
+        if (!std::isfinite(p5)) continue;
+        const std::string ref = Script::ref(file),
+                          every = " every ::" + std::to_string(i) + "::" + std::to_string(i);
+        char sc_[16];
+        std::snprintf(sc_, sizeof sc_, "%g", f.scale);
+        auto col_ = [&](int c) { return "($" + std::to_string(c) + "*" + sc_ + ")"; };
+        plot << (plot.tellp() > 0 ? ", " : "plot ");
+        // Every seed alike (within 0.1 %, a flat line): no box, the value written above.
+        if (p95 - p5 <= 1e-3 * std::abs(p95)) {
+          char text[96];
+          std::snprintf(text, sizeof text, "all %zu seeds: %.4g", m["count"].get<std::size_t>(),
+                        p95 * f.scale);
+          labels << "set label " << i + 2 << " " << gp_quote(text) << " at " << i + 1 << ", first "
+                 << p95 * f.scale << " center offset 0,1.2\n";
+        } else {
+          plot << ref << every << " using 1:" << col_(3) << ":" << col_(2) << ":" << col_(6) << ":"
+               << col_(5) << " with candlesticks whiskerbars 0.5 fs solid 0.5 border -1 lc rgb '"
+               << color(i) << "', " << ref << every << " using 1:" << col_(4) << ":" << col_(4)
+               << ":" << col_(4) << ":" << col_(4)
+               << " with candlesticks lw 2.5 lc rgb '#000000', ";
+        }
+        plot << Script::ref(name + "_seeds_" + std::to_string(i) + ".dat") << " using (" << i + 1
+             << " + $" << std::size(kEnsembleFigures) + 2 << "):($" << col + 2 << "*" << sc_
+             << ") with points pt 7 ps 0.6 lc rgb '" << color(i) << "'";
+      }
+    }
+    if (plot.tellp() == 0) continue;
+    body << "set title " << gp_quote(f.title) << "\n"
+         << "set ylabel " << gp_quote(f.axis) << "\n"
+         << "unset label\n"
+         << labels.str();
+    if (panels++ == 0)
+      body << "set label 1 " << gp_quote(kBoxConvention) << " at screen 0.5, screen 0.03 center\n";
+    body << plot.str() << "\n";
+  }
+  if (panels == 0) return;
+  std::ostringstream head;
+  head << "set style fill solid 0.5 border -1\nset boxwidth 0.5 absolute\nset grid ytics\n"
+       << "set key off\nset bmargin 5\nset offsets 0, 0, graph 0.08, graph 0.08\n"
+       << "set xrange [0.4:" << ens.size() + 0.6 << "]\nset xtics (" << tics.str() << ")\n";
+  if (ens.size() > 2) head << "set xtics rotate by -30\n";
+  sc.figure(name, head.str() + body.str(), panels);
+}
+
+// The all-reduce time per outer step across seeds: per ensemble a p10-p90 band over the seeds
+// at each outer step, and the median as a line (error bars when there is one outer step).
+void fig_ensemble_steps(Script& sc, const std::vector<const EnsembleData*>& ens,
+                        const std::string& name) {
+  std::ostringstream plot;
+  double lo = INFINITY, hi = -INFINITY;
+  for (std::size_t i = 0; i < ens.size(); ++i) {
+    const auto& steps = ens[i]->ensemble["allreduce_s_by_step"];
+    if (steps.empty()) continue;
+    const std::string file = name + "_" + std::to_string(i) + ".dat";
+    {
+      auto out = open_data(sc.data(file));
+      out << "# outer_step seeds p10 p50 p90: ensemble.json allreduce_s_by_step (s)\n";
+      for (const auto& st : steps) {
+        const auto step = st["outer_step"].get<std::int64_t>();
+        lo = std::min(lo, static_cast<double>(step));
+        hi = std::max(hi, static_cast<double>(step));
+        out << step << " " << st["count"].get<std::size_t>() << " " << as_written(st["p10"]) << " "
+            << as_written(st["p50"]) << " " << as_written(st["p90"]) << "\n";
+      }
+    }
+    const std::string ref = Script::ref(file);
+    const std::string who = ens.size() > 1 ? ens[i]->label + ": " : "";
+    plot << (plot.tellp() > 0 ? ", " : "plot ");
+    if (steps.size() == 1)
+      plot << ref << " using 1:4:3:5 with yerrorbars pt 7 ps 1 lw 2 lc rgb '" << color(i)
+           << "' title " << gp_quote(who + "median, bar: p10-p90 over the seeds");
+    else
+      plot << ref << " using 1:3:5 with filledcurves fs transparent solid 0.25 noborder lc rgb '"
+           << color(i) << "' title " << gp_quote(who + "p10-p90 over the seeds") << ", " << ref
+           << " using 1:4 with lines lw 2.5 lc rgb '" << color(i) << "' title "
+           << gp_quote(who + "median");
+  }
+  if (plot.tellp() == 0) return;
+  const double pad = std::max(0.5, (hi - lo) * 0.02);
+  std::ostringstream body;
+  body.precision(10);
+  body << "set title 'All-reduce time per outer step (slowest node) across seeds'\n"
+       << "set xlabel 'outer step'\nset ylabel 'all-reduce time per outer step [s]'\n"
+       << "set grid\n"
+       << kKeyOutside << "\nset yrange [0:*]\nset xrange [" << lo - pad << ":" << hi + pad << "]\n"
+       << (hi - lo <= 20 ? "set xtics 1\n" : "") << plot.str() << "\n";
+  sc.figure(name, body.str());
+}
+
 std::vector<std::string> finish(Script& sc, const std::string& script_name) {
   const fs::path script = sc.dir / script_name;
   {
@@ -476,6 +626,13 @@ Script start(const std::string& out_dir, const PlotOptions& options) {
   return sc;
 }
 
+// The name a folder goes by in legends: its last component, "." and ".." resolved.
+std::string folder_name(const std::string& dir) {
+  fs::path name = fs::absolute(dir).lexically_normal();
+  if (name.filename().empty()) name = name.parent_path();
+  return name.filename().string();
+}
+
 }  // namespace
 
 RunData load_run(const std::string& run_dir_or_file) {
@@ -483,9 +640,7 @@ RunData load_run(const std::string& run_dir_or_file) {
   fs::path p(run_dir_or_file);
   r.dir = fs::is_directory(p) ? p.string() : p.parent_path().string();
   if (r.dir.empty()) r.dir = ".";
-  fs::path name = fs::absolute(r.dir).lexically_normal();
-  if (name.filename().empty()) name = name.parent_path();
-  r.label = name.filename().string();
+  r.label = folder_name(r.dir);
   if (!fs::is_directory(p) && p.filename() != "events.jsonl") r.label = p.stem().string();
   r.events = read_events_file(run_dir_or_file);
   try {
@@ -536,6 +691,49 @@ std::vector<std::string> plot_comparison(const std::vector<RunData>& runs,
   fig_allreduce(sc, all, "compare_");
   fig_utilization(sc, all, "compare_utilization");
   return finish(sc, "compare.gp");
+}
+
+FolderKind folder_kind(const std::string& path) {
+  if (fs::is_directory(path) && fs::exists(fs::path(path) / "ensemble.json"))
+    return FolderKind::kEnsemble;
+  if (has_events(path)) return FolderKind::kRun;
+  if (!fs::exists(path)) throw ConfigError(path + ": no such file or folder");
+  throw ConfigError(path +
+                    ": neither a run (no events.jsonl, no node-<ID>/events.jsonl) nor an ensemble "
+                    "of `meridian sim --seeds` (no ensemble.json)");
+}
+
+EnsembleData load_ensemble(const std::string& dir) {
+  EnsembleData e;
+  e.dir = dir;
+  e.label = folder_name(dir);
+  const std::string file = (fs::path(dir) / "ensemble.json").string();
+  std::ifstream in(file);
+  if (!in) throw ConfigError(file + ": cannot open the ensemble (expected DIR/ensemble.json)");
+  try {
+    e.ensemble = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& x) {
+    throw ConfigError(file + ": not JSON: " + x.what());
+  }
+  const auto& j = e.ensemble;
+  if (!j.contains("runs") || !j.contains("metrics") || !j["metrics"].contains("mfu"))
+    throw ConfigError(file + ": not an ensemble of `meridian sim --seeds` (no runs, no metrics)");
+  if (!j["metrics"]["mfu"].contains("p25") || !j.contains("allreduce_s_by_step"))
+    throw ConfigError(file +
+                      ": written before ensembles had figures (no quartiles, no per-step band); "
+                      "rerun its `meridian sim ... --seeds` (the command is in the file)");
+  return e;
+}
+
+std::vector<std::string> plot_ensembles(const std::vector<EnsembleData>& ensembles,
+                                        const std::string& out_dir, const PlotOptions& options) {
+  Script sc = start(out_dir, options);
+  std::vector<const EnsembleData*> all;
+  for (const EnsembleData& e : ensembles) all.push_back(&e);
+  const std::string prefix = ensembles.size() > 1 ? "compare_" : "";
+  fig_ensemble_box(sc, all, prefix + "ensemble_box");
+  fig_ensemble_steps(sc, all, prefix + "ensemble_allreduce_steps");
+  return finish(sc, prefix + "ensemble.gp");
 }
 
 }  // namespace meridian::analysis

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "analysis/ensemble.h"
 #include "engine/error.h"
 
 namespace meridian::analysis {
@@ -117,6 +118,14 @@ const char* caption(const std::string& name) {
            "while in all-reduce.";
   if (name == "loss_vs_tokens") return "Loss and perplexity (mean over nodes) against tokens.";
   if (name == "loss_vs_time") return "Loss and perplexity against wall-clock time.";
+  if (name == "ensemble_box")
+    return "Across the seeds (one draw of the access bandwidths each): compute utilization, MFU "
+           "and each run's median all-reduce time per outer step. Box: p25 to p75, black line: "
+           "median, whiskers: p5 to p95 (type-7 percentiles over the seeds that ran); dots: one "
+           "seed each.";
+  if (name == "ensemble_allreduce_steps")
+    return "All-reduce time of each outer step (the slowest node's): at each step the band spans "
+           "p10 to p90 over the seeds whose run has that step, the line is their median.";
   return "";
 }
 
@@ -142,17 +151,46 @@ pre { background: #f6f6f6; border: 1px solid #ddd; padding: 0.8em; overflow-x: a
       font-size: 0.85em; }
 )";
 
+// The page up to its <h1> (title and heading alike).
+void page_start(std::ostream& h, const std::string& title) {
+  h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+    << "<title>" << html_escape(title) << "</title>\n<style>" << kStyle
+    << "</style>\n</head>\n<body>\n<h1>" << html_escape(title) << "</h1>\n";
+}
+
+// Each PNG as a <figure> with its data URI and caption.
+void figures(std::ostream& h, const std::vector<std::string>& png_files) {
+  for (const std::string& png : png_files) {
+    const std::string name = fs::path(png).stem().string();
+    h << "<figure id=\"" << html_escape(name) << "\"><img alt=\"" << html_escape(name)
+      << "\" src=\"data:image/png;base64," << base64_encode(read_file(png)) << "\">\n<figcaption>"
+      << html_escape(caption(name)) << "</figcaption></figure>\n";
+  }
+}
+
+std::vector<std::string> pngs_of(const std::vector<std::string>& files) {
+  std::vector<std::string> pngs;
+  for (const std::string& f : files)
+    if (fs::path(f).extension() == ".png") pngs.push_back(f);
+  return pngs;
+}
+
+void write_page(const std::string& path, const std::string& html) {
+  std::ofstream file(path, std::ios::binary);
+  if (!file) throw ConfigError(path + ": cannot write the report");
+  file << html;
+  if (!file.flush()) throw ConfigError(path + ": write failed");
+}
+
 }  // namespace
 
 std::string report_html(const RunData& run, const std::vector<std::string>& png_files) {
   const Summary& s = run.summary;
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-    << "<title>Meridian run report: " << html_escape(run.label) << "</title>\n<style>" << kStyle
-    << "</style>\n</head>\n<body>\n";
-  h << "<h1>Meridian run report: " << html_escape(run.label) << "</h1>\n<p class=\"meta\">mode <b>"
-    << html_escape(s.mode) << "</b> &middot; seed " << s.seed << " &middot; H " << s.metrics.H
-    << " &middot; codec " << html_escape(s.metrics.codec.empty() ? "n/a" : s.metrics.codec)
+  page_start(h, "Meridian run report: " + run.label);
+  h << "<p class=\"meta\">mode <b>" << html_escape(s.mode) << "</b> &middot; seed " << s.seed
+    << " &middot; H " << s.metrics.H << " &middot; codec "
+    << html_escape(s.metrics.codec.empty() ? "n/a" : s.metrics.codec)
     << (s.command.empty() ? "" : " &middot; command <code>" + html_escape(s.command) + "</code>")
     << "</p>\n";
   // A run that did not finish says so before any number: they cover only what it did.
@@ -243,12 +281,7 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
   h << "</table>\n";
 
   h << "<h2>Plots</h2>\n";
-  for (const std::string& png : png_files) {
-    const std::string name = fs::path(png).stem().string();
-    h << "<figure id=\"" << html_escape(name) << "\"><img alt=\"" << html_escape(name)
-      << "\" src=\"data:image/png;base64," << base64_encode(read_file(png)) << "\">\n<figcaption>"
-      << html_escape(caption(name)) << "</figcaption></figure>\n";
-  }
+  figures(h, png_files);
   if (png_files.empty()) h << "<p>No plots: the run has no outer steps.</p>\n";
 
   nlohmann::ordered_json metrics = {{"param_count", s.metrics.param_count},
@@ -270,16 +303,76 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
 std::string write_report(const std::string& run_dir, const ReportOptions& options) {
   RunData run = load_run(run_dir);
   if (!options.label.empty()) run.label = options.label;
-  std::vector<std::string> pngs;
-  for (const std::string& f : plot_run(run, (fs::path(run.dir) / "plots").string(), options.plots))
-    if (fs::path(f).extension() == ".png") pngs.push_back(f);
+  const auto pngs = pngs_of(plot_run(run, (fs::path(run.dir) / "plots").string(), options.plots));
   const std::string out =
       options.output.empty() ? (fs::path(run.dir) / "report.html").string() : options.output;
-  const std::string html = report_html(run, pngs);
-  std::ofstream file(out, std::ios::binary);
-  if (!file) throw ConfigError(out + ": cannot write the report");
-  file << html;
-  if (!file.flush()) throw ConfigError(out + ": write failed");
+  write_page(out, report_html(run, pngs));
+  return out;
+}
+
+std::string ensemble_report_html(const EnsembleData& e, const std::vector<std::string>& png_files,
+                                 const std::string& runs_href) {
+  const nlohmann::json& j = e.ensemble;
+  std::size_t ok = 0;
+  for (const auto& r : j["runs"]) ok += r["status"] == "ok";
+  std::ostringstream h;
+  page_start(h, "Meridian ensemble report: " + e.label);
+  h << "<p class=\"meta\">scenario <code>" << html_escape(j.value("scenario", "")) << "</code>"
+    << " &middot; " << j["runs"].size() << " seeds, " << ok << " ran &middot; command <code>"
+    << html_escape(j.value("command", "")) << "</code></p>\n";
+  if (ok < j["runs"].size())
+    h << "<div class=\"banner\" id=\"run-end\" role=\"alert\">" << j["runs"].size() - ok << " of "
+      << j["runs"].size() << " seeds failed: the figures cover the " << ok << " that ran</div>\n";
+
+  h << "<h2>Across the seeds</h2>\n<table>\n<tr><th class=\"l\">figure</th><th>median</th>"
+    << "<th>90 % interval (p5 &ndash; p95)</th><th>min</th><th>max</th></tr>\n";
+  for (const EnsembleRow& r : ensemble_rows(j))
+    h << "<tr><td class=\"l\">" << html_escape(r.label) << "</td><td>" << html_escape(r.median)
+      << "</td><td>" << html_escape(r.p5) << " &ndash; " << html_escape(r.p95) << "</td><td>"
+      << html_escape(r.min) << "</td><td>" << html_escape(r.max) << "</td></tr>\n";
+  h << "</table>\n<p>" << html_escape(ensemble_pooled_text(j)) << "</p>\n";
+
+  h << "<h2>Plots</h2>\n";
+  figures(h, png_files);
+  if (png_files.empty()) h << "<p>No plots: no seed ran an outer step.</p>\n";
+
+  // One row per seed, as ensemble.json has it, with the way to its run.
+  h << "<h2>Runs</h2>\n<table>\n<tr><th>seed</th><th class=\"l\">status</th><th>compute util.</th>"
+    << "<th>MFU</th><th>all-reduce p50</th><th>simulated time</th><th class=\"l\">run</th></tr>\n";
+  auto number = [](const nlohmann::json& v) { return v.is_number() ? v.get<double>() : NAN; };
+  for (const auto& r : j["runs"]) {
+    const std::string dir = r.value("dir", "");
+    const bool has_report = fs::exists(fs::path(e.dir) / dir / "report.html");
+    const std::string href =
+        (fs::path(runs_href) / dir / (has_report ? "report.html" : "")).string();
+    const bool ran = r["status"] == "ok";
+    h << "<tr><td>" << r["seed"].get<std::int64_t>() << "</td><td class=\"l\">"
+      << html_escape(r["status"].get<std::string>()) << "</td><td>"
+      << (ran ? pct(number(r["compute_utilization"])) : "") << "</td><td>"
+      << (ran ? pct(number(r["mfu"])) : "") << "</td><td>"
+      << (ran ? seconds(number(r["allreduce_s_p50"])) : "") << "</td><td>"
+      << (ran ? seconds(number(r["simulated_s"])) : "") << "</td><td class=\"l\"><a href=\""
+      << html_escape(href) << "\">" << html_escape(dir + (has_report ? "/report.html" : "/"))
+      << "</a></td></tr>\n";
+  }
+  h << "</table>\n<p>A run's own page: <code>meridian report "
+    << html_escape((fs::path(e.dir) / "seed-N").string()) << "</code>.</p>\n</body>\n</html>\n";
+  return h.str();
+}
+
+std::string write_ensemble_report(const std::string& dir, const ReportOptions& options) {
+  EnsembleData e = load_ensemble(dir);
+  if (!options.label.empty()) e.label = options.label;
+  const auto pngs =
+      pngs_of(plot_ensembles({e}, (fs::path(dir) / "plots").string(), options.plots.plot));
+  const std::string out =
+      options.output.empty() ? (fs::path(dir) / "report.html").string() : options.output;
+  // Links lead from the page's folder to the ensemble's.
+  const fs::path from = fs::absolute(out).parent_path();
+  const fs::path to = fs::absolute(dir).lexically_normal();
+  const fs::path rel = to.lexically_relative(from.lexically_normal());
+  const std::string href = rel.empty() ? to.string() : rel == "." ? "" : rel.string();
+  write_page(out, ensemble_report_html(e, pngs, href));
   return out;
 }
 

@@ -1,7 +1,9 @@
 // Platform construction from a scenario (see platform.h).
 #include "netsim/platform.h"
 
+#include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <simgrid/kernel/ProfileBuilder.hpp>
 #include <simgrid/s4u.hpp>
@@ -9,6 +11,7 @@
 
 #include "engine/error.h"
 #include "engine/util/splitmix64.h"
+#include "netsim/wan.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -72,9 +75,23 @@ void configure_network(sg4::Engine& e, const Scenario& sc, double gamma_scale) {
   g << sc.network.tcp_gamma_bytes * gamma_scale;
   e.set_config("network/TCP-gamma:" + g.str());
   e.set_config(std::string("network/crosstraffic:") + (sc.network.crosstraffic ? "1" : "0"));
+  // Full updates where a bandwidth profile may change a link (network.variability, a shared
+  // path's variation, the WAN model's loss bound on a path that changes): with lazy updates
+  // SimGrid 3.32 stalls a transfer for ever when a profile changes a link it crosses ("Deadlock
+  // detected"; a two-host, one-link test reproduces it). Lazy otherwise: it is faster here.
+  const NetworkSpec& n = sc.network;
+  bool any_loss = false, any_capacity = false;
+  for (const PathSpec& p : n.paths) {
+    any_loss |= p.loss > 0;
+    any_capacity |= p.capacity_gbps > 0;
+  }
+  const bool profiles = (n.variability_period_s > 0 && n.variability_min_fraction < 1) ||
+                        (any_capacity && n.variation.bandwidth_varies()) ||
+                        n.variation.loss_episodes() || (any_loss && n.variation.paths_change());
+  if (profiles) e.set_config("network/optim:Full");
 }
 
-Platform build_platform(sg4::Engine& e, const Scenario& sc) {
+Platform build_platform(sg4::Engine& e, const Scenario& sc, int connections_per_flow) {
   Platform p;
   p.names = host_slot_names(sc);
   std::size_t slot = 0;
@@ -110,24 +127,87 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc) {
   }
 
   auto* world = sg4::create_full_zone("world");
-  std::map<std::pair<std::string, std::string>, sg4::Link*> backbone;
+  // A site pair's links (netsim/wan.h): its backbone, shared at the capacity network.paths
+  // gives (full duplex, its available bandwidth varying as network.variation says) or else a fat
+  // pipe that is never the bottleneck, with the path's latency in time; and, where a connection's
+  // rate is bounded (loss, a per-flow cap), a fat pipe at that bound, which SimGrid applies to each
+  // flow on it separately.
+  struct SiteLink {
+    sg4::Link* fat = nullptr;
+    sg4::SplitDuplexLink* shared = nullptr;
+    sg4::Link* bound = nullptr;
+    std::string first;  // the pair's first site: its flows go UP the shared link
+  };
+  std::map<std::pair<std::string, std::string>, SiteLink> backbone;
   auto pair_key = [](std::string a, std::string b) {
     return a < b ? std::make_pair(a, b) : std::make_pair(b, a);
   };
-  for (auto& s : sc.network.sites) {
-    auto* l = world->create_link("backbone:" + s.name + ":" + s.name, kBackboneBps);
-    l->set_latency(sc.network.intra_site_rtt_ms * 1e-3 / 2);
-    l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
-    backbone[pair_key(s.name, s.name)] = l->seal();
-  }
+  const CongestionControl cc =
+      parse_congestion_control(sc.network.tcp.cc, sc.file + ": key 'network.tcp.cc'");
+  auto site_link = [&](const std::string& a, const std::string& b, double rtt_ms) {
+    using simgrid::kernel::profile::ProfileBuilder;
+    const std::pair<std::string, std::string> key = pair_key(a, b);
+    const PathSpec* spec = sc.network.path(a, b);
+    const double capacity_Bps = spec && spec->capacity_gbps > 0 ? spec->capacity_gbps * 1e9 / 8 : 0;
+    const std::string name = key.first + ":" + key.second;
+    const double latency_s = rtt_ms * 1e-3 / 2;
+    const VariationSpec variation = a != b ? sc.network.variation : VariationSpec{};
+    auto path = std::make_shared<PathTimeline>(latency_s, spec ? spec->loss : 0.0, variation,
+                                               host_draw_state(sc.run.seed, "path:" + name, 12));
+    p.paths[key] = path;
+    // A profile that reads the path's timeline from its own position. Dates are the delay since
+    // the previous value (the first: since t = 0).
+    auto from_path = [path](std::function<double(const PathTimeline::Segment&)> value) {
+      auto next = std::make_shared<std::size_t>(0);
+      return [path, next, value](std::vector<simgrid::kernel::profile::DatedValue>& out) {
+        for (int k = 0; k < 256; ++k, ++*next) {
+          const PathTimeline::Segment seg = path->segment(*next);
+          const double since = *next == 0 ? 0.0 : seg.start_s - path->segment(*next - 1).start_s;
+          out.emplace_back(since, value(seg));
+        }
+      };
+    };
+    SiteLink sl;
+    sl.first = key.first;
+    if (capacity_Bps > 0) {
+      auto* l = world->create_split_duplex_link("backbone:" + name, capacity_Bps);
+      l->set_latency(latency_s);
+      for (auto* dir : {l->get_link_up(), l->get_link_down()})
+        attach_bandwidth_variation(dir, capacity_Bps, variation, sc.run.seed);
+      sl.shared = l;
+    } else {
+      auto* l = world->create_link("backbone:" + name, kBackboneBps);
+      l->set_latency(latency_s);
+      l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
+      sl.fat = l;
+    }
+    // The path's latency in time is not a latency profile on these links: in SimGrid 3.32 a
+    // flow crossing a link whose latency changes either sticks for ever (lazy updates: "Deadlock
+    // detected") or, with full updates, has its time moved by far more than the change (a
+    // two-host test: 0.1 % latency steps every second took a 100 MB transfer from 3.108 s to
+    // 2.46-3.00 s). WanModel gives each transfer the path's latency at its start instead.
+    auto bound_Bps = [&sc, cc, connections_per_flow](const PathTimeline::Segment& seg) {
+      const double b = connection_bound(cc, sc.network.tcp, 2 * seg.latency_s, seg.loss);
+      return std::isfinite(b) ? b * connections_per_flow : kBackboneBps;
+    };
+    const bool lossy = (spec && spec->loss > 0) || variation.loss_episodes();
+    if (lossy || sc.network.tcp.per_flow_cap_gbps > 0) {
+      auto* l = world->create_link("tcp:" + name, bound_Bps(path->segment(0)));
+      l->set_latency(0);
+      l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
+      if (lossy && path->varies())  // without loss the bound is the cap, whatever the RTT
+        l->set_bandwidth_profile(
+            ProfileBuilder::from_callback(l->get_name() + ":bw", from_path(bound_Bps), -1));
+      sl.bound = l->seal();
+    }
+    if (sl.shared) sl.shared->seal();
+    if (sl.fat) sl.fat->seal();
+    backbone[key] = sl;
+  };
+  for (auto& s : sc.network.sites) site_link(s.name, s.name, sc.network.intra_site_rtt_ms);
   for (auto& r : sc.network.rtt) {
-    if (r.a == r.b) continue;
-    auto key = pair_key(r.a, r.b);
-    if (backbone.count(key)) continue;  // first entry wins
-    auto* l = world->create_link("backbone:" + key.first + ":" + key.second, kBackboneBps);
-    l->set_latency(r.rtt_ms * 1e-3 / 2);
-    l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
-    backbone[key] = l->seal();
+    if (r.a == r.b || backbone.count(pair_key(r.a, r.b))) continue;  // first entry wins
+    site_link(r.a, r.b, r.rtt_ms);
   }
 
   std::vector<sg4::SplitDuplexLink*> access;
@@ -165,10 +245,13 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc) {
   using D = sg4::LinkInRoute::Direction;
   auto route = [&](sg4::Host* a, sg4::SplitDuplexLink* la, const std::string& sa, sg4::Host* b,
                    sg4::SplitDuplexLink* lb, const std::string& sb) {
-    sg4::Link* bb = backbone.at(pair_key(sa, sb));
-    world->add_route(
-        a->get_netpoint(), b->get_netpoint(), nullptr, nullptr,
-        {sg4::LinkInRoute(la, D::UP), sg4::LinkInRoute(bb), sg4::LinkInRoute(lb, D::DOWN)}, true);
+    const SiteLink& bb = backbone.at(pair_key(sa, sb));
+    std::vector<sg4::LinkInRoute> links{sg4::LinkInRoute(la, D::UP)};
+    links.push_back(bb.shared ? sg4::LinkInRoute(bb.shared, sa == bb.first ? D::UP : D::DOWN)
+                              : sg4::LinkInRoute(bb.fat));
+    if (bb.bound) links.emplace_back(bb.bound);
+    links.emplace_back(lb, D::DOWN);
+    world->add_route(a->get_netpoint(), b->get_netpoint(), nullptr, nullptr, links, true);
   };
   for (std::size_t i = 0; i < p.hosts.size(); ++i) {
     for (std::size_t j = i + 1; j < p.hosts.size(); ++j)
@@ -177,7 +260,19 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc) {
           sc.network.coordinator_site);
   }
   world->seal();
+  for (std::size_t i = 0; i < p.hosts.size(); ++i) p.site_of[p.hosts[i]] = p.sites[i];
+  p.site_of[p.coordinator] = sc.network.coordinator_site.empty() ? sc.network.sites.front().name
+                                                                 : sc.network.coordinator_site;
   return p;
+}
+
+PathTimeline* Platform::path_between(const sg4::Host* a, const sg4::Host* b) const {
+  const auto sa = site_of.find(a), sb = site_of.find(b);
+  if (sa == site_of.end() || sb == site_of.end()) return nullptr;
+  const auto key = sa->second < sb->second ? std::make_pair(sa->second, sb->second)
+                                           : std::make_pair(sb->second, sa->second);
+  const auto it = paths.find(key);
+  return it == paths.end() ? nullptr : it->second.get();
 }
 
 }  // namespace meridian::netsim

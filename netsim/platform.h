@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/events/json.h"
@@ -18,6 +21,8 @@ class Host;
 
 namespace meridian::netsim {
 
+class PathTimeline;
+
 // Host slot names in scenario order: <site>-<index within the site>.
 std::vector<std::string> host_slot_names(const Scenario& sc);
 
@@ -29,15 +34,22 @@ struct Platform {
   std::vector<double> speed_factor;
   std::vector<bool> start;
   simgrid::s4u::Host* coordinator = nullptr;
+  // Each host's site (the coordinator's too) and each site pair's path in time (netsim/wan.h),
+  // keyed by the pair in name order (a site with itself: within the site).
+  std::map<const simgrid::s4u::Host*, std::string> site_of;
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<PathTimeline>> paths;
 
   int index_of(const std::string& name) const;
+  PathTimeline* path_between(const simgrid::s4u::Host* a, const simgrid::s4u::Host* b) const;
   JsonObject to_json() const;
 };
 
 // Sets the network model, TCP window (× `gamma_scale`, for aggregated parallel flows) and
 // crosstraffic on `e`. Must precede build_platform().
 void configure_network(simgrid::s4u::Engine& e, const Scenario& sc, double gamma_scale);
-Platform build_platform(simgrid::s4u::Engine& e, const Scenario& sc);
+// `connections_per_flow`: TCP connections one simulated flow stands for (aggregated local
+// ranks): the per-flow bounds of the WAN model are that many connections' (netsim/wan.h).
+Platform build_platform(simgrid::s4u::Engine& e, const Scenario& sc, int connections_per_flow = 1);
 
 // Deterministic uniform [0, 1) from a 64-bit state (splitmix64): the same seed gives the same
 // draws on every platform and standard library.

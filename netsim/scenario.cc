@@ -52,6 +52,12 @@ int Scenario::outer_steps() const {
   return run.outer_steps;
 }
 
+const PathSpec* NetworkSpec::path(const std::string& a, const std::string& b) const {
+  for (const PathSpec& p : paths)
+    if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) return &p;
+  return nullptr;
+}
+
 int Scenario::total_nodes() const {
   int n = 0;
   for (auto& g : network.nodes) n += g.count;
@@ -334,6 +340,65 @@ void parse_network(Reader r, NetworkSpec& n) {
     if (e.source.empty()) s.fail(s.key_path("source"), "the source of the measurement");
     n.rtt.push_back(e);
   }
+  YAML::Node paths = sequence("paths");
+  for (std::size_t i = 0; paths && i < paths.size(); ++i) {
+    Reader s = r.element(paths[i], r.key_path("paths[" + std::to_string(i) + "]"));
+    PathSpec e;
+    s.scalar<std::string>("a", e.a, "a site name");
+    s.scalar<std::string>("b", e.b, "a site name");
+    s.scalar<double>("loss", e.loss, "a packet loss fraction in [0, 0.5)",
+                     [](const double& v) { return v >= 0 && v < 0.5; });
+    s.scalar<double>("capacity_gbps", e.capacity_gbps, "Gb/s >= 0 (0: not shared)",
+                     non_negative<double>());
+    s.scalar<std::string>("source", e.source, "where the numbers come from");
+    s.finish();
+    known_site(s, "a", e.a);
+    known_site(s, "b", e.b);
+    if (e.source.empty()) s.fail(s.key_path("source"), "the source of the numbers");
+    for (const PathSpec& other : n.paths)
+      if ((other.a == e.a && other.b == e.b) || (other.a == e.b && other.b == e.a))
+        s.fail(s.key_path("b"), "one entry per site pair (" + e.a + " / " + e.b + " is listed twice)");
+    n.paths.push_back(e);
+  }
+  {
+    Reader v = r.child("variation");
+    VariationSpec& x = n.variation;
+    v.scalar<double>("bandwidth_cv", x.bandwidth_cv, "a coefficient of variation >= 0",
+                     non_negative<double>());
+    v.scalar<double>("bandwidth_correlation_s", x.bandwidth_correlation_s, "seconds >= 0",
+                     non_negative<double>());
+    v.scalar<double>("path_change_interval_s", x.path_change_interval_s, "seconds >= 0",
+                     non_negative<double>());
+    v.scalar<double>("path_change_rtt_fraction", x.path_change_rtt_fraction,
+                     "a fraction of the base RTT >= 0", non_negative<double>());
+    v.scalar<double>("loss_episode_interval_s", x.loss_episode_interval_s, "seconds >= 0",
+                     non_negative<double>());
+    v.scalar<double>("loss_episode_s", x.loss_episode_s, "seconds >= 0", non_negative<double>());
+    v.scalar<double>("loss_episode_loss", x.loss_episode_loss,
+                     "a packet loss fraction in [0, 0.5)",
+                     [](const double& f) { return f >= 0 && f < 0.5; });
+    v.scalar<std::string>("source", x.source, "where the numbers come from");
+    v.finish();
+    const bool any = x.bandwidth_cv > 0 || x.path_change_interval_s > 0 ||
+                     x.loss_episode_interval_s > 0;
+    if (any && x.source.empty()) v.fail(v.key_path("source"), "the source of the numbers");
+  }
+  {
+    Reader t = r.child("tcp");
+    TcpSpec& x = n.tcp;
+    t.scalar<std::string>("cc", x.cc, "one of cubic, reno, bbr", [](const std::string& v) {
+      return v == "cubic" || v == "reno" || v == "bbr";
+    });
+    t.scalar<double>("mss_bytes", x.mss_bytes, "bytes in [536, 9000]",
+                     [](const double& v) { return v >= 536 && v <= 9000; });
+    t.scalar<int>("initial_window_segments", x.initial_window_segments,
+                  "a positive number of segments", positive<int>());
+    t.scalar<bool>("slow_start_after_idle", x.slow_start_after_idle, "true or false");
+    t.scalar<double>("rto_min_ms", x.rto_min_ms, "milliseconds >= 0", non_negative<double>());
+    t.scalar<double>("per_flow_cap_gbps", x.per_flow_cap_gbps, "Gb/s >= 0 (0: none)",
+                     non_negative<double>());
+    t.finish();
+  }
   YAML::Node nodes = sequence("nodes");
   for (std::size_t i = 0; nodes && i < nodes.size(); ++i) {
     Reader s = r.element(nodes[i], r.key_path("nodes[" + std::to_string(i) + "]"));
@@ -440,8 +505,8 @@ void parse_worker(Reader& r, const YAML::Node& root, Scenario& sc) {
     r.fail("run.driver", "engine with worker: torch (the model driver has no real parameters)");
 }
 
-// network.sites_from: FILE (relative to the scenario) supplies network.sites and network.rtt,
-// so that several scenarios share one measured latency table. Keys given inline win; those taken
+// network.sites_from: FILE (relative to the scenario) supplies network.sites, rtt, paths and
+// variation, so that several scenarios share one table of measured paths. Keys given inline win; those taken
 // from FILE are recorded in `origin`, so that errors in them name FILE.
 void merge_sites_from(YAML::Node& root, Origin& origin, const std::string& base_dir) {
   const std::string& file = origin.file;
@@ -462,10 +527,22 @@ void merge_sites_from(YAML::Node& root, Origin& origin, const std::string& base_
   if (!other.IsMap()) throw ConfigError(p.string() + ": expected a mapping with sites and rtt");
   for (auto it = other.begin(); it != other.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (k != "sites" && k != "rtt")
+    if (k != "sites" && k != "rtt" && k != "paths" && k != "variation")
       throw ConfigError(p.string() + ": unknown key '" + k +
-                        "' (a sites file holds sites and rtt)");
-    if (net[k]) continue;
+                        "' (a sites file holds sites, rtt, paths and variation)");
+    YAML::Node mine = net[k];
+    if (mine && mine.IsMap() && it->second.IsMap()) {
+      // A mapping given in both (network.variation): the scenario's keys win one by one, so
+      // that `--set network.variation.bandwidth_cv=0` turns off one process, not all of them.
+      for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
+        const std::string sub = kv->first.as<std::string>();
+        if (mine[sub]) continue;
+        mine[sub] = kv->second;
+        origin.other_files.emplace_back("network." + k + "." + sub, p.string());
+      }
+      continue;
+    }
+    if (mine) continue;
     net[k] = it->second;
     origin.other_files.emplace_back("network." + k, p.string());
   }
@@ -629,6 +706,33 @@ JsonObject Scenario::to_json() const {
   var.add("period_s", network.variability_period_s)
       .add("min_fraction", network.variability_min_fraction);
   net.add("variability", var);
+  JsonObject tcp;
+  tcp.add("cc", network.tcp.cc)
+      .add("mss_bytes", network.tcp.mss_bytes)
+      .add("initial_window_segments", network.tcp.initial_window_segments)
+      .add("slow_start_after_idle", network.tcp.slow_start_after_idle)
+      .add("rto_min_ms", network.tcp.rto_min_ms)
+      .add("per_flow_cap_gbps", network.tcp.per_flow_cap_gbps);
+  net.add("tcp", tcp);
+  const VariationSpec& v = network.variation;
+  JsonObject variation;
+  variation.add("bandwidth_cv", v.bandwidth_cv)
+      .add("bandwidth_correlation_s", v.bandwidth_correlation_s)
+      .add("path_change_interval_s", v.path_change_interval_s)
+      .add("path_change_rtt_fraction", v.path_change_rtt_fraction)
+      .add("loss_episode_interval_s", v.loss_episode_interval_s)
+      .add("loss_episode_s", v.loss_episode_s)
+      .add("loss_episode_loss", v.loss_episode_loss)
+      .add("source", v.source);
+  net.add("variation", variation);
+  std::string paths = "[";
+  for (auto& e : network.paths) {
+    JsonObject o;
+    o.add("a", e.a).add("b", e.b).add("loss", e.loss).add("capacity_gbps", e.capacity_gbps);
+    o.add("source", e.source);
+    paths += (paths.size() > 1 ? "," : "") + o.str();
+  }
+  net.add_raw("paths", paths + "]");
   std::string sites = "[", rtts = "[", nodes = "[";
   for (auto& s : network.sites) {
     JsonObject o;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/events/json.h"
+#include "netsim/tcp_model.h"
 
 namespace meridian::netsim {
 
@@ -50,6 +51,33 @@ struct RttSpec {
   std::string source;
 };
 
+// One site pair's path (a == b: within a site): its packet loss and, if shared, its capacity.
+// Unlisted pairs lose nothing and have no shared capacity (a fat pipe).
+struct PathSpec {
+  std::string a, b;
+  double loss = 0.0;           // per packet, random (steady state)
+  double capacity_gbps = 0.0;  // > 0: flows on this path share it; 0: not a bottleneck
+  std::string source;
+};
+
+// Variation in time of the inter-site paths (network.variation); 0 turns a process off.
+struct VariationSpec {
+  double bandwidth_cv = 0.0;             // coefficient of variation of a shared path's capacity
+  double bandwidth_correlation_s = 0.0;  // its correlation time (AR(1) in log space)
+  double path_change_interval_s = 0.0;   // mean time between path (route) changes
+  double path_change_rtt_fraction = 0.0;  // mean extra RTT of a changed path, × base RTT
+  double loss_episode_interval_s = 0.0;  // mean time between loss episodes
+  double loss_episode_s = 0.0;           // mean length of one
+  double loss_episode_loss = 0.0;        // packet loss during one
+  std::string source;
+
+  bool bandwidth_varies() const { return bandwidth_cv > 0 && bandwidth_correlation_s > 0; }
+  bool paths_change() const { return path_change_interval_s > 0 && path_change_rtt_fraction > 0; }
+  bool loss_episodes() const {
+    return loss_episode_interval_s > 0 && loss_episode_s > 0 && loss_episode_loss > 0;
+  }
+};
+
 struct NodeGroup {
   std::string site;
   int count = 1;
@@ -61,7 +89,10 @@ struct NodeGroup {
 struct NetworkSpec {
   std::string model = "CM02";          // SimGrid network/model
   double tcp_gamma_bytes = 4194304.0;  // per-flow window cap: Linux tcp_wmem max default
-  bool crosstraffic = true;            // SimGrid network/crosstraffic
+  // SimGrid network/crosstraffic (its 5 % reverse-path charge, shares weighted by latency):
+  // off, as it starves WAN flows in rings that mix LAN and WAN hops (netsim/README.md).
+  bool crosstraffic = false;
+  TcpSpec tcp;                         // per-connection TCP (netsim/tcp_model.h)
   // One-way control trips that must cross before a message's data may start, once both its
   // sender and its receiver have posted it (a rendezvous protocol). 0: the data goes at once
   // (eager, buffered: NCCL-like pre-posted receives, the INTELLECT-1 scenarios). Meridian's Gloo
@@ -78,7 +109,11 @@ struct NetworkSpec {
   double variability_min_fraction = 1.0;  // each period, bandwidth × U[min_fraction, 1]
   std::vector<SiteSpec> sites;
   std::vector<RttSpec> rtt;
+  std::vector<PathSpec> paths;
+  VariationSpec variation;
   std::vector<NodeGroup> nodes;
+
+  const PathSpec* path(const std::string& a, const std::string& b) const;  // nullptr: unlisted
 };
 
 struct DilocoSpec {

@@ -14,6 +14,7 @@
 
 #include "engine/error.h"
 #include "netsim/wait_list.h"
+#include "netsim/wan.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -57,7 +58,16 @@ struct SimNetwork::State {
   std::uint64_t messages = 0;
   std::uint64_t wire_bytes = 0;
   int rendezvous_trips = 0;
+  std::shared_ptr<WanModel> wan;
   std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_s;  // one way, per route
+
+  // Starts a transfer; ended() must follow it, whatever becomes of it.
+  sg4::CommPtr start_flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes) {
+    return wan ? wan->start(from, to, bytes) : sg4::Comm::sendto_async(from, to, bytes);
+  }
+  void ended(sg4::Host* from, sg4::Host* to) {
+    if (wan) wan->ended(from, to);
+  }
 
   double one_way_latency_s(sg4::Host* from, sg4::Host* to) {
     auto [it, fresh] = latency_s.try_emplace({from, to}, 0.0);
@@ -92,6 +102,11 @@ void transfer(SimNetwork::State& net, EpochState& ep, int from, int to, std::uin
                                  std::to_string(ep.members[to]) + ") of epoch " +
                                  std::to_string(ep.epoch) + " " + why);
   };
+  struct Ended {  // the connection goes idle however the transfer ends
+    SimNetwork::State& net;
+    sg4::Host *from, *to;
+    ~Ended() { net.ended(from, to); }
+  } ended{net, ep.hosts[from], ep.hosts[to]};
   try {
     comm->wait_for(std::max(0.0, deadline_s - sg4::Engine::get_clock()));
   } catch (const simgrid::TimeoutException&) {
@@ -204,10 +219,13 @@ class SimExchange final : public PendingExchange {
     post_receive(*net_, *ep_, me_, from_, tag_);
     peer_ok_ = !net_->dead.count(ep_->members[to_]) && !ep_->aborted[to_];
     if (peer_ok_ && net_->rendezvous_trips == 0)  // eager: the data leaves now
-      comm_ = sg4::Comm::sendto_async(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
+      comm_ = net_->start_flow(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
   }
   ~SimExchange() override {
-    if (comm_ && !done_) comm_->cancel();
+    if (comm_ && !done_) {
+      comm_->cancel();
+      net_->ended(ep_->hosts[me_], ep_->hosts[to_]);
+    }
   }
   Received wait(double timeout_s) override {
     pay_deferred_time();
@@ -217,7 +235,7 @@ class SimExchange final : public PendingExchange {
                                    std::to_string(ep_->epoch) + " is lost");
     if (!comm_) {  // rendezvous: the data leaves once the handshake is done
       rendezvous(*net_, *ep_, me_, to_, tag_, posted_s_, deadline);
-      comm_ = sg4::Comm::sendto_async(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
+      comm_ = net_->start_flow(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
     }
     done_ = true;
     transfer(*net_, *ep_, me_, to_, out_.wire_bytes, comm_, deadline);
@@ -253,7 +271,7 @@ class SimTransport final : public Transport {
     check_peer(to);
     const double now_s = sg4::Engine::get_clock(), deadline = now_s + timeout_s;
     rendezvous(*net_, *ep_, rank_, to, tag, now_s, deadline);
-    auto comm = sg4::Comm::sendto_async(ep_->hosts[rank_], ep_->hosts[to], msg.wire_bytes);
+    auto comm = net_->start_flow(ep_->hosts[rank_], ep_->hosts[to], msg.wire_bytes);
     transfer(*net_, *ep_, rank_, to, msg.wire_bytes, comm, deadline);
     deliver(*ep_, rank_, to, tag, msg);
   }
@@ -345,6 +363,7 @@ void SimNetwork::set_rendezvous_trips(int trips) {
   MERIDIAN_CHECK(trips >= 0);
   state_->rendezvous_trips = trips;
 }
+void SimNetwork::set_wan(std::shared_ptr<WanModel> wan) { state_->wan = std::move(wan); }
 std::uint64_t SimNetwork::messages() const { return state_->messages; }
 std::uint64_t SimNetwork::wire_bytes() const { return state_->wire_bytes; }
 

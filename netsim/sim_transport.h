@@ -17,6 +17,8 @@ class Host;
 
 namespace meridian::netsim {
 
+class WanModel;
+
 // Delivery semantics: a send returns when its bytes have crossed the network (buffered, like TCP
 // with a large socket buffer: the receiver need not have posted its recv). A receive from a peer
 // that is dead (node_failed) or has aborted the epoch raises PeerLostError at once; a silent peer
@@ -47,6 +49,10 @@ class SimNetwork final : public TransportFactory {
   // With trips > 0 a message's data leaves no earlier than the sender's wait() on it (a send
   // posted ahead of time does its handshake ahead of time, but its transfer starts at the wait).
   void set_rendezvous_trips(int trips);
+
+  // Per-connection TCP bounds and slow start for every transfer (netsim/wan.h); without one, a
+  // transfer is a plain SimGrid flow.
+  void set_wan(std::shared_ptr<WanModel> wan);
 
   // Totals over the run (all epochs).
   std::uint64_t messages() const;

@@ -28,6 +28,7 @@
 #include "netsim/sim_runtime.h"
 #include "netsim/sim_store.h"
 #include "netsim/sim_transport.h"
+#include "netsim/wan.h"
 #include "netsim/wait_list.h"
 
 namespace meridian::netsim {
@@ -805,7 +806,10 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   configure_network(e, sc, sc.diloco.aggregate ? L : 1);
 
   OuterStepCounter counting(sink);
-  World w(sc, counting, build_platform(e, sc));
+  World w(sc, counting, build_platform(e, sc, sc.diloco.aggregate ? L : 1));
+  auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1);
+  wan->install(e);
+  w.net.set_wan(wan);
   w.codec = codec;
   w.plugin = options.worker;
   start_notifier(w.pf.coordinator);
@@ -841,6 +845,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
         .add("driver", sc.run.driver)
         .add("store_small_message_bytes", kStoreSmallMessageBytes)
         .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow");
+    simulated.add("wan", wan->to_json());
     cfg.add("simulated", simulated);
     if (options.worker.make_worker) cfg.add("trainer", options.worker.config);
     JsonObject f;

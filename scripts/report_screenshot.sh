@@ -4,8 +4,9 @@
 # chromium or node is not installed.
 #
 # usage: scripts/report_screenshot.sh MERIDIAN_BINARY RUN_DIR [WORK_DIR [BANNER]]
-#   Copies RUN_DIR/events.jsonl into WORK_DIR (default: a new temporary folder), runs
-#   `meridian report` there, and writes WORK_DIR/report-first-screen.png and report-full.png.
+#   Copies RUN_DIR/events.jsonl (an ensemble's ensemble.json, when RUN_DIR has one) into
+#   WORK_DIR (default: a new temporary folder), runs `meridian report` there, and writes
+#   WORK_DIR/report-first-screen.png and report-full.png.
 #   BANNER: the run-end banner the page must show on its first screen (an interrupted run);
 #   without it the page must show none.
 set -euo pipefail
@@ -26,6 +27,10 @@ fi
 
 rm -rf "$work/run"
 mkdir -p "$work/run"
-cp "$run_dir/events.jsonl" "$work/run/events.jsonl"
+if [ -f "$run_dir/ensemble.json" ]; then
+  cp "$run_dir/ensemble.json" "$work/run/ensemble.json"
+else
+  cp "$run_dir/events.jsonl" "$work/run/events.jsonl"
+fi
 "$meridian" report "$work/run"
 node "$here/report_check.mjs" "$chromium" "$work/run/report.html" "$work/report" ${4+"$4"}

@@ -1,5 +1,6 @@
 // `meridian plot RUN_DIR...`: draws each run's figures into RUN_DIR/plots and, for several runs,
-// the side-by-side comparisons. Argument parsing only; the figures are analysis/plots.h.
+// the side-by-side comparisons; the same for ensembles over seeds (folders with ensemble.json).
+// Argument parsing only; the figures are analysis/plots.h.
 #include <filesystem>
 #include <iostream>
 
@@ -17,16 +18,21 @@ constexpr const char* kUsage =
     "  Draws each run's plots (PNG and SVG) into RUN_DIR/plots: active nodes, all-reduce time\n"
     "  histogram and box plot, utilization and MFU over time, a per-node timeline of one outer\n"
     "  step, bytes and bandwidth per node, loss and perplexity (when the run has losses).\n"
-    "  RUN_DIR may also be an events.jsonl file (its folder is the run's folder).\n"
-    "  --out DIR    one run: its plots go to DIR instead; several runs: the side-by-side\n"
-    "               figures (compare_*.png) go to DIR (default: the first run's plots folder)\n"
+    "  RUN_DIR may also be an events.jsonl file (its folder is the run's folder), or an\n"
+    "  ensemble of `meridian sim --seeds` (a folder with ensemble.json): its figures are\n"
+    "  ensemble_box (compute utilization, MFU and median all-reduce across the seeds: box\n"
+    "  p25-p75, median, whiskers p5-p95, a dot per seed) and ensemble_allreduce_steps (per\n"
+    "  outer step the p10-p90 band over the seeds and the median); several ensembles side by\n"
+    "  side as compare_ensemble_*. Give runs or ensembles, not both.\n"
+    "  --out DIR    one run (ensemble): its plots go to DIR instead; several: the side-by-side\n"
+    "               figures (compare_*.png) go to DIR (default: the first one's plots folder)\n"
     "  --step N     the outer step of the timeline (default: the first with a recovery, else\n"
     "               the middle one)\n"
     "  --size WxH   image size in pixels (default 1200x700)\n"
     "  --no-svg     PNG only\n"
     "  --pdf        also PDF (vector, for papers)\n"
-    "  --label NAME the run's name in legends and axes (default: its folder's name); with\n"
-    "               several runs, once per run in the same order\n"
+    "  --label NAME the run's (ensemble's) name in legends and axes (default: its folder's\n"
+    "               name); with several, once per run in the same order\n"
     "  --title TEXT a title above every figure\n"
     "  Needs gnuplot (apt-get install -y gnuplot-nox).\n";
 
@@ -53,6 +59,34 @@ std::int64_t parse_step(const std::string& s) {
   } catch (const std::exception&) {
   }
   throw ConfigError("--step '" + s + "': expected an outer step number (>= 0)");
+}
+
+void print_files(const std::string& what, const std::vector<std::string>& files,
+                 const std::string& dir) {
+  std::cout << what << ": " << files.size() << " files in " << dir << "\n";
+  for (const std::string& f : files) std::cout << "  " << f << "\n";
+}
+
+// Ensembles (folders with ensemble.json): each one's figures in DIR/plots (or --out for one),
+// and with several the side-by-side ones.
+int plot_ensembles(const std::vector<std::string>& dirs, const std::vector<std::string>& labels,
+                   std::string out, const analysis::PlotOptions& options) {
+  std::vector<analysis::EnsembleData> ensembles;
+  for (const std::string& d : dirs) ensembles.push_back(analysis::load_ensemble(d));
+  for (std::size_t i = 0; i < labels.size(); ++i) ensembles[i].label = labels[i];
+  for (const analysis::EnsembleData& e : ensembles) {
+    const std::string plots_dir = ensembles.size() == 1 && !out.empty()
+                                      ? out
+                                      : (std::filesystem::path(e.dir) / "plots").string();
+    print_files(e.label + " (ensemble)", analysis::plot_ensembles({e}, plots_dir, options),
+                plots_dir);
+  }
+  if (ensembles.size() > 1) {
+    if (out.empty()) out = (std::filesystem::path(ensembles[0].dir) / "plots").string();
+    print_files("comparison of " + std::to_string(ensembles.size()) + " ensembles",
+                analysis::plot_ensembles(ensembles, out, options), out);
+  }
+  return kExitOk;
 }
 
 int run_plot(const std::vector<std::string>& args) {
@@ -89,27 +123,39 @@ int run_plot(const std::vector<std::string>& args) {
                       std::to_string(dirs.size()) + " runs; give one per run, in order");
   analysis::find_gnuplot(options.plot.gnuplot);
 
+  // Runs or ensembles: each folder says which it is (or why it is neither).
+  std::vector<analysis::FolderKind> kinds;
+  for (const std::string& d : dirs) kinds.push_back(analysis::folder_kind(d));
+  for (std::size_t i = 1; i < dirs.size(); ++i)
+    if (kinds[i] != kinds[0])
+      throw ConfigError("give runs or ensembles, not both: " + dirs[0] + " is " +
+                        (kinds[0] == analysis::FolderKind::kRun ? "a run" : "an ensemble") + ", " +
+                        dirs[i] + " " +
+                        (kinds[i] == analysis::FolderKind::kRun ? "a run" : "an ensemble"));
+  if (kinds[0] == analysis::FolderKind::kEnsemble) {
+    if (options.timeline_step)
+      throw ConfigError("--step: the timeline is a run's figure; an ensemble has none");
+    return plot_ensembles(dirs, labels, out, options.plot);
+  }
+
   std::vector<analysis::RunData> runs;
   for (const std::string& d : dirs) runs.push_back(analysis::load_run(d));
   for (std::size_t i = 0; i < labels.size(); ++i) runs[i].label = labels[i];
   for (const analysis::RunData& r : runs) {
     const std::string plots_dir =
         runs.size() == 1 && !out.empty() ? out : (std::filesystem::path(r.dir) / "plots").string();
-    const auto files = analysis::plot_run(r, plots_dir, options);
-    std::cout << r.label << ": " << files.size() << " files in " << plots_dir << "\n";
-    for (const std::string& f : files) std::cout << "  " << f << "\n";
+    print_files(r.label, analysis::plot_run(r, plots_dir, options), plots_dir);
   }
   if (runs.size() > 1) {
     if (out.empty()) out = (std::filesystem::path(runs[0].dir) / "plots").string();
-    const auto files = analysis::plot_comparison(runs, out, options.plot);
-    std::cout << "comparison of " << runs.size() << " runs: " << files.size() << " files in " << out
-              << "\n";
-    for (const std::string& f : files) std::cout << "  " << f << "\n";
+    print_files("comparison of " + std::to_string(runs.size()) + " runs",
+                analysis::plot_comparison(runs, out, options.plot), out);
   }
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("plot", "draw a run's plots (gnuplot: PNG and SVG), several runs side by side",
+MERIDIAN_COMMAND("plot",
+                 "draw a run's or an ensemble's plots (gnuplot: PNG and SVG), several side by side",
                  kUsage, run_plot);
 
 }  // namespace

@@ -1,5 +1,6 @@
-// `meridian report RUN_DIR`: draws the run's plots and writes RUN_DIR/report.html, a single
-// self-contained page. Argument parsing only; the page is analysis/report.h.
+// `meridian report RUN_DIR`: draws the run's (or the ensemble's) plots and writes
+// RUN_DIR/report.html, a single self-contained page. Argument parsing only; the page is
+// analysis/report.h.
 #include <iostream>
 
 #include "analysis/report.h"
@@ -14,6 +15,9 @@ constexpr const char* kUsage =
     "  Writes RUN_DIR/report.html (or FILE): summary table, per-node table, every plot of\n"
     "  `meridian plot` embedded in the page, and the resolved configuration. The page has no\n"
     "  external resources and opens from disk. Needs gnuplot (apt-get install -y gnuplot-nox).\n"
+    "  RUN_DIR may also be an ensemble of `meridian sim --seeds` (a folder with ensemble.json):\n"
+    "  the page then has the ensemble's table, its figures (`meridian plot` of the ensemble)\n"
+    "  and a link to each seed's run.\n"
     "  --label NAME  the run's name in the page and its plots (default: its folder's name)\n"
     "  --title TEXT  a title above every plot\n";
 
@@ -41,11 +45,16 @@ int run_report(const std::vector<std::string>& args) {
     }
   }
   if (dir.empty()) throw ConfigError(std::string("no run directory given\n") + kUsage);
-  std::cout << "report: " << analysis::write_report(dir, options) << "\n";
+  const bool ensemble = analysis::folder_kind(dir) == analysis::FolderKind::kEnsemble;
+  std::cout << "report: "
+            << (ensemble ? analysis::write_ensemble_report(dir, options)
+                         : analysis::write_report(dir, options))
+            << "\n";
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("report", "write a run's self-contained report.html (summary, plots, config)",
+MERIDIAN_COMMAND("report",
+                 "write a run's or an ensemble's self-contained report.html (tables, plots)",
                  kUsage, run_report);
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "analysis/ensemble.h"
 #include "analysis/events.h"
+#include "analysis/plots.h"
 #include "analysis/summary.h"
 #include "analysis/sweep.h"
 #include "cli/args.h"
@@ -26,8 +27,8 @@ namespace meridian::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: meridian sim SCENARIO.yaml [--out DIR] [--force] [--seed N]\n"
-    "                    [--set key.path=value ...] [--simgrid-log L]\n"
+    "usage: meridian sim SCENARIO.yaml [--out DIR] [--force] [--seed N | --seeds LIST]\n"
+    "                    [--no-plots] [--set key.path=value ...] [--simgrid-log L]\n"
     "  Simulates the scenario (SimGrid network model, modelled compute, churn trace);\n"
     "  with `worker: torch` every node also trains a real LibTorch model (emulation).\n"
     "  --out DIR      output folder (default: the scenario's output.dir, else runs/<name>)\n"
@@ -37,7 +38,10 @@ constexpr const char* kUsage =
     "  --seeds LIST   an ensemble: one run per seed (1-20, 1,3,5 or 1-3,10) in DIR/seed-<N>/\n"
     "                 (default DIR: runs/<name>-seeds), then DIR/ensemble.json and\n"
     "                 DIR/ensemble.md: each figure's median and 90 % interval over the seeds,\n"
-    "                 the per-outer-step all-reduce times of all runs pooled\n"
+    "                 the per-outer-step all-reduce times of all runs pooled; and its figures\n"
+    "                 in DIR/plots (`meridian plot DIR`: box plots across the seeds, the\n"
+    "                 per-outer-step all-reduce band)\n"
+    "  --no-plots     with --seeds: no figures (then gnuplot is not needed)\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
     "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
     "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
@@ -46,7 +50,13 @@ constexpr const char* kUsage =
 // DIR/seed-<N> with the same settings, then the distributions across them (analysis/ensemble.h).
 int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds,
                  const std::vector<std::string>& overrides, const std::string& out, bool force,
-                 const std::string& simgrid_log, const std::vector<std::string>& args) {
+                 bool plots, const std::string& simgrid_log, const std::vector<std::string>& args) {
+  const analysis::PlotOptions plot_options;
+  try {
+    if (plots) analysis::find_gnuplot(plot_options.gnuplot);  // before the seeds run
+  } catch (const ConfigError& e) {
+    throw ConfigError(std::string(e.what()) + " (or --no-plots)");
+  }
   claim_run_folder(out, force);
   std::string command = "meridian sim";
   for (const std::string& a : args) command += " " + a;
@@ -89,6 +99,12 @@ int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds
   const std::string md = analysis::ensemble_markdown(e);
   std::ofstream(std::filesystem::path(out) / "ensemble.md") << md;
   std::cout << md << "  runs: " << out << "/seed-<N>/\n";
+  if (plots) {
+    const std::string plots_dir = (std::filesystem::path(out) / "plots").string();
+    const auto files =
+        analysis::plot_ensembles({analysis::load_ensemble(out)}, plots_dir, plot_options);
+    std::cout << "  figures: " << files.size() << " files in " << plots_dir << "\n";
+  }
   if (const int sig = InterruptScope::received()) {
     std::cerr << "meridian sim: interrupted (" << InterruptScope::name(sig) << ") after "
               << runs.size() << " of " << seeds.size() << " seeds\n";
@@ -104,7 +120,7 @@ int run_sim(const std::vector<std::string>& args) {
   std::vector<std::string> overrides;
   std::string simgrid_log = "critical";
   std::string seeds_text;
-  bool force = false;
+  bool force = false, plots = true;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -120,6 +136,8 @@ int run_sim(const std::vector<std::string>& args) {
       simgrid_log = value();
     else if (a == "--force")
       force = true;
+    else if (a == "--no-plots")
+      plots = false;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
@@ -143,8 +161,9 @@ int run_sim(const std::vector<std::string>& args) {
     for (const std::string& o : overrides)
       if (o.rfind("run.seed=", 0) == 0) throw ConfigError("--seeds and --seed: give one of them");
     return run_ensemble(path, seeds, overrides, out.empty() ? sc.output_dir + "-seeds" : out, force,
-                        simgrid_log, args);
+                        plots, simgrid_log, args);
   }
+  if (!plots) throw ConfigError("--no-plots: only with --seeds (a single run draws no figures)");
   if (out.empty()) out = sc.output_dir;
   claim_run_folder(out, force);  // before any work: never over another run unless --force
   // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the
@@ -194,8 +213,8 @@ int run_sim(const std::vector<std::string>& args) {
   // summary.json comes from the events alone, by the one implementation of SCHEMA.md's metrics
   // (analysis/), exactly as `meridian report` and `meridian sweep` compute it.
   const analysis::Summary summary = analysis::summarize(analysis::read_events_file(events_path));
-  std::ofstream(std::filesystem::path(out) / "summary.json") << analysis::to_json(summary).dump(2)
-                                                                 << "\n";
+  std::ofstream(std::filesystem::path(out) / "summary.json")
+      << analysis::to_json(summary).dump(2) << "\n";
   std::cout << analysis::summary_table(summary) << "  events: " << events_path << "\n";
   if (!r.interrupted.empty()) return InterruptScope::exit_code(InterruptScope::received());
   return kExitOk;

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The three steady intellect1 scenarios as 20-seed ensembles (meridian sim --seeds). The runs go
-# to runs/ens-<scenario>/seed-<N>/ (rebuilt byte for byte by this script, not committed); their
-# ensemble.json and ensemble.md are copied here. Usage: results/intellect1-ensembles/run.sh BUILD
+# The three steady intellect1 scenarios as 20-seed ensembles (meridian sim --seeds), and the
+# figure that compares them. The runs go to runs/ens-<scenario>/seed-<N>/ (rebuilt byte for byte
+# by this script, not committed); their ensemble.json and ensemble.md are copied here, and
+# plots/compare_ensemble_*.png drawn from them. Usage: results/intellect1-ensembles/run.sh BUILD
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD_DIR}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
 for s in usa useu global; do
-  "$build/bin/meridian" sim "scenarios/intellect1-$s.yaml" --seeds 1-20 --out "runs/ens-$s" --force
+  "$build/bin/meridian" sim "scenarios/intellect1-$s.yaml" --seeds 1-20 --out "runs/ens-$s" \
+    --force --no-plots
   mkdir -p "$here/$s"
   cp "runs/ens-$s/ensemble.json" "runs/ens-$s/ensemble.md" "$here/$s/"
 done
+"$build/bin/meridian" plot "$here/usa" "$here/useu" "$here/global" --label "USA (8 nodes)" \
+  --label "US + EU (10)" --label "global (14)" --no-svg --out "$here/plots" > /dev/null

@@ -14,38 +14,18 @@
 #include "analysis/report.h"
 #include "engine/error.h"
 #include "tests/analysis/synthetic_run.h"
+#include "tests/analysis/test_files.h"
 
 namespace meridian::analysis {
 namespace {
 namespace fs = std::filesystem;
 
-bool have_gnuplot() {
-  try {
-    find_gnuplot("gnuplot");
-    return true;
-  } catch (const ConfigError&) {
-    return false;
-  }
-}
-
-// Width and height from the IHDR chunk: 8-byte signature, 4-byte length, "IHDR", then
-// big-endian width and height.
-std::pair<int, int> png_size(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  unsigned char h[24] = {};
-  in.read(reinterpret_cast<char*>(h), 24);
-  EXPECT_EQ(in.gcount(), 24) << path;
-  EXPECT_EQ(std::string(reinterpret_cast<char*>(h) + 1, 3), "PNG") << path;
-  EXPECT_EQ(std::string(reinterpret_cast<char*>(h) + 12, 4), "IHDR") << path;
-  auto be32 = [&](int o) { return (h[o] << 24) | (h[o + 1] << 16) | (h[o + 2] << 8) | h[o + 3]; };
-  return {be32(16), be32(20)};
-}
+using testing::have_gnuplot;
+using testing::png_size;
+using testing::read_text;
 
 std::string fresh_dir(const std::string& name) {
-  const fs::path d = fs::path(::testing::TempDir()) / ("meridian_plots_test_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d.string();
+  return testing::fresh_dir("meridian_plots_test_" + name);
 }
 
 TEST(Plots, EveryFigureOfOneRun) {
@@ -133,13 +113,6 @@ TEST(Plots, SeveralRunsSideBySide) {
   std::string header;
   std::getline(hist, header);
   EXPECT_EQ(header, "bin_center_s \"meridian_plots_test_int8\" \"meridian_plots_test_fp32\"");
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 // One figure's section of a generated script (from "# ---- NAME" to the next section).

@@ -220,8 +220,13 @@ TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
   EXPECT_NE(ensemble.find("\"seeds\": [\n    1,\n    2,\n    3\n  ]"), std::string::npos)
       << ensemble;
 
-  const Ran second = meridian("sim ens.yaml --seeds=1-3 --out e2");
+  // Its figures are drawn at the end, as `meridian plot e1` draws them.
+  EXPECT_TRUE(fs::exists(dir_ / "e1" / "plots" / "ensemble_box.png"));
+  EXPECT_TRUE(fs::exists(dir_ / "e1" / "plots" / "ensemble_allreduce_steps.png"));
+
+  const Ran second = meridian("sim ens.yaml --seeds=1-3 --out e2 --no-plots");
   ASSERT_EQ(second.rc, 0) << second.err;
+  EXPECT_FALSE(fs::exists(dir_ / "e2" / "plots"));
   // Everything but the command line (which names the other folder) is the same.
   auto without_command = [](const std::string& text) {
     nlohmann::json j = nlohmann::json::parse(text);
@@ -234,6 +239,25 @@ TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
   const std::string s1 = slurp(dir_ / "e1" / "seed-1" / "summary.json");
   const std::string s2 = slurp(dir_ / "e1" / "seed-2" / "summary.json");
   EXPECT_NE(s1, s2);
+
+  // Two ensembles side by side, and an ensemble's report.
+  const Ran plot = meridian("plot e1 e2 --label A --label B --out cmp --no-svg");
+  ASSERT_EQ(plot.rc, 0) << plot.err;
+  EXPECT_TRUE(fs::exists(dir_ / "cmp" / "compare_ensemble_box.png"));
+  EXPECT_TRUE(fs::exists(dir_ / "cmp" / "compare_ensemble_allreduce_steps.png"));
+  const Ran report = meridian("report e1");
+  ASSERT_EQ(report.rc, 0) << report.err;
+  EXPECT_NE(slurp(dir_ / "e1" / "report.html").find("<a href=\"seed-3/\">"), std::string::npos);
+  // A folder that is neither a run nor an ensemble is named; runs and ensembles do not mix.
+  fs::create_directories(dir_ / "nothing");
+  const Ran neither = meridian("report nothing");
+  EXPECT_EQ(neither.rc, 2);
+  EXPECT_NE(neither.err.find("nothing: neither a run"), std::string::npos) << neither.err;
+  const Ran mixed = meridian("plot e1 e1/seed-1");
+  EXPECT_EQ(mixed.rc, 2);
+  EXPECT_NE(mixed.err.find("give runs or ensembles, not both: e1 is an ensemble, e1/seed-1 a run"),
+            std::string::npos)
+      << mixed.err;
 
   EXPECT_EQ(meridian("sim ens.yaml --seeds 1-3 --out e1").rc, 2);  // holds an ensemble
   const Ran bad = meridian("sim ens.yaml --seeds 3-1 --out e3");
