@@ -39,6 +39,8 @@ using netdelay::DelayMatrix;
 constexpr char kUsage[] =
     "usage: meridian netdelay --port IFNAME [--port IFNAME ...]\n"
     "                         (--delay-ms D | --access-delay-ms D0,D1,... | --matrix FILE)\n"
+    "                         [--loss P | --loss-ge p_gb,p_bg,loss_good,loss_bad]\n"
+    "                         [--jitter-ms J] [--seed S]\n"
     "                         [--ready-file F] [--stats-file F] [--realtime]\n"
     "\n"
     "Forwards Ethernet frames between the given interfaces (port i = the i-th --port), each\n"
@@ -48,11 +50,27 @@ constexpr char kUsage[] =
     "until SIGINT/SIGTERM, then prints its counters (and writes them to --stats-file).\n"
     "--ready-file is written once every socket is bound. Rate limits: tbf on the interfaces.\n"
     "--realtime: run under SCHED_FIFO (priority 10) so that a loaded machine does not delay\n"
-    "releases (the forwarder needs little CPU; a warning, not an error, when not permitted).\n";
+    "releases (the forwarder needs little CPU; a warning, not an error, when not permitted).\n"
+    "\n"
+    "Impairments, each ordered port pair its own random stream from --seed S (default 1), so a\n"
+    "seed and the same frames give the same drops and delays:\n"
+    "--loss P: each frame to a learnt unicast destination is lost with probability P.\n"
+    "--loss-ge p_gb,p_bg,loss_good,loss_bad: Gilbert-Elliott bursts, one step per frame: lost\n"
+    "  with probability loss_good in state Good, loss_bad in Bad; then Good->Bad with p_gb,\n"
+    "  Bad->Good with p_bg (Bad lasts 1/p_bg frames on average; mean loss rate\n"
+    "  (p_bg*loss_good + p_gb*loss_bad) / (p_gb + p_bg)). netem's gemodel p r 1-h 1-k is\n"
+    "  p_gb,p_bg,1-k,1-h here.\n"
+    "--jitter-ms J: each copy held an extra delay drawn from an exponential distribution of mean\n"
+    "  J ms, but never released before its pair's previous copy (FIFO: no reordering).\n"
+    "A frame is the loss model's packet: with TSO/GSO on, one frame can be a 64 kB GSO frame of\n"
+    "many TCP segments (counted as gso_frames; scripts/netns/netns.sh turns offloads off when\n"
+    "--loss or --loss-ge is given). Flooded frames (ARP, unknown destinations) are never lost.\n";
 
 // struct virtio_net_hdr (linux/virtio_net.h, a fixed ABI; the header does not compile as C++):
 // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
 constexpr std::size_t kVnetHdrBytes = 10;
+constexpr std::size_t kVnetGsoTypeOffset = 1;  // gso_type: VIRTIO_NET_HDR_GSO_NONE (0) or a kind
+constexpr std::uint8_t kVnetGsoNone = 0;
 constexpr int kBatch = 32;                        // frames per recvmmsg
 constexpr std::size_t kFrameBytes = 65536 + 256;  // a GSO frame and its virtio_net_hdr
 constexpr int kSocketBufferBytes = 32 << 20;
@@ -135,16 +153,31 @@ struct Lateness {  // how late copies left against their release time (the forwa
 };
 
 std::string stats_text(const DelayForwarder& f, const Lateness& late, std::uint64_t send_errors,
-                       std::uint64_t truncated) {
+                       std::uint64_t truncated, std::uint64_t gso_frames) {
   const netdelay::ForwarderStats& s = f.stats();
   std::ostringstream os;
   os << "frames_in " << s.frames_in << "\nbytes_in " << s.bytes_in << "\ncopies_queued "
      << s.copies_queued << "\ncopies_released " << s.copies_released << "\nflooded " << s.flooded
      << "\ndropped_no_buffer " << s.dropped_no_buffer << "\ndropped_malformed "
      << s.dropped_malformed << "\ndropped_truncated " << truncated << "\ndropped_same_port "
-     << s.dropped_same_port << "\nsend_errors " << send_errors << "\nmax_queued " << s.max_queued
-     << "\nlate_mean_us " << (late.count ? late.sum_us / static_cast<double>(late.count) : 0.0)
-     << "\nlate_max_us " << late.max_us << "\n";
+     << s.dropped_same_port << "\ndropped_loss " << s.dropped_loss << "\ngso_frames " << gso_frames
+     << "\nsend_errors " << send_errors << "\nmax_queued " << s.max_queued << "\nlate_mean_us "
+     << (late.count ? late.sum_us / static_cast<double>(late.count) : 0.0) << "\nlate_max_us "
+     << late.max_us << "\n";
+  return os.str();
+}
+
+std::string impairment_text(const netdelay::Impairments& imp) {
+  std::ostringstream os;
+  const netdelay::LossSpec& l = imp.loss;
+  if (l.kind == netdelay::LossSpec::Kind::kBernoulli) os << ", loss " << l.p;
+  if (l.kind == netdelay::LossSpec::Kind::kGilbertElliott) {
+    os << ", Gilbert-Elliott loss (p_gb " << l.ge.p_gb << ", p_bg " << l.ge.p_bg << ", loss_good "
+       << l.ge.loss_good << ", loss_bad " << l.ge.loss_bad << ": mean " << l.ge.mean_loss_rate()
+       << ")";
+  }
+  if (imp.jitter_mean_ms > 0) os << ", jitter mean " << imp.jitter_mean_ms << " ms";
+  if (l.active() || imp.jitter_mean_ms > 0) os << ", seed " << imp.seed;
   return os.str();
 }
 
@@ -152,6 +185,7 @@ int run_netdelay(const std::vector<std::string>& args) {
   std::vector<std::string> ports;
   std::string delay_ms, access_ms, matrix_file, ready_file, stats_file;
   bool realtime = false;
+  netdelay::Impairments impairments;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -167,6 +201,18 @@ int run_netdelay(const std::vector<std::string>& args) {
       ready_file = value();
     } else if (a == "--stats-file") {
       stats_file = value();
+    } else if (a == "--loss") {
+      if (impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
+      impairments.loss = netdelay::parse_bernoulli_loss(value());
+    } else if (a == "--loss-ge") {
+      if (impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
+      impairments.loss = netdelay::parse_gilbert_elliott_loss(value());
+    } else if (a == "--jitter-ms") {
+      impairments.jitter_mean_ms = opt::number("--jitter-ms", value());
+      if (!(impairments.jitter_mean_ms >= 0 && impairments.jitter_mean_ms <= 60'000))
+        throw ConfigError("--jitter-ms: expected a mean in [0, 60000] ms");
+    } else if (a == "--seed") {
+      impairments.seed = opt::unsigned_integer("--seed", value());
     } else if (a == "--realtime") {
       realtime = true;
     } else {
@@ -205,7 +251,9 @@ int run_netdelay(const std::vector<std::string>& args) {
     sockets.push_back(open_port(p));
     fds.push_back(pollfd{sockets.back().get(), POLLIN, 0});
   }
-  DelayForwarder forwarder(std::move(delays), kVnetHdrBytes);
+  netdelay::ForwarderOptions options;
+  options.impairments = impairments;
+  DelayForwarder forwarder(std::move(delays), kVnetHdrBytes, options);
 
   // Stop signals are blocked except inside ppoll, so a signal cannot slip in between the check
   // of g_stop and the wait.
@@ -230,14 +278,15 @@ int run_netdelay(const std::vector<std::string>& args) {
   if (!ready_file.empty()) {
     std::ofstream(ready_file) << "ready\n";
   }
-  std::cerr << "netdelay: forwarding between " << n << " ports" << std::endl;
+  std::cerr << "netdelay: forwarding between " << n << " ports" << impairment_text(impairments)
+            << std::endl;
 
   std::vector<std::uint8_t> scratch(kBatch * kFrameBytes);
   std::vector<iovec> iov(kBatch);
   std::vector<mmsghdr> msgs(kBatch);
   for (int k = 0; k < kBatch; ++k) iov[k] = iovec{scratch.data() + k * kFrameBytes, kFrameBytes};
   Lateness late;
-  std::uint64_t send_errors = 0, truncated = 0;
+  std::uint64_t send_errors = 0, truncated = 0, gso_frames = 0;
   const auto send = [&](int out, std::span<const std::uint8_t> frame, std::int64_t release_ns) {
     if (::send(fds[out].fd, frame.data(), frame.size(), MSG_DONTWAIT) < 0) ++send_errors;
     late.add(monotonic_ns() - release_ns);
@@ -280,6 +329,7 @@ int run_netdelay(const std::vector<std::string>& args) {
             ++truncated;
             continue;
           }
+          if (scratch[k * kFrameBytes + kVnetGsoTypeOffset] != kVnetGsoNone) ++gso_frames;
           forwarder.on_frame(port, {scratch.data() + k * kFrameBytes, msgs[k].msg_len}, now);
         }
         // Copies due while we read (zero delay, or a long batch) leave now, not after the poll.
@@ -289,8 +339,13 @@ int run_netdelay(const std::vector<std::string>& args) {
     }
   }
   sockets.clear();
-  const std::string text = stats_text(forwarder, late, send_errors, truncated);
+  const std::string text = stats_text(forwarder, late, send_errors, truncated, gso_frames);
   std::cerr << "netdelay: stopped\n" << text;
+  if (impairments.loss.active() && gso_frames > 0) {
+    std::cerr << "netdelay: warning: " << gso_frames
+              << " GSO frames crossed under --loss: losing one drops several TCP segments at "
+                 "once (turn TSO/GSO/GRO off on the ports' veths)\n";
+  }
   if (!stats_file.empty()) std::ofstream(stats_file) << text;
   return kExitOk;
 }

@@ -1,7 +1,7 @@
 // `meridian netprobe`: a TCP round-trip and throughput probe for the namespace harness (the
 // machine has no ping or iperf3). `serve` answers pings and sinks bulk data; the client reports
-// the round-trip times and the goodput of one bulk transfer. A measuring tool, not a benchmark
-// suite: one connection at a time, blocking sockets.
+// the round-trip times and the goodput of one bulk transfer over K parallel connections. A
+// measuring tool, not a benchmark suite: blocking sockets, a thread per connection.
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -11,12 +11,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <memory>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/args.h"
@@ -28,15 +32,23 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: meridian netprobe serve [--bind HOST] [--port P] [--port-file F] [--connections K]\n"
-    "       meridian netprobe HOST:PORT [--pings N] [--bytes B]\n"
+    "       meridian netprobe HOST:PORT [--pings N] [--bytes B] [--flows K] [--cc NAME]\n"
     "\n"
     "serve: listens on HOST:P (P = 0: a free port, written to F), answers K connections (default:\n"
-    "until killed). Client: N 64-byte ping-pongs on one TCP_NODELAY connection (default 20), then\n"
-    "B bytes (default 10000000) sent on a second connection; prints one line\n"
-    "  connect_ms=.. rtt_ms_min=.. rtt_ms_median=.. rtt_ms_max=.. bytes=.. seconds=.. "
-    "mbit_per_s=..\n"
-    "where seconds runs from the first byte sent to the receiver's count coming back (so it\n"
-    "includes one round trip).\n";
+    "until killed), each in its own thread. Client: N 64-byte ping-pongs on one TCP_NODELAY\n"
+    "connection (default 20; 0: none), then B bytes in all (default 10000000) sent over K new\n"
+    "connections at once (default 1; B split evenly), opened before the clock starts; prints\n"
+    "  connect_ms=.. rtt_ms_min=.. rtt_ms_median=.. rtt_ms_max=.. (with pings) flows=.. bytes=..\n"
+    "  seconds=.. mbit_per_s=.. delivered_s=.. delivered_mbit_per_s=.. retrans_segs=.. "
+    "segs=..\n"
+    "seconds runs from the first byte sent to the last receiver's count coming back (so it\n"
+    "includes one round trip); delivered_s to the last byte's arrival at its receiver (the\n"
+    "receivers' clock, the same CLOCK_MONOTONIC on one machine, namespaces or not): the message's\n"
+    "delivery time. retrans_segs: the senders' retransmitted segments (TCP_INFO), segs: the data\n"
+    "segments without retransmissions (bytes / MSS per connection). --cc sets the bulk\n"
+    "connections' congestion control (TCP_CONGESTION; any the kernel has, with CAP_NET_ADMIN,\n"
+    "where a namespace's net.ipv4.tcp_congestion_control may only name the allowed ones);\n"
+    "the one in use goes to stderr.\n";
 
 constexpr std::size_t kPingBytes = 64;
 constexpr std::size_t kChunkBytes = 1 << 16;
@@ -97,24 +109,38 @@ sockaddr_in resolve(const std::string& host, std::uint16_t port) {
   return a;
 }
 
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// What a sink sends back when its peer has closed: the byte count and when the last byte came.
+struct SinkReply {
+  std::uint64_t bytes = 0;
+  std::int64_t last_byte_ns = 0;  // CLOCK_MONOTONIC
+};
+
 // Serves one connection: the first byte says what it is ('p' pings: echo 64-byte messages until
-// the peer closes; 's' sink: read to the end, reply with the 8-byte count).
-void serve_one(int fd, std::vector<std::uint8_t>& buf) {
+// the peer closes; 's' sink: read to the end, reply with a SinkReply).
+void serve_one(int fd) {
+  std::vector<std::uint8_t> buf(kChunkBytes);
   char mode = 0;
   if (!read_all(fd, &mode, 1)) return;
   if (mode == 'p') {
     set_nodelay(fd);
     while (read_all(fd, buf.data(), kPingBytes)) write_all(fd, buf.data(), kPingBytes);
   } else if (mode == 's') {
-    std::uint64_t total = 0;
+    SinkReply reply;
     while (true) {
       const ssize_t r = ::recv(fd, buf.data(), buf.size(), 0);
       if (r < 0 && errno == EINTR) continue;
       if (r < 0) fail_errno("recv");
       if (r == 0) break;
-      total += static_cast<std::uint64_t>(r);
+      reply.last_byte_ns = monotonic_ns();
+      reply.bytes += static_cast<std::uint64_t>(r);
     }
-    write_all(fd, &total, sizeof total);
+    write_all(fd, &reply, sizeof reply);
   } else {
     throw ProtocolError("unknown mode byte");
   }
@@ -153,30 +179,80 @@ int run_serve(const std::vector<std::string>& args) {
     std::rename(tmp.c_str(), port_file.c_str());
   }
   std::cerr << "netprobe: listening on " << bind_host << ":" << ntohs(addr.sin_port) << std::endl;
-  std::vector<std::uint8_t> buf(kChunkBytes);
+  struct Worker {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Worker> workers;
   for (std::uint64_t served = 0; connections == 0 || served < connections; ++served) {
     const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR) continue;
       fail_errno("accept");
     }
-    try {
-      serve_one(fd, buf);
-    } catch (const Error& e) {
-      std::cerr << e.what() << "\n";
-    }
-    close(fd);
+    std::erase_if(workers, [](Worker& w) {  // reap finished connections
+      if (!*w.done) return false;
+      w.thread.join();
+      return true;
+    });
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    workers.push_back(Worker{std::thread([fd, done] {
+                               try {
+                                 serve_one(fd);
+                               } catch (const Error& e) {
+                                 std::cerr << e.what() << "\n";
+                               }
+                               close(fd);
+                               *done = true;
+                             }),
+                             done});
   }
+  for (Worker& w : workers) w.thread.join();
   close(lfd);
   return kExitOk;
 }
 
-int connect_to(const sockaddr_in& addr) {
+// `cc`: the congestion control to use ("" for the namespace's default), set before connecting.
+int connect_to(const sockaddr_in& addr, const std::string& cc = "") {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) fail_errno("socket");
+  if (!cc.empty() &&
+      setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())))
+    fail_errno("--cc " + cc);
   if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0)
     fail_errno("connect");
   return fd;
+}
+
+// One bulk connection's sending side and what it learnt.
+struct Flow {
+  int fd = -1;
+  std::uint64_t bytes = 0;
+  SinkReply reply;
+  std::uint32_t retrans_segs = 0;
+  std::uint32_t mss = 0;
+  std::string error;
+};
+
+void send_flow(Flow& f) {
+  try {
+    std::vector<std::uint8_t> buf(kChunkBytes, 0x5a);
+    for (std::uint64_t left = f.bytes; left > 0;) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
+      write_all(f.fd, buf.data(), n);
+      left -= n;
+    }
+    shutdown(f.fd, SHUT_WR);
+    if (!read_all(f.fd, &f.reply, sizeof f.reply)) throw Error("no count from the server");
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (getsockopt(f.fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0) {
+      f.retrans_segs = info.tcpi_total_retrans;
+      f.mss = info.tcpi_snd_mss;
+    }
+  } catch (const Error& e) {
+    f.error = e.what();
+  }
 }
 
 int run_client(const std::vector<std::string>& args) {
@@ -185,7 +261,8 @@ int run_client(const std::vector<std::string>& args) {
   if (colon == std::string::npos) throw ConfigError("expected HOST:PORT, got '" + target + "'");
   const sockaddr_in addr =
       resolve(target.substr(0, colon), opt::port("HOST:PORT", target.substr(colon + 1)));
-  std::uint64_t pings = 20, bytes = 10'000'000;
+  std::uint64_t pings = 20, bytes = 10'000'000, flows = 1;
+  std::string cc_name;
   for (std::size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -193,49 +270,72 @@ int run_client(const std::vector<std::string>& args) {
       pings = opt::unsigned_integer("--pings", value());
     else if (a == "--bytes")
       bytes = opt::unsigned_integer("--bytes", value());
+    else if (a == "--flows")
+      flows = opt::integer_in("--flows", value(), 1, 1024);
+    else if (a == "--cc")
+      cc_name = value();
     else
       throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
   }
-  if (pings == 0) throw ConfigError("--pings: expected at least 1");
 
-  // Round trips: connect (SYN, SYN-ACK) and 64-byte ping-pongs.
-  const double t0 = now_s();
-  int fd = connect_to(addr);
-  const double connect_ms = (now_s() - t0) * 1e3;
-  set_nodelay(fd);
-  std::vector<std::uint8_t> buf(kChunkBytes, 0x5a);
-  write_all(fd, "p", 1);
-  std::vector<double> rtt_ms;
-  for (std::uint64_t k = 0; k < pings; ++k) {
-    const double s = now_s();
-    write_all(fd, buf.data(), kPingBytes);
-    if (!read_all(fd, buf.data(), kPingBytes)) throw Error("server closed during pings");
-    rtt_ms.push_back((now_s() - s) * 1e3);
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(3);
+  if (pings > 0) {  // round trips: connect (SYN, SYN-ACK) and 64-byte ping-pongs
+    const double t0 = now_s();
+    const int fd = connect_to(addr);
+    const double connect_ms = (now_s() - t0) * 1e3;
+    set_nodelay(fd);
+    std::vector<std::uint8_t> buf(kPingBytes, 0x5a);
+    write_all(fd, "p", 1);
+    std::vector<double> rtt_ms;
+    for (std::uint64_t k = 0; k < pings; ++k) {
+      const double s = now_s();
+      write_all(fd, buf.data(), kPingBytes);
+      if (!read_all(fd, buf.data(), kPingBytes)) throw Error("server closed during pings");
+      rtt_ms.push_back((now_s() - s) * 1e3);
+    }
+    close(fd);
+    std::sort(rtt_ms.begin(), rtt_ms.end());
+    line << "connect_ms=" << connect_ms << " rtt_ms_min=" << rtt_ms.front()
+         << " rtt_ms_median=" << rtt_ms[rtt_ms.size() / 2] << " rtt_ms_max=" << rtt_ms.back()
+         << " ";
   }
-  close(fd);
-  std::sort(rtt_ms.begin(), rtt_ms.end());
 
-  // Goodput: B bytes, then the receiver's count.
-  fd = connect_to(addr);
-  write_all(fd, "s", 1);
-  const double s = now_s();
-  for (std::uint64_t left = bytes; left > 0;) {
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, buf.size()));
-    write_all(fd, buf.data(), n);
-    left -= n;
+  // Goodput: K connections opened first, then B bytes split over them at once.
+  std::vector<Flow> f(flows);
+  for (std::uint64_t k = 0; k < flows; ++k) {
+    f[k].fd = connect_to(addr, cc_name);
+    f[k].bytes = bytes / flows + (k < bytes % flows ? 1 : 0);
+    write_all(f[k].fd, "s", 1);
   }
-  shutdown(fd, SHUT_WR);
-  std::uint64_t counted = 0;
-  if (!read_all(fd, &counted, sizeof counted)) throw Error("no count from the server");
-  const double seconds = now_s() - s;
-  close(fd);
-
-  std::cout << std::fixed << std::setprecision(3) << "connect_ms=" << connect_ms
-            << " rtt_ms_min=" << rtt_ms.front() << " rtt_ms_median=" << rtt_ms[rtt_ms.size() / 2]
-            << " rtt_ms_max=" << rtt_ms.back() << " bytes=" << counted << " seconds=" << seconds
-            << " mbit_per_s=" << static_cast<double>(counted) * 8 / seconds / 1e6 << std::endl;
+  char cc[16] = {};
+  socklen_t cc_len = sizeof cc - 1;
+  getsockopt(f[0].fd, IPPROTO_TCP, TCP_CONGESTION, cc, &cc_len);
+  const std::int64_t start_ns = monotonic_ns();
+  std::vector<std::thread> threads;
+  for (Flow& flow : f) threads.emplace_back(send_flow, std::ref(flow));
+  for (std::thread& t : threads) t.join();
+  const double seconds = static_cast<double>(monotonic_ns() - start_ns) * 1e-9;
+  std::uint64_t counted = 0, retrans = 0, segs = 0;
+  std::int64_t last_ns = start_ns;
+  for (Flow& flow : f) {
+    close(flow.fd);
+    if (!flow.error.empty()) throw Error(flow.error);
+    counted += flow.reply.bytes;
+    retrans += flow.retrans_segs;
+    segs += flow.mss ? (flow.bytes + flow.mss - 1) / flow.mss : 0;
+    last_ns = std::max(last_ns, flow.reply.last_byte_ns);
+  }
+  const double delivered_s = static_cast<double>(last_ns - start_ns) * 1e-9;
+  const auto mbit = [&](double s) { return static_cast<double>(counted) * 8 / s / 1e6; };
+  line << "flows=" << flows << " bytes=" << counted << " seconds=" << seconds
+       << " mbit_per_s=" << mbit(seconds) << " delivered_s=" << std::setprecision(4) << delivered_s
+       << std::setprecision(3) << " delivered_mbit_per_s=" << mbit(delivered_s)
+       << " retrans_segs=" << retrans << " segs=" << segs;
+  std::cout << line.str() << std::endl;
+  std::cerr << "netprobe: congestion control " << cc << "\n";
   if (counted != bytes) {
-    std::cerr << "netprobe: sent " << bytes << " bytes, the server counted " << counted << "\n";
+    std::cerr << "netprobe: sent " << bytes << " bytes, the servers counted " << counted << "\n";
     return kExitFailed;
   }
   return kExitOk;

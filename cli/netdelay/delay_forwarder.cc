@@ -41,23 +41,7 @@ std::uint64_t key_of(const Mac& mac) {  // the 48 bits, and bit 63 to tell a use
 }  // namespace
 
 std::vector<double> parse_delays_ms(std::string text, const std::string& what) {
-  std::replace(text.begin(), text.end(), ',', ' ');
-  std::istringstream fields(text);
-  std::vector<double> out;
-  std::string field;
-  while (fields >> field) {
-    std::size_t used = 0;
-    double v = 0;
-    try {
-      v = std::stod(field, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != field.size())
-      throw ConfigError(what + ": expected a delay in ms, got '" + field + "'");
-    out.push_back(v);
-  }
-  return out;
+  return parse_number_list(std::move(text), what, "a delay in ms");
 }
 
 DelayMatrix::DelayMatrix(int ports, std::vector<std::int64_t> delay_ns)
@@ -180,6 +164,15 @@ DelayForwarder::DelayForwarder(DelayMatrix delays, std::size_t prefix_bytes,
     b.large = true;
     large_.free.push_back(static_cast<std::uint32_t>(total - 1 - i));
   }
+  const std::size_t pairs = static_cast<std::size_t>(ports() * ports());
+  const Impairments& imp = options_.impairments;
+  loss_.reserve(pairs);
+  jitter_.reserve(pairs);
+  for (std::size_t k = 0; k < pairs; ++k) {
+    loss_.emplace_back(imp.loss, stream_state(imp.seed, k, 0));
+    jitter_.emplace_back(imp.jitter_mean_ms * 1e6, stream_state(imp.seed, k, 1));
+  }
+  last_release_ns_.assign(pairs, std::numeric_limits<std::int64_t>::min());
   // Every buffer can be queued once per other port (a flood).
   heap_.reserve(total * static_cast<std::size_t>(std::max(1, ports() - 1)));
 }
@@ -202,6 +195,10 @@ int DelayForwarder::on_frame(int in_port, std::span<const std::uint8_t> frame,
     return 0;
   }
   if (ports() == 1) return 0;
+  if (known >= 0 && loss_[pair(in_port, known)].lose()) {
+    ++stats_.dropped_loss;
+    return 0;
+  }
 
   Pool& pool = frame.size() <= options_.small_slot_bytes ? small_ : large_;
   if (pool.free.empty()) {
@@ -218,7 +215,11 @@ int DelayForwarder::on_frame(int in_port, std::span<const std::uint8_t> frame,
   int copies = 0;
   const auto queue_to = [&](int out) {
     ++b.refs;
-    push(Copy{now_ns + delays_.delay_ns(in_port, out), seq_++, index, out});
+    const std::size_t p = pair(in_port, out);
+    const std::int64_t release_ns = std::max(
+        now_ns + delays_.delay_ns(in_port, out) + jitter_[p].draw_ns(), last_release_ns_[p]);
+    last_release_ns_[p] = release_ns;
+    push(Copy{release_ns, seq_++, index, out});
     ++copies;
   };
   if (known >= 0) {

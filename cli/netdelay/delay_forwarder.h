@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/netdelay/impairment.h"
+
 namespace meridian::netdelay {
 
 inline constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
@@ -67,11 +69,24 @@ class MacTable {
   std::size_t size_ = 0;
 };
 
+// Random loss and jitter, one independent stream per ordered port pair (impairment.h). Loss
+// applies to the frames of a learnt unicast destination, one loss step per frame: a frame is
+// the packet of the loss model, so the ports must carry MTU frames, not GSO ones, for it to be
+// per-packet loss (scripts/netns/netns.sh turns TSO/GSO/GRO off when loss is configured). Frames
+// that are flooded (ARP, neighbour discovery, unknown destinations) are never lost. Jitter
+// applies to every copy.
+struct Impairments {
+  LossSpec loss;
+  double jitter_mean_ms = 0;
+  std::uint64_t seed = 1;
+};
+
 struct ForwarderOptions {
   std::size_t small_slots = 16384;  // frames up to small_slot_bytes (one MTU frame + header)
   std::size_t small_slot_bytes = 2048;
   std::size_t large_slots = 512;  // larger (GSO) frames up to large_slot_bytes
   std::size_t large_slot_bytes = 65536 + 256;
+  Impairments impairments;
 };
 
 struct ForwarderStats {
@@ -83,12 +98,14 @@ struct ForwarderStats {
   std::uint64_t dropped_no_buffer = 0;
   std::uint64_t dropped_malformed = 0;  // shorter than an Ethernet header, or larger than a slot
   std::uint64_t dropped_same_port = 0;  // destination learnt on the port it came from
+  std::uint64_t dropped_loss = 0;       // lost by the loss process
   std::size_t max_queued = 0;
 };
 
 // Frames in, delayed copies out. A frame is `prefix_bytes` opaque bytes (e.g. the
 // virtio_net_hdr of a PACKET_VNET_HDR socket), then the Ethernet header. Copies of one ordered
-// port pair leave in arrival order (constant delay, ties broken by arrival sequence).
+// port pair leave in arrival order (a copy leaves at arrival + the pair's delay + its jitter draw,
+// or when the pair's previous copy left if that is later; ties broken by arrival sequence).
 class DelayForwarder {
  public:
   DelayForwarder(DelayMatrix delays, std::size_t prefix_bytes, ForwarderOptions options = {});
@@ -96,7 +113,8 @@ class DelayForwarder {
   int ports() const { return delays_.ports(); }
 
   // A frame arrived on `in_port` at `now_ns`: learns its source, queues one copy per destination
-  // port (the learnt port, else every port but `in_port`). Returns the number of copies queued.
+  // port (the learnt port, else every port but `in_port`), unless the loss process drops it.
+  // Returns the number of copies queued.
   int on_frame(int in_port, std::span<const std::uint8_t> frame, std::int64_t now_ns);
 
   // Release time of the earliest queued copy, kNever when none.
@@ -134,6 +152,7 @@ class DelayForwarder {
   void push(Copy c);
   Copy pop();
   void unref(std::uint32_t buffer);
+  std::size_t pair(int from, int to) const { return static_cast<std::size_t>(from * ports() + to); }
 
   DelayMatrix delays_;
   std::size_t prefix_bytes_;
@@ -142,7 +161,10 @@ class DelayForwarder {
   std::vector<Buffer> buffers_;  // small buffers first, then large ones
   Pool small_;
   Pool large_;
-  std::vector<Copy> heap_;  // min-heap on (release_ns, seq) through `later`
+  std::vector<Copy> heap_;                     // min-heap on (release_ns, seq) through `later`
+  std::vector<LossProcess> loss_;              // per ordered port pair
+  std::vector<Jitter> jitter_;                 // per ordered port pair
+  std::vector<std::int64_t> last_release_ns_;  // per ordered port pair: FIFO under jitter
   std::uint64_t seq_ = 0;
   ForwarderStats stats_;
 };

@@ -11,7 +11,9 @@
 #
 # With RTT_MS the nodes' veths end in namespace PREFIX-sw, where `meridian netdelay` forwards
 # between them with RTT_MS/2 one way (any pair), or with the delays of NETDELAY_DELAY (e.g.
-# "--access-delay-ms 5,10,20,40" or "--matrix FILE") when set. MERIDIAN=path/to/meridian
+# "--access-delay-ms 5,10,20,40" or "--matrix FILE") when set. NETDELAY_DELAY is passed to
+# netdelay as its options, so it also carries loss and jitter ("--loss 1e-4 --seed 3",
+# "--matrix FILE --jitter-ms 2"); without a delay option in it, RTT_MS/2 is the delay. MERIDIAN=path/to/meridian
 # (default: build/bin/meridian of this checkout). It runs SCHED_FIFO unless NETDELAY_REALTIME=0.
 # Its log and counters (lateness of releases included): $(netns.sh dir PREFIX).
 # NODE_SYSCTL="key=value ..." is applied in every node namespace (e.g. TCP settings; commas in
@@ -21,6 +23,10 @@
 # the simulator models) does not. The default is the smallest depth that still reaches the rate:
 # rate / HZ (the kernel's timer frequency, read from its config; 100 if unknown), at least 16 kB
 # (50 kB for 100 Mbit/s at HZ=250).
+# NETNS_OFFLOADS=off turns TSO, GSO and GRO off on both ends of every node's veth (ethtool), so
+# that every frame is one MTU-sized packet: netdelay's loss is then per packet, not per 64 kB GSO
+# frame of up to 44 TCP segments. Default: off when NETDELAY_DELAY has --loss or --loss-ge, on
+# (the kernel's default, fewer frames for netdelay to move) otherwise.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -49,6 +55,11 @@ shape() {  # shape NS_EXEC_PREFIX... DEV RATE: tbf at RATE Mbit/s on DEV's egres
     burst "${TBF_BURST:-$(default_burst "$rate")}" latency 400ms
 }
 
+offloads() {  # offloads NS_EXEC_PREFIX... DEV: TSO/GSO/GRO off on DEV when NETNS_OFFLOADS=off
+  [[ $offloads == off ]] || return 0
+  "${@:1:$#-1}" ethtool -K "${*: -1}" tso off gso off gro off
+}
+
 cmd=${1:-}
 case "$cmd" in
   check)
@@ -69,6 +80,19 @@ case "$cmd" in
   up)
     prefix=$2; n=$3; rate=$4; rtt=${5:-}
     net=$(subnet "$prefix")
+    # shellcheck disable=SC2206  # NETDELAY_DELAY is a list of arguments on purpose
+    delay=(${NETDELAY_DELAY:-})
+    [[ " ${delay[*]} " =~ \ --(delay-ms|access-delay-ms|matrix)\  ]] ||
+      delay=(--delay-ms "$(awk -v r="${rtt:-0}" 'BEGIN { print r / 2 }')" "${delay[@]}")
+    offloads=${NETNS_OFFLOADS:-}
+    if [[ -z $offloads ]]; then
+      offloads=on
+      [[ " ${delay[*]} " =~ \ --loss(-ge)?\  ]] && offloads=off
+    fi
+    if [[ $offloads == off ]] && ! command -v ethtool >/dev/null; then
+      echo "netns.sh: NETNS_OFFLOADS=off (or --loss) needs ethtool: apt-get install ethtool" >&2
+      exit 2
+    fi
     if [[ -z $rtt ]]; then
       ip link add "$prefix-br" type bridge
       ip link set "$prefix-br" up
@@ -103,6 +127,8 @@ case "$cmd" in
       for setting in ${NODE_SYSCTL:-}; do
         ip netns exec "$ns" sysctl -qw "${setting%%=*}=$(tr , ' ' <<<"${setting#*=}")"
       done
+      offloads ip netns exec "$ns" eth0
+      offloads "${on_port[@]}" "$port"
       # Upload (node -> switch) and download (switch -> node), each at the access rate.
       shape ip netns exec "$ns" eth0 "$rate"
       shape "${on_port[@]}" "$port" "$rate"
@@ -112,8 +138,6 @@ case "$cmd" in
       dir=$(state_dir "$prefix")
       mkdir -p "$dir"
       rm -f "$dir/ready"
-      # shellcheck disable=SC2206  # NETDELAY_DELAY is a list of arguments on purpose
-      delay=(${NETDELAY_DELAY:---delay-ms $(awk -v r="$rtt" 'BEGIN { print r / 2 }')})
       rt=--realtime  # SCHED_FIFO: on a loaded machine releases would otherwise be late
       [[ ${NETDELAY_REALTIME:-1} == 0 ]] && rt=""
       ip netns exec "$prefix-sw" "$meridian" netdelay "${ports[@]}" "${delay[@]}" \
