@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <simgrid/s4u.hpp>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -55,10 +56,18 @@ class Table {
 
 }  // namespace
 
+// The kinds of call counted by SimStoreServer::calls().
+enum class Call { kSet, kGet, kTryGet, kWait, kAdd, kCompareSet, kErase, kList, kReadPrefix, kCount };
+constexpr const char* kCallNames[] = {"set",   "get",  "try_get", "wait",       "add",
+                                      "compare_set", "erase", "list", "read_prefix"};
+static_assert(std::size(kCallNames) == static_cast<std::size_t>(Call::kCount));
+
 struct SimStoreServer::State {
   sg4::Host* coordinator = nullptr;
   Table table;
   WaitList changed;  // no lock: see wait_list.h
+  std::uint64_t calls[static_cast<std::size_t>(Call::kCount)] = {};
+  void count(Call c) { ++calls[static_cast<std::size_t>(c)]; }
 };
 
 namespace {
@@ -91,6 +100,7 @@ class SimStoreClient final : public Store {
         down_(route_path(s_->coordinator, host)) {}
 
   void set(const std::string& key, const std::string& value) override {
+    s_->count(Call::kSet);
     const double up_s = request(key.size() + value.size());
     s_->table[key] = value;
     changed(key);
@@ -98,6 +108,7 @@ class SimStoreClient final : public Store {
   }
 
   std::string get(const std::string& key, double timeout_s) override {
+    s_->count(Call::kGet);
     const double up_s = request(key.size());
     wait_keys({key}, timeout_s);
     std::string v = *s_->table.find(key);  // wait_keys saw it
@@ -106,6 +117,7 @@ class SimStoreClient final : public Store {
   }
 
   std::optional<std::string> try_get(const std::string& key) override {
+    s_->count(Call::kTryGet);
     const double up_s = request(key.size());
     std::optional<std::string> v;
     if (const std::string* found = s_->table.find(key)) v = *found;
@@ -114,6 +126,7 @@ class SimStoreClient final : public Store {
   }
 
   void wait(const std::vector<std::string>& keys, double timeout_s) override {
+    s_->count(Call::kWait);
     std::size_t n = 0;
     for (auto& k : keys) n += k.size();
     const double up_s = request(n);
@@ -122,6 +135,7 @@ class SimStoreClient final : public Store {
   }
 
   std::int64_t add(const std::string& key, std::int64_t delta) override {
+    s_->count(Call::kAdd);
     const double up_s = request(key.size() + 8);
     std::int64_t v = 0;
     if (const std::string* found = s_->table.find(key)) {
@@ -141,6 +155,7 @@ class SimStoreClient final : public Store {
   std::optional<std::string> compare_set(const std::string& key,
                                          const std::optional<std::string>& expected,
                                          const std::string& desired) override {
+    s_->count(Call::kCompareSet);
     const double up_s = request(key.size() + desired.size() + (expected ? expected->size() : 0));
     std::optional<std::string> cur;
     if (const std::string* found = s_->table.find(key)) cur = *found;
@@ -154,6 +169,7 @@ class SimStoreClient final : public Store {
   }
 
   bool erase(const std::string& key) override {
+    s_->count(Call::kErase);
     const double up_s = request(key.size());
     const bool existed = s_->table.erase(key);
     reply(up_s, 0);
@@ -161,6 +177,7 @@ class SimStoreClient final : public Store {
   }
 
   std::vector<std::string> list(const std::string& prefix) override {
+    s_->count(Call::kList);
     const double up_s = request(prefix.size());
     std::vector<std::string> keys;
     std::size_t n = 0;
@@ -173,6 +190,7 @@ class SimStoreClient final : public Store {
   }
 
   std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override {
+    s_->count(Call::kReadPrefix);
     const double up_s = request(prefix.size());
     std::vector<std::pair<std::string, std::string>> out;
     std::size_t n = 0;
@@ -257,6 +275,13 @@ SimStoreServer::~SimStoreServer() = default;
 
 std::unique_ptr<Store> SimStoreServer::client(sg4::Host* host) {
   return std::make_unique<SimStoreClient>(state_, host);
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> SimStoreServer::calls() const {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (std::size_t i = 0; i < static_cast<std::size_t>(Call::kCount); ++i)
+    if (state_->calls[i] > 0) out.emplace_back(kCallNames[i], state_->calls[i]);
+  return out;
 }
 
 }  // namespace meridian::netsim

@@ -8,6 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/store.h"
 
@@ -26,6 +29,9 @@ class SimStoreServer {
   ~SimStoreServer();
   // The Store as seen from a node on `host` (one client per node; cheap).
   std::unique_ptr<Store> client(simgrid::s4u::Host* host);
+  // Calls served so far, by kind ("add", "read_prefix", ...; kinds never called are left out):
+  // what the membership protocol costs the simulator (results/bench/netsim.md).
+  std::vector<std::pair<std::string, std::uint64_t>> calls() const;
 
   struct State;
 

@@ -914,7 +914,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   f.add("simulated_s", end).add("outer_steps", outer_done).add("outer_steps_planned", planned);
   if (!interrupted.empty()) f.add("reason", interrupted);
   sink.emit(Event{end, -1, interrupted.empty() ? "run_finished" : "run_interrupted", f});
-  SimOutcome out{end, outer_done, planned, interrupted, w.net.messages(), w.net.wire_bytes()};
+  SimOutcome out{end,      outer_done,         planned, interrupted, w.net.messages(),
+                 w.net.wire_bytes(), w.store->calls()};
   return out;
 }
 
