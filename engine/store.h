@@ -1,6 +1,7 @@
 // Store: the rendezvous and membership key-value store shared by all nodes of a run.
 // In-memory (tests), an actor on a coordinator host (simulation), a TCP server (real runs).
-// Keys and values are byte strings; every blocking call has a timeout.
+// Keys and values are byte strings; every blocking call has a timeout. Liveness is a lease kept
+// alive by its holder, and waiting for change is a watch (etcd's model; issue 19).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,37 @@ class Store {
       if (auto value = try_get(key)) out.emplace_back(std::move(key), std::move(*value));
     return out;
   }
+
+  // --- Leases: liveness kept by the store. A lease lives while its holder keeps it alive: the
+  // store ends it once ttl_s of the store's own clock pass without a keepalive (or at
+  // lease_revoke) and then erases every key attached to it, a change like any erase.
+  // Returns the lease's id (> 0); it starts alive, as if just kept alive.
+  virtual std::int64_t lease_grant(double ttl_s) = 0;
+  // Keeps the lease alive: one write. Returns the seconds until the holder's next keepalive is
+  // due: `interval_s` from a store that must receive every keepalive; infinity from one that
+  // accounts for them itself for as long as the calling activity runs (the simulated store: over
+  // a stable connection a keepalive changes nothing but the time a silence is detected, which it
+  // computes when the activity ends); negative when the lease has ended (its keys are gone).
+  virtual double keepalive(std::int64_t lease, double interval_s) = 0;
+  // Ends the lease at once and erases its keys; an ended lease is ignored.
+  virtual void lease_revoke(std::int64_t lease) = 0;
+  // compare_set that also attaches `key` to `lease` when it stores `desired`, so the key ends
+  // with the lease. Stores nothing when the lease has ended (returns the current value).
+  virtual std::optional<std::string> compare_set_leased(const std::string& key,
+                                                        const std::optional<std::string>& expected,
+                                                        const std::string& desired,
+                                                        std::int64_t lease) = 0;
+
+  // --- Watches. The store's revision counts its changes: set, add, a compare-and-set that
+  // stores, an erase of a present key, each key erased by a lease's end (a keepalive is none).
+  // Waits until a key that starts with one of `prefixes` has changed after revision
+  // `after_revision`, or timeout_s passes, and returns the revision then; never throws
+  // TimeoutError. It may return without such a change: re-check, then watch from the returned
+  // revision (which covers every change the re-check could miss).
+  virtual std::uint64_t watch(const std::vector<std::string>& prefixes,
+                              std::uint64_t after_revision, double timeout_s) = 0;
+  // The current revision, without waiting.
+  std::uint64_t revision() { return watch({}, 0, 0.0); }
 };
 
 }  // namespace meridian

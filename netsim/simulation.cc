@@ -813,7 +813,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   w.codec = codec;
   w.plugin = options.worker;
   start_notifier(w.pf.coordinator);
-  w.store = std::make_unique<SimStoreServer>(w.pf.coordinator);
+  w.store = std::make_unique<SimStoreServer>(w.pf.coordinator, !options.message_level_keepalives);
   w.coord = std::make_unique<Coordinator>(sc, w.pf, sink, options);
   w.buckets = scenario_buckets(sc);
   w.lanes = sc.diloco.aggregate ? 1 : L;
@@ -844,7 +844,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
         .add("local_ranks_per_flow", w.lane_scale)
         .add("driver", sc.run.driver)
         .add("store_small_message_bytes", kStoreSmallMessageBytes)
-        .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow");
+        .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow")
+        .add("store_keepalives", options.message_level_keepalives ? "message" : "analytic");
     simulated.add("wan", wan->to_json());
     cfg.add("simulated", simulated);
     if (options.worker.make_worker) cfg.add("trainer", options.worker.config);
@@ -914,7 +915,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   f.add("simulated_s", end).add("outer_steps", outer_done).add("outer_steps_planned", planned);
   if (!interrupted.empty()) f.add("reason", interrupted);
   sink.emit(Event{end, -1, interrupted.empty() ? "run_finished" : "run_interrupted", f});
-  SimOutcome out{end, outer_done, planned, interrupted, w.net.messages(), w.net.wire_bytes()};
+  SimOutcome out{end,      outer_done,         planned, interrupted, w.net.messages(),
+                 w.net.wire_bytes(), w.store->calls()};
   return out;
 }
 

@@ -5,8 +5,11 @@
 // engine is a process-wide singleton). Not the engine's mesh: see README.md, "Limits".
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/events/event_sink.h"
 #include "netsim/scenario.h"
@@ -29,6 +32,10 @@ struct SimOptions {
   // The nodes' workers (resolve_worker(sc)); the default is the ModeledWorker. A scenario whose
   // `worker` is not "modeled" needs the plugin of its kind here.
   WorkerPlugin worker;
+  // Engine driver: every lease keepalive is a simulated store call (the message-level reference)
+  // instead of being accounted for analytically (netsim/README.md, "Heartbeats"). Events and
+  // detection times agree within the tolerance tests/netsim/keepalive_test.cc states.
+  bool message_level_keepalives = false;
 };
 
 struct SimOutcome {
@@ -38,6 +45,8 @@ struct SimOutcome {
   std::string interrupted;  // the reason the run was stopped early; empty when it ran to its end
   std::uint64_t messages = 0;    // simulated point-to-point transfers
   std::uint64_t wire_bytes = 0;  // their total size
+  // Store calls by kind (SimStoreServer::calls): the membership protocol's cost to the simulator.
+  std::vector<std::pair<std::string, std::uint64_t>> store_calls;
 };
 
 // Runs the scenario to its end; events go to `sink` in emission order (deterministic for a

@@ -51,10 +51,8 @@ class WaitList {
     if (listen_s > start_s) {
       if (deadline_s > listen_s && !pred()) {
         auto sem = simgrid::s4u::Semaphore::create(0);
-        waiters_.push_back({sem, tag});
-        const bool timed_out = !acquire_until(sem, deadline_s);
-        forget(sem);
-        if (timed_out) return pred();
+        const Listening listening(*this, sem, tag);
+        if (!acquire_until(sem, deadline_s)) return pred();
       }
       const double now = simgrid::s4u::Engine::get_clock();
       if (now < listen_s) simgrid::s4u::this_actor::sleep_for(listen_s - now);
@@ -65,10 +63,8 @@ class WaitList {
       if (now >= deadline_s) return false;
       auto sem = simgrid::s4u::Semaphore::create(0);
       if (pred()) return true;  // creating the semaphore may have let other actors run
-      waiters_.push_back({sem, tag});
-      const bool timed_out = !acquire_until(sem, deadline_s);
-      forget(sem);
-      if (timed_out) return pred();
+      const Listening listening(*this, sem, tag);
+      if (!acquire_until(sem, deadline_s)) return pred();
     }
   }
 
@@ -95,6 +91,19 @@ class WaitList {
   }
 
  private:
+  // A waiter on the list for the scope of one wait, also while a kill (host failure) unwinds
+  // its actor: a notify must never look at the tag, on the dead actor's stack, of a waiter gone.
+  struct Listening {
+    Listening(WaitList& list, const simgrid::s4u::SemaphorePtr& sem, const void* tag)
+        : list_(list), sem_(sem) {
+      list_.waiters_.push_back({sem, tag});
+    }
+    ~Listening() { list_.forget(sem_); }
+    Listening(const Listening&) = delete;
+    Listening& operator=(const Listening&) = delete;
+    WaitList& list_;
+    const simgrid::s4u::SemaphorePtr& sem_;
+  };
   void forget(const simgrid::s4u::SemaphorePtr& sem) {
     waiters_.erase(std::remove_if(waiters_.begin(), waiters_.end(),
                                   [&](const Waiter& w) { return w.sem == sem; }),

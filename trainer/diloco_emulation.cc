@@ -45,6 +45,22 @@ class CuttableStore final : public Store {
     in_slices(timeout_s, [&](double s) { out = inner_.get(k, s); });
     return out;
   }
+  std::int64_t lease_grant(double ttl_s) override { return alive(), inner_.lease_grant(ttl_s); }
+  double keepalive(std::int64_t lease, double interval_s) override {
+    return alive(), inner_.keepalive(lease, interval_s);
+  }
+  void lease_revoke(std::int64_t lease) override { alive(), inner_.lease_revoke(lease); }
+  std::optional<std::string> compare_set_leased(const std::string& k,
+                                                const std::optional<std::string>& expected,
+                                                const std::string& desired,
+                                                std::int64_t lease) override {
+    return alive(), inner_.compare_set_leased(k, expected, desired, lease);
+  }
+  // In slices, so that a cut-off node notices (a return without a change is allowed).
+  std::uint64_t watch(const std::vector<std::string>& prefixes, std::uint64_t after,
+                      double timeout_s) override {
+    return alive(), inner_.watch(prefixes, after, std::min(timeout_s, 0.05));
+  }
   void wait(const std::vector<std::string>& keys, double timeout_s) override {
     in_slices(timeout_s, [&](double s) { inner_.wait(keys, s); });
   }

@@ -1,7 +1,8 @@
 // End-to-end wall time of whole scenarios (intellect1-global, intellect1-full; each driver), the
 // way `meridian sim` runs them, minus the summary. Each iteration runs in a forked child (SimGrid's
 // engine is a process singleton); the child reports simulated seconds and messages through a
-// pipe. Counters: simulated_s, messages, sim_per_wall (simulated seconds per wall second).
+// pipe. Counters: simulated_s, messages, sim_per_wall (simulated seconds per wall second), and
+// store_<kind>: the simulated store's calls by kind (the membership protocol's share).
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "engine/events/event_sink.h"
@@ -21,6 +23,7 @@ struct ChildResult {
   double simulated_s = 0;
   double messages = 0;
   bool ok = false;
+  char store_calls[1024] = {};  // "kind count kind count ..."
 };
 
 ChildResult run_scenario_in_child(const std::string& name, const std::string& driver) {
@@ -38,7 +41,12 @@ ChildResult run_scenario_in_child(const std::string& name, const std::string& dr
       std::ofstream events("/dev/null");
       meridian::JsonlEventSink sink(events);  // events are written, as by `meridian sim`
       auto out = meridian::netsim::run_simulation(sc, sink);
-      r = {out.simulated_s, double(out.messages), true};
+      r.simulated_s = out.simulated_s;
+      r.messages = double(out.messages);
+      r.ok = true;
+      std::string calls;
+      for (const auto& [kind, n] : out.store_calls) calls += kind + " " + std::to_string(n) + " ";
+      std::snprintf(r.store_calls, sizeof r.store_calls, "%s", calls.c_str());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "%s: %s\n", name.c_str(), e.what());
     }
@@ -68,6 +76,10 @@ void BM_Scenario(benchmark::State& state, const std::string& name, const std::st
   }
   state.counters["simulated_s"] = last.simulated_s;
   state.counters["messages"] = last.messages;
+  std::istringstream calls(last.store_calls);
+  std::string kind;
+  double n = 0;
+  while (calls >> kind >> n) state.counters["store_" + kind] = n;
   state.counters["sim_per_wall"] =
       wall_total > 0 ? last.simulated_s * double(state.iterations()) / wall_total : 0;
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <mutex>
 #include <set>
 
@@ -26,12 +27,9 @@ std::optional<std::int64_t> parse_i64(const std::string& s) {
   return v;
 }
 
-// The lease value "<holder id>:<renewal counter>".
-std::pair<std::int64_t, std::int64_t> parse_lease(const std::string& v) {
-  const auto colon = v.find(':');
-  if (colon == std::string::npos) return {-1, 0};
-  return {parse_i64(v.substr(0, colon)).value_or(-1), parse_i64(v.substr(colon + 1)).value_or(0)};
-}
+// Bound of one watch: nothing but a change wakes the activities (stop() ends the lease, a
+// change they watch); the bound only keeps each wait finite for the Runtimes.
+constexpr double kWatchSliceS = 3600.0;
 
 std::string ids_text(const std::vector<std::int64_t>& ids) {
   std::string s = "[";
@@ -66,7 +64,8 @@ ElasticMesh::ElasticMesh(Store& store, Runtime& runtime, EventSink& events, Mesh
       events_(events),
       options_(std::move(options)),
       mu_(runtime.make_mutex()),
-      cv_(runtime.make_condvar()) {
+      beat_mu_(runtime.make_mutex()),
+      beat_cv_(runtime.make_condvar()) {
   if (options_.heartbeat_interval_s <= 0 || options_.dead_after_s <= options_.heartbeat_interval_s)
     throw ConfigError("mesh: need 0 < heartbeat_interval_s < dead_after_s");
   if (options_.initial_world < 1) throw ConfigError("mesh: initial_world must be >= 1");
@@ -117,14 +116,14 @@ std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
     } while (!claimed(node_id));
   }
   id_ = node_id;
-  store_.add(key_heartbeat(id_), 1);
+  register_lease(false);
   JsonObject started;
   started.add("initial", initial);
   if (!options_.host.empty()) started.add("host", options_.host);
   emit("node_started", started);
   if (!initial) emit("join_requested");
   store_.set(key_join(id_), std::to_string(id_));
-  beat_and_lease();
+  hold_leadership();  // the first node to start holds the role from the start
   heartbeat_ =
       runtime_.spawn("mesh-heartbeat-" + std::to_string(id_), [this] { heartbeat_loop(); });
   coordinator_ =
@@ -132,15 +131,29 @@ std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
   return id_;
 }
 
+void ElasticMesh::register_lease(bool requeue) {
+  // Liveness: a lease that the heartbeat activity keeps alive, with the node's hb/ key attached:
+  // the key is gone (a change watchers see) once the keepalives stop for dead_after_s.
+  lease_ = store_.lease_grant(options_.dead_after_s);
+  store_.compare_set_leased(key_heartbeat(id_), std::nullopt, "1", lease_);
+  bool queued;
+  {
+    std::lock_guard<Mutex> lock(*mu_);
+    queued = !admitted_;
+  }
+  // The coordinator forgets a joiner that it saw dead: a node still queued queues again.
+  if (queued && requeue) store_.set(key_join(id_), std::to_string(id_));
+}
+
 bool ElasticMesh::wait_stop(double seconds) {
-  std::lock_guard<Mutex> lock(*mu_);
+  std::lock_guard<Mutex> lock(*beat_mu_);
   const double deadline_s = runtime_.now_s() + seconds;
-  while (!stopping_) {
+  while (!beat_stop_) {
     const double left_s = deadline_s - runtime_.now_s();
     if (left_s <= 0) break;
-    cv_->wait_for(*mu_, left_s);
+    beat_cv_->wait_for(*beat_mu_, left_s);
   }
-  return stopping_;
+  return beat_stop_;
 }
 
 void ElasticMesh::stop() {
@@ -148,17 +161,34 @@ void ElasticMesh::stop() {
     std::lock_guard<Mutex> lock(*mu_);
     stopping_ = true;
     leader_ = false;
-    cv_->notify_all();
+  }
+  {
+    std::lock_guard<Mutex> lock(*beat_mu_);
+    beat_stop_ = true;
+    beat_cv_->notify_all();
   }
   // Errors of the activities (a store that died with the node) end them; nothing to report.
-  for (auto* a : {&heartbeat_, &coordinator_}) {
-    if (!*a) continue;
+  const auto join = [](std::unique_ptr<Activity>& a) {
+    if (!a) return;
     try {
-      (*a)->join();
+      a->join();
     } catch (const Error&) {
     }
-    a->reset();
+    a.reset();
+  };
+  join(heartbeat_);  // no new lease after this
+  // Ending the lease erases this node's keys: the others see it gone at once, and the change
+  // wakes this node's own coordinator activity from its watch (after stopping_ is set). A
+  // crashed node cannot reach the store (a simulated host failure: the store refuses its host's
+  // calls while its stack unwinds): its lease runs out, as a real one's would.
+  if (const std::int64_t lease = lease_.exchange(0); lease > 0) {
+    try {
+      store_.lease_revoke(lease);
+    } catch (const Error&) {
+      // an unreachable store: the lease runs out by itself
+    }
   }
+  join(coordinator_);
 }
 
 void ElasticMesh::announce_leave() {
@@ -182,152 +212,123 @@ bool ElasticMesh::is_leader() {
 }
 
 void ElasticMesh::heartbeat_loop() {
-  // Fixed-rate beats: the next beat is due one interval after the previous one was due, not one
-  // interval after this beat's store calls finished. A beat costs four store round trips (beat,
-  // observation, lease read and renewal); far from the store (250 ms RTT) that is a second, and
-  // sleeping a full interval on top would space beats further apart than they need to be.
+  // One keepalive of the lease per interval, fixed-rate: the next is due one interval after the
+  // previous one was due, not one interval after its round trip (250 ms far from the store).
   // Every wait is at least a tenth of the interval: a beat always yields (under simulation a
-  // zero wait would not let the clock move).
-  const double min_wait_s = options_.heartbeat_interval_s / 10;
-  double due_s = runtime_.now_s() + options_.heartbeat_interval_s;
-  while (!wait_stop(std::max(min_wait_s, due_s - runtime_.now_s()))) {
-    due_s = std::max(due_s + options_.heartbeat_interval_s, runtime_.now_s());
+  // zero wait would not let the clock move). A store that accounts for the keepalives itself
+  // answers "never again" (infinity): this activity then only waits for the node to stop.
+  const double interval_s = options_.heartbeat_interval_s;
+  double due_s = runtime_.now_s() + interval_s;
+  double next_s = interval_s;
+  while (!wait_stop(std::isfinite(next_s)
+                        ? std::max(interval_s / 10, due_s - runtime_.now_s())
+                        : next_s)) {
+    due_s = std::max(due_s + interval_s, runtime_.now_s());
     try {
-      beat_and_lease();
+      next_s = store_.keepalive(lease_, interval_s);
     } catch (const PeerLostError&) {
       return;  // the store is gone for this node: it is dead to the others
     } catch (const TimeoutError&) {
+      continue;
+    }
+    if (next_s < 0) {
+      // The store ended the lease although this node runs: its keepalives were held up past
+      // dead_after_s (a starved process, a stalled link). The others saw it dead; it comes
+      // back with a new lease, as a heartbeat counter that moves again did: if a round removed
+      // it meanwhile, the next record evicts it (PROTOCOL.md, "a live node declared dead").
+      {
+        std::lock_guard<Mutex> lock(*beat_mu_);
+        if (beat_stop_) return;
+      }
+      try {
+        register_lease(true);
+      } catch (const PeerLostError&) {
+        return;
+      } catch (const TimeoutError&) {
+      }
+      next_s = interval_s;
     }
   }
 }
 
-void ElasticMesh::beat_and_lease() {
-  store_.add(key_heartbeat(id_), 1);
-  observe_heartbeats();
-  // The coordinator lease: the holder renews it every beat by compare-and-set; anyone who sees
-  // it unchanged for dead_after_s (or held by a node that left) takes it the same way.
+bool ElasticMesh::hold_leadership() {
+  // The coordinator role is the key `leader` = "<holder id>", attached to the holder's lease:
+  // it is erased when the holder's lease ends (a crash, a stop), and whoever sees it absent
+  // takes it by compare-and-set; only one taker wins. A holder that wrote its deathrattle may
+  // be taken over at once.
   const std::string key = options_.prefix + "leader";
-  const std::string mine = std::to_string(id_) + ":0";
-  const auto current = store_.try_get(key);
+  const std::string mine = std::to_string(id_);
   bool leader = false;
-  const double now = runtime_.now_s();
-  if (!current) {
-    leader = store_.compare_set(key, std::nullopt, mine) == mine;
-  } else {
-    const auto [holder, count] = parse_lease(*current);
-    if (holder == id_) {
-      const std::string renewed = std::to_string(id_) + ":" + std::to_string(count + 1);
-      leader = store_.compare_set(key, current, renewed) == renewed;
-    } else {
-      if (*current != lease_seen_) {
-        lease_seen_ = *current;
-        lease_seen_s_ = now;
-      }
-      const bool holder_left = store_.try_get(key_left(holder)).has_value();
-      if (holder_left || now - lease_seen_s_ >= options_.dead_after_s)
-        leader = store_.compare_set(key, current, mine) == mine;
-    }
+  if (const auto current = store_.try_get(key); !current) {
+    leader = store_.compare_set_leased(key, std::nullopt, mine, lease_) == mine;
+  } else if (*current == mine) {
+    leader = true;
+  } else if (const auto holder = parse_i64(*current);
+             holder && store_.try_get(key_left(*holder)).has_value()) {
+    leader = store_.compare_set_leased(key, current, mine, lease_) == mine;
   }
   std::lock_guard<Mutex> lock(*mu_);
-  const bool gained = leader && !stopping_ && !leader_;
   leader_ = leader && !stopping_;
-  if (gained) cv_->notify_all();  // the coordinator activity waits for the lease (below)
+  return leader_;
 }
 
-void ElasticMesh::observe_heartbeats() {
-  // Every counter in one store read (Store::read_prefix): a beat costs a constant number of
-  // store round trips whatever the number of nodes. Reading the N counters one by one made a
-  // beat N + 4 round trips, so that from a far site (N = 56, 250 ms RTT) a beat took longer
-  // than dead_after_s and healthy nodes were evicted (issue 23). Each counter counts as read
-  // when the read was sent: its value is at least that fresh.
-  const std::string prefix = options_.prefix + "hb/";
-  struct Read {
-    std::int64_t id, counter;
-  };
-  std::vector<Read> reads;
-  const double read_s = runtime_.now_s();
-  for (const auto& [key, value] : store_.read_prefix(prefix)) {
-    const auto id = parse_i64(key.substr(prefix.size()));
-    if (!id) continue;
-    reads.push_back({*id, parse_i64(value).value_or(-1)});
+ElasticMesh::Liveness ElasticMesh::observe() {
+  // Two reads whatever the number of nodes: the lease keys and the deathrattles.
+  Liveness live;
+  for (const auto* kind : {"hb/", "left/"}) {
+    const std::string prefix = options_.prefix + kind;
+    auto& ids = kind[0] == 'h' ? live.alive : live.left;
+    for (const std::string& key : store_.list(prefix))
+      if (const auto id = parse_i64(key.substr(prefix.size()))) ids.insert(*id);
   }
-  const double now = runtime_.now_s();
-  // The coordinator reports each silence once, when its rule first fires (a counter unchanged
-  // over dead_after_s of its reads): when a crash is detected, as distinct from when a round
-  // record removes the node (fail_detected), which waits for the round.
-  std::vector<std::pair<std::int64_t, double>> silent;  // (id, seconds without a change)
-  {
-    std::lock_guard<Mutex> lock(*mu_);
-    observed_s_ = now;
-    for (const Read& r : reads) {
-      Seen& s = seen_[r.id];
-      if (s.counter != r.counter) {
-        s.counter = r.counter;
-        s.changed_s = read_s;
-        s.reported = false;
-      }
-      s.read_s = std::max(s.read_s, read_s);
-      if (leader_ && !s.reported && r.id != id_ &&
-          s.read_s - s.changed_s >= options_.dead_after_s) {
-        s.reported = true;
-        silent.emplace_back(r.id, s.read_s - s.changed_s);
-      }
-    }
-  }
-  for (const auto& [id, silent_s] : silent) {
-    if (store_.try_get(key_left(id))) continue;  // it left (or finished): not a silence
-    emit("silent", JsonObject().add("node_silent", id).add("silent_s", silent_s));
-  }
+  return live;
 }
 
-bool ElasticMesh::is_dead(std::int64_t id) {
+bool ElasticMesh::is_dead(const Liveness& live, std::int64_t id) {
   if (id == id_) {
     // A node never sees itself silent, but a leaving coordinator must resolve its last round
     // as the others would: without itself (it announced the leave before its report).
     std::lock_guard<Mutex> lock(*mu_);
     return left_;
   }
-  if (store_.try_get(key_left(id))) return true;
-  std::lock_guard<Mutex> lock(*mu_);
-  const double now = runtime_.now_s();
-  auto [it, inserted] = seen_.try_emplace(id, Seen{-1, now, now});
-  // Dead only on evidence: reads of an unchanged counter spanning dead_after_s. The time since
-  // the last read is not silence (this node may simply not have looked: its activities starved,
-  // or its store round trips are long).
-  return it->second.read_s - it->second.changed_s >= options_.dead_after_s;
-}
-
-bool ElasticMesh::wait_lease() {
-  std::lock_guard<Mutex> lock(*mu_);
-  // No deadline: the heartbeat activity notifies when it takes the lease, and stop() notifies.
-  // The bound only keeps each wait finite for the Runtimes.
-  while (!stopping_ && !leader_) cv_->wait_for(*mu_, 3600.0);
-  return !stopping_;
+  return live.dead(id);
 }
 
 void ElasticMesh::coordinator_loop() {
-  const double poll_s = options_.heartbeat_interval_s / 8;
-  // A node that does not hold the lease has nothing to resolve: it waits until its heartbeat
-  // activity takes the lease (or the node stops) instead of polling.
-  while (wait_lease()) {
-    bool progressed = false;
-    try {
-      progressed = resolve_once();
-    } catch (const PeerLostError&) {
-      return;
-    } catch (const TimeoutError&) {
+  // Wakes on store changes only (a watch), never on a timer: a report, a ready key, a join, a
+  // deathrattle, a lease that ended (its key erased), the leader key. A node that does not hold
+  // the role watches only what could hand it over.
+  const std::vector<std::string> all = {options_.prefix};
+  const std::vector<std::string> handover = {options_.prefix + "leader", options_.prefix + "left/",
+                                             key_heartbeat(id_)};
+  try {
+    std::uint64_t revision = store_.revision();
+    while (true) {
+      {
+        std::lock_guard<Mutex> lock(*mu_);
+        if (stopping_) return;
+      }
+      bool progressed = false;
+      bool leader = false;
+      try {
+        leader = hold_leadership();
+        progressed = leader && resolve_once();
+      } catch (const TimeoutError&) {
+      }
+      if (!progressed) revision = store_.watch(leader ? all : handover, revision, kWatchSliceS);
     }
-    if (!progressed && wait_stop(poll_s)) return;
+  } catch (const PeerLostError&) {
+    return;
   }
 }
 
-std::vector<std::int64_t> ElasticMesh::queued_joiners() {
+std::vector<std::int64_t> ElasticMesh::queued_joiners(const Liveness& live) {
   const std::string prefix = options_.prefix + "join/";
   std::vector<std::int64_t> ids;
   for (const std::string& key : store_.list(prefix)) {
     const auto id = parse_i64(key.substr(prefix.size()));
     if (!id) continue;
-    if (is_dead(*id)) {
+    if (is_dead(live, *id)) {
       store_.erase(key);  // a joiner that died in the queue is forgotten
       continue;
     }
@@ -348,7 +349,7 @@ std::vector<std::int64_t> ElasticMesh::ring_order(const std::vector<std::int64_t
 }
 
 bool ElasticMesh::bootstrap() {
-  std::vector<std::int64_t> queued = queued_joiners();
+  std::vector<std::int64_t> queued = queued_joiners(observe());
   if (static_cast<int>(queued.size()) < options_.initial_world) return false;
   RoundRecord first;
   first.round = 0;
@@ -406,22 +407,29 @@ bool ElasticMesh::resolve_once() {
   }
   const RoundRecord cur = RoundRecord::decode(store_.get(key_round(r), 1.0));
   if (options_.outer_steps > 0 && cur.outer_step >= options_.outer_steps) return false;
-  // Fresh observations first: a coordinator whose own activities were starved must not take
-  // its stale view for silence of the others (the heartbeat activity observes every beat).
-  bool stale;
-  {
-    std::lock_guard<Mutex> lock(*mu_);
-    stale = runtime_.now_s() - observed_s_ > options_.heartbeat_interval_s / 2;
+  const Liveness live = observe();
+  // `silent`: once per node whose lease ran out without a deathrattle, when the coordinator
+  // first sees it (as distinct from fail_detected, when a round record removes it).
+  for (const std::int64_t id : cur.members) seen_alive_.insert(id);
+  for (auto it = seen_alive_.begin(); it != seen_alive_.end();) {
+    const std::int64_t id = *it;
+    if (live.alive.count(id) || id == id_) {
+      ++it;
+      continue;
+    }
+    it = seen_alive_.erase(it);
+    if (live.left.count(id) || !reported_silent_.insert(id).second) continue;
+    emit("silent", JsonObject().add("node_silent", id).add("silent_s", options_.dead_after_s));
   }
-  if (stale) observe_heartbeats();
+  seen_alive_.insert(live.alive.begin(), live.alive.end());
 
   std::vector<std::int64_t> survivors, removed, blamed;
-  std::vector<std::string> missing_keys;
+  bool missing = false;
   bool any_fail = false;
   for (std::size_t i = 0; i < cur.members.size(); ++i) {
     const std::int64_t m = cur.members[i];
     const auto rep = store_.try_get(key_report(r, m));
-    const bool dead = is_dead(m);
+    const bool dead = is_dead(live, m);
     if (rep) {
       any_fail = any_fail || *rep != "ok";
       // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
@@ -437,7 +445,7 @@ bool ElasticMesh::resolve_once() {
     } else if (dead) {
       removed.push_back(m);
     } else {
-      missing_keys.push_back(key_report(r, m));
+      missing = true;
     }
   }
   // Members whose chunks failed validation are cut off like dead ones.
@@ -447,14 +455,7 @@ bool ElasticMesh::resolve_once() {
     survivors.erase(it);
     removed.push_back(b);
   }
-  if (!missing_keys.empty()) {
-    try {
-      store_.wait(missing_keys, options_.heartbeat_interval_s);
-      return true;  // every report is in: resolve at once
-    } catch (const TimeoutError&) {
-      return false;
-    }
-  }
+  if (missing) return false;  // a report or a lease's end will wake the coordinator
   if (survivors.empty()) return false;  // nobody left to continue (or to recover from)
 
   RoundRecord next;
@@ -473,7 +474,7 @@ bool ElasticMesh::resolve_once() {
   std::vector<std::int64_t> admitted;
   const bool last = options_.outer_steps > 0 && next.outer_step >= options_.outer_steps;
   if (!retry && !last) {  // nobody serves a recovery in the run's final record
-    for (std::int64_t j : queued_joiners()) {
+    for (std::int64_t j : queued_joiners(live)) {
       if (std::count(cur.members.begin(), cur.members.end(), j)) continue;
       if (options_.max_joiners_per_round > 0 &&
           static_cast<int>(admitted.size()) >= options_.max_joiners_per_round)
@@ -512,6 +513,10 @@ RoundRecord ElasticMesh::wait_admitted() {
     }
     const RoundRecord rec = RoundRecord::decode(*text);
     if (rec.rank_of(id_) >= 0) {
+      {
+        std::lock_guard<Mutex> lock(*mu_);
+        admitted_ = true;
+      }
       if (rec.is_joiner(id_))
         emit("admitted", JsonObject().add("epoch", rec.epoch).add("outer_step", rec.outer_step));
       return rec;
@@ -525,24 +530,28 @@ RoundRecord ElasticMesh::wait_admitted() {
 
 bool ElasticMesh::ready_barrier(const RoundRecord& r) {
   store_.set(key_ready(r.round, id_), "1");
+  const std::string ready = options_.prefix + "ready/" + padded(r.round) + "/";
+  // Wakes on what can end the wait: a ready key, a lease's end, a deathrattle, the next record.
+  const std::vector<std::string> watched = {ready, options_.prefix + "hb/",
+                                            options_.prefix + "left/", key_round(r.round + 1)};
+  std::uint64_t revision = store_.revision();
   while (true) {
-    std::vector<std::string> missing;
-    for (std::int64_t m : r.members) {
-      if (m == id_ || store_.try_get(key_ready(r.round, m))) continue;
-      if (is_dead(m)) return false;
-      missing.push_back(key_ready(r.round, m));
-    }
+    std::set<std::int64_t> in;
+    for (const std::string& key : store_.list(ready))
+      if (const auto id = parse_i64(key.substr(ready.size()))) in.insert(*id);
+    std::vector<std::int64_t> missing;
+    for (std::int64_t m : r.members)
+      if (m != id_ && !in.count(m)) missing.push_back(m);
     if (missing.empty()) return true;
+    const Liveness live = observe();
+    for (std::int64_t m : missing)
+      if (is_dead(live, m)) return false;
     if (store_.try_get(key_round(r.round + 1))) return false;  // decided without us
     {
       std::lock_guard<Mutex> lock(*mu_);
       if (stopping_) throw PeerLostError(-1, "mesh: node stopped in the barrier");
     }
-    try {
-      store_.wait(missing, options_.heartbeat_interval_s);
-      return true;
-    } catch (const TimeoutError&) {
-    }
+    revision = store_.watch(watched, revision, kWatchSliceS);
   }
 }
 

@@ -1,13 +1,15 @@
 // ElasticMesh: membership of the nodes of one run through the Store, as written down in
-// engine/mesh/PROTOCOL.md: unique node ids, heartbeats, a deathrattle, a join queue, a leased
-// coordinator role that any node can take over, and one RoundRecord per round of the outer loop.
+// engine/mesh/PROTOCOL.md: unique node ids, liveness leases kept alive by heartbeats, a
+// deathrattle, a join queue, a coordinator role held by a leased key that any node can take
+// over, watches instead of polling, and one RoundRecord per round of the outer loop.
 // Not a transport: the members of a round build their Transport from the record's epoch.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,9 +22,9 @@ namespace meridian {
 
 struct MeshOptions {
   std::string prefix = "mesh/";       // every key of the protocol lives under it
-  double heartbeat_interval_s = 2.0;  // each node adds 1 to its heartbeat counter this often
-  double dead_after_s = 6.0;          // a counter that does not move this long (on the observer's
-                                      // own clock) means dead; also the coordinator lease
+  double heartbeat_interval_s = 2.0;  // each node keeps its liveness lease alive this often
+  double dead_after_s = 6.0;          // the lease's time to live: a node whose keepalives stop
+                                      // this long (on the store's clock) is dead
   int initial_world = 1;              // round 0 forms once this many nodes are queued
   int max_retries = 3;                // a failed round is retried this often, then fallback
   int max_joiners_per_round = 0;      // 0 = admit every queued joiner at a boundary
@@ -73,7 +75,8 @@ class ElasticMesh {
   void announce_leave();
   // Graceful exit: writes the deathrattle so the coordinator drops this node at once, then stops.
   void leave();
-  // Stops the activities (no deathrattle). Idempotent.
+  // Stops the activities and ends the node's lease (no deathrattle); a lease the store cannot
+  // be told about (it is unreachable) runs out by itself. Idempotent.
   void stop();
 
   bool is_leader();
@@ -88,29 +91,34 @@ class ElasticMesh {
   std::string key_ready(std::uint64_t round, std::int64_t id) const;
 
  private:
-  struct Seen {
-    std::int64_t counter = -1;
-    double changed_s = 0.0;  // this node's clock at the read that first saw `counter`
-    double read_s = 0.0;     // this node's clock at the latest read of the counter
-    bool reported = false;   // `silent` emitted for the current silence (coordinator only)
+  // Who is alive, in one look at the store: a node is dead once its lease key is gone or it
+  // wrote its deathrattle.
+  struct Liveness {
+    std::set<std::int64_t> alive;  // ids whose hb/ key (attached to their lease) exists
+    std::set<std::int64_t> left;   // ids with a left/ key
+    bool dead(std::int64_t id) const { return left.count(id) || !alive.count(id); }
   };
 
   void heartbeat_loop();
+  // A new lease with this node's hb/ key attached; `requeue`: and the join key again while the
+  // node is still queued.
+  void register_lease(bool requeue);
   void coordinator_loop();
-  // Waits until this node holds the coordinator lease; returns false when stopping.
-  bool wait_lease();
-  void beat_and_lease();
-  void observe_heartbeats();
-  bool is_dead(std::int64_t id);
-  // One resolution attempt; returns false when it should wait before trying again.
+  // Takes or keeps the coordinator role (the leader key, attached to this node's lease);
+  // returns whether this node holds it.
+  bool hold_leadership();
+  Liveness observe();
+  // Dead by `live`; this node counts itself dead only once it announced its leave.
+  bool is_dead(const Liveness& live, std::int64_t id);
+  // One resolution attempt; returns false when it should wait for a change before trying again.
   bool resolve_once();
   bool bootstrap();
-  std::vector<std::int64_t> queued_joiners();
+  std::vector<std::int64_t> queued_joiners(const Liveness& live);
   std::vector<std::int64_t> ring_order(const std::vector<std::int64_t>& ids);
   bool publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
                const std::vector<std::int64_t>& removed_by_allreduce,
                const std::vector<std::int64_t>& removed_by_protocol);
-  // Waits on the stop condition; returns true when stopping.
+  // The heartbeat activity's wait for stop(); returns true when stopping.
   bool wait_stop(double seconds);
   void emit(const std::string& type, JsonObject fields = {});
 
@@ -121,14 +129,19 @@ class ElasticMesh {
   std::int64_t id_ = -1;
 
   std::unique_ptr<Mutex> mu_;
-  std::unique_ptr<CondVar> cv_;
   bool stopping_ = false;              // guarded by mu_
+  // The heartbeat activity's wait has its own mutex: under simulation a waiter holds its mutex
+  // until it has paid the round trips it owes, and the node's other activities must never wait
+  // for a keepalive's reply (real threads do not).
+  std::unique_ptr<Mutex> beat_mu_;
+  std::unique_ptr<CondVar> beat_cv_;
+  bool beat_stop_ = false;  // guarded by beat_mu_
   bool leader_ = false;                // guarded by mu_
   bool left_ = false;                  // announce_leave() was called; guarded by mu_
-  std::map<std::int64_t, Seen> seen_;  // guarded by mu_
-  double observed_s_ = -1e300;         // when seen_ was last refreshed; guarded by mu_
-  std::string lease_seen_;             // heartbeat activity only
-  double lease_seen_s_ = 0.0;          // heartbeat activity only
+  std::atomic<std::int64_t> lease_{0};       // this node's liveness lease (0: none)
+  bool admitted_ = false;                    // named in a round record; guarded by mu_
+  std::set<std::int64_t> seen_alive_;        // coordinator activity only
+  std::set<std::int64_t> reported_silent_;  // coordinator activity only
   std::unique_ptr<Activity> heartbeat_;
   std::unique_ptr<Activity> coordinator_;
 };

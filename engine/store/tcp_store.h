@@ -54,6 +54,7 @@ struct TcpStoreServerOptions {
 };
 
 // Serves the store from one background thread (a poll() loop; waits are parked, not threads).
+// Leases end on the server's monotonic clock (the poll loop wakes for the next deadline).
 // Thread-safety: start/stop/port/stats may be called from any one thread.
 class TcpStoreServer {
  public:
@@ -114,10 +115,24 @@ class TcpStore final : public Store {
   bool erase(const std::string& key) override;
   std::vector<std::string> list(const std::string& prefix) override;
   std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override;
+  std::int64_t lease_grant(double ttl_s) override;
+  double keepalive(std::int64_t lease, double interval_s) override;
+  void lease_revoke(std::int64_t lease) override;
+  std::optional<std::string> compare_set_leased(const std::string& key,
+                                                const std::optional<std::string>& expected,
+                                                const std::string& desired,
+                                                std::int64_t lease) override;
+  std::uint64_t watch(const std::vector<std::string>& prefixes, std::uint64_t after_revision,
+                      double timeout_s) override;
 
  private:
   int take_connection();
   void give_back(int fd);
+  // COMPARE_SET, or COMPARE_SET_LEASED when `lease` is given.
+  std::optional<std::string> compare_set_request(const std::string& key,
+                                                 const std::optional<std::string>& expected,
+                                                 const std::string& desired,
+                                                 std::optional<std::int64_t> lease);
   // Sends one request and returns the reply body (status byte first) or throws.
   std::string round_trip(const std::string& request, double wait_s);
 

@@ -242,15 +242,24 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
 std::optional<std::string> TcpStore::compare_set(const std::string& key,
                                                  const std::optional<std::string>& expected,
                                                  const std::string& desired) {
-  Writer w(Type::kCompareSet);
+  return compare_set_request(key, expected, desired, std::nullopt);
+}
+
+std::optional<std::string> TcpStore::compare_set_request(const std::string& key,
+                                                         const std::optional<std::string>& expected,
+                                                         const std::string& desired,
+                                                         std::optional<std::int64_t> lease) {
+  const char* what = lease ? "compare_set_leased" : "compare_set";
+  Writer w(lease ? Type::kCompareSetLeased : Type::kCompareSet);
   w.str(key).u8(expected ? 1 : 0);
   if (expected) w.str(*expected);
   w.str(desired);
+  if (lease) w.i64(*lease);
   const std::string reply = round_trip(w.frame(), 0);
-  Reader r = expect_ok(reply, "compare_set", key);
+  Reader r = expect_ok(reply, what, key);
   std::optional<std::string> out;
   if (r.u8("present")) out = r.str("value", options_.limits.max_frame_bytes);
-  r.finish("compare_set reply");
+  r.finish(what);
   return out;
 }
 
@@ -296,6 +305,49 @@ std::vector<std::pair<std::string, std::string>> TcpStore::read_prefix(const std
   }
   r.finish("read_prefix reply");
   return out;
+}
+
+std::int64_t TcpStore::lease_grant(double ttl_s) {
+  Writer w(Type::kLeaseGrant);
+  w.u32(to_wire_ms(ttl_s));
+  Reader r = expect_ok(round_trip(w.frame(), 0), "lease_grant", "");
+  const std::int64_t lease = r.i64("lease");
+  r.finish("lease_grant reply");
+  return lease;
+}
+
+double TcpStore::keepalive(std::int64_t lease, double interval_s) {
+  Writer w(Type::kKeepalive);
+  w.i64(lease);
+  Reader r = expect_ok(round_trip(w.frame(), 0), "keepalive", "");
+  const bool alive = r.u8("alive") != 0;
+  r.finish("keepalive reply");
+  return alive ? interval_s : -1.0;
+}
+
+void TcpStore::lease_revoke(std::int64_t lease) {
+  Writer w(Type::kLeaseRevoke);
+  w.i64(lease);
+  expect_ok(round_trip(w.frame(), 0), "lease_revoke", "").finish("lease_revoke reply");
+}
+
+std::optional<std::string> TcpStore::compare_set_leased(const std::string& key,
+                                                        const std::optional<std::string>& expected,
+                                                        const std::string& desired,
+                                                        std::int64_t lease) {
+  return compare_set_request(key, expected, desired, lease);
+}
+
+std::uint64_t TcpStore::watch(const std::vector<std::string>& prefixes,
+                              std::uint64_t after_revision, double timeout_s) {
+  Writer w(Type::kWatch);
+  w.u32(static_cast<std::uint32_t>(prefixes.size()));
+  for (const auto& p : prefixes) w.str(p);
+  w.i64(static_cast<std::int64_t>(after_revision)).u32(to_wire_ms(timeout_s));
+  Reader r = expect_ok(round_trip(w.frame(), timeout_s), "watch", "");
+  const auto revision = static_cast<std::uint64_t>(r.i64("revision"));
+  r.finish("watch reply");
+  return revision;
 }
 
 }  // namespace meridian

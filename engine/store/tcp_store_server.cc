@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/store/lease_table.h"
 #include "engine/store/tcp_store.h"
 #include "engine/store/tcp_store_wire.h"
 #include "engine/util/hmac.h"
@@ -60,8 +61,11 @@ std::string read_secret_file(const std::string& path) {
 namespace {
 
 struct PendingWait {
-  Type type = Type::kWait;  // kGet returns the value of keys[0]; kWait returns nothing
+  // kGet returns the value of keys[0]; kWait returns nothing; kWatch (keys = prefixes) returns
+  // the revision once a key under them changed after `after`, or at the deadline.
+  Type type = Type::kWait;
   std::vector<std::string> keys;
+  std::uint64_t after = 0;
   double deadline_s = 0;
 };
 
@@ -111,6 +115,8 @@ struct TcpStoreServer::Impl {
   std::map<int, Connection> connections;
   std::map<std::string, std::string> data;
   std::uint64_t stored_bytes = 0;
+  LeaseTable leases;  // on store_wire::now_s()
+  ChangeLog changes;
 
   void log(const std::string& line) {
     if (options.log) options.log(line);
@@ -130,6 +136,9 @@ struct TcpStoreServer::Impl {
   void complete_waits();
   void put(const std::string& key, std::string value);
   bool remove(const std::string& key);
+  void expire_leases();
+  // Reads a key count and that many strings of at most max_key_bytes (wait keys, watch prefixes).
+  std::vector<std::string> read_keys(Reader& r, const char* what);
 };
 
 void TcpStoreServer::Impl::cut(Connection& c, const std::string& why) {
@@ -173,6 +182,8 @@ void TcpStoreServer::Impl::flush(Connection& c) {
 }
 
 void TcpStoreServer::Impl::put(const std::string& key, std::string value) {
+  leases.detach(key);
+  changes.record(key);
   auto it = data.find(key);
   if (it != data.end()) {
     stored_bytes -= it->second.size();
@@ -185,15 +196,47 @@ void TcpStoreServer::Impl::put(const std::string& key, std::string value) {
 }
 
 bool TcpStoreServer::Impl::remove(const std::string& key) {
+  leases.detach(key);
   auto it = data.find(key);
   if (it == data.end()) return false;
+  changes.record(key);
   stored_bytes -= it->first.size() + it->second.size();
   data.erase(it);
   return true;
 }
 
+void TcpStoreServer::Impl::expire_leases() {
+  const double now = store_wire::now_s();
+  if (leases.next_deadline_s() > now) return;
+  for (const std::string& key : leases.expire(now)) remove(key);
+  complete_waits();
+}
+
+std::vector<std::string> TcpStoreServer::Impl::read_keys(Reader& r, const char* what) {
+  const std::uint32_t n = r.u32("key count");
+  if (n > options.limits.max_keys) {
+    throw ProtocolError(std::string(what) + " names " + std::to_string(n) + " keys, limit " +
+                        std::to_string(options.limits.max_keys));
+  }
+  // Each key needs at least its 4-byte length: a lying count fails before allocating.
+  if (std::uint64_t{n} * 4 > r.remaining())
+    throw ProtocolError(std::string(what) + " key count exceeds the message");
+  std::vector<std::string> keys;
+  keys.reserve(n);
+  for (std::uint32_t i = 0; i < n; ++i) keys.push_back(r.str("key", options.limits.max_key_bytes));
+  return keys;
+}
+
 bool TcpStoreServer::Impl::try_complete_wait(Connection& c, bool expired) {
   if (!c.wait || c.fd < 0) return false;
+  if (c.wait->type == Type::kWatch) {
+    if (!expired && !changes.changed_since(c.wait->keys, c.wait->after)) return false;
+    Writer w(Type::kOk);
+    w.i64(static_cast<std::int64_t>(changes.revision()));
+    c.wait.reset();
+    reply(c, w);
+    return true;
+  }
   bool all = true;
   for (const auto& k : c.wait->keys) all = all && data.count(k) > 0;
   if (all) {
@@ -287,20 +330,10 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
     case Type::kWait: {
       PendingWait w;
       w.type = type;
-      if (type == Type::kGet) {
+      if (type == Type::kGet)
         w.keys.push_back(r.str("key", lim.max_key_bytes));
-      } else {
-        const std::uint32_t n = r.u32("key count");
-        if (n > lim.max_keys) {
-          throw ProtocolError("wait names " + std::to_string(n) + " keys, limit " +
-                              std::to_string(lim.max_keys));
-        }
-        // Each key needs at least its 4-byte length: a lying count fails before allocating.
-        if (std::uint64_t{n} * 4 > r.remaining())
-          throw ProtocolError("wait key count exceeds the message");
-        w.keys.reserve(n);
-        for (std::uint32_t i = 0; i < n; ++i) w.keys.push_back(r.str("key", lim.max_key_bytes));
-      }
+      else
+        w.keys = read_keys(r, "wait");
       w.deadline_s = timeout_of(r.u32("timeout"));
       r.finish(type == Type::kGet ? "get" : "wait");
       c.wait = std::move(w);
@@ -339,16 +372,53 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
       complete_waits();
       return;
     }
-    case Type::kCompareSet: {
+    case Type::kWatch: {
+      PendingWait w;
+      w.type = type;
+      w.keys = read_keys(r, "watch");
+      w.after = static_cast<std::uint64_t>(r.i64("after revision"));
+      w.deadline_s = timeout_of(r.u32("timeout"));
+      r.finish("watch");
+      c.wait = std::move(w);
+      try_complete_wait(c, false);
+      return;
+    }
+    case Type::kLeaseGrant: {
+      const double ttl_s = r.u32("ttl") / 1000.0;
+      r.finish("lease_grant");
+      ok.i64(leases.grant(ttl_s, store_wire::now_s()));
+      reply(c, ok);
+      return;
+    }
+    case Type::kKeepalive: {
+      const std::int64_t lease = r.i64("lease");
+      r.finish("keepalive");
+      ok.u8(leases.keepalive(lease, store_wire::now_s()) ? 1 : 0);
+      reply(c, ok);
+      return;
+    }
+    case Type::kLeaseRevoke: {
+      const std::int64_t lease = r.i64("lease");
+      r.finish("lease_revoke");
+      for (const std::string& key : leases.revoke(lease)) remove(key);
+      reply(c, ok);
+      complete_waits();
+      return;
+    }
+    case Type::kCompareSet:
+    case Type::kCompareSetLeased: {
+      const bool leased = type == Type::kCompareSetLeased;
       const std::string key = r.str("key", lim.max_key_bytes);
       const bool has_expected = r.u8("has expected") != 0;
       std::optional<std::string> expected;
       if (has_expected) expected = r.str("expected", lim.max_frame_bytes);
       std::string desired = r.str("desired", lim.max_frame_bytes);
-      r.finish("compare_set");
+      const std::int64_t lease = leased ? r.i64("lease") : 0;
+      r.finish(leased ? "compare_set_leased" : "compare_set");
       auto it = data.find(key);
       const bool matches =
-          has_expected ? (it != data.end() && it->second == *expected) : (it == data.end());
+          (has_expected ? (it != data.end() && it->second == *expected) : (it == data.end())) &&
+          (!leased || leases.alive(lease));
       if (matches) {
         if (stored_bytes + key.size() + desired.size() > lim.max_stored_bytes) {
           Writer e(Type::kError);
@@ -358,6 +428,7 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
         }
         ok.u8(1).str(desired);
         put(key, std::move(desired));
+        if (leased) leases.attach(lease, key);
         reply(c, ok);
         complete_waits();
         return;
@@ -372,6 +443,7 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
       r.finish("erase");
       ok.u8(remove(key) ? 1 : 0);
       reply(c, ok);
+      complete_waits();
       return;
     }
     case Type::kList:
@@ -515,6 +587,7 @@ void TcpStoreServer::Impl::run() {
       if (!c.joined) next_deadline_s = std::min(next_deadline_s, c.handshake_deadline_s);
       if (c.wait) next_deadline_s = std::min(next_deadline_s, c.wait->deadline_s);
     }
+    next_deadline_s = std::min(next_deadline_s, leases.next_deadline_s());
     int timeout_ms = -1;
     if (next_deadline_s < std::numeric_limits<double>::infinity()) {
       timeout_ms = static_cast<int>(
@@ -542,6 +615,7 @@ void TcpStoreServer::Impl::run() {
         close_fd(c.fd);
       }
     }
+    expire_leases();
     const double now = store_wire::now_s();
     for (auto& [fd, c] : connections) {
       if (c.fd >= 0 && !c.joined && !c.close_after_flush && now >= c.handshake_deadline_s) {

@@ -20,7 +20,8 @@ namespace meridian::store_wire {
 
 inline constexpr std::uint32_t kMagic = 0x4d524453;  // "MRDS"
 // 2: READ_PREFIX (every key and value under a prefix in one reply).
-inline constexpr std::uint16_t kProtocolVersion = 2;
+// 3: leases (LEASE_GRANT, KEEPALIVE, LEASE_REVOKE, COMPARE_SET_LEASED) and WATCH.
+inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::uint32_t kMaxHandshakeFrameBytes = 16 * 1024;
 using Nonce = std::array<std::uint8_t, 32>;
 
@@ -38,6 +39,11 @@ enum class Type : std::uint8_t {
   kErase = 22,
   kList = 23,
   kReadPrefix = 24,
+  kLeaseGrant = 25,
+  kKeepalive = 26,
+  kLeaseRevoke = 27,
+  kCompareSetLeased = 28,
+  kWatch = 29,
   kOk = 32,
   kTimeout = 33,
   kError = 34,

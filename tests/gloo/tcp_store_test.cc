@@ -1,5 +1,5 @@
 // The TCP store over loopback: every operation, the join handshake (wrong secret, version and
-// configuration mismatches refused with their reason), and peers that send garbage or lie about
+// configuration mismatches refused with their reason), leases and watches, and peers that send garbage or lie about
 // sizes being cut off while the server keeps serving others. Ephemeral ports, no sleeps.
 #include "engine/store/tcp_store.h"
 
@@ -101,6 +101,28 @@ TEST_F(TcpStoreTest, EveryOperation) {
   EXPECT_FALSE(s.erase("a/1"));
   EXPECT_EQ(s.list("a/"), (std::vector<std::string>{"a/2"}));
   EXPECT_EQ(server_->stats().joined, 1u);
+}
+
+// Leases end on the server's clock even when nobody calls, erasing their keys, which wakes a
+// watcher of them; a revoke does so at once; a watch of other prefixes sleeps through both.
+TEST_F(TcpStoreTest, LeasesEndAndWakeWatchers) {
+  TcpStore s(client_options());
+  const std::int64_t short_lived = s.lease_grant(0.1);
+  const std::int64_t long_lived = s.lease_grant(3600.0);
+  EXPECT_EQ(s.compare_set_leased("hb/1", std::nullopt, "1", short_lived), "1");
+  EXPECT_EQ(s.compare_set_leased("leader", std::nullopt, "2", long_lived), "2");
+  EXPECT_EQ(s.compare_set_leased("leader", std::nullopt, "3", short_lived), "2");  // taken
+  EXPECT_EQ(s.keepalive(short_lived, 0.05), 0.05);
+  const std::uint64_t r0 = s.revision();
+  EXPECT_EQ(s.watch({"zz/"}, r0, 0.01), r0);  // nothing under it: returns at its timeout
+  const std::uint64_t r1 = s.watch({"hb/"}, r0, 10.0);
+  EXPECT_EQ(r1, r0 + 1);
+  EXPECT_EQ(s.try_get("hb/1"), std::nullopt);
+  EXPECT_LT(s.keepalive(short_lived, 0.05), 0.0);
+  EXPECT_EQ(s.compare_set_leased("hb/1", std::nullopt, "1", short_lived), std::nullopt);
+  s.lease_revoke(long_lived);
+  EXPECT_EQ(s.watch({"leader"}, r1, 10.0), r1 + 1);
+  EXPECT_EQ(s.try_get("leader"), std::nullopt);
 }
 
 TEST_F(TcpStoreTest, AddOnANonIntegerIsAnErrorAndTheConnectionStaysUsable) {

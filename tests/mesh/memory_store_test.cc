@@ -1,10 +1,14 @@
-// MemoryStore: every operation, waits that end on a write from another activity, timeouts.
+// MemoryStore: every operation, waits that end on a write from another activity, timeouts;
+// leases and watches (and the LeaseTable and ChangeLog behind them).
 #include "engine/store/memory_store.h"
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "engine/error.h"
 #include "engine/runtime/thread_runtime.h"
+#include "engine/store/lease_table.h"
 
 namespace meridian {
 namespace {
@@ -104,6 +108,85 @@ TEST(MemoryStore, ReadPrefixReturnsKeysAndValuesInOneCall) {
   EXPECT_EQ(store.read_prefix("zz"), KV{});
   // The Store seam's default (list, then reads) gives the same answer for a wrapper.
   EXPECT_EQ(store.Store::read_prefix("hb/"), store.read_prefix("hb/"));
+}
+
+}  // namespace
+}  // namespace meridian
+
+namespace meridian {
+namespace {
+
+// The bookkeeping every table-keeping store shares, on a clock the test passes.
+TEST(LeaseTable, LeasesEndAfterTheirTtlUnlessKeptAliveAndGiveBackTheirKeys) {
+  LeaseTable t;
+  const std::int64_t a = t.grant(6.0, 100.0), b = t.grant(6.0, 100.0);
+  EXPECT_NE(a, b);
+  t.attach(a, "hb/1");
+  t.attach(a, "leader");
+  t.attach(b, "hb/2");
+  EXPECT_DOUBLE_EQ(t.next_deadline_s(), 106.0);
+  EXPECT_TRUE(t.keepalive(a, 104.0));  // a now ends at 110
+  EXPECT_EQ(t.expire(105.9), std::vector<std::string>{});
+  EXPECT_EQ(t.expire(106.0), std::vector<std::string>{"hb/2"});
+  EXPECT_FALSE(t.alive(b));
+  EXPECT_FALSE(t.keepalive(b, 106.0));
+  t.detach("leader");  // written by a plain call: no longer the lease's
+  EXPECT_EQ(t.revoke(a), std::vector<std::string>{"hb/1"});
+  EXPECT_EQ(t.revoke(a), std::vector<std::string>{});
+  EXPECT_EQ(t.next_deadline_s(), std::numeric_limits<double>::infinity());
+  // A store that accounts for keepalives itself: no deadline until it sets one.
+  const std::int64_t c = t.grant(6.0, 0.0);
+  EXPECT_TRUE(t.set_deadline(c, std::numeric_limits<double>::infinity()));
+  EXPECT_TRUE(t.expire(1e9).empty());
+  EXPECT_TRUE(t.set_deadline(c, 50.0));
+  t.attach(c, "hb/3");
+  EXPECT_EQ(t.expire(50.0), std::vector<std::string>{"hb/3"});
+}
+
+TEST(ChangeLog, ChangesUnderPrefixesAfterARevision) {
+  ChangeLog log;
+  EXPECT_FALSE(log.changed_since({""}, 0));
+  const std::uint64_t r1 = log.record("mesh/hb/1");
+  log.record("mesh/report/7/1");
+  EXPECT_TRUE(log.changed_since({"mesh/report/"}, r1));
+  EXPECT_FALSE(log.changed_since({"mesh/hb/"}, r1));
+  EXPECT_TRUE(log.changed_since({"mesh/hb/"}, r1 - 1));
+  EXPECT_FALSE(log.changed_since({}, 0));
+  // Further behind than the log reaches: "changed" (the watcher re-reads; never a missed change).
+  for (std::size_t i = 0; i < ChangeLog::kKept + 1; ++i) log.record("x");
+  EXPECT_TRUE(log.changed_since({"mesh/hb/"}, r1));
+  EXPECT_FALSE(log.changed_since({"mesh/hb/"}, log.revision() - 1));
+}
+
+TEST(MemoryStore, ALeaseThatIsNotKeptAliveEndsAndErasesItsKeysWakingAWatcher) {
+  ThreadRuntime rt;
+  MemoryStore store(rt);
+  const std::int64_t lease = store.lease_grant(0.05);
+  EXPECT_EQ(store.compare_set_leased("hb/1", std::nullopt, "1", lease), "1");
+  EXPECT_EQ(store.keepalive(lease, 0.01), 0.01);  // a store that must receive every keepalive
+  const std::uint64_t before = store.revision();
+  // Nobody else calls: the watcher itself wakes at the lease's end and sees the erase.
+  const std::uint64_t after = store.watch({"hb/"}, before, 10.0);
+  EXPECT_GT(after, before);
+  EXPECT_EQ(store.try_get("hb/1"), std::nullopt);
+  EXPECT_LT(store.keepalive(lease, 0.01), 0.0);
+  // An ended lease attaches nothing.
+  EXPECT_EQ(store.compare_set_leased("hb/1", std::nullopt, "1", lease), std::nullopt);
+}
+
+TEST(MemoryStore, RevokeErasesAtOnceAndWatchesSeeOnlyTheirPrefixes) {
+  ThreadRuntime rt;
+  MemoryStore store(rt);
+  const std::int64_t lease = store.lease_grant(3600.0);
+  store.compare_set_leased("leader", std::nullopt, "4", lease);
+  const std::uint64_t r0 = store.revision();
+  store.set("other", "x");
+  EXPECT_EQ(store.watch({"leader"}, r0, 0.01), r0 + 1);  // times out: not its prefix
+  auto revoker = rt.spawn("revoker", [&] { store.lease_revoke(lease); });
+  store.watch({"leader"}, r0 + 1, 10.0);
+  revoker->join();
+  EXPECT_EQ(store.try_get("leader"), std::nullopt);
+  EXPECT_EQ(store.revision(), r0 + 2);
 }
 
 }  // namespace
