@@ -68,6 +68,8 @@ Options (each takes --key value or --key=value):
   --delack-timeout-ms T delayed-ACK timer (default 40: Linux's TCP_ATO_MIN)
   --min-rto-ms T        minimum retransmission timeout (default 200: Linux's TCP_RTO_MIN)
   --hystart true|false  TcpCubic's HyStart (default true, as Linux)
+  --recovery prr|classic  loss recovery: ns3::TcpPrrRecovery (default, as Linux) or
+                        ns3::TcpClassicRecovery (RFC 6582 NewReno)
   --queue-packets Q     every device's FIFO (default 10000)
   --start-s T0,T1,...   each node's start, in seconds after the last connection is up (default
                         all 0). Times printed count from that origin. Used to replay another
@@ -96,6 +98,7 @@ struct Options {
   double delack_timeout_ms = 40;
   double min_rto_ms = 200;
   bool hystart = true;
+  std::string recovery = "prr";
   std::uint64_t queue_packets = 10000;
   double stop_s = 3600;
   std::vector<double> start_s;  // per node, after the origin; empty: all at the origin
@@ -149,7 +152,9 @@ bool parse_args(const std::vector<std::string>& raw, Options& o) {
       if (v != "true" && v != "false")
         throw ConfigError(key + ": expected true or false, got '" + v + "'");
       o.hystart = v == "true";
-    } else if (key == "--queue-packets")
+    } else if (key == "--recovery")
+      o.recovery = opt::value(args, i);
+    else if (key == "--queue-packets")
       o.queue_packets = count();
     else if (key == "--stop-s")
       o.stop_s = num();
@@ -176,6 +181,8 @@ bool parse_args(const std::vector<std::string>& raw, Options& o) {
           "--rtt-ms: must exceed --lan-rtt-ms (the access links' share of the path)");
   require(o.loss >= 0 && o.loss < 0.5, "--loss: expected a probability in [0, 0.5)");
   require(o.cc == "cubic" || o.cc == "reno", "--cc: expected cubic or reno, got '" + o.cc + "'");
+  require(o.recovery == "prr" || o.recovery == "classic",
+          "--recovery: expected prr or classic, got '" + o.recovery + "'");
   require(o.seed >= 1, "--seed: ns-3 run numbers start at 1");
   require(o.mss_bytes >= 100 && o.mss_bytes <= 1460, "--mss-bytes: expected 100..1460");
   require(o.buffer_bytes >= o.mss_bytes, "--buffer-bytes: must hold at least one segment");
@@ -261,8 +268,9 @@ int run(const Options& o) {
   Config::SetDefault(
       "ns3::TcpL4Protocol::SocketType",
       TypeIdValue(o.cc == "cubic" ? TcpCubic::GetTypeId() : TcpLinuxReno::GetTypeId()));
-  Config::SetDefault("ns3::TcpL4Protocol::RecoveryType",
-                     TypeIdValue(TcpPrrRecovery::GetTypeId()));  // Linux: PRR (RFC 6937)
+  Config::SetDefault("ns3::TcpL4Protocol::RecoveryType",  // Linux: PRR (RFC 6937)
+                     TypeIdValue(o.recovery == "prr" ? TcpPrrRecovery::GetTypeId()
+                                                     : TcpClassicRecovery::GetTypeId()));
   Config::SetDefault("ns3::TcpSocket::SegmentSize", UintegerValue(o.mss_bytes));
   Config::SetDefault("ns3::TcpSocket::InitialCwnd", UintegerValue(o.initial_window));
   Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(o.buffer_bytes));
@@ -441,7 +449,7 @@ int run(const Options& o) {
       {"loss_model", "RateErrorModel, ERROR_UNIT_PACKET, on both devices of every inter-site link"},
       {"cc", o.cc == "cubic" ? "ns3::TcpCubic" : "ns3::TcpLinuxReno"},
       {"hystart", o.hystart},
-      {"recovery", "ns3::TcpPrrRecovery"},
+      {"recovery", o.recovery == "prr" ? "ns3::TcpPrrRecovery" : "ns3::TcpClassicRecovery"},
       {"seed", o.seed},
       {"mss_bytes", o.mss_bytes},
       {"buffer_bytes", o.buffer_bytes},
