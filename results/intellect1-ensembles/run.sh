@@ -21,4 +21,4 @@ cp runs/ens-full/ensemble.json runs/ens-full/ensemble.md "$here/full/"
 "$build/bin/meridian" plot "$here/usa" "$here/useu" "$here/global" "$here/full" \
   --label "USA (8 nodes)" --label "US + EU (10)" --label "global (14)" \
   --label "full (4-14, churn)" --no-svg --out "$here/plots" > /dev/null
-rm -rf "$here/plots/data" "$here/plots/"*.gp "$here/plots/"*.log   # regenerable
+rm -rf "$here/plots/data" "$here/plots/"*.gp "$here/plots/"*.log "$here"/*/plots   # regenerable
