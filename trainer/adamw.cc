@@ -2,6 +2,7 @@
 // replacement: one parameter group, fixed hyper-parameters but the lr.
 #include "trainer/adamw.h"
 
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 #include <ATen/Dispatch.h>
 
 #include <cmath>

@@ -3,6 +3,7 @@
 // training loop (trainer/torch_worker.cc) and not the optimizer (trainer/adamw.cc).
 #include "trainer/model.h"
 
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>

@@ -3,6 +3,7 @@
 // DiLoCo (engine/) reads and writes parameters() between calls to run_inner_steps().
 #include "trainer/torch_worker.h"
 
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 #include <ATen/Parallel.h>
 
 #if defined(__GLIBC__)

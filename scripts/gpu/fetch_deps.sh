@@ -9,5 +9,5 @@ mkdir -p .gpudeps
 cd .gpudeps
 apt-get download libyaml-cpp-dev libyaml-cpp0.7 nlohmann-json3-dev libboost1.74-dev \
   libeigen3-dev libgtest-dev libbenchmark-dev libbenchmark1debian \
-  sentencepiece libsentencepiece0 libprotobuf-lite32
+  sentencepiece libsentencepiece0 libprotobuf-lite32 fortunes-min fortunes
 ls -la

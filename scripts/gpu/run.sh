@@ -6,9 +6,8 @@
 #   here:   scripts/gpu/fetch_deps.sh
 #   device: run(command="bash scripts/gpu/run.sh", carry=[".gpudeps"])
 #
-# Not yet validated on a GPU machine: no GPU was lent to the session that wrote it (see the
-# closing note of the GPU issue). Each step logs to $OUT/<step>.log and the script goes on after a
-# failed step, so one run shows every problem.
+# First run on a lent H200 on 2026-11-26: results/gpu/README.md. Each step logs to $OUT/<step>.log
+# and the script goes on after a failed step, so one run shows every problem.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -31,6 +30,10 @@ mkdir -p "$DEPS"
 for f in .gpudeps/*.deb; do dpkg -x "$f" "$DEPS"; done
 export PATH="$DEPS/usr/bin:$PATH"
 export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+# The trainer tests read Debian's fortunes at their packaged path.
+if [ ! -d /usr/share/games/fortunes ] && [ -d "$DEPS/usr/share/games/fortunes" ]; then
+  mkdir -p /usr/share/games && ln -s "$DEPS/usr/share/games/fortunes" /usr/share/games/fortunes
+fi
 
 TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 NCCL_ROOT=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__) if nvidia.nccl.__file__ else list(nvidia.nccl.__path__)[0])' 2>/dev/null)
@@ -45,11 +48,16 @@ step configure cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DMERIDIAN_WITH_SIMGRID=OFF -DMERIDIAN_WITH_GLOO=OFF -DMERIDIAN_WITH_TORCH=ON \
   -DMERIDIAN_WITH_NCCL=ON -DNCCL_ROOT="$NCCL_ROOT" -DMERIDIAN_SANITIZE_TESTS=OFF \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS/usr" -DBoost_ROOT="$DEPS/usr" -DBoost_NO_SYSTEM_PATHS=ON
-step build cmake --build "$BUILD" -j "$(nproc)"
+# The GPU test and the binary first, so a run cut short by its time limit still reports them.
+step build-gpu cmake --build "$BUILD" -j "$(nproc)" --target gpu_nccl_transport_test meridian -- -k 0
 step test-gpu bash -c "cd $BUILD && ctest -L gpu --output-on-failure"
-step test-cpu bash -c "cd $BUILD && OMP_NUM_THREADS=1 ctest -L 'unit|collective|mesh|trainer' --output-on-failure"
+step version "$BUILD/bin/meridian" --version
+step build cmake --build "$BUILD" -j "$(nproc)" -- -k 0
+step test-cpu bash -c "cd $BUILD && OMP_NUM_THREADS=1 ctest -j 4 -L 'unit|collective|mesh|trainer' --output-on-failure"
 # The foundation benchmarks on this machine's CPU, for comparison with results/bench/.
 step bench-codec "$BUILD/bench/codec_bench" --benchmark_min_time=0.2 --benchmark_format=json --benchmark_out="$OUT/codec_bench.json"
-step bench-ring "$BUILD/bench/ring_bench" --benchmark_filter='.*/(1|16|64)MiB.*|.*/1048576/.*|.*/16777216/.*' --benchmark_format=json --benchmark_out="$OUT/ring_bench.json"
+step bench-ring "$BUILD/bench/ring_bench" --benchmark_filter='MiB:(1|16|64)/' --benchmark_format=json --benchmark_out="$OUT/ring_bench.json"
 cat "$OUT/steps.txt"
+# The device tool brings back only a few files: the logs travel as one archive.
+tar -C "$OUT" -czf "$OUT/logs.tar.gz" $(cd "$OUT" && ls *.log steps.txt machine.txt) && (cd "$OUT" && rm -f *.log)
 exit $status

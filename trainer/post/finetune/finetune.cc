@@ -3,6 +3,7 @@
 // requires_grad = false, so autograd computes no weight gradient for them).
 #include "trainer/post/finetune/finetune.h"
 
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
