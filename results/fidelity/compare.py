@@ -10,18 +10,23 @@ node streams as they are.
                                          OUT_PREFIX.md / .csv / .dat (per outer step, per run)
 
 A run folder holds events.jsonl (a simulation) or node-<ID>/events.jsonl, one per process (a
-real run).
+real run), or those node folders packed in raw.tar.xz (a committed real run).
 """
 import glob
 import json
 import os
 import statistics
 import sys
+import tarfile
+
+
+def parse(lines):
+    return [json.loads(line) for line in lines if line.strip()]
 
 
 def read(path):
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        return parse(f)
 
 
 def records(run_dir):
@@ -30,9 +35,18 @@ def records(run_dir):
     if os.path.exists(single):
         return read(single)
     files = sorted(glob.glob(os.path.join(run_dir, "node-*", "events.jsonl")))
-    if not files:
-        sys.exit(f"compare.py: {run_dir} has neither events.jsonl nor node-*/events.jsonl")
-    return [r for path in files for r in read(path)]
+    if files:
+        return [r for path in files for r in read(path)]
+    raw = os.path.join(run_dir, "raw.tar.xz")
+    if os.path.exists(raw):
+        with tarfile.open(raw) as tar:
+            names = sorted(n for n in tar.getnames()
+                           if n.startswith("node-") and n.endswith("/events.jsonl"))
+            if names:
+                return [r for n in names
+                        for r in parse(tar.extractfile(n).read().decode().splitlines())]
+    sys.exit(f"compare.py: {run_dir} has neither events.jsonl, node-*/events.jsonl nor a "
+             "raw.tar.xz holding them")
 
 
 def inner_step_s(run_dir):

@@ -23,9 +23,18 @@ RTT_MS=${RTT_MS:-60}
 TAG=${TAG:-}
 NODES=4
 
+# A committed real run keeps command.txt and raw.tar.xz (its node folders, logs, run.yaml, the
+# harness's stats and load); table and `meridian plot` need the node folders back beside them.
+unpack() { [[ -d $1/node-1 || ! -f $1/raw.tar.xz ]] || tar -xJf "$1/raw.tar.xz" -C "$1"; }
+pack() {
+  (cd "$1" && tar -cJf raw.tar.xz node-* node*.log store.log netdelay-stats.txt namespaces.txt \
+    machine.txt run.yaml)
+}
+
 table() {  # the comparison table, its plot, and analysis/'s side-by-side figures
   local args=() runs=() r
   for r in "$@"; do
+    unpack "$OUT/real-$r"
     args+=("$r" "$OUT/real-$r" "$OUT/sim-$r")
     runs+=("$OUT/real-$r" "$OUT/sim-$r")
   done
@@ -101,6 +110,7 @@ for codec in $CODECS; do
   "$M" plot "$real" >/dev/null
   "$M" report "$real" >/dev/null   # analysis/'s summary of the real run (sim: summary.json)
   "$M" plot "$sim" >/dev/null
+  pack "$real"
 done
 
 rm -rf "$work"
