@@ -51,8 +51,8 @@ void BM_RingAllReduce(benchmark::State& state) {
   std::vector<std::unique_ptr<Transport>> ends;
   for (int r = 0; r < world; ++r) ends.push_back(hub.endpoint(r));
   ThreadRuntime runtime;
+  const auto ring_codec = make_codec(codec);
   RingOptions options;
-  options.codec = codec;
   options.timeout_s = 600;
 
   std::vector<double> start_s(world), end_s(world);
@@ -71,8 +71,8 @@ void BM_RingAllReduce(benchmark::State& state) {
         try {
           std::memcpy(buffers[r].data(), input.data(), bytes);
           start_s[r] = runtime.now_s();
-          stats[r] = ring_all_reduce(*ends[r], runtime, ReduceBuffer::of(buffers[r]), options,
-                                     &workspaces[r]);
+          stats[r] = ring_all_reduce(*ends[r], runtime, *ring_codec, ReduceBuffer::of(buffers[r]),
+                                     options, &workspaces[r]);
           end_s[r] = runtime.now_s();
         } catch (...) {
           errors[r] = std::current_exception();

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meridian {
@@ -52,6 +54,36 @@ class InnerWorker {
   // Progress (data position, inner step, RNG state) as an opaque string, and its restore.
   virtual std::string progress() const = 0;
   virtual void restore_progress(const std::string& progress) = 0;
+};
+
+// Passes every call to another InnerWorker. Decorators (progress, recording) derive from it and
+// override only what they change. Owns the inner worker when given it by unique_ptr; otherwise
+// the inner worker must outlive this one.
+class ForwardingWorker : public InnerWorker {
+ public:
+  explicit ForwardingWorker(std::unique_ptr<InnerWorker> inner)
+      : owned_(std::move(inner)), inner_(*owned_) {}
+  explicit ForwardingWorker(InnerWorker& inner) : inner_(inner) {}
+
+  InnerStepsResult run_inner_steps(int steps) override { return inner_.run_inner_steps(steps); }
+  std::uint64_t parameter_count() const override { return inner_.parameter_count(); }
+  std::span<float> parameters() override { return inner_.parameters(); }
+  void parameters_updated() override { inner_.parameters_updated(); }
+  std::vector<std::uint64_t> bucket_boundaries() const override {
+    return inner_.bucket_boundaries();
+  }
+  std::vector<StateSection> state_sections() override { return inner_.state_sections(); }
+  std::string progress() const override { return inner_.progress(); }
+  void restore_progress(const std::string& progress) override {
+    inner_.restore_progress(progress);
+  }
+
+ protected:
+  InnerWorker& inner() const { return inner_; }
+
+ private:
+  std::unique_ptr<InnerWorker> owned_;
+  InnerWorker& inner_;
 };
 
 }  // namespace meridian

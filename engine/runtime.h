@@ -9,12 +9,24 @@
 
 namespace meridian {
 
-// A mutex valid under the Runtime that made it. BasicLockable, so std::lock_guard works.
+// A mutex valid under the Runtime that made it.
 class Mutex {
  public:
   virtual ~Mutex() = default;
   virtual void lock() = 0;
   virtual void unlock() = 0;
+};
+
+// Holds a Mutex for its scope: the engine's std::lock_guard (<mutex> belongs to backends).
+class LockGuard {
+ public:
+  explicit LockGuard(Mutex& m) : m_(m) { m_.lock(); }
+  ~LockGuard() { m_.unlock(); }
+  LockGuard(const LockGuard&) = delete;
+  LockGuard& operator=(const LockGuard&) = delete;
+
+ private:
+  Mutex& m_;
 };
 
 // A condition variable paired with a Mutex from the same Runtime.

@@ -80,4 +80,56 @@ class Store {
   std::uint64_t revision() { return watch({}, 0, 0.0); }
 };
 
+// Passes every call to another Store (which must outlive it). Decorators derive from it and
+// override only what they change.
+class ForwardingStore : public Store {
+ public:
+  explicit ForwardingStore(Store& inner) : inner_(inner) {}
+
+  void set(const std::string& key, const std::string& value) override { inner_.set(key, value); }
+  std::string get(const std::string& key, double timeout_s) override {
+    return inner_.get(key, timeout_s);
+  }
+  std::optional<std::string> try_get(const std::string& key) override {
+    return inner_.try_get(key);
+  }
+  void wait(const std::vector<std::string>& keys, double timeout_s) override {
+    inner_.wait(keys, timeout_s);
+  }
+  std::int64_t add(const std::string& key, std::int64_t delta) override {
+    return inner_.add(key, delta);
+  }
+  std::optional<std::string> compare_set(const std::string& key,
+                                         const std::optional<std::string>& expected,
+                                         const std::string& desired) override {
+    return inner_.compare_set(key, expected, desired);
+  }
+  bool erase(const std::string& key) override { return inner_.erase(key); }
+  std::vector<std::string> list(const std::string& prefix) override { return inner_.list(prefix); }
+  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override {
+    return inner_.read_prefix(prefix);
+  }
+  std::int64_t lease_grant(double ttl_s) override { return inner_.lease_grant(ttl_s); }
+  double keepalive(std::int64_t lease, double interval_s) override {
+    return inner_.keepalive(lease, interval_s);
+  }
+  void lease_revoke(std::int64_t lease) override { inner_.lease_revoke(lease); }
+  std::optional<std::string> compare_set_leased(const std::string& key,
+                                                const std::optional<std::string>& expected,
+                                                const std::string& desired,
+                                                std::int64_t lease) override {
+    return inner_.compare_set_leased(key, expected, desired, lease);
+  }
+  std::uint64_t watch(const std::vector<std::string>& prefixes, std::uint64_t after_revision,
+                      double timeout_s) override {
+    return inner_.watch(prefixes, after_revision, timeout_s);
+  }
+
+ protected:
+  Store& inner() const { return inner_; }
+
+ private:
+  Store& inner_;
+};
+
 }  // namespace meridian

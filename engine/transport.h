@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace meridian {
@@ -19,6 +20,20 @@ enum class TagKind : std::uint8_t { kCollective = 1, kRecovery = 2, kControl = 3
 constexpr Tag make_tag(TagKind kind, std::uint64_t value) {
   return (static_cast<Tag>(kind) << 56) | (value & ((Tag{1} << 56) - 1));
 }
+
+// Transport epoch ids: the one owner of their bit layout. A membership epoch e (< 2^40) runs
+// its all-reduce as one ring per shard, epoch id e | shard << 40 (shard < 2^22); live
+// recovery's pairwise epochs set bit 62: 1 << 62 | round << 24 | joiner index << 12 | source
+// index (round < 2^38, indices < 2^12), so they never meet a ring's.
+inline constexpr std::uint64_t kMaxRecoveryIndex = (std::uint64_t{1} << 12) - 1;
+constexpr std::uint64_t ring_epoch_id(std::uint64_t epoch, int shard) {
+  return epoch | (static_cast<std::uint64_t>(shard) << 40);
+}
+constexpr std::uint64_t recovery_epoch_id(std::uint64_t round, std::uint64_t joiner_index,
+                                          std::uint64_t source_index) {
+  return (std::uint64_t{1} << 62) | (round << 24) | (joiner_index << 12) | source_index;
+}
+constexpr bool is_recovery_epoch(std::uint64_t id) { return (id >> 62) != 0; }
 
 // An outgoing message. `bytes` is the real content (may be empty in simulation of a model too
 // large to hold); `wire_bytes` is what the message costs on the network. Real transports send
@@ -80,6 +95,38 @@ class Transport {
   // peers that involve this rank fail with PeerLostError instead of waiting for their timeout.
   // Idempotent. The object stays valid until destroyed.
   virtual void abort() = 0;
+};
+
+// Passes every call to another Transport. Decorators (fault injection, counting, tests) derive
+// from it and override only what they change. Owns the inner transport when given it by
+// unique_ptr; otherwise the inner transport must outlive this one.
+class ForwardingTransport : public Transport {
+ public:
+  explicit ForwardingTransport(std::unique_ptr<Transport> inner)
+      : owned_(std::move(inner)), inner_(*owned_) {}
+  explicit ForwardingTransport(Transport& inner) : inner_(inner) {}
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::uint64_t epoch() const override { return inner_.epoch(); }
+  void send(int to, Tag tag, Payload msg, double timeout_s) override {
+    inner_.send(to, tag, msg, timeout_s);
+  }
+  Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
+    return inner_.recv(from, tag, into, timeout_s);
+  }
+  std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
+                                                  std::span<std::byte> into, Tag tag) override {
+    return inner_.start_exchange(to, out, from, into, tag);
+  }
+  void abort() override { inner_.abort(); }
+
+ protected:
+  Transport& inner() const { return inner_; }
+
+ private:
+  std::unique_ptr<Transport> owned_;
+  Transport& inner_;
 };
 
 // What a node needs to join the Transport of one epoch.

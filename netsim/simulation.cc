@@ -392,6 +392,7 @@ bool run_allreduce(World& w, Transport& t, SimRuntime& rt, int outer_step, RingS
   std::vector<RingStats> stats(w.lanes);
   std::vector<std::unique_ptr<Activity>> acts;
   const std::uint32_t nb = static_cast<std::uint32_t>(w.buckets.size() - 1);
+  const auto codec = make_codec(w.codec);
   for (int lane = 0; lane < w.lanes; ++lane) {
     acts.push_back(rt.spawn("ring" + std::to_string(lane), [&, lane] {
       for (std::uint32_t b = 0; b < nb; ++b) {
@@ -399,12 +400,11 @@ bool run_allreduce(World& w, Transport& t, SimRuntime& rt, int outer_step, RingS
         const std::uint64_t elems = w.buckets[b + 1] - w.buckets[b];
         const std::uint64_t count = (elems * w.lane_scale + L - 1) / L;
         RingOptions o;
-        o.codec = w.codec;
         o.max_chunk_bytes = w.sc.diloco.max_chunk_bytes * w.lane_scale;
         o.timeout_s = w.sc.diloco.timeout_s;
         o.outer_step = static_cast<std::uint64_t>(outer_step);
         o.bucket = static_cast<std::uint32_t>(lane) * nb + b;
-        RingStats s = ring_all_reduce(t, rt, ReduceBuffer::phantom(count), o);
+        RingStats s = ring_all_reduce(t, rt, *codec, ReduceBuffer::phantom(count), o);
         stats[lane].participants = s.participants;
         stats[lane].bytes_sent += s.bytes_sent;
         stats[lane].bytes_received += s.bytes_received;

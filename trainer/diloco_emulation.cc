@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/fault/cuttable_store.h"
 #include "engine/runtime/thread_runtime.h"
 #include "engine/store/memory_store.h"
 #include "engine/transport/inproc/inproc_transport.h"
@@ -17,104 +18,28 @@
 namespace meridian::trainer {
 namespace {
 
-// A node's view of the shared store that can be cut off: after kill() every call raises
-// PeerLostError; blocking calls wait in short slices so they notice.
-class CuttableStore final : public Store {
- public:
-  explicit CuttableStore(Store& inner) : inner_(inner) {}
-  void kill() { dead_ = true; }
-  void set(const std::string& k, const std::string& v) override { alive(), inner_.set(k, v); }
-  std::optional<std::string> try_get(const std::string& k) override {
-    return alive(), inner_.try_get(k);
-  }
-  std::int64_t add(const std::string& k, std::int64_t d) override {
-    return alive(), inner_.add(k, d);
-  }
-  std::optional<std::string> compare_set(const std::string& k,
-                                         const std::optional<std::string>& expected,
-                                         const std::string& desired) override {
-    return alive(), inner_.compare_set(k, expected, desired);
-  }
-  bool erase(const std::string& k) override { return alive(), inner_.erase(k); }
-  std::vector<std::string> list(const std::string& p) override { return alive(), inner_.list(p); }
-  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& p) override {
-    return alive(), inner_.read_prefix(p);
-  }
-  std::string get(const std::string& k, double timeout_s) override {
-    std::string out;
-    in_slices(timeout_s, [&](double s) { out = inner_.get(k, s); });
-    return out;
-  }
-  std::int64_t lease_grant(double ttl_s) override { return alive(), inner_.lease_grant(ttl_s); }
-  double keepalive(std::int64_t lease, double interval_s) override {
-    return alive(), inner_.keepalive(lease, interval_s);
-  }
-  void lease_revoke(std::int64_t lease) override { alive(), inner_.lease_revoke(lease); }
-  std::optional<std::string> compare_set_leased(const std::string& k,
-                                                const std::optional<std::string>& expected,
-                                                const std::string& desired,
-                                                std::int64_t lease) override {
-    return alive(), inner_.compare_set_leased(k, expected, desired, lease);
-  }
-  // In slices, so that a cut-off node notices (a return without a change is allowed).
-  std::uint64_t watch(const std::vector<std::string>& prefixes, std::uint64_t after,
-                      double timeout_s) override {
-    return alive(), inner_.watch(prefixes, after, std::min(timeout_s, 0.05));
-  }
-  void wait(const std::vector<std::string>& keys, double timeout_s) override {
-    in_slices(timeout_s, [&](double s) { inner_.wait(keys, s); });
-  }
-
- private:
-  void alive() const {
-    if (dead_) throw PeerLostError(-1, "this node was failed by the churn schedule");
-  }
-  template <typename F>
-  void in_slices(double timeout_s, F f) {
-    for (double left_s = timeout_s;;) {
-      alive();
-      const double slice_s = std::min(left_s, 0.05);
-      try {
-        return f(slice_s);
-      } catch (const TimeoutError&) {
-        if ((left_s -= slice_s) <= 0) throw;
-      }
-    }
-  }
-  Store& inner_;
-  std::atomic<bool> dead_{false};
-};
-
 // Records each worker's last inner-step result (loss, tokens) for the CSV.
-class RecordingWorker final : public InnerWorker {
+class RecordingWorker final : public ForwardingWorker {
  public:
-  explicit RecordingWorker(std::unique_ptr<TorchWorker> w) : w_(std::move(w)) {}
+  explicit RecordingWorker(std::unique_ptr<TorchWorker> w)
+      : ForwardingWorker(std::move(w)), torch_(static_cast<TorchWorker&>(inner())) {}
   InnerStepsResult run_inner_steps(int steps) override {
-    const auto r = w_->run_inner_steps(steps);
+    const auto r = ForwardingWorker::run_inner_steps(steps);
     last_loss = r.loss;
     tokens += r.tokens;
     return r;
   }
-  std::uint64_t parameter_count() const override { return w_->parameter_count(); }
-  std::span<float> parameters() override { return w_->parameters(); }
-  void parameters_updated() override { w_->parameters_updated(); }
-  std::vector<std::uint64_t> bucket_boundaries() const override {
-    return w_->bucket_boundaries();
-  }
-  std::vector<StateSection> state_sections() override { return w_->state_sections(); }
-  std::string progress() const override { return w_->progress(); }
-  void restore_progress(const std::string& p) override { w_->restore_progress(p); }
-  TorchWorker& torch() { return *w_; }
+  TorchWorker& torch() { return torch_; }
 
   std::atomic<double> last_loss{0.0};
   std::atomic<std::int64_t> tokens{0};
 
  private:
-  std::unique_ptr<TorchWorker> w_;
+  TorchWorker& torch_;
 };
 
 struct Node {
-  explicit Node(Store& shared) : store(shared) {}
+  explicit Node(Store& shared) : store(shared, "this node was failed by the churn schedule") {}
   CuttableStore store;
   std::unique_ptr<RecordingWorker> worker;
   std::unique_ptr<DilocoNode> diloco;
@@ -251,7 +176,7 @@ class Emulation {
     if (on_step_) on_step_(s);
     for (auto [it, end] = o_.fail_after.equal_range(s.outer_step); it != end; ++it) {
       Node& n = *nodes_.at(it->second);
-      n.store.kill();
+      n.store.cut();
       network_.kill_node(it->second);
       failed_shards_.push_back(n.shard);
       log_("churn: node " + std::to_string(it->second) + " fails after outer step " +

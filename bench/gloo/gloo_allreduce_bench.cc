@@ -276,13 +276,13 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
       } else {
         const RingMethod rm = *ring_method(method);
         RingOptions o;
-        o.codec = rm.codec;
         o.restore_on_failure = rm.restore_on_failure;
         o.timeout_s = c.timeout_s;
         o.max_chunk_bytes = c.max_chunk_kib * 1024;
         o.outer_step = static_cast<std::uint64_t>(it + 1);
         o.bucket = static_cast<std::uint32_t>(mib);
-        ring_all_reduce(*transport, runtime, ReduceBuffer::of(buf), o, &workspace);
+        ring_all_reduce(*transport, runtime, *make_codec(rm.codec), ReduceBuffer::of(buf), o,
+                        &workspace);
       }
       const double ms = (now_s() - t0) * 1000.0;
       store.set("t/" + name + "/" + std::to_string(rank), std::to_string(ms));

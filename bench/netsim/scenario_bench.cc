@@ -14,6 +14,7 @@
 #include <string>
 
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 

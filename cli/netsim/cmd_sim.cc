@@ -20,6 +20,7 @@
 #include "cli/run_folder.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 

@@ -23,6 +23,7 @@
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "engine/runtime/thread_runtime.h"
 #include "engine/store/tcp_store.h"
 #include "engine/transport/gloo/gloo_transport.h"
@@ -163,7 +164,7 @@ class PausingFactory final : public TransportFactory {
 
   std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
     auto t = inner_.connect(spec);
-    if (at_ == 0 || (spec.epoch >> 62) != 0) return t;  // recovery epochs set bit 62
+    if (at_ == 0 || is_recovery_epoch(spec.epoch)) return t;
     return std::make_unique<Pausing>(std::move(t), *this);
   }
 

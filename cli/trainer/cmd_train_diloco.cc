@@ -17,6 +17,7 @@
 #include "engine/codec/codec.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "trainer/diloco_emulation.h"
 
 namespace meridian::cli {

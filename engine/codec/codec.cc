@@ -1,6 +1,7 @@
 // Codec registry: ids, names and construction.
 #include "engine/codec/codec.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "engine/codec/bf16_codec.h"
@@ -9,8 +10,37 @@
 #include "engine/codec/int8_minmax_codec.h"
 #include "engine/codec/int8_prime_codec.h"
 #include "engine/error.h"
+#include "engine/util/crc32c.h"
 
 namespace meridian {
+
+namespace {
+
+void keep(std::span<const float> values, std::span<float> backup) {
+  if (!backup.empty()) std::copy(values.begin(), values.end(), backup.begin());
+}
+
+}  // namespace
+
+std::uint32_t Codec::encode_crc(std::span<const float> in, std::span<std::byte> out,
+                                std::uint32_t crc) const {
+  encode(in, out);
+  return crc32c(out, crc);
+}
+
+std::uint32_t Codec::decode_crc(std::span<const std::byte> in, std::span<float> out,
+                                std::span<float> backup, std::uint32_t crc) const {
+  keep(out, backup);
+  decode(in, out);
+  return crc32c(in, crc);
+}
+
+std::uint32_t Codec::decode_add_crc(std::span<const std::byte> in, std::span<float> acc,
+                                    std::span<float> backup, std::uint32_t crc) const {
+  keep(acc, backup);
+  decode_add(in, acc);
+  return crc32c(in, crc);
+}
 
 std::unique_ptr<Codec> make_codec(CodecId id) {
   switch (id) {

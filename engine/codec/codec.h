@@ -39,6 +39,23 @@ class Codec {
   virtual void decode(std::span<const std::byte> in, std::span<float> out) const = 0;
   // acc += decode(in), in fp32. Same preconditions and errors as decode().
   virtual void decode_add(std::span<const std::byte> in, std::span<float> acc) const = 0;
+
+  // The ring's paths (engine/collective): the same results as encode / decode / decode_add,
+  // also extending `crc` (CRC-32C, engine/util/crc32c.h) over the encoded bytes and returning
+  // it. `backup`, when not empty (same size as the values), first receives the values'
+  // previous contents, so the caller can undo the change. The caller checks the returned CRC
+  // afterwards and undoes the change if it is wrong, so a decoder may see corrupt bytes (it
+  // must only throw ProtocolError on them). These defaults walk the data once per step; a
+  // codec with a fused walk overrides them (fp32).
+  virtual std::uint32_t encode_crc(std::span<const float> in, std::span<std::byte> out,
+                                   std::uint32_t crc) const;
+  virtual std::uint32_t decode_crc(std::span<const std::byte> in, std::span<float> out,
+                                   std::span<float> backup, std::uint32_t crc) const;
+  virtual std::uint32_t decode_add_crc(std::span<const std::byte> in, std::span<float> acc,
+                                       std::span<float> backup, std::uint32_t crc) const;
+  // True when the encoding of values is their own bytes (fp32): the ring may then send the
+  // values in place, after a separate header message ("Split messages").
+  virtual bool encodes_in_place() const { return false; }
 };
 
 // The codec for `id`; throws ConfigError for an unknown id.

@@ -16,18 +16,16 @@ class Fp32Codec final : public Codec {
   void decode(std::span<const std::byte> in, std::span<float> out) const override;
   void decode_add(std::span<const std::byte> in, std::span<float> acc) const override;
 
-  // Fused variants for the ring: the same results as encode / decode / decode_add, walking the
-  // data in L1-sized blocks and extending `crc` (CRC-32C, see engine/util/crc32c.h) over the
-  // encoded bytes of each block while it is in cache; they return the extended CRC. `backup`,
-  // when not empty (same size as the values), receives the values' previous contents first,
-  // so the caller can undo the change (written with streaming stores where available, and
-  // fenced before return: it is meant to be read only on failure).
+  // Fused: one walk over the data in L1-sized blocks, extending the CRC over each block while
+  // it is in cache; the backup is written with streaming stores where available, and fenced
+  // before return (it is meant to be read only on failure).
   std::uint32_t encode_crc(std::span<const float> in, std::span<std::byte> out,
-                           std::uint32_t crc) const;
+                           std::uint32_t crc) const override;
   std::uint32_t decode_crc(std::span<const std::byte> in, std::span<float> out,
-                           std::span<float> backup, std::uint32_t crc) const;
+                           std::span<float> backup, std::uint32_t crc) const override;
   std::uint32_t decode_add_crc(std::span<const std::byte> in, std::span<float> acc,
-                               std::span<float> backup, std::uint32_t crc) const;
+                               std::span<float> backup, std::uint32_t crc) const override;
+  bool encodes_in_place() const override { return true; }
 };
 
 }  // namespace meridian

@@ -132,7 +132,6 @@ class RingPass {
       : transport_(transport),
         runtime_(runtime),
         codec_(codec),
-        fp32_(dynamic_cast<const Fp32Codec*>(&codec)),
         options_(options),
         count_(count),
         pass_(pass),
@@ -167,7 +166,7 @@ class RingPass {
     work_ = work;
     backup_ = backup;
     phantom_ = work.empty();
-    split_ = !phantom_ && fp32_ != nullptr &&
+    split_ = !phantom_ && codec_.encodes_in_place() &&
              slot_bytes_ - kChunkHeaderBytes >= options_.split_min_payload_bytes;
     saved_.assign(backup_.empty() ? 0 : transfers_, 0);
     if (!phantom_) {
@@ -320,13 +319,7 @@ class RingPass {
       std::span<std::byte> message = send_slot(t).first(bytes);
       std::span<std::byte> payload = message.subspan(kChunkHeaderBytes);
       const ChunkId id = chunk_id(w.phase, w.send_share, w.piece, r.count);
-      if (fp32_ != nullptr) {
-        // Copy and checksum in one walk over the values.
-        end_seal(message, fp32_->encode_crc(values(r), payload, begin_seal(id, codec_, message)));
-      } else {
-        codec_.encode(values(r), payload);
-        seal_chunk(id, codec_, message);
-      }
+      end_seal(message, codec_.encode_crc(values(r), payload, begin_seal(id, codec_, message)));
       // The owner keeps exactly what the others will decode (for a lossless codec, that is
       // what it already holds).
       if (w.phase == kAllGather && !codec_.lossless()) codec_.decode(payload, values(r));
@@ -411,28 +404,15 @@ class RingPass {
         verify_chunk_checksum(message, crc32c(std::as_bytes(values(r)), header));
         return;
       }
-      if (fp32_ != nullptr) {
-        // Checksum, back up and add (or copy) in one walk; a bad checksum is found after the
-        // values changed, which restore() undoes like any other failure.
-        const std::uint32_t header = check_chunk_header(message, id, codec_);
-        const auto payload = message.subspan(kChunkHeaderBytes);
-        if (!backup.empty()) saved_[t] = 1;
-        verify_chunk_checksum(message,
-                              w.phase == kReduceScatter
-                                  ? fp32_->decode_add_crc(payload, values(r), backup, header)
-                                  : fp32_->decode_crc(payload, values(r), backup, header));
-        return;
-      }
-      const auto payload = open_chunk(message, id, codec_);
-      if (!backup.empty()) {
-        std::copy_n(values(r).begin(), r.count, backup.begin());
-        saved_[t] = 1;
-      }
-      if (w.phase == kReduceScatter) {
-        codec_.decode_add(payload, values(r));
-      } else {
-        codec_.decode(payload, values(r));
-      }
+      // Check the header, then back up, decode and checksum (one walk where the codec fuses
+      // them); a bad checksum is found after the values changed, which restore() undoes like
+      // any other failure.
+      const std::uint32_t header = check_chunk_header(message, id, codec_);
+      const auto payload = message.subspan(kChunkHeaderBytes);
+      if (!backup.empty()) saved_[t] = 1;
+      verify_chunk_checksum(message, w.phase == kReduceScatter
+                                         ? codec_.decode_add_crc(payload, values(r), backup, header)
+                                         : codec_.decode_crc(payload, values(r), backup, header));
     } catch (const ProtocolError& e) {
       // Every message comes from the predecessor, which validated anything it forwards: a bad
       // chunk is its doing (what the mesh evicts it for).
@@ -443,7 +423,6 @@ class RingPass {
   Transport& transport_;
   Runtime& runtime_;
   const Codec& codec_;
-  const Fp32Codec* const fp32_;  // the codec when it is fp32 (fused kernels), else null
   const RingOptions& options_;
   const std::size_t count_;
   const Pass pass_;
@@ -481,8 +460,8 @@ double relative_error(std::span<const float> result, std::span<const float> exac
 
 }  // namespace
 
-RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer buf,
-                          const RingOptions& options, RingWorkspace* workspace) {
+RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& codec,
+                          ReduceBuffer buf, const RingOptions& options, RingWorkspace* workspace) {
   const double start_s = runtime.now_s();
   RingStats stats;
   stats.participants = transport.size();
@@ -505,7 +484,6 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
     if (transport.size() > kMaxWorld)
       throw ConfigError("ring all-reduce: world " + std::to_string(transport.size()) +
                         " exceeds the tag space (at most " + std::to_string(kMaxWorld) + ")");
-    const auto codec = make_codec(options.codec);
 
     // Work in place on `buf`; each piece is copied to ws.work just before it first changes
     // (inside the pass that changes it), so `buf` can be restored if the round fails. The
@@ -514,22 +492,22 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer b
     const std::size_t backup_size = keep_input ? buf.data.size() : 0;
     if (ws.work.size() < backup_size) ws.work.resize(backup_size);
     const std::span<float> backup = std::span(ws.work).first(backup_size);
-    pass.emplace(transport, runtime, *codec, options, buf.count, kCodecPass);
+    pass.emplace(transport, runtime, codec, options, buf.count, kCodecPass);
     pass->run(buf.data, backup, ws.slots, stats);
     stats.elapsed_s = runtime.now_s() - start_s;
 
     if (options.measure_error && !phantom) {
-      if (codec->lossless()) {
+      if (codec.lossless()) {
         stats.relative_error = 0.0;
       } else {
-        const auto exact_codec = make_codec(CodecId::kFp32);
+        static const Fp32Codec exact_codec;
         // The input: the pass backed up all of it, unless it sent nothing (one rank).
         std::vector<float> exact = pass->transfers() > 0
                                        ? std::vector<float>(backup.begin(), backup.end())
                                        : std::vector<float>(buf.data.begin(), buf.data.end());
         std::vector<float> unused(exact.size());
         RingStats ignored;  // the measuring pass's bytes are not the all-reduce's
-        RingPass(transport, runtime, *exact_codec, options, buf.count, kExactPass)
+        RingPass(transport, runtime, exact_codec, options, buf.count, kExactPass)
             .run(exact, unused, ws.slots, ignored);
         stats.relative_error = relative_error(buf.data, exact);
       }

@@ -17,7 +17,6 @@
 namespace meridian {
 
 struct RingOptions {
-  CodecId codec = CodecId::kFp32;
   // Upper bound on one message's encoded payload; larger rank shares are cut into pieces.
   std::size_t max_chunk_bytes = std::size_t{4} << 20;
   // Bound on every wait. A lost peer surfaces within this time on every rank.
@@ -76,8 +75,10 @@ struct RingWorkspace {
 // peers fail fast too) and `buf` is unchanged, so the round can be retried in a new epoch. A
 // ProtocolError about a received chunk names the sender (its peer(): this rank's predecessor).
 // While the call runs `buf` holds partial sums (nobody may read it concurrently).
+// `codec` encodes every message (the ring uses its fused paths where it has them).
 // `workspace` may be null (a temporary one is used).
-RingStats ring_all_reduce(Transport& transport, Runtime& runtime, ReduceBuffer buf,
-                          const RingOptions& options, RingWorkspace* workspace = nullptr);
+RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& codec,
+                          ReduceBuffer buf, const RingOptions& options,
+                          RingWorkspace* workspace = nullptr);
 
 }  // namespace meridian

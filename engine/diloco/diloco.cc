@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <mutex>
 
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
@@ -16,10 +15,6 @@ namespace {
 
 // Bound on the opaque progress string a source may send (nothing is allocated beyond it).
 constexpr std::uint64_t kMaxProgressBytes = std::uint64_t{1} << 20;
-
-std::uint64_t ring_epoch_id(std::uint64_t epoch, int shard) {
-  return epoch | (static_cast<std::uint64_t>(shard) << 40);
-}
 
 void append_floats(std::vector<std::byte>& out, std::span<const float> v) {
   const auto* p = reinterpret_cast<const std::byte*>(v.data());
@@ -63,12 +58,12 @@ DilocoNode::~DilocoNode() {
 }
 
 void DilocoNode::request_leave() {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   leave_ = true;
 }
 
 bool DilocoNode::leave_requested() {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   return leave_;
 }
 
@@ -232,7 +227,6 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
   try {
     for (const Bucket& b : shards_[shard]) {
       RingOptions ro;
-      ro.codec = options_.codec;
       ro.max_chunk_bytes = options_.max_chunk_bytes;
       ro.timeout_s = options_.allreduce_timeout_s;
       ro.outer_step = static_cast<std::uint64_t>(r.outer_step);
@@ -245,7 +239,7 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
           phantom_ ? ReduceBuffer::phantom(b.count)
                    : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
       const double start_s = runtime_.now_s();
-      const RingStats st = ring_all_reduce(t, runtime_, buf, ro, &ring_workspaces_[shard]);
+      const RingStats st = ring_all_reduce(t, runtime_, *codec_, buf, ro, &ring_workspaces_[shard]);
       JsonObject f;
       f.add("outer_step", r.outer_step)
           .add("bucket", static_cast<std::int64_t>(b.index))

@@ -1,7 +1,5 @@
-// Event sinks.
+// Event records as JSON lines.
 #include "engine/events/event_sink.h"
-
-#include <ostream>
 
 namespace meridian {
 
@@ -15,31 +13,6 @@ std::string Event::to_json() const {
     s += "," + f.substr(1);
   }
   return s;
-}
-
-void JsonlEventSink::emit(const Event& e) {
-  std::string line = e.to_json();
-  line.push_back('\n');
-  std::lock_guard<std::mutex> lock(mu_);
-  out_ << line;
-}
-
-void MemoryEventSink::emit(const Event& e) {
-  std::lock_guard<std::mutex> lock(mu_);
-  events_.push_back(e);
-}
-
-std::vector<Event> MemoryEventSink::events() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return events_;
-}
-
-std::vector<Event> MemoryEventSink::of_type(const std::string& type) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<Event> out;
-  for (const auto& e : events_)
-    if (e.type == type) out.push_back(e);
-  return out;
 }
 
 }  // namespace meridian

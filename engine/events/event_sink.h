@@ -5,8 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <iosfwd>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -30,34 +28,11 @@ class EventSink {
   virtual void emit(const Event& e) = 0;
 };
 
-// Discards everything.
+// Discards everything. Sinks that write or keep records, with their locks, are a backend:
+// engine/events/sinks/sinks.h.
 class NullEventSink final : public EventSink {
  public:
   void emit(const Event&) override {}
-};
-
-// Writes one line per event to a stream owned by the caller.
-class JsonlEventSink final : public EventSink {
- public:
-  explicit JsonlEventSink(std::ostream& out) : out_(out) {}
-  void emit(const Event& e) override;
-
- private:
-  std::mutex mu_;  // held only while writing one line: never across a Runtime wait
-  std::ostream& out_;
-};
-
-// Keeps events in memory (tests, summaries).
-class MemoryEventSink final : public EventSink {
- public:
-  void emit(const Event& e) override;
-  std::vector<Event> events() const;
-  // Events of one type, in emission order.
-  std::vector<Event> of_type(const std::string& type) const;
-
- private:
-  mutable std::mutex mu_;
-  std::vector<Event> events_;
 };
 
 }  // namespace meridian

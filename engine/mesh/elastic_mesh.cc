@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <mutex>
 #include <set>
 
 #include "engine/error.h"
@@ -138,7 +137,7 @@ void ElasticMesh::register_lease(bool requeue) {
   store_.compare_set_leased(key_heartbeat(id_), std::nullopt, "1", lease_);
   bool queued;
   {
-    std::lock_guard<Mutex> lock(*mu_);
+    LockGuard lock(*mu_);
     queued = !admitted_;
   }
   // The coordinator forgets a joiner that it saw dead: a node still queued queues again.
@@ -146,7 +145,7 @@ void ElasticMesh::register_lease(bool requeue) {
 }
 
 bool ElasticMesh::wait_stop(double seconds) {
-  std::lock_guard<Mutex> lock(*beat_mu_);
+  LockGuard lock(*beat_mu_);
   const double deadline_s = runtime_.now_s() + seconds;
   while (!beat_stop_) {
     const double left_s = deadline_s - runtime_.now_s();
@@ -158,12 +157,12 @@ bool ElasticMesh::wait_stop(double seconds) {
 
 void ElasticMesh::stop() {
   {
-    std::lock_guard<Mutex> lock(*mu_);
+    LockGuard lock(*mu_);
     stopping_ = true;
     leader_ = false;
   }
   {
-    std::lock_guard<Mutex> lock(*beat_mu_);
+    LockGuard lock(*beat_mu_);
     beat_stop_ = true;
     beat_cv_->notify_all();
   }
@@ -193,7 +192,7 @@ void ElasticMesh::stop() {
 
 void ElasticMesh::announce_leave() {
   store_.set(key_left(id_), "1");
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   left_ = true;
 }
 
@@ -207,7 +206,7 @@ void ElasticMesh::leave() {
 }
 
 bool ElasticMesh::is_leader() {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   return leader_;
 }
 
@@ -237,7 +236,7 @@ void ElasticMesh::heartbeat_loop() {
       // back with a new lease, as a heartbeat counter that moves again did: if a round removed
       // it meanwhile, the next record evicts it (PROTOCOL.md, "a live node declared dead").
       {
-        std::lock_guard<Mutex> lock(*beat_mu_);
+        LockGuard lock(*beat_mu_);
         if (beat_stop_) return;
       }
       try {
@@ -267,7 +266,7 @@ bool ElasticMesh::hold_leadership() {
              holder && store_.try_get(key_left(*holder)).has_value()) {
     leader = store_.compare_set_leased(key, current, mine, lease_) == mine;
   }
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   leader_ = leader && !stopping_;
   return leader_;
 }
@@ -288,7 +287,7 @@ bool ElasticMesh::is_dead(const Liveness& live, std::int64_t id) {
   if (id == id_) {
     // A node never sees itself silent, but a leaving coordinator must resolve its last round
     // as the others would: without itself (it announced the leave before its report).
-    std::lock_guard<Mutex> lock(*mu_);
+    LockGuard lock(*mu_);
     return left_;
   }
   return live.dead(id);
@@ -305,7 +304,7 @@ void ElasticMesh::coordinator_loop() {
     std::uint64_t revision = store_.revision();
     while (true) {
       {
-        std::lock_guard<Mutex> lock(*mu_);
+        LockGuard lock(*mu_);
         if (stopping_) return;
       }
       bool progressed = false;
@@ -514,7 +513,7 @@ RoundRecord ElasticMesh::wait_admitted() {
     const RoundRecord rec = RoundRecord::decode(*text);
     if (rec.rank_of(id_) >= 0) {
       {
-        std::lock_guard<Mutex> lock(*mu_);
+        LockGuard lock(*mu_);
         admitted_ = true;
       }
       if (rec.is_joiner(id_))
@@ -548,7 +547,7 @@ bool ElasticMesh::ready_barrier(const RoundRecord& r) {
       if (is_dead(live, m)) return false;
     if (store_.try_get(key_round(r.round + 1))) return false;  // decided without us
     {
-      std::lock_guard<Mutex> lock(*mu_);
+      LockGuard lock(*mu_);
       if (stopping_) throw PeerLostError(-1, "mesh: node stopped in the barrier");
     }
     revision = store_.watch(watched, revision, kWatchSliceS);
@@ -572,7 +571,7 @@ RoundRecord ElasticMesh::next_round(const RoundRecord& r) {
       return RoundRecord::decode(
           store_.get(key_round(r.round + 1), std::min(left_s, options_.heartbeat_interval_s)));
     } catch (const TimeoutError&) {
-      std::lock_guard<Mutex> lock(*mu_);
+      LockGuard lock(*mu_);
       if (stopping_) throw PeerLostError(-1, "mesh: node stopped while waiting for a round");
     }
   }

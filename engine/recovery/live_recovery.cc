@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <string>
 
 #include "engine/error.h"
@@ -72,8 +71,15 @@ EpochSpec recovery_spec(const RoundRecord& r, std::int64_t joiner, std::int64_t 
   const auto j = std::find(r.joiners.begin(), r.joiners.end(), joiner) - r.joiners.begin();
   const auto s = std::find(r.sources.begin(), r.sources.end(), source) - r.sources.begin();
   EpochSpec spec;
-  spec.epoch = (std::uint64_t{1} << 62) | (r.round << 24) | (static_cast<std::uint64_t>(j) << 12) |
-               static_cast<std::uint64_t>(s);
+  if (static_cast<std::uint64_t>(j) > kMaxRecoveryIndex ||
+      static_cast<std::uint64_t>(s) > kMaxRecoveryIndex || r.round >= (std::uint64_t{1} << 38))
+    throw ConfigError("live recovery: round " + std::to_string(r.round) + " has " +
+                      std::to_string(r.joiners.size()) + " joiners and " +
+                      std::to_string(r.sources.size()) +
+                      " sources; an epoch id holds rounds below 2^38 and at most " +
+                      std::to_string(kMaxRecoveryIndex + 1) + " of each");
+  spec.epoch =
+      recovery_epoch_id(r.round, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(s));
   spec.rank = as_source ? 1 : 0;
   spec.members = {joiner, source};
   spec.timeout_s = timeout_s;
@@ -181,7 +187,7 @@ class SourceFetcher {
       }
       send_request(*transport_, kOpDone, 0, options_.chunk_bytes, options_.timeout_s);
     } catch (const Error&) {
-      std::lock_guard<Mutex> lock(*plan_.mu);
+      LockGuard lock(*plan_.mu);
       auto& mine = plan_.own[index_];
       const bool had_work = held != kNone || holds_private || !mine.empty();
       if (held != kNone) plan_.orphans.push_back(held);
@@ -222,7 +228,7 @@ class SourceFetcher {
   // Own chunks, then a lost source's chunks, then the private part if still unowned; waits
   // while others still hold work that could come back; stops when nothing is left.
   Work take() {
-    std::lock_guard<Mutex> lock(*plan_.mu);
+    LockGuard lock(*plan_.mu);
     while (true) {
       // The private part is reserved for the first source, which fetches it first, so without
       // failures the joiner's inner state always comes from the same peer (deterministic runs).
@@ -274,7 +280,7 @@ class SourceFetcher {
   void fetch_shared(std::uint64_t chunk) {
     std::byte* into = phantom_ ? nullptr : plan_.state.shared.data() + chunk * options_.chunk_bytes;
     const std::uint64_t len = fetch(chunk, expected_shared_, into);  // disjoint ranges: no lock
-    std::lock_guard<Mutex> lock(*plan_.mu);
+    LockGuard lock(*plan_.mu);
     --plan_.shared_left;
     plan_.served[index_] += len;
     plan_.cv->notify_all();
@@ -286,7 +292,7 @@ class SourceFetcher {
     for (std::uint64_t c = 0; c < chunk_count(private_bytes_, options_.chunk_bytes); ++c)
       got += fetch(kPrivateBit | c, private_bytes_,
                    phantom_ ? nullptr : priv.data() + c * options_.chunk_bytes);
-    std::lock_guard<Mutex> lock(*plan_.mu);
+    LockGuard lock(*plan_.mu);
     plan_.state.priv = std::move(priv);
     plan_.state.private_bytes = private_bytes_;
     plan_.private_done = true;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <mutex>
 #include <system_error>
 
 #include "engine/error.h"
@@ -50,13 +49,13 @@ void MemoryStore::expire_locked() {
 }
 
 void MemoryStore::set(const std::string& key, const std::string& value) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   put_locked(key, value);
 }
 
 std::string MemoryStore::get(const std::string& key, double timeout_s) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   if (!wait_until_locked([&] { return data_.count(key) != 0; }, timeout_s))
     throw TimeoutError("store: key '" + key + "' did not appear within " +
                        std::to_string(timeout_s) + " s");
@@ -64,7 +63,7 @@ std::string MemoryStore::get(const std::string& key, double timeout_s) {
 }
 
 std::optional<std::string> MemoryStore::try_get(const std::string& key) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   const auto it = data_.find(key);
   if (it == data_.end()) return std::nullopt;
@@ -72,7 +71,7 @@ std::optional<std::string> MemoryStore::try_get(const std::string& key) {
 }
 
 void MemoryStore::wait(const std::vector<std::string>& keys, double timeout_s) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   std::string missing;
   const auto all_present = [&] {
     for (const auto& k : keys) {
@@ -89,7 +88,7 @@ void MemoryStore::wait(const std::vector<std::string>& keys, double timeout_s) {
 }
 
 std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   std::int64_t value = 0;
   if (const auto it = data_.find(key); it != data_.end()) {
@@ -118,38 +117,38 @@ std::optional<std::string> MemoryStore::compare_set_locked(
 std::optional<std::string> MemoryStore::compare_set(const std::string& key,
                                                     const std::optional<std::string>& expected,
                                                     const std::string& desired) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   return compare_set_locked(key, expected, desired);
 }
 
 bool MemoryStore::erase(const std::string& key) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   return erase_locked(key);
 }
 
 std::int64_t MemoryStore::lease_grant(double ttl_s) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   return leases_.grant(ttl_s, runtime_.now_s());
 }
 
 double MemoryStore::keepalive(std::int64_t lease, double interval_s) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   return leases_.keepalive(lease, runtime_.now_s()) ? interval_s : -1.0;
 }
 
 void MemoryStore::lease_revoke(std::int64_t lease) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   for (const std::string& key : leases_.revoke(lease)) erase_locked(key);
 }
 
 std::optional<std::string> MemoryStore::compare_set_leased(
     const std::string& key, const std::optional<std::string>& expected,
     const std::string& desired, std::int64_t lease) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   if (!leases_.alive(lease)) {
     const auto it = data_.find(key);
@@ -162,13 +161,13 @@ std::optional<std::string> MemoryStore::compare_set_leased(
 
 std::uint64_t MemoryStore::watch(const std::vector<std::string>& prefixes,
                                  std::uint64_t after_revision, double timeout_s) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   wait_until_locked([&] { return changes_.changed_since(prefixes, after_revision); }, timeout_s);
   return changes_.revision();
 }
 
 std::vector<std::string> MemoryStore::list(const std::string& prefix) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   std::vector<std::string> out;
   for (auto it = data_.lower_bound(prefix); it != data_.end(); ++it) {
@@ -180,7 +179,7 @@ std::vector<std::string> MemoryStore::list(const std::string& prefix) {
 
 std::vector<std::pair<std::string, std::string>> MemoryStore::read_prefix(
     const std::string& prefix) {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   expire_locked();
   std::vector<std::pair<std::string, std::string>> out;
   for (auto it = data_.lower_bound(prefix); it != data_.end(); ++it) {
@@ -191,7 +190,7 @@ std::vector<std::pair<std::string, std::string>> MemoryStore::read_prefix(
 }
 
 std::uint64_t MemoryStore::version() {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   return version_;
 }
 

@@ -1,6 +1,6 @@
 // FaultyTransport over the in-process transport: each fault fires at exactly the configured
 // outgoing message and nowhere else; delays go through the Runtime.
-#include "engine/transport/fault/faulty_transport.h"
+#include "engine/fault/faulty_transport.h"
 
 #include <gtest/gtest.h>
 

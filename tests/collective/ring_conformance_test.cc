@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/codec/fp32_codec.h"
+#include "engine/codec/int8_prime_codec.h"
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
 #include "engine/wire/chunk.h"
@@ -29,6 +31,8 @@ using testing::run_round;
 
 // The codecs the conformance sweep covers: every codec built into the engine.
 const std::vector<CodecId> kCodecs(std::begin(kAllCodecIds), std::end(kAllCodecIds));
+const Fp32Codec kFp32;
+const Int8PrimeCodec kInt8;
 
 // Error bound for lossy codecs, per element, for the non-negative integer inputs of
 // ring_harness.h. Derivation: with N ranks a value is quantized N times — once per
@@ -117,14 +121,13 @@ class RingConformance : public ::testing::TestWithParam<Case> {};
 TEST_P(RingConformance, SumsOnEveryRank) {
   const auto [world, count, codec] = GetParam();
   RingOptions options;
-  options.codec = codec;
   options.max_chunk_bytes = 64 << 10;  // 2^20+3 values become several pieces per share
   options.outer_step = 11;
   options.bucket = 3;
   options.timeout_s = 60;
   InProcRing ring(world, 4);
   const auto inputs = integer_inputs(world, count);
-  const auto round = run_round(ring.transports(), inputs, options);
+  const auto round = run_round(ring.transports(), inputs, options, codec);
   for (int r = 0; r < world; ++r) ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
 
   expect_bit_identical(round);
@@ -232,7 +235,8 @@ TEST(RingSchedule, PhantomBufferChargesTheSameWireBytes) {
   ThreadRuntime runtime;
   auto transports = phantom.transports();
   auto errors = testing::run_ranks(kWorld, [&](int r) {
-    stats[r] = ring_all_reduce(*transports[r], runtime, ReduceBuffer::phantom(kCount), options);
+    stats[r] =
+        ring_all_reduce(*transports[r], runtime, kFp32, ReduceBuffer::phantom(kCount), options);
   });
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_FALSE(round.errors[r]) << describe(round.errors[r]);
@@ -263,14 +267,14 @@ TEST(RingSchedule, BackToBackAndConcurrentBucketsOnOneTransport) {
     std::exception_ptr other;
     std::thread t([&] {
       try {
-        ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_a[r]), oa);
+        ring_all_reduce(*transports[r], runtime, kFp32, ReduceBuffer::of(out_a[r]), oa);
       } catch (...) {
         other = std::current_exception();
       }
     });
     std::exception_ptr here;
     try {
-      ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_b[r]), ob);
+      ring_all_reduce(*transports[r], runtime, kFp32, ReduceBuffer::of(out_b[r]), ob);
     } catch (...) {
       here = std::current_exception();
     }
@@ -281,7 +285,7 @@ TEST(RingSchedule, BackToBackAndConcurrentBucketsOnOneTransport) {
     RingOptions next = oa;
     next.outer_step = 1;
     std::vector<float> again = a[r];
-    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(again), next);
+    ring_all_reduce(*transports[r], runtime, kFp32, ReduceBuffer::of(again), next);
     EXPECT_EQ(again, out_a[r]);
   });
   for (int r = 0; r < kWorld; ++r) ASSERT_FALSE(errors[r]) << describe(errors[r]);
@@ -301,14 +305,16 @@ TEST(RingSchedule, WorkspaceIsReusedAcrossSizesAndCodecs) {
   auto errors = testing::run_ranks(kWorld, [&](int r) {
     RingOptions o;
     o.max_chunk_bytes = 1024;
-    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_big[r]), o, &workspaces[r]);
+    ring_all_reduce(*transports[r], runtime, kFp32, ReduceBuffer::of(out_big[r]), o,
+                    &workspaces[r]);
     o.outer_step = 1;
-    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_small[r]), o, &workspaces[r]);
+    ring_all_reduce(*transports[r], runtime, kFp32, ReduceBuffer::of(out_small[r]), o,
+                    &workspaces[r]);
     o.outer_step = 2;
-    o.codec = CodecId::kInt8Prime;
     o.max_chunk_bytes = 2048;  // the int8 payload alone carries a 1 KiB table
     o.measure_error = true;
-    ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out_lossy[r]), o, &workspaces[r]);
+    ring_all_reduce(*transports[r], runtime, kInt8, ReduceBuffer::of(out_lossy[r]), o,
+                    &workspaces[r]);
   });
   for (int r = 0; r < kWorld; ++r) ASSERT_FALSE(errors[r]) << describe(errors[r]);
   expect_exact(out_big[1], exact_sum(big));
@@ -329,14 +335,15 @@ TEST(RingSchedule, WithoutRestoreTheSameBytesAndNoBackup) {
     std::vector<RingWorkspace> workspaces(kWorld);
     ThreadRuntime runtime;
     std::vector<std::vector<float>> kept = inputs, not_kept = inputs;
+    const auto c = make_codec(codec);
     auto errors = testing::run_ranks(kWorld, [&](int r) {
       RingOptions o;
-      o.codec = codec;
       o.max_chunk_bytes = 2048;  // several pieces per share
-      ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(kept[r]), o);
+      ring_all_reduce(*transports[r], runtime, *c, ReduceBuffer::of(kept[r]), o);
       o.outer_step = 1;
       o.restore_on_failure = false;
-      ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(not_kept[r]), o, &workspaces[r]);
+      ring_all_reduce(*transports[r], runtime, *c, ReduceBuffer::of(not_kept[r]), o,
+                      &workspaces[r]);
     });
     for (int r = 0; r < kWorld; ++r) {
       ASSERT_FALSE(errors[r]) << describe(errors[r]);
@@ -407,8 +414,9 @@ TEST(RingSchedule, BadOptionsAreConfigErrorsAndLeaveTheBuffer) {
   InProcRing other(1, 0);
   ThreadRuntime runtime;
   std::vector<float> data(4);
-  EXPECT_THROW(ring_all_reduce(*other.owned[0], runtime, ReduceBuffer{data, 5}, RingOptions{}),
-               ConfigError);
+  EXPECT_THROW(
+      ring_all_reduce(*other.owned[0], runtime, kFp32, ReduceBuffer{data, 5}, RingOptions{}),
+      ConfigError);
 }
 
 }  // namespace

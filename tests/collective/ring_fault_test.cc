@@ -10,9 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/codec/fp32_codec.h"
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
-#include "engine/transport/fault/faulty_transport.h"
+#include "engine/fault/faulty_transport.h"
 #include "engine/transport/inproc/inproc_transport.h"
 #include "engine/wire/chunk.h"
 #include "tests/collective/ring_harness.h"
@@ -26,6 +27,8 @@ using testing::holds;
 using testing::InProcRing;
 using testing::integer_inputs;
 using testing::run_round;
+
+const Fp32Codec kFp32;
 
 constexpr int kWorld = 5;
 constexpr int kFaultyRank = 2;
@@ -303,7 +306,7 @@ TEST(RingFaults, RetryInTheNextEpochThroughTheFactory) {
       auto transport = factory.connect(spec);
       ++attempts[me];
       try {
-        ring_all_reduce(*transport, runtime, ReduceBuffer::of(buffers[me]), options());
+        ring_all_reduce(*transport, runtime, kFp32, ReduceBuffer::of(buffers[me]), options());
         return;
       } catch (const PeerLostError&) {
         // Every rank learns who failed out of band (the mesh's job); here: node 30.
@@ -332,7 +335,7 @@ TEST(RingFaults, NodeKilledBeforeTheRoundFailsEveryone) {
   std::vector<std::vector<float>> buffers = inputs;
   auto errors = testing::run_ranks(3, [&](int r) {
     auto transport = network.connect(EpochSpec{7, r, {0, 1, 2}, 5.0});
-    ring_all_reduce(*transport, runtime, ReduceBuffer::of(buffers[r]), options());
+    ring_all_reduce(*transport, runtime, kFp32, ReduceBuffer::of(buffers[r]), options());
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_TRUE(holds<PeerLostError>(errors[r])) << describe(errors[r]);
@@ -350,8 +353,9 @@ TEST(RingFaults, SilentRankEndsInTimeoutOrPeerLostNotAHang) {
   o.timeout_s = 0.2;
   std::vector<std::vector<float>> buffers = inputs;
   ThreadRuntime runtime;
-  auto errors = testing::run_ranks(
-      2, [&](int r) { ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(buffers[r]), o); });
+  auto errors = testing::run_ranks(2, [&](int r) {
+    ring_all_reduce(*transports[r], runtime, kFp32, ReduceBuffer::of(buffers[r]), o);
+  });
   for (int r = 0; r < 2; ++r) {
     EXPECT_TRUE(holds<TimeoutError>(errors[r]) || holds<PeerLostError>(errors[r]))
         << describe(errors[r]);

@@ -46,15 +46,16 @@ struct RoundResult {
 // One all-reduce round over `transports` (one per rank), starting from `inputs`.
 inline RoundResult run_round(std::vector<Transport*> transports,
                              const std::vector<std::vector<float>>& inputs,
-                             const RingOptions& options) {
+                             const RingOptions& options, CodecId codec_id = CodecId::kFp32) {
   const int world = static_cast<int>(transports.size());
   RoundResult out;
   out.buffers = inputs;
   out.stats.resize(world);
   ThreadRuntime runtime;
+  const auto codec = make_codec(codec_id);
   out.errors = run_ranks(world, [&](int r) {
     out.stats[r] =
-        ring_all_reduce(*transports[r], runtime, ReduceBuffer::of(out.buffers[r]), options);
+        ring_all_reduce(*transports[r], runtime, *codec, ReduceBuffer::of(out.buffers[r]), options);
   });
   return out;
 }

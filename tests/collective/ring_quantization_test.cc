@@ -42,12 +42,11 @@ struct Measured {
 Measured gaussian_round(CodecId codec, int world, std::size_t count,
                         std::size_t max_chunk_bytes = 16 << 10) {
   RingOptions options;
-  options.codec = codec;
   options.measure_error = true;
   options.max_chunk_bytes = max_chunk_bytes;
   testing::InProcRing ring(world, 1);
   const auto inputs = gaussian_inputs(world, count);
-  const auto round = testing::run_round(ring.transports(), inputs, options);
+  const auto round = testing::run_round(ring.transports(), inputs, options, codec);
   for (int r = 0; r < world; ++r) EXPECT_FALSE(round.errors[r]) << describe(round.errors[r]);
   if (round.errors[0]) return {NAN, NAN};
   return {relative_l2(round.buffers[0], testing::exact_sum(inputs)), round.stats[0].relative_error};

@@ -11,6 +11,7 @@
 #include "analysis/summary.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "netsim/worker_plugin.h"

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/codec/fp32_codec.h"
 #include "engine/collective/ring_allreduce.h"
 #include "engine/runtime/thread_runtime.h"
 #include "engine/transport/gloo/gloo_transport.h"
@@ -56,7 +57,7 @@ TEST_P(GlooRingTest, Fp32SumsAreExactOnEveryRank) {
     RingOptions o;
     o.timeout_s = kTimeoutS;
     o.max_chunk_bytes = c;
-    const RingStats stats = ring_all_reduce(*t, runtime, ReduceBuffer::of(buf), o);
+    const RingStats stats = ring_all_reduce(*t, runtime, Fp32Codec(), ReduceBuffer::of(buf), o);
     MERIDIAN_RANK_EXPECT(stats.participants == world);
     for (std::size_t i = 0; i < count; ++i) {
       float expected = 0;
@@ -87,10 +88,10 @@ TEST_F(GlooRingFaultTest, Int8ResultsAreBitIdenticalOnEveryRank) {
     std::vector<float> buf(count);
     for (std::size_t i = 0; i < count; ++i) buf[i] = std::sin(0.001f * i + rank);
     RingOptions o;
-    o.codec = CodecId::kInt8Prime;
     o.timeout_s = kTimeoutS;
     o.measure_error = true;
-    const RingStats stats = ring_all_reduce(*t, runtime, ReduceBuffer::of(buf), o);
+    const RingStats stats =
+        ring_all_reduce(*t, runtime, *make_codec(CodecId::kInt8Prime), ReduceBuffer::of(buf), o);
     MERIDIAN_RANK_EXPECT(stats.relative_error > 0 && stats.relative_error < 0.05);
     const auto crc = crc32c(std::as_bytes(std::span(buf)));
     store->set("crc/" + std::to_string(rank), std::to_string(crc));
@@ -124,7 +125,7 @@ TEST_F(GlooRingFaultTest, ASigkilledRankDuringAnAllReduceIsPeerLostOnEverySurviv
     o.timeout_s = kTimeoutS;
     store->set("entering/" + std::to_string(rank), "1");
     try {
-      ring_all_reduce(*t, runtime, ReduceBuffer::of(buf), o);
+      ring_all_reduce(*t, runtime, Fp32Codec(), ReduceBuffer::of(buf), o);
     } catch (const PeerLostError& e) {
       std::fprintf(stderr, "rank %d: PeerLostError: %s\n", rank, e.what());
       MERIDIAN_RANK_EXPECT(buf == input);  // a failed round leaves the input untouched

@@ -17,11 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/codec/fp32_codec.h"
 #include "engine/collective/ring_allreduce.h"
 #include "engine/diloco/diloco.h"
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "engine/runtime/thread_runtime.h"
-#include "engine/transport/fault/faulty_transport.h"
+#include "engine/fault/faulty_transport.h"
 #include "engine/transport/gloo/gloo_transport.h"
 #include "engine/util/crc32c.h"
 #include "engine/wire/chunk.h"
@@ -79,7 +81,7 @@ TEST_P(LyingPeerRingTest, ACorruptChunkIsAProtocolErrorAtItsReceiverOnly) {
     o.timeout_s = kTimeoutS;
     o.max_chunk_bytes = 1024;
     try {
-      ring_all_reduce(t, runtime, ReduceBuffer::of(buf), o);
+      ring_all_reduce(t, runtime, Fp32Codec(), ReduceBuffer::of(buf), o);
     } catch (const Error&) {
       MERIDIAN_RANK_EXPECT(buf == input);
       MERIDIAN_RANK_EXPECT(max_rss_kib() < kMaxRssKib);

@@ -21,6 +21,8 @@
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
+#include "engine/fault/cuttable_store.h"
 #include "engine/runtime/thread_runtime.h"
 #include "engine/store/memory_store.h"
 #include "engine/transport/inproc/inproc_transport.h"
@@ -109,97 +111,19 @@ class SyntheticWorker final : public InnerWorker {
   std::function<void()> before_inner_, after_inner_;
 };
 
-// A node's view of the shared store: after kill() every call fails with PeerLostError, and
-// blocking calls notice the kill within a few milliseconds (they wait in short slices).
-class NodeStore final : public Store {
+// A node's view of the shared store (engine/fault's CuttableStore, cut when the node is killed,
+// noticed within 10 ms) whose keepalives can be muted: the node runs on, its lease starves.
+class NodeStore final : public CuttableStore {
  public:
-  explicit NodeStore(Store& inner) : inner_(inner) {}
-  void kill() { dead_ = true; }
-
-  void set(const std::string& k, const std::string& v) override { check(), inner_.set(k, v); }
-  std::string get(const std::string& k, double timeout_s) override {
-    return sliced(timeout_s, [&](double s) { return inner_.get(k, s); });
-  }
-  std::optional<std::string> try_get(const std::string& k) override {
-    check();
-    return inner_.try_get(k);
-  }
-  void wait(const std::vector<std::string>& keys, double timeout_s) override {
-    sliced(timeout_s, [&](double s) {
-      inner_.wait(keys, s);
-      return 0;
-    });
-  }
-  std::int64_t add(const std::string& k, std::int64_t d) override {
-    check();
-    return inner_.add(k, d);
-  }
-  // While muted, this node's keepalives never reach the store (the node itself runs on).
+  explicit NodeStore(Store& inner) : CuttableStore(inner, "this node was killed", 0.01) {}
   void mute_heartbeat(bool muted) { muted_ = muted; }
-  std::int64_t lease_grant(double ttl_s) override {
-    check();
-    return inner_.lease_grant(ttl_s);
-  }
   double keepalive(std::int64_t lease, double interval_s) override {
     check();
     if (muted_) return interval_s;  // a starved heartbeat
-    return inner_.keepalive(lease, interval_s);
-  }
-  void lease_revoke(std::int64_t lease) override {
-    check();
-    inner_.lease_revoke(lease);
-  }
-  std::optional<std::string> compare_set_leased(const std::string& k,
-                                                const std::optional<std::string>& e,
-                                                const std::string& d, std::int64_t lease) override {
-    check();
-    return inner_.compare_set_leased(k, e, d, lease);
-  }
-  std::uint64_t watch(const std::vector<std::string>& prefixes, std::uint64_t after,
-                      double timeout_s) override {
-    // In slices, so that a killed node notices; a slice that ends without a change is a
-    // return without one, which the Store allows.
-    check();
-    return inner_.watch(prefixes, after, std::min(timeout_s, 0.01));
-  }
-  std::optional<std::string> compare_set(const std::string& k, const std::optional<std::string>& e,
-                                         const std::string& d) override {
-    check();
-    return inner_.compare_set(k, e, d);
-  }
-  bool erase(const std::string& k) override {
-    check();
-    return inner_.erase(k);
-  }
-  std::vector<std::string> list(const std::string& p) override {
-    check();
-    return inner_.list(p);
-  }
-  std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& p) override {
-    check();
-    return inner_.read_prefix(p);
+    return CuttableStore::keepalive(lease, interval_s);
   }
 
  private:
-  void check() const {
-    if (dead_) throw PeerLostError(-1, "store unreachable: this node was killed");
-  }
-  template <typename F>
-  auto sliced(double timeout_s, F f) -> decltype(f(0.0)) {
-    double left_s = timeout_s;
-    while (true) {
-      check();
-      const double slice_s = std::min(left_s, 0.01);
-      try {
-        return f(slice_s);
-      } catch (const TimeoutError&) {
-        left_s -= slice_s;
-        if (left_s <= 0) throw;
-      }
-    }
-  }
-  Store& inner_;
-  std::atomic<bool> dead_{false};
   std::atomic<bool> muted_{false};
 };
 
@@ -277,7 +201,7 @@ class Cluster {
   void kill(std::int64_t id) {
     Node* n = node(id);
     n->sink.kill();
-    n->store.kill();
+    n->store.cut();
     network_.kill_node(id);
     std::lock_guard<std::mutex> lock(mu_);
     killed_.insert(id);
@@ -450,35 +374,27 @@ class Cluster {
   };
 
   // Counts each node's sends, fires its trigger, corrupts what a lying node sends.
-  class TriggerTransport final : public Transport {
+  class TriggerTransport final : public ForwardingTransport {
    public:
     TriggerTransport(std::unique_ptr<Transport> inner, Cluster& c, std::int64_t id, bool recovery)
-        : inner_(std::move(inner)), c_(c), id_(id), recovery_(recovery) {}
-    int rank() const override { return inner_->rank(); }
-    int size() const override { return inner_->size(); }
-    std::uint64_t epoch() const override { return inner_->epoch(); }
+        : ForwardingTransport(std::move(inner)), c_(c), id_(id), recovery_(recovery) {}
     void send(int to, Tag tag, Payload msg, double timeout_s) override {
       c_.before_send(id_, recovery_);
-      inner_->send(to, tag, msg, timeout_s);
-    }
-    Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
-      return inner_->recv(from, tag, into, timeout_s);
+      ForwardingTransport::send(to, tag, msg, timeout_s);
     }
     std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
                                                     std::span<std::byte> into, Tag tag) override {
       c_.before_send(id_, recovery_);
       if (recovery_ || out.bytes.empty() || !c_.corrupting(id_))
-        return inner_->start_exchange(to, out, from, into, tag);
+        return ForwardingTransport::start_exchange(to, out, from, into, tag);
       auto x = std::make_unique<CorruptedExchange>();
       x->bytes.assign(out.bytes.begin(), out.bytes.end());
       x->bytes.back() ^= std::byte{0xFF};
-      x->inner = inner_->start_exchange(to, Payload::of(x->bytes), from, into, tag);
+      x->inner = ForwardingTransport::start_exchange(to, Payload::of(x->bytes), from, into, tag);
       return x;
     }
-    void abort() override { inner_->abort(); }
 
    private:
-    std::unique_ptr<Transport> inner_;
     Cluster& c_;
     std::int64_t id_;
     bool recovery_;
@@ -488,7 +404,7 @@ class Cluster {
    public:
     explicit Faults(Cluster& c) : c_(c) {}
     std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
-      const bool recovery = (spec.epoch >> 62) & 1;
+      const bool recovery = is_recovery_epoch(spec.epoch);
       return std::make_unique<TriggerTransport>(c_.network_.connect(spec), c_,
                                                 spec.members[spec.rank], recovery);
     }

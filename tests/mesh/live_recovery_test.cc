@@ -7,7 +7,7 @@
 
 #include "engine/error.h"
 #include "engine/runtime/thread_runtime.h"
-#include "engine/transport/fault/faulty_transport.h"
+#include "engine/fault/faulty_transport.h"
 #include "engine/transport/inproc/inproc_transport.h"
 
 namespace meridian {

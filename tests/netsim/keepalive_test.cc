@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"

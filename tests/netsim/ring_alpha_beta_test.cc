@@ -94,10 +94,9 @@ double simulate_ring(int nodes, std::size_t count, CodecId codec, int rendezvous
         SimRuntime rt(pf.hosts[r]);
         auto t = net.connect({1, r, members, 60.0});
         RingOptions o;
-        o.codec = codec;
         o.max_chunk_bytes = std::size_t{1} << 30;  // one piece per share: P = 1
         o.timeout_s = 600;
-        ring_all_reduce(*t, rt, ReduceBuffer::phantom(count), o);
+        ring_all_reduce(*t, rt, *make_codec(codec), ReduceBuffer::phantom(count), o);
         last = std::max(last, rt.now_s());
       });
     }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "analysis/summary.h"

@@ -1,9 +1,8 @@
 // FaultyTransport: counts outgoing messages and applies the configured faults to them.
 // Receives pass through untouched (a fault on the wire is injected at its sender).
-#include "engine/transport/fault/faulty_transport.h"
+#include "engine/fault/faulty_transport.h"
 
 #include <algorithm>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -27,12 +26,14 @@ class FaultyExchange final : public PendingExchange {
 }  // namespace
 
 FaultyTransport::FaultyTransport(Transport& inner, Runtime& runtime, FaultOptions options)
-    : inner_(inner), runtime_(runtime), options_(options), mu_(runtime.make_mutex()) {}
+    : ForwardingTransport(inner),
+      runtime_(runtime),
+      options_(options),
+      mu_(runtime.make_mutex()) {}
 
 FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner, Runtime& runtime,
                                  FaultOptions options)
-    : owned_(std::move(inner)),
-      inner_(*owned_),
+    : ForwardingTransport(std::move(inner)),
       runtime_(runtime),
       options_(options),
       mu_(runtime.make_mutex()) {}
@@ -40,34 +41,34 @@ FaultyTransport::FaultyTransport(std::unique_ptr<Transport> inner, Runtime& runt
 FaultyTransport::~FaultyTransport() = default;
 
 std::uint64_t FaultyTransport::messages_sent() const {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   return count_;
 }
 
 bool FaultyTransport::dead() const {
-  std::lock_guard<Mutex> lock(*mu_);
+  LockGuard lock(*mu_);
   return dead_;
 }
 
 void FaultyTransport::throw_if_dead() const {
   if (dead())
-    throw PeerLostError(inner_.rank(),
-                        "fault injection: rank " + std::to_string(inner_.rank()) + " is dead");
+    throw PeerLostError(inner().rank(),
+                        "fault injection: rank " + std::to_string(inner().rank()) + " is dead");
 }
 
 Payload FaultyTransport::prepare(Payload msg, std::vector<std::byte>& scratch) {
   std::uint64_t number = 0;
   {
-    std::lock_guard<Mutex> lock(*mu_);
+    LockGuard lock(*mu_);
     if (dead_)
-      throw PeerLostError(inner_.rank(),
-                          "fault injection: rank " + std::to_string(inner_.rank()) + " is dead");
+      throw PeerLostError(inner().rank(),
+                          "fault injection: rank " + std::to_string(inner().rank()) + " is dead");
     number = ++count_;
     if (number == options_.die_at_message) dead_ = true;
   }
   if (number == options_.die_at_message) {
-    inner_.abort();
-    throw PeerLostError(inner_.rank(), "fault injection: rank " + std::to_string(inner_.rank()) +
+    inner().abort();
+    throw PeerLostError(inner().rank(), "fault injection: rank " + std::to_string(inner().rank()) +
                                            " died at its outgoing message " +
                                            std::to_string(number));
   }
@@ -91,12 +92,12 @@ Payload FaultyTransport::prepare(Payload msg, std::vector<std::byte>& scratch) {
 
 void FaultyTransport::send(int to, Tag tag, Payload msg, double timeout_s) {
   std::vector<std::byte> scratch;
-  inner_.send(to, tag, prepare(msg, scratch), timeout_s);
+  inner().send(to, tag, prepare(msg, scratch), timeout_s);
 }
 
 Received FaultyTransport::recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) {
   throw_if_dead();
-  return inner_.recv(from, tag, into, timeout_s);
+  return inner().recv(from, tag, into, timeout_s);
 }
 
 std::unique_ptr<PendingExchange> FaultyTransport::start_exchange(int to, Payload out, int from,
@@ -105,8 +106,8 @@ std::unique_ptr<PendingExchange> FaultyTransport::start_exchange(int to, Payload
   std::vector<std::byte> scratch;
   const Payload sent = prepare(out, scratch);
   // Moving a vector keeps its heap buffer, so `sent` stays valid inside FaultyExchange.
-  auto inner = inner_.start_exchange(to, sent, from, into, tag);
-  return std::make_unique<FaultyExchange>(std::move(inner), std::move(scratch));
+  auto pending = inner().start_exchange(to, sent, from, into, tag);
+  return std::make_unique<FaultyExchange>(std::move(pending), std::move(scratch));
 }
 
 FaultyTransportFactory::FaultyTransportFactory(TransportFactory& inner, Runtime& runtime,

@@ -37,7 +37,7 @@ struct FaultOptions {
   std::size_t truncate_to_bytes = 0;
 };
 
-class FaultyTransport final : public Transport {
+class FaultyTransport final : public ForwardingTransport {
  public:
   // `inner` and `runtime` must outlive this object.
   FaultyTransport(Transport& inner, Runtime& runtime, FaultOptions options);
@@ -45,15 +45,10 @@ class FaultyTransport final : public Transport {
   FaultyTransport(std::unique_ptr<Transport> inner, Runtime& runtime, FaultOptions options);
   ~FaultyTransport() override;
 
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::uint64_t epoch() const override { return inner_.epoch(); }
-
   void send(int to, Tag tag, Payload msg, double timeout_s) override;
   Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override;
   std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
                                                   std::span<std::byte> into, Tag tag) override;
-  void abort() override { inner_.abort(); }
 
   // Outgoing messages attempted so far (including the one the rank died at).
   std::uint64_t messages_sent() const;
@@ -65,8 +60,6 @@ class FaultyTransport final : public Transport {
   Payload prepare(Payload msg, std::vector<std::byte>& scratch);
   void throw_if_dead() const;
 
-  std::unique_ptr<Transport> owned_;
-  Transport& inner_;
   Runtime& runtime_;
   FaultOptions options_;
   std::unique_ptr<Mutex> mu_;  // guards count_ and dead_ (sends may run on several threads)

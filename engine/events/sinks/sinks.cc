@@ -1,0 +1,33 @@
+// JsonlEventSink and MemoryEventSink.
+#include "engine/events/sinks/sinks.h"
+
+#include <ostream>
+
+namespace meridian {
+
+void JsonlEventSink::emit(const Event& e) {
+  std::string line = e.to_json();
+  line.push_back('\n');
+  std::lock_guard<std::mutex> lock(mu_);
+  out_ << line;
+}
+
+void MemoryEventSink::emit(const Event& e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(e);
+}
+
+std::vector<Event> MemoryEventSink::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+
+std::vector<Event> MemoryEventSink::of_type(const std::string& type) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  for (const auto& e : events_)
+    if (e.type == type) out.push_back(e);
+  return out;
+}
+
+}  // namespace meridian
