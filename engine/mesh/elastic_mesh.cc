@@ -362,7 +362,7 @@ bool ElasticMesh::bootstrap() {
   RoundRecord first;
   first.round = 0;
   first.epoch = 0;
-  first.outer_step = 0;
+  first.outer_step = options_.first_outer_step;
   first.prev = RoundPrev::kStart;
   first.members = ring_order(queued);
   return publish(first, queued, {}, {});
