@@ -207,9 +207,9 @@ class TrainResumeTest : public TrainNodeTest {
   static constexpr char kLast[] = "step-000000000008";
 
   // RUN.yaml with checkpoints in <dir_>/ckpt-<name>, output in <dir_>/<name>.
-  void write_run_named(const std::string& name) {
+  void write_run_named(const std::string& name, int nodes = 3) {
     out_ = name;
-    write_run(3, kOuterSteps,
+    write_run(nodes, kOuterSteps,
               "checkpoint:\n  dir: ckpt-" + name + "\n  every_steps: 1\n  keep: 20\n");
   }
   fs::path ckpt(const std::string& name, int id) {
@@ -291,6 +291,7 @@ TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
     f.seekp(-5, std::ios::end);
     f.put('\x7f');
   }
+  fs::copy(dir_ / "ckpt-killed", dir_ / "ckpt-fewer", fs::copy_options::recursive);
   resume_and_compare("killed");
   EXPECT_NE(log(1).find("checkpoint " + damaged.string() + " skipped"), std::string::npos)
       << log(1);
@@ -303,6 +304,20 @@ TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
             << " damaged; resumed after outer step " << resumed_at << std::endl;
   EXPECT_LT(resumed_at, std::stol(have1.back().substr(5)));
   EXPECT_GE(resumed_at, 1);
+  // The same checkpoints resumed by two nodes (shards 0 and 1 of 3; shard 2 is then not
+  // trained): each takes its own shard's inner state, and the run ends.
+  write_run_named("fewer", 2);
+  const std::string store2 = start_first({"--resume"});
+  const pid_t f1 = pids_.back();
+  const pid_t f2 = start(2, {"--store", store2, "--resume"});
+  EXPECT_EQ(finish(f2), 0) << log(2);
+  EXPECT_EQ(finish(f1), 0) << log(1);
+  EXPECT_NE(log(2).find("resuming after outer step " + std::to_string(resumed_at) + "/8 from " +
+                        (ckpt("fewer", 2) / "step-").string()),
+            std::string::npos)
+      << log(2);
+  EXPECT_TRUE(fs::exists(ckpt("fewer", 2) / kLast)) << log(2);
+  EXPECT_EQ(checksums(node_dir(1)).rbegin()->second, checksums(node_dir(2)).rbegin()->second);
   // A fresh start (no --resume) over checkpoints of an earlier run is refused.
   start_first();
   EXPECT_EQ(finish(pids_.back()), 2) << log(1);
