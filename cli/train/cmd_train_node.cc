@@ -64,8 +64,9 @@ constexpr char kUsage[] =
     "A node whose store has no round yet starts the run (round 0 forms once `nodes` nodes are\n"
     "queued); otherwise it joins the running one through live recovery. Writes\n"
     "<output_dir>/node-<ID>/events.jsonl (engine/events/SCHEMA.md) and checksums.tsv (outer_step,\n"
-    "epoch, members, CRC-32C of the outer parameters after each applied outer step). SIGINT or\n"
-    "SIGTERM: leave gracefully after the current round.\n";
+    "epoch, members, CRC-32C of the outer parameters after each applied outer step), and with\n"
+    "RUN.yaml `checkpoint:` its checkpoints in <checkpoint.dir>/node-<ID>/step-<n>/\n"
+    "(cli/train/README.md). SIGINT or SIGTERM: leave gracefully after the current round.\n";
 
 struct NodeArgs {
   std::string run_yaml, store, secret_file, bind = "0.0.0.0", port_file, host = "127.0.0.1";
@@ -355,7 +356,11 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   PausingFactory transports(gloo, a.pause_at_message, a.fault_marker);
 
   DilocoOptions d = c.diloco;
-  if (a.resume && !initial) {
+  if (a.resume && !initial && store.list(d.mesh.prefix + "hb/").empty()) {
+    throw ConfigError(
+        "--resume: the store holds a run with no live node; a whole-run resume "
+        "starts from a fresh store (restart `meridian store`, or --serve-store)");
+  } else if (a.resume && !initial) {
     std::cerr << "node " << a.node_id << ": --resume: the run is under way; joining it by live "
               << "recovery (no checkpoint is read)" << std::endl;
   } else if (a.resume) {
