@@ -85,13 +85,18 @@ nlohmann::json model_json(const ModelConfig& m) {
 
 }  // namespace
 
-void write_checkpoint(const fs::path& dir, const CheckpointView& view) {
+std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) {
   MERIDIAN_CHECK(view.model != nullptr);
   const auto layout = parameter_layout(*view.model);
   const std::uint64_t n = parameter_count(*view.model);
   MERIDIAN_CHECK_EQ(view.params.size(), n);
   MERIDIAN_CHECK_EQ(view.exp_avg.size(), n);
   MERIDIAN_CHECK_EQ(view.exp_avg_sq.size(), n);
+  const bool outer = !view.outer_json.empty();
+  if (outer) MERIDIAN_CHECK_EQ(view.outer_momentum.size(), n);
+  const auto step_done = [&](const fs::path& p) {
+    if (view.after_each_step) view.after_each_step(p);
+  };
 
   const fs::path parent = dir.has_parent_path() ? dir.parent_path() : fs::path(".");
   fs::create_directories(parent);
@@ -101,19 +106,28 @@ void write_checkpoint(const fs::path& dir, const CheckpointView& view) {
 
   const std::map<std::string, std::string> meta{{"format", kCheckpointFormat},
                                                 {"model", view.model->name}};
-  st::write(tmp / kModelFile, views(layout, view.params, ""), meta);
+  st::write(tmp / kModelFile, views(layout, view.params, ""), meta);  // fsynced
+  step_done(tmp / kModelFile);
   auto opt = views(layout, view.exp_avg, "exp_avg.");
   auto sq = views(layout, view.exp_avg_sq, "exp_avg_sq.");
   opt.insert(opt.end(), sq.begin(), sq.end());
+  if (outer) {
+    auto mom = views(layout, view.outer_momentum, "outer_momentum.");
+    opt.insert(opt.end(), mom.begin(), mom.end());
+  }
   st::write(tmp / kOptimizerFile, opt, meta);
+  step_done(tmp / kOptimizerFile);
 
   nlohmann::json progress = nlohmann::json::parse(view.progress_json);
   nlohmann::json doc = {{"format", kCheckpointFormat},
                         {"model", model_json(*view.model)},
                         {"progress", progress}};
+  if (outer) doc["outer"] = nlohmann::json::parse(view.outer_json);
+  std::uint64_t total_bytes = 0;
   for (const char* f : {kModelFile, kOptimizerFile}) {
     const auto bytes = read_bytes(tmp / f);
     doc["files"][f] = {{"bytes", bytes.size()}, {"crc32c", hex8(crc32c(bytes))}};
+    total_bytes += bytes.size();
   }
   {
     std::ofstream out(tmp / kProgressFile, std::ios::trunc);
@@ -121,14 +135,22 @@ void write_checkpoint(const fs::path& dir, const CheckpointView& view) {
     if (!out.flush()) throw Error("cannot write " + (tmp / kProgressFile).string());
   }
   fsync_path(tmp / kProgressFile, false);
+  total_bytes += fs::file_size(tmp / kProgressFile);
+  step_done(tmp / kProgressFile);
   fsync_path(tmp, true);
+  step_done(tmp);
   // Replace: move an old checkpoint aside, rename the new one in, then delete the old.
   const fs::path old = parent / (dir.filename().string() + ".old" + std::to_string(::getpid()));
   const bool had_old = fs::exists(dir);
-  if (had_old) fs::rename(dir, old);
+  if (had_old) {
+    fs::rename(dir, old);
+    step_done(old);
+  }
   fs::rename(tmp, dir);
   fsync_path(parent, true);
+  step_done(dir);
   if (had_old) fs::remove_all(old);
+  return total_bytes;
 }
 
 LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) {
@@ -176,14 +198,18 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) 
   out.exp_avg_sq.resize(n);
   const st::File weights = st::read(dir / kModelFile, ro);
   const st::File opt = st::read(dir / kOptimizerFile, ro);
+  const bool outer = doc.contains("outer");
+  if (outer) out.outer_momentum.resize(n);
   expect_tensor_count(weights, layout.size());
-  expect_tensor_count(opt, 2 * layout.size());
+  expect_tensor_count(opt, (outer ? 3 : 2) * layout.size());
   for (const auto& p : layout) {
     copy_tensor(weights, "", p, out.params);
     copy_tensor(opt, "exp_avg.", p, out.exp_avg);
     copy_tensor(opt, "exp_avg_sq.", p, out.exp_avg_sq);
+    if (outer) copy_tensor(opt, "outer_momentum.", p, out.outer_momentum);
   }
   out.progress_json = doc.at("progress").dump();
+  if (outer) out.outer_json = doc.at("outer").dump();
   return out;
 }
 

@@ -1,11 +1,13 @@
-// Trainer checkpoints on disk: model.safetensors (weights by torchtitan name), optimizer.safetensors
-// (AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>") and progress.json (the worker's
-// progress plus each file's size and CRC-32C). Written atomically, verified on load. Pure C++;
+// Trainer checkpoints on disk: model.safetensors (weights by torchtitan name),
+// optimizer.safetensors (AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"; a DiLoCo node adds
+// its outer momentum "outer_momentum.<name>") and progress.json (the worker's progress, a node's
+// outer progress, each file's size and CRC-32C). Written atomically, verified on load. Pure C++;
 // not the engine's recovery protocol (that ships the same spans over the network).
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,16 +22,26 @@ struct CheckpointView {
   const ModelConfig* model = nullptr;
   std::span<const float> params, exp_avg, exp_avg_sq;  // flat, in parameter_layout order
   std::string progress_json;                           // the worker's progress()
+  // A DiLoCo node's checkpoint (trainer/run_checkpoint.h) adds its outer state: the outer
+  // momentum (flat, same layout) and its outer progress as a JSON object text. Both empty for
+  // a trainer checkpoint.
+  std::span<const float> outer_momentum;
+  std::string outer_json;
+  // Called after each durable step of the write (a file written and fsynced, a rename) with
+  // the path it touched; tests crash the writer there. Unset: nothing is called.
+  std::function<void(const std::filesystem::path&)> after_each_step;
 };
 
 // Writes `dir` atomically: everything goes to a sibling temporary directory, each file is
 // fsynced, then the directory is renamed over `dir` (a previous checkpoint there is replaced)
-// and the parent directory fsynced.
-void write_checkpoint(const std::filesystem::path& dir, const CheckpointView& view);
+// and the parent directory fsynced. Returns the bytes written (all files).
+std::uint64_t write_checkpoint(const std::filesystem::path& dir, const CheckpointView& view);
 
 struct LoadedCheckpoint {
   std::vector<float> params, exp_avg, exp_avg_sq;
   std::string progress_json;
+  std::vector<float> outer_momentum;  // empty unless the checkpoint holds an outer state
+  std::string outer_json;             // "" unless the checkpoint holds an outer state
 };
 
 // Reads and verifies a checkpoint for `model`: format, model shapes, file sizes and CRC-32C

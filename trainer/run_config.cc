@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <set>
 
 #include "engine/codec/codec.h"
@@ -125,7 +126,7 @@ RunConfig load_run_config(const std::string& path) {
   top.read("nodes", c.initial_nodes);
   top.read("outer_steps", d.outer_steps);
   top.read("output_dir", c.output_dir);
-  for (const char* s : {"data", "diloco", "heartbeat", "recovery"}) {
+  for (const char* s : {"data", "diloco", "heartbeat", "recovery", "checkpoint"}) {
     YAML::Node ignored;
     top.read(s, ignored);
   }
@@ -182,6 +183,22 @@ RunConfig load_run_config(const std::string& path) {
   positive(rc, "timeout_s", d.recovery.timeout_s);
   if (d.recovery.chunk_bytes < 1024) rc.fail("chunk_bytes", "expected at least 1024");
   if (d.recovery.max_sources < 1) rc.fail("max_sources", "expected a positive integer");
+
+  Section ck(root, path, "checkpoint");
+  CheckpointOptions& k = c.checkpoint;
+  ck.read("dir", k.dir);
+  ck.read("every_steps", k.every_steps);
+  ck.read("every_s", k.every_s);
+  ck.read("keep", k.keep);
+  ck.finish();
+  if (root["checkpoint"]) {
+    if (k.dir.empty()) ck.fail("dir", "expected a directory path (relative to the run file)");
+    if (k.every_steps < 0) ck.fail("every_steps", "expected >= 0");
+    if (!(k.every_s >= 0)) ck.fail("every_s", "expected >= 0");
+    if (k.every_steps == 0 && k.every_s == 0) ck.fail("", "give every_steps or every_s (or both)");
+    if (k.keep < 1) ck.fail("keep", "expected a positive integer");
+    k.dir = (std::filesystem::path(path).parent_path() / k.dir).lexically_normal().string();
+  }
 
   c.trainer = load_named_config(c.model);
   apply_data_keys(c.trainer, keys, path + ": data.seq_len");
@@ -254,7 +271,7 @@ JsonObject trainer_section_json(const TrainerSection& t) {
 JsonObject run_config_json(const RunConfig& c) {
   const DilocoOptions& d = c.diloco;
   const ModelConfig& m = c.trainer.model;
-  JsonObject model, data, diloco, heartbeat, recovery;
+  JsonObject model, data, diloco, heartbeat, recovery, checkpoint;
   model.add("name", m.name).add("layers", m.layers).add("hidden", m.hidden);
   model.add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn);
   model.add("vocab", m.vocab).add("seq_len", m.seq_len);
@@ -278,6 +295,12 @@ JsonObject run_config_json(const RunConfig& c) {
   out.add("model", model).add("seed", c.seed).add("nodes", c.initial_nodes);
   out.add("outer_steps", d.outer_steps).add("data", data).add("diloco", diloco);
   out.add("heartbeat", heartbeat).add("recovery", recovery);
+  // Not the directory (each machine has its own disk): the schedule, which must agree.
+  if (c.checkpoint.enabled()) {
+    checkpoint.add("every_steps", c.checkpoint.every_steps).add("every_s", c.checkpoint.every_s);
+    checkpoint.add("keep", c.checkpoint.keep);
+    out.add("checkpoint", checkpoint);
+  }
   return out;
 }
 

@@ -13,6 +13,15 @@
 
 namespace meridian::trainer {
 
+// RUN.yaml `checkpoint:` (cli/train/README.md). Absent: the run writes no checkpoints.
+struct CheckpointOptions {
+  std::string dir;               // resolved against the run file's directory; "" = off
+  std::int64_t every_steps = 0;  // write after every K-th outer step (0 = not by steps)
+  double every_s = 0.0;          // write once T seconds passed since the last write (0 = not)
+  int keep = 3;                  // retention: each node keeps its newest N checkpoints
+  bool enabled() const { return !dir.empty(); }
+};
+
 struct RunConfig {
   std::string model = "tiny";  // a name in trainer/configs/ or a path to a model .yaml
   TrainerConfig trainer;       // loaded from `model`, with data.batch / data.seq_len applied
@@ -23,6 +32,7 @@ struct RunConfig {
   DataOptions data;                // corpus, cache directory (vocab set from the model)
   DilocoOptions diloco;            // H, outer steps, codec, outer optimizer, timeouts, heartbeats
   std::string output_dir = "run";  // node ID writes <output_dir>/node-<ID>/
+  CheckpointOptions checkpoint;    // node ID writes <checkpoint.dir>/node-<ID>/step-<n>/
 };
 
 // Reads RUN.yaml. Unknown keys, wrong types and out-of-range values raise ConfigError naming

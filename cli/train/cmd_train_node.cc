@@ -4,12 +4,15 @@
 // Not a launcher (scripts/start_nodes.sh starts N of these) and not the in-process emulation.
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <mutex>
@@ -28,6 +31,7 @@
 #include "engine/store/tcp_store.h"
 #include "engine/transport/gloo/gloo_transport.h"
 #include "engine/util/crc32c.h"
+#include "trainer/run_checkpoint.h"
 #include "trainer/run_config.h"
 #include "trainer/torch_worker.h"
 
@@ -48,15 +52,22 @@ constexpr char kUsage[] =
     "                        (default 127.0.0.1)\n"
     "  --shard R             data shard (default (ID - 1) % data.shards)\n"
     "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
+    "  --resume              restart the run from the newest checkpoint (RUN.yaml `checkpoint:`)\n"
+    "                        that every resuming node has; a store whose run is under way is\n"
+    "                        joined by live recovery instead\n"
     "  --fault-pause-at-message N --fault-marker F\n"
     "                        fault injection for tests: at this node's N-th outgoing all-reduce\n"
     "                        message, write F and stop there (until killed)\n"
+    "  --fault-exit-in-checkpoint-write K\n"
+    "                        fault injection for tests: the process exits (status 3) after the\n"
+    "                        K-th durable step of its checkpoint writes (a file, a rename)\n"
     "\n"
     "A node whose store has no round yet starts the run (round 0 forms once `nodes` nodes are\n"
     "queued); otherwise it joins the running one through live recovery. Writes\n"
     "<output_dir>/node-<ID>/events.jsonl (engine/events/SCHEMA.md) and checksums.tsv (outer_step,\n"
-    "epoch, members, CRC-32C of the outer parameters after each applied outer step). SIGINT or\n"
-    "SIGTERM: leave gracefully after the current round.\n";
+    "epoch, members, CRC-32C of the outer parameters after each applied outer step), and with\n"
+    "RUN.yaml `checkpoint:` its checkpoints in <checkpoint.dir>/node-<ID>/step-<n>/\n"
+    "(cli/train/README.md). SIGINT or SIGTERM: leave gracefully after the current round.\n";
 
 struct NodeArgs {
   std::string run_yaml, store, secret_file, bind = "0.0.0.0", port_file, host = "127.0.0.1";
@@ -66,6 +77,8 @@ struct NodeArgs {
   int shard = -1;
   std::uint64_t pause_at_message = 0;  // 0 = never
   std::string fault_marker;
+  bool resume = false;
+  std::uint64_t exit_in_checkpoint_write = 0;  // 0 = never
 };
 
 NodeArgs parse_args(const std::vector<std::string>& args) {
@@ -75,6 +88,10 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
     if (f.rfind("--", 0) != 0) {
       if (!a.run_yaml.empty()) throw ConfigError("unexpected argument '" + f + "'");
       a.run_yaml = f;
+      continue;
+    }
+    if (f == "--resume") {
+      a.resume = true;
       continue;
     }
     const std::string& v = opt::value(args, i);
@@ -100,6 +117,8 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       a.pause_at_message = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
     } else if (f == "--fault-marker") {
       a.fault_marker = v;
+    } else if (f == "--fault-exit-in-checkpoint-write") {
+      a.exit_in_checkpoint_write = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
     } else {
       throw ConfigError("unknown option '" + f + "'");
     }
@@ -227,6 +246,25 @@ JsonObject config_event(const trainer::RunConfig& c, const std::string& command,
   return f;
 }
 
+// A resumed node keeps its earlier life's files: `path` becomes `path`.1 (or .2, ...).
+void keep_previous(const std::string& path) {
+  if (!std::filesystem::exists(path)) return;
+  for (int n = 1;; ++n) {
+    const std::string to = path + "." + std::to_string(n);
+    if (!std::filesystem::exists(to)) return std::filesystem::rename(path, to);
+  }
+}
+
+// The `checkpoint` event of one write (engine/events/SCHEMA.md).
+JsonObject checkpoint_event(const trainer::CheckpointWriteResult& r) {
+  JsonObject f;
+  f.add("outer_step", r.steps_done - 1).add("steps_done", r.steps_done);
+  f.add("written", r.written).add("bytes", r.bytes).add("elapsed_s", r.elapsed_s);
+  f.add("wait_s", r.wait_s).add("path", r.path);
+  if (!r.written) f.add("error", r.error);
+  return f;
+}
+
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
   const auto colon = s.rfind(':');
   if (colon == std::string::npos || colon == 0)
@@ -237,6 +275,10 @@ std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
 
 int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   const trainer::RunConfig c = trainer::load_run_config(a.run_yaml);
+  const trainer::CheckpointOptions& ck = c.checkpoint;
+  if ((a.resume || a.exit_in_checkpoint_write > 0) && !ck.enabled())
+    throw ConfigError(std::string(a.resume ? "--resume" : "--fault-exit-in-checkpoint-write") +
+                      ": " + a.run_yaml + " has no `checkpoint:` section");
   const std::string config_text = trainer::run_config_json(c).str();
   StoreIdentity identity{read_secret_file(a.secret_file), kVersion, config_hash_of(config_text)};
 
@@ -273,9 +315,17 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   co.connect_timeout_s = 30.0;
   co.io_timeout_s = std::max(30.0, c.diloco.mesh.dead_after_s);
   TcpStore store(co);  // a refusal (secret, version, configuration) throws ConfigError here
+  // A store that already holds a round record means the run is under way: join it.
+  const bool initial = store.list(c.diloco.mesh.prefix + "round/").empty();
+  const auto node_ckpt_dir = trainer::node_checkpoint_dir(ck.dir, a.node_id);
+  if (ck.enabled() && initial && !a.resume && !trainer::checkpoint_steps(node_ckpt_dir).empty())
+    throw ConfigError(node_ckpt_dir.string() +
+                      " holds checkpoints of an earlier run: start with --resume, or remove it");
 
   const std::string dir = c.output_dir + "/node-" + std::to_string(a.node_id);
   std::filesystem::create_directories(dir);
+  if (a.resume)
+    for (const char* f : {"/events.jsonl", "/checksums.tsv"}) keep_previous(dir + f);
   std::ofstream events_file(dir + "/events.jsonl", std::ios::trunc);
   std::ofstream checksums(dir + "/checksums.tsv", std::ios::trunc);
   if (!events_file || !checksums) throw ConfigError(dir + ": cannot create the node's files");
@@ -307,12 +357,76 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   PausingFactory transports(gloo, a.pause_at_message, a.fault_marker);
 
   DilocoOptions d = c.diloco;
+  if (a.resume && !initial && store.list(d.mesh.prefix + "hb/").empty()) {
+    throw ConfigError(
+        "--resume: the store holds a run with no live node; a whole-run resume "
+        "starts from a fresh store (restart `meridian store`, or --serve-store)");
+  } else if (a.resume && !initial) {
+    std::cerr << "node " << a.node_id << ": --resume: the run is under way; joining it by live "
+              << "recovery (no checkpoint is read)" << std::endl;
+  } else if (a.resume) {
+    const auto log = [&](const std::string& line) {
+      std::cerr << "node " << a.node_id << ": " << line << std::endl;
+    };
+    const auto found =
+        trainer::find_resume_candidates(ck.dir, c.trainer.model, wo.rank, c.shards, log);
+    std::vector<std::int64_t> steps;
+    for (const auto& f : found) steps.push_back(f.steps_done);
+    const std::int64_t from =
+        trainer::agree_resume_step(store, c.initial_nodes, steps, d.mesh.admission_timeout_s);
+    const auto it = std::find_if(found.begin(), found.end(),
+                                 [&](const auto& f) { return f.steps_done == from; });
+    trainer::load_for_resume(*it, c.trainer.model, worker, d);
+    std::cerr << "node " << a.node_id << ": resuming after outer step " << from << "/"
+              << d.outer_steps << " from " << it->path.string()
+              << (it->own_shard ? "" : " (another shard's: outer state only, fresh inner state)")
+              << std::endl;
+    if (const int moved = trainer::set_aside_newer(node_ckpt_dir, from))
+      std::cerr << "node " << a.node_id << ": moved " << moved << " newer checkpoint(s) to "
+                << (node_ckpt_dir / "superseded").string() << std::endl;
+  }
+  std::unique_ptr<trainer::CheckpointWriter> writer;
+  if (ck.enabled()) {
+    std::function<void(const std::filesystem::path&)> fault;
+    if (a.exit_in_checkpoint_write > 0) {
+      auto done = std::make_shared<std::uint64_t>(0);
+      fault = [done, k = a.exit_in_checkpoint_write](const std::filesystem::path& p) {
+        if (++*done < k) return;
+        std::cerr << "fault: exit in a checkpoint write, after " << p.string() << std::endl;
+        ::_exit(3);
+      };
+    }
+    writer = std::make_unique<trainer::CheckpointWriter>(
+        node_ckpt_dir, c.trainer.model, ck.keep,
+        [&](const trainer::CheckpointWriteResult& r) {
+          events.emit(Event{runtime.now_s(), a.node_id, "checkpoint", checkpoint_event(r)});
+          if (!r.written)
+            std::cerr << "node " << a.node_id << ": checkpoint " << r.path
+                      << " not written: " << r.error << std::endl;
+        },
+        fault);
+  }
+  double last_checkpoint_s = runtime.now_s();
   const auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   std::int64_t last_tokens = 0;
   std::mutex out_mu;
   std::vector<std::int64_t> last_members;
   d.on_outer_step = [&](const OuterStepView& v) {
+    if (writer) {
+      // Every member must write the same steps (a resume needs one step all of them have):
+      // by step count and at the end, or by the round's first member's clock.
+      const bool last_step = v.outer_step + 1 >= d.outer_steps;
+      bool due = last_step || (ck.every_steps > 0 && (v.outer_step + 1) % ck.every_steps == 0) ||
+                 (ck.every_s > 0 && runtime.now_s() - last_checkpoint_s >= ck.every_s);
+      if (ck.every_s > 0 && !last_step)
+        due = trainer::agree_checkpoint_due(store, v, due, 2 * d.mesh.dead_after_s);
+      if (due) {
+        writer->wait_idle();
+        writer->submit(trainer::snapshot_node_state(v, worker));
+        last_checkpoint_s = runtime.now_s();
+      }
+    }
     const auto bytes = std::as_bytes(v.outer_parameters);
     char crc[16];
     std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes));
@@ -334,6 +448,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     last_tokens = tokens;
   };
   DilocoNode node(worker, store, transports, runtime, events, d);
+  d.initial_momentum = {};
 
   std::thread watcher([&] {
     int sig = 0;
@@ -343,14 +458,13 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
       node.request_leave();
     }
   });
-  // A store that already holds a round record means the run is under way: join it.
-  const bool initial = store.list(d.mesh.prefix + "round/").empty();
   std::cerr << "node " << a.node_id << ": " << (initial ? "starting the run" : "joining the run")
             << " (data shard " << wo.rank << "/" << c.shards << ", " << torch.parameter_count()
             << " parameters)" << std::endl;
   const NodeResult r = node.run(initial, a.node_id);
   pthread_kill(watcher.native_handle(), SIGUSR1);
   watcher.join();
+  writer.reset();  // the last checkpoint is on disk before the node says it is done
 
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -50,6 +50,8 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
   if (options_.inner_steps < 1) throw ConfigError("diloco: inner_steps must be >= 1");
   if (options_.local_ranks < 1) throw ConfigError("diloco: local_ranks must be >= 1");
   options_.mesh.outer_steps = options_.outer_steps;
+  options_.mesh.first_outer_step = options_.first_outer_step;
+  if (options_.first_outer_step < 0) throw ConfigError("diloco: first_outer_step must be >= 0");
 }
 
 DilocoNode::~DilocoNode() {
@@ -78,6 +80,12 @@ void DilocoNode::initialise_outer_state() {
   if (!phantom_) MERIDIAN_CHECK_EQ(params.size(), count_);
   outer_.assign(params.begin(), params.end());
   optimizer_ = std::make_unique<OuterOptimizer>(phantom_ ? 0 : count_, options_.outer);
+  if (!options_.initial_momentum.empty()) {
+    MERIDIAN_CHECK_EQ(options_.initial_momentum.size(), optimizer_->momentum().size());
+    std::copy(options_.initial_momentum.begin(), options_.initial_momentum.end(),
+              optimizer_->momentum().begin());
+    options_.initial_momentum = {};  // no second copy for the run's length
+  }
   shards_ = shard_buckets(make_buckets(worker_.bucket_boundaries(), count_), options_.local_ranks);
 }
 

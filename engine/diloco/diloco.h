@@ -56,6 +56,11 @@ struct DilocoOptions {
   // Timing-only (phantom) workers have no optimizer to run: this many seconds are charged with
   // runtime.compute_s in its place (a simulator's modelled outer-step CPU time). Else unused.
   double phantom_outer_opt_s = 0.0;
+  // Resuming a run from a checkpoint (a node started with `initial`): round 0 computes this
+  // outer step, and the outer momentum starts from these values (empty = zeros; else
+  // parameter_count() of them). The outer parameters are the worker's at run(), as always.
+  std::int64_t first_outer_step = 0;
+  std::vector<float> initial_momentum;
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
 };

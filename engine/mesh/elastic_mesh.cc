@@ -324,12 +324,20 @@ void ElasticMesh::coordinator_loop() {
 std::vector<std::int64_t> ElasticMesh::queued_joiners(const Liveness& live) {
   const std::string prefix = options_.prefix + "join/";
   std::vector<std::int64_t> ids;
+  // `live` may predate the listing: a node that started in between has a join key but no hb/
+  // key in it. A node writes hb/ before join/, so liveness observed after the listing is
+  // current for every key listed; only a node dead by that one is forgotten (nodes started at
+  // one instant, as after a resume barrier, were otherwise dropped from the queue for good).
+  std::optional<Liveness> after;
   for (const std::string& key : store_.list(prefix)) {
     const auto id = parse_i64(key.substr(prefix.size()));
     if (!id) continue;
     if (is_dead(live, *id)) {
-      store_.erase(key);  // a joiner that died in the queue is forgotten
-      continue;
+      if (!after) after = observe();
+      if (is_dead(*after, *id)) {
+        store_.erase(key);  // a joiner that died in the queue is forgotten
+        continue;
+      }
     }
     ids.push_back(*id);
   }
@@ -353,7 +361,7 @@ bool ElasticMesh::bootstrap() {
   RoundRecord first;
   first.round = 0;
   first.epoch = 0;
-  first.outer_step = 0;
+  first.outer_step = options_.first_outer_step;
   first.prev = RoundPrev::kStart;
   first.members = ring_order(queued);
   return publish(first, queued, {}, {});

@@ -29,6 +29,7 @@ struct MeshOptions {
   int max_retries = 3;                // a failed round is retried this often, then fallback
   int max_joiners_per_round = 0;      // 0 = admit every queued joiner at a boundary
   std::int64_t outer_steps = 0;  // rounds for outer steps >= this are never formed (0 = no end)
+  std::int64_t first_outer_step = 0;   // the outer step round 0 computes (a resumed run's)
   double admission_timeout_s = 600.0;  // bound on a joiner's wait to appear in a round
   double round_timeout_s = 600.0;      // bound on a member's wait for the next round record
   // Measured bandwidth of the link from -> to between two node ids, for the ring order;

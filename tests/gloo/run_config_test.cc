@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -96,6 +97,46 @@ TEST_F(RunConfigTest, BadValuesNameTheKey) {
             std::string::npos);
   EXPECT_NE(error_of("outer_steps: 1\ndata: 3\n").find("data: expected a map"), std::string::npos);
   EXPECT_NE(error_of("outer_steps: 1\nmodel: no-such-model\n"), "");
+}
+
+TEST_F(RunConfigTest, CheckpointKeysResolveTheDirectoryAgainstTheRunFile) {
+  const RunConfig off = load_run_config(write("outer_steps: 1\n"));
+  EXPECT_FALSE(off.checkpoint.enabled());
+  EXPECT_EQ(run_config_json(off).str().find("checkpoint"), std::string::npos);
+  const RunConfig c = load_run_config(
+      write("outer_steps: 1\ncheckpoint:\n  dir: ck/a\n  every_steps: 5\n  every_s: 600\n"
+            "  keep: 2\n"));
+  EXPECT_EQ(c.checkpoint.dir,
+            (std::filesystem::path(path_).parent_path() / "ck/a").lexically_normal().string());
+  EXPECT_EQ(c.checkpoint.every_steps, 5);
+  EXPECT_EQ(c.checkpoint.every_s, 600.0);
+  EXPECT_EQ(c.checkpoint.keep, 2);
+  // The schedule is part of the configuration the store checks; the directory is not.
+  const std::string json = run_config_json(c).str();
+  EXPECT_NE(json.find("\"checkpoint\":{\"every_steps\":5,\"every_s\":"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"keep\":2}"), std::string::npos) << json;
+  EXPECT_EQ(json.find("ck/a"), std::string::npos) << json;
+  EXPECT_EQ(load_run_config(write("outer_steps: 1\ncheckpoint:\n  dir: /abs\n  every_s: 1\n"))
+                .checkpoint.dir,
+            "/abs");
+}
+
+TEST_F(RunConfigTest, BadCheckpointKeysNameTheKey) {
+  EXPECT_NE(error_of("outer_steps: 1\ncheckpoint:\n  every_steps: 1\n")
+                .find("checkpoint.dir: expected a directory path"),
+            std::string::npos);
+  EXPECT_NE(error_of("outer_steps: 1\ncheckpoint:\n  dir: c\n")
+                .find("checkpoint: give every_steps or every_s"),
+            std::string::npos);
+  EXPECT_NE(error_of("outer_steps: 1\ncheckpoint:\n  dir: c\n  every_steps: 1\n  keep: 0\n")
+                .find("checkpoint.keep: expected a positive integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("outer_steps: 1\ncheckpoint:\n  dir: c\n  every_steps: -1\n")
+                .find("checkpoint.every_steps"),
+            std::string::npos);
+  EXPECT_NE(error_of("outer_steps: 1\ncheckpoint:\n  dir: c\n  every_step: 1\n")
+                .find("checkpoint.every_step: unknown key"),
+            std::string::npos);
 }
 
 }  // namespace

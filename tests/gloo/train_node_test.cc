@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -82,7 +83,7 @@ class TrainNodeTest : public ::testing::Test {
   void write_run(int nodes, int outer_steps, const std::string& extra = "") {
     std::ofstream(dir_ / "run.yaml")
         << "model: tiny\nseed: 3\nnodes: " << nodes << "\nouter_steps: " << outer_steps
-        << "\noutput_dir: " << (dir_ / "out").string() << "\n"
+        << "\noutput_dir: " << (dir_ / out_).string() << "\n"
         << "data:\n  shards: 3\n  cache_dir: " << MERIDIAN_TRAINER_CACHE_DIR
         << "\n  batch: 2\n  seq_len: 32\n  validation_sequences: 2\n"
         << "diloco:\n  inner_steps: 4\n  codec: int8\n  allreduce_timeout_s: 15\n"
@@ -126,18 +127,21 @@ class TrainNodeTest : public ::testing::Test {
   std::string log(int id) { return read_file(dir_ / ("node" + std::to_string(id) + ".log")); }
 
   // Starts node 1 with the embedded store; returns the store's HOST:PORT.
-  std::string start_first() {
-    start(1, {"--serve-store", "0", "--bind", "127.0.0.1", "--store-port-file",
-              (dir_ / "port").string()});
+  std::string start_first(std::vector<std::string> more = {}) {
+    fs::remove(dir_ / "port");
+    more.insert(more.begin(), {"--serve-store", "0", "--bind", "127.0.0.1", "--store-port-file",
+                               (dir_ / "port").string()});
+    start(1, more);
     EXPECT_TRUE(wait_until([&] { return fs::exists(dir_ / "port"); }, 60)) << log(1);
     std::string port = read_file(dir_ / "port");
     while (!port.empty() && port.back() == '\n') port.pop_back();
     return "127.0.0.1:" + port;
   }
 
-  fs::path node_dir(int id) { return dir_ / "out" / ("node-" + std::to_string(id)); }
+  fs::path node_dir(int id) { return dir_ / out_ / ("node-" + std::to_string(id)); }
 
   fs::path dir_;
+  std::string out_ = "out";  // output_dir (under dir_) of the next write_run
   std::vector<pid_t> pids_;
 };
 
@@ -191,6 +195,156 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   EXPECT_NE(events.substr(0, events.find('\n')).find("\"type\":\"config\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"admitted\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"run_finished\""), std::string::npos);
+}
+
+// Checkpoints and whole-run resume: three nodes, 8 outer steps, a checkpoint after every step.
+// The uninterrupted run is the reference; each test kills every node of a second run and
+// resumes it, and the resumed run's last checkpoint (outer parameters, outer momentum, AdamW
+// moments) must equal the reference's, byte for byte, on every node.
+class TrainResumeTest : public TrainNodeTest {
+ protected:
+  static constexpr int kOuterSteps = 8;
+  static constexpr char kLast[] = "step-000000000008";
+
+  // RUN.yaml with checkpoints in <dir_>/ckpt-<name>, output in <dir_>/<name>.
+  void write_run_named(const std::string& name, int nodes = 3) {
+    out_ = name;
+    write_run(nodes, kOuterSteps,
+              "checkpoint:\n  dir: ckpt-" + name + "\n  every_steps: 1\n  keep: 20\n");
+  }
+  fs::path ckpt(const std::string& name, int id) {
+    return dir_ / ("ckpt-" + name) / ("node-" + std::to_string(id));
+  }
+
+  // Runs three nodes to the end (all with `args`); expects each to finish.
+  void run_to_end(const std::vector<std::string>& args) {
+    const std::string store = start_first(args);
+    const pid_t n1 = pids_.back();
+    std::vector<std::string> a2 = {"--store", store}, a3 = a2;
+    a2.insert(a2.end(), args.begin(), args.end());
+    a3.insert(a3.end(), args.begin(), args.end());
+    const pid_t n2 = start(2, a2), n3 = start(3, a3);
+    EXPECT_EQ(finish(n2), 0) << log(2);
+    EXPECT_EQ(finish(n3), 0) << log(3);
+    EXPECT_EQ(finish(n1), 0) << log(1);
+  }
+
+  // The uninterrupted run, in <dir_>/ckpt-ref.
+  void run_reference() {
+    write_run_named("ref");
+    run_to_end({});
+    for (int id = 1; id <= 3; ++id) ASSERT_TRUE(fs::exists(ckpt("ref", id) / kLast)) << log(id);
+  }
+
+  // Resumes run `name` with three nodes and compares its last checkpoints with the reference.
+  void resume_and_compare(const std::string& name) {
+    write_run_named(name);
+    run_to_end({"--resume"});
+    for (int id = 1; id <= 3; ++id) {
+      SCOPED_TRACE("node " + std::to_string(id));
+      for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+        const std::string got = read_file(ckpt(name, id) / kLast / f);
+        ASSERT_FALSE(got.empty()) << log(id);
+        EXPECT_TRUE(got == read_file(ckpt("ref", id) / kLast / f)) << f << " differs";
+      }
+      const auto mine = checksums(node_dir(id)),
+                 ref = checksums(dir_ / "ref" / ("node-" + std::to_string(id)));
+      ASSERT_FALSE(mine.empty());
+      EXPECT_EQ(mine.rbegin()->first, kOuterSteps - 1);
+      EXPECT_EQ(mine.rbegin()->second, ref.rbegin()->second);
+      // The first life's files are kept beside the second's.
+      EXPECT_TRUE(fs::exists(node_dir(id) / "events.jsonl.1"));
+      EXPECT_NE(read_file(node_dir(id) / "events.jsonl").find("\"type\":\"checkpoint\""),
+                std::string::npos);
+    }
+  }
+};
+
+TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
+  ASSERT_NO_FATAL_FAILURE(run_reference());
+  write_run_named("killed");
+  // Node 3 stops at its 68th outgoing ring message, in outer step 4's all-reduce (16 per
+  // step); the other two wait in that ring. Then every node is SIGKILLed.
+  const std::string store = start_first();
+  const pid_t n1 = pids_.back();
+  const pid_t n2 = start(2, {"--store", store});
+  const pid_t n3 = start(3, {"--store", store, "--fault-pause-at-message", "68", "--fault-marker",
+                             (dir_ / "paused").string()});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(dir_ / "paused"); }, 120)) << log(3);
+  for (pid_t p : {n1, n2, n3}) ::kill(p, SIGKILL);
+  for (pid_t p : {n1, n2, n3}) EXPECT_EQ(finish(p), 128 + SIGKILL);
+  // Node 1's newest checkpoint is damaged: it is skipped (named) and an older step is used.
+  const auto steps = [&](int id) {
+    std::vector<std::string> v;
+    for (const auto& e : fs::directory_iterator(ckpt("killed", id))) {
+      const std::string name = e.path().filename();
+      if (name.size() == 17 && name.find('.') == std::string::npos) v.push_back(name);
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  const auto have1 = steps(1);
+  ASSERT_GE(have1.size(), 2u);
+  const fs::path damaged = ckpt("killed", 1) / have1.back();
+  {
+    std::fstream f(damaged / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-5, std::ios::end);
+    f.put('\x7f');
+  }
+  fs::copy(dir_ / "ckpt-killed", dir_ / "ckpt-fewer", fs::copy_options::recursive);
+  resume_and_compare("killed");
+  EXPECT_NE(log(1).find("checkpoint " + damaged.string() + " skipped"), std::string::npos)
+      << log(1);
+  EXPECT_NE(log(1).find("CRC-32C mismatch"), std::string::npos) << log(1);
+  const std::string from = "resuming after outer step ";
+  const auto at = log(2).find(from);
+  ASSERT_NE(at, std::string::npos) << log(2);
+  const long resumed_at = std::stol(log(2).substr(at + from.size()));
+  std::cout << "killed during outer step 4; node 1's newest checkpoint " << have1.back()
+            << " damaged; resumed after outer step " << resumed_at << std::endl;
+  EXPECT_LT(resumed_at, std::stol(have1.back().substr(5)));
+  EXPECT_GE(resumed_at, 1);
+  // The same checkpoints resumed by two nodes (shards 0 and 1 of 3; shard 2 is then not
+  // trained): each takes its own shard's inner state, and the run ends.
+  write_run_named("fewer", 2);
+  const std::string store2 = start_first({"--resume"});
+  const pid_t f1 = pids_.back();
+  const pid_t f2 = start(2, {"--store", store2, "--resume"});
+  EXPECT_EQ(finish(f2), 0) << log(2);
+  EXPECT_EQ(finish(f1), 0) << log(1);
+  EXPECT_NE(log(2).find("resuming after outer step " + std::to_string(resumed_at) + "/8 from " +
+                        (ckpt("fewer", 2) / "step-").string()),
+            std::string::npos)
+      << log(2);
+  EXPECT_TRUE(fs::exists(ckpt("fewer", 2) / kLast)) << log(2);
+  EXPECT_EQ(checksums(node_dir(1)).rbegin()->second, checksums(node_dir(2)).rbegin()->second);
+  // A fresh start (no --resume) over checkpoints of an earlier run is refused.
+  start_first();
+  EXPECT_EQ(finish(pids_.back()), 2) << log(1);
+  EXPECT_NE(log(1).find("holds checkpoints of an earlier run"), std::string::npos) << log(1);
+}
+
+TEST_F(TrainResumeTest, ACrashInsideACheckpointWriteLeavesThePreviousOneUsable) {
+  ASSERT_NO_FATAL_FAILURE(run_reference());
+  write_run_named("crashed");
+  // Node 2 exits at a random durable step (seeded) of its checkpoint writes: 5 per write
+  // (model, optimizer, progress.json, directory fsync, rename), so inside write 2, 3 or 4.
+  std::mt19937 rng(19);
+  const int k = std::uniform_int_distribution<int>(6, 19)(rng);
+  const std::string store = start_first();
+  const pid_t n1 = pids_.back();
+  const pid_t n2 =
+      start(2, {"--store", store, "--fault-exit-in-checkpoint-write", std::to_string(k)});
+  const pid_t n3 = start(3, {"--store", store});
+  EXPECT_EQ(finish(n2), 3) << log(2);
+  EXPECT_NE(log(2).find("fault: exit in a checkpoint write"), std::string::npos) << log(2);
+  for (pid_t p : {n1, n3}) ::kill(p, SIGKILL);
+  for (pid_t p : {n1, n3}) finish(p);
+  std::cout << "node 2 exited after durable step " << k << " of its checkpoint writes" << std::endl;
+  resume_and_compare("crashed");
+  // Node 2's interrupted write was cleaned up when it resumed.
+  for (const auto& e : fs::directory_iterator(ckpt("crashed", 2)))
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
 }
 
 TEST_F(TrainNodeTest, AWrongSecretIsRefused) {

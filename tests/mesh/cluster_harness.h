@@ -164,6 +164,10 @@ struct ClusterOptions {
   // Called for every node when its worker is made, before its activity starts: hooks installed
   // here cannot race the node's first steps.
   std::function<void(std::int64_t id, SyntheticWorker& worker)> on_launch;
+  // A run resumed from a state at an outer-step boundary: round 0 computes this step, and
+  // `resume_momentum` (when set) gives each node's outer momentum to start from.
+  std::int64_t first_outer_step = 0;
+  std::function<std::vector<float>(std::int64_t id)> resume_momentum;
 };
 
 // One applied outer step as a node saw it.
@@ -328,7 +332,8 @@ class Cluster {
         }
       }
     }
-    EXPECT_EQ(recs.size(), static_cast<std::size_t>(o_.outer_steps));
+    EXPECT_EQ(recs.size(), static_cast<std::size_t>(o_.outer_steps - o_.first_outer_step));
+    if (!recs.empty()) EXPECT_EQ(recs.begin()->first, o_.first_outer_step);
   }
 
   // Events of one type across all nodes.
@@ -463,6 +468,8 @@ class Cluster {
     d.mesh.bandwidth_bps = o_.bandwidth_bps;
     d.mesh.admission_timeout_s = 20.0;
     d.mesh.round_timeout_s = 20.0;
+    d.first_outer_step = o_.first_outer_step;
+    if (o_.resume_momentum) d.initial_momentum = o_.resume_momentum(id);
     d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
     n->diloco = std::make_unique<DilocoNode>(*n->worker, n->store, faults_, runtime_, n->sink, d);
     Node* raw = n.get();

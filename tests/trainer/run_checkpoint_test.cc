@@ -1,0 +1,321 @@
+// Run checkpoints (trainer/run_checkpoint.h) without LibTorch or a network: retention, a writer
+// process killed at random points of its write (the previous checkpoint stays usable), corrupt
+// and truncated checkpoints skipped with a message naming them, the resume barrier over a
+// store, and loading a node's state into a worker.
+#include "trainer/run_checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "engine/error.h"
+#include "engine/runtime/thread_runtime.h"
+#include "engine/store/memory_store.h"
+
+namespace meridian::trainer {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A worker with plain vectors: what load_for_resume writes is what the test reads back.
+class VectorWorker final : public InnerWorker {
+ public:
+  explicit VectorWorker(std::uint64_t n) : params(n), m(n), v(n) {}
+  InnerStepsResult run_inner_steps(int) override { return {}; }
+  std::uint64_t parameter_count() const override { return params.size(); }
+  std::span<float> parameters() override { return params; }
+  std::vector<std::uint64_t> bucket_boundaries() const override { return {0, params.size()}; }
+  std::vector<StateSection> state_sections() override {
+    return {{"adamw.exp_avg", m, m.size()}, {"adamw.exp_avg_sq", v, v.size()}};
+  }
+  std::string progress() const override { return progress_text; }
+  void restore_progress(const std::string& p) override { progress_text = p; }
+
+  std::vector<float> params, m, v;
+  std::string progress_text;
+};
+
+class RunCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/meridian-run-checkpoint-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    model_ = load_named_config("tiny").model;
+    n_ = parameter_count(model_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // A node state whose every value is distinct per step, element and tensor.
+  NodeState state(std::int64_t steps_done, int shard = 0) const {
+    NodeState s;
+    s.steps_done = steps_done;
+    s.params.resize(n_);
+    s.momentum.resize(n_);
+    s.exp_avg.resize(n_);
+    s.exp_avg_sq.resize(n_);
+    for (std::uint64_t i = 0; i < n_; ++i) {
+      const float b = static_cast<float>(steps_done * 1000003 + static_cast<std::int64_t>(i));
+      s.params[i] = b;
+      s.momentum[i] = b + 0.25f;
+      s.exp_avg[i] = b + 0.5f;
+      s.exp_avg_sq[i] = b + 0.75f;
+    }
+    s.worker_progress = "{\"step\":" + std::to_string(4 * steps_done) +
+                        ",\"data\":{\"epoch\":0,\"index\":" + std::to_string(8 * steps_done) +
+                        "},\"shard\":{\"rank\":" + std::to_string(shard) + ",\"world\":2}}";
+    s.outer_json = "{\"steps_done\":" + std::to_string(steps_done) + "}";
+    return s;
+  }
+
+  // Writes `states` through a CheckpointWriter for node `node`; returns the results.
+  std::vector<CheckpointWriteResult> write(std::int64_t node, std::vector<NodeState> states,
+                                           int keep = 10) {
+    std::vector<CheckpointWriteResult> results;
+    std::mutex mu;
+    {
+      CheckpointWriter w(node_checkpoint_dir(dir_, node), model_, keep,
+                         [&](const CheckpointWriteResult& r) {
+                           std::lock_guard<std::mutex> lock(mu);
+                           results.push_back(r);
+                         });
+      for (auto& s : states) {
+        w.wait_idle();
+        w.submit(std::move(s));
+      }
+    }
+    return results;
+  }
+
+  std::vector<ResumeCandidate> find(int shard, std::vector<std::string>* log = nullptr) {
+    return find_resume_candidates(dir_, model_, shard, 2, [&](const std::string& line) {
+      if (log) log->push_back(line);
+    });
+  }
+
+  fs::path dir_;
+  ModelConfig model_;
+  std::uint64_t n_ = 0;
+};
+
+TEST_F(RunCheckpointTest, RetentionKeepsTheNewestAndCleansLeftovers) {
+  const fs::path node = node_checkpoint_dir(dir_, 1);
+  fs::create_directories(node / "step-000000000099.tmp4242");   // an interrupted write
+  fs::create_directories(node / "step-000000000001.deleting");  // an interrupted deletion
+  std::vector<NodeState> states;
+  for (int s = 1; s <= 5; ++s) states.push_back(state(s));
+  const auto results = write(1, std::move(states), 3);
+  ASSERT_EQ(results.size(), 5u);
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.written) << r.error;
+    EXPECT_GT(r.bytes, 4 * n_ * sizeof(float));  // four tensors of n_ fp32, headers, JSON
+  }
+  EXPECT_EQ(checkpoint_steps(node), (std::vector<std::int64_t>{3, 4, 5}));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(node)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step-000000000003", "step-000000000004",
+                                             "step-000000000005"}));
+
+  // A replace that stopped between its renames left the step only as .old<pid>: put back.
+  fs::rename(node / "step-000000000005", node / "step-000000000005.old77");
+  apply_retention(node, 3);
+  EXPECT_EQ(checkpoint_steps(node), (std::vector<std::int64_t>{3, 4, 5}));
+  EXPECT_EQ(read_checkpoint(node / "step-000000000005", model_).params, state(5).params);
+}
+
+TEST_F(RunCheckpointTest, AWriterKilledAtRandomPointsLeavesThePreviousCheckpointUsable) {
+  std::mt19937 rng(20261126);
+  const fs::path node = node_checkpoint_dir(dir_, 1);
+  write(1, {state(1), state(2)});
+  // Durable steps of one write: model file, optimizer file, progress.json, the directory
+  // fsync, then (replacing an existing step) the move aside, and the rename into place.
+  for (int trial = 0; trial < 8; ++trial) {
+    const bool replace = trial % 2 == 1;  // rewrite step 2 (the .old path) or write step 3
+    const std::int64_t step = replace ? 2 : 3;
+    const int k = std::uniform_int_distribution<int>(1, replace ? 6 : 5)(rng);
+    const int cut_per_mille = std::uniform_int_distribution<int>(0, 999)(rng);
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      int seen = 0;
+      CheckpointWriter w(node, model_, 10, {}, [&](const fs::path& p) {
+        if (++seen < k) return;
+        // Also tear the file just written, as a crash inside its write would.
+        if (fs::is_regular_file(p))
+          fs::resize_file(p, fs::file_size(p) * static_cast<std::uintmax_t>(cut_per_mille) / 1000);
+        ::_exit(3);
+      });
+      NodeState s = state(step);
+      if (replace) s.params[0] = -1.0f;  // the rewrite is recognisable
+      w.submit(std::move(s));
+      w.wait_idle();
+      ::_exit(0);  // k beyond the write's steps: it completed
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFEXITED(status));
+    const bool completed = WEXITSTATUS(status) == 0 || k == (replace ? 6 : 5);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", exit after durable step " +
+                 std::to_string(k) + (completed ? " (after the rename)" : ""));
+    // The next writer's start cleans up; then the newest complete checkpoint loads.
+    apply_retention(node, 10);
+    std::vector<std::string> log;
+    const auto found = find(0, &log);
+    EXPECT_TRUE(log.empty()) << log.front();
+    ASSERT_FALSE(found.empty());
+    const std::int64_t newest = (!replace && completed) ? 3 : 2;
+    EXPECT_EQ(found.front().steps_done, newest);
+    const LoadedCheckpoint l = read_checkpoint(found.front().path, model_);
+    EXPECT_EQ(l.outer_momentum, state(newest).momentum);
+    // A rewrite of step 2 is either wholly there or not at all.
+    if (replace) EXPECT_EQ(l.params[0], completed ? -1.0f : state(2).params[0]);
+    for (const auto& e : fs::directory_iterator(node))
+      EXPECT_TRUE(e.path().filename().string().find('.') == std::string::npos) << e.path();
+    if (!replace && completed) fs::remove_all(node / "step-000000000003");  // next trial again
+  }
+}
+
+TEST_F(RunCheckpointTest, CorruptAndTruncatedCheckpointsAreSkippedWithTheirNames) {
+  write(1, {state(1), state(2), state(3), state(4)});
+  const fs::path node = node_checkpoint_dir(dir_, 1);
+  {  // flip one byte in step 4's optimizer tensors
+    std::fstream f(node / "step-000000000004" / "optimizer.safetensors",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-100, std::ios::end);
+    f.put('\x5a');
+  }
+  const fs::path model3 = node / "step-000000000003" / "model.safetensors";
+  fs::resize_file(model3, fs::file_size(model3) - 7);
+  fs::remove(node / "step-000000000002" / "progress.json");
+  std::vector<std::string> log;
+  const auto found = find(0, &log);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].steps_done, 1);
+  EXPECT_TRUE(found[0].own_shard);
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_NE(log[0].find("step-000000000004 skipped"), std::string::npos) << log[0];
+  EXPECT_NE(log[0].find("CRC-32C mismatch"), std::string::npos) << log[0];
+  EXPECT_NE(log[1].find("step-000000000003 skipped"), std::string::npos) << log[1];
+  EXPECT_NE(log[1].find("truncated"), std::string::npos) << log[1];
+  EXPECT_NE(log[2].find("step-000000000002 skipped"), std::string::npos) << log[2];
+  EXPECT_NE(log[2].find("missing"), std::string::npos) << log[2];
+  // Nothing was deleted: the damaged ones are still there for a person to look at.
+  EXPECT_EQ(checkpoint_steps(node), (std::vector<std::int64_t>{1, 2, 3, 4}));
+}
+
+TEST_F(RunCheckpointTest, ResumeCandidatesAreThisShardsElseAnyShardsOuterState) {
+  write(1, {state(1, 0), state(2, 0)});
+  write(2, {state(1, 1), state(2, 1), state(3, 1)});
+  auto f0 = find(0), f1 = find(1);
+  ASSERT_EQ(f0.size(), 2u);
+  EXPECT_EQ(f0[0].steps_done, 2);
+  EXPECT_EQ(f0[0].path, node_checkpoint_dir(dir_, 1) / "step-000000000002");
+  ASSERT_EQ(f1.size(), 3u);
+  EXPECT_EQ(f1[0].path, node_checkpoint_dir(dir_, 2) / "step-000000000003");
+  // A shard nobody wrote (here: another shard count) gets every step, outer state only.
+  const auto other = find_resume_candidates(dir_, model_, 2, 3, {});
+  ASSERT_EQ(other.size(), 3u);
+  EXPECT_FALSE(other[0].own_shard);
+
+  VectorWorker w(n_);
+  DilocoOptions d;
+  load_for_resume(f1[1], model_, w, d);  // own shard, step 2
+  const NodeState want = state(2, 1);
+  EXPECT_EQ(d.first_outer_step, 2);
+  EXPECT_EQ(d.initial_momentum, want.momentum);
+  EXPECT_EQ(w.params, want.params);
+  EXPECT_EQ(w.m, want.exp_avg);
+  EXPECT_EQ(w.v, want.exp_avg_sq);
+  EXPECT_NE(w.progress_text.find("\"index\":16"), std::string::npos) << w.progress_text;
+
+  VectorWorker fresh(n_);
+  DilocoOptions d2;
+  load_for_resume(other[0], model_, fresh, d2);  // another shard's step 3
+  EXPECT_EQ(d2.first_outer_step, 3);
+  EXPECT_EQ(fresh.params, state(3, 1).params);
+  EXPECT_EQ(fresh.m, std::vector<float>(n_, 0.0f));
+  EXPECT_EQ(fresh.v, std::vector<float>(n_, 0.0f));
+  EXPECT_NE(fresh.progress_text.find("\"index\":0"), std::string::npos) << fresh.progress_text;
+  EXPECT_NE(fresh.progress_text.find("\"step\":12"), std::string::npos) << fresh.progress_text;
+
+  // Moving aside what a resume from step 1 abandons.
+  EXPECT_EQ(set_aside_newer(node_checkpoint_dir(dir_, 2), 1), 2);
+  EXPECT_EQ(checkpoint_steps(node_checkpoint_dir(dir_, 2)), (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(checkpoint_steps(node_checkpoint_dir(dir_, 2) / "superseded"),
+            (std::vector<std::int64_t>{2, 3}));
+}
+
+TEST(ResumeAgreement, TheNewestStepEveryNodeHasElseAClearError) {
+  ThreadRuntime runtime;
+  {
+    MemoryStore store(runtime);
+    const std::vector<std::vector<std::int64_t>> have = {{6, 4, 2}, {6, 4}, {4, 2}};
+    std::vector<std::int64_t> got(3, -1);
+    std::vector<std::thread> nodes;
+    for (int i = 0; i < 3; ++i)
+      nodes.emplace_back([&, i] { got[i] = agree_resume_step(store, 3, have[i], 10.0); });
+    for (auto& t : nodes) t.join();
+    EXPECT_EQ(got, (std::vector<std::int64_t>{4, 4, 4}));
+    // A fourth resuming node is told to join instead.
+    try {
+      agree_resume_step(store, 3, {6, 4}, 1.0);
+      ADD_FAILURE() << "a fourth node was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("already resume"), std::string::npos) << e.what();
+    }
+  }
+  {
+    MemoryStore store(runtime);
+    std::string error;
+    std::thread other([&] {
+      try {
+        agree_resume_step(store, 2, {3}, 10.0);
+      } catch (const ConfigError& e) {
+        error = e.what();
+      }
+    });
+    EXPECT_THROW(agree_resume_step(store, 2, {5, 4}, 10.0), ConfigError);
+    other.join();
+    EXPECT_NE(error.find("no checkpoint step is complete on every resuming node"),
+              std::string::npos)
+        << error;
+    EXPECT_TRUE(error.find("5,4") != std::string::npos && error.find(": 3") != std::string::npos)
+        << error;
+  }
+}
+
+TEST(CheckpointDue, TheRoundsFirstMemberDecidesForEveryone) {
+  ThreadRuntime runtime;
+  MemoryStore store(runtime);
+  OuterStepView v;
+  v.outer_step = 6;
+  v.members = {3, 1, 2};
+  v.node = 1;
+  bool follower = true;
+  std::thread other([&] { follower = agree_checkpoint_due(store, v, true, 10.0); });
+  OuterStepView first = v;
+  first.node = 3;
+  EXPECT_FALSE(agree_checkpoint_due(store, first, false, 10.0));
+  other.join();
+  EXPECT_FALSE(follower);  // its own clock said yes; the first member's said no
+  first.outer_step = 7;
+  EXPECT_TRUE(agree_checkpoint_due(store, first, true, 10.0));
+  v.outer_step = 7;
+  EXPECT_TRUE(agree_checkpoint_due(store, v, false, 10.0));
+  // A first member that never decides: no checkpoint this step.
+  v.outer_step = 8;
+  EXPECT_FALSE(agree_checkpoint_due(store, v, true, 0.2));
+}
+
+}  // namespace
+}  // namespace meridian::trainer
