@@ -329,7 +329,10 @@ std::vector<std::int64_t> ElasticMesh::queued_joiners(const Liveness& live) {
     const auto id = parse_i64(key.substr(prefix.size()));
     if (!id) continue;
     if (is_dead(live, *id)) {
-      store_.erase(key);  // a joiner that died in the queue is forgotten
+      // A joiner registers its lease, then queues: both may have landed after `live` was read
+      // (a window as long as the store's round trips). Only one still without its hb/ key died
+      // in the queue and is forgotten; the other is counted at the next look.
+      if (live.left.count(*id) || !store_.try_get(key_heartbeat(*id))) store_.erase(key);
       continue;
     }
     ids.push_back(*id);

@@ -1,7 +1,8 @@
 // `meridian train RUN.yaml` as separate processes on loopback: three nodes train `tiny` with
 // DiLoCo over Gloo and the embedded TCP store; one is SIGKILLed in the middle of an all-reduce
 // and a new node id rejoins by live recovery with the peers' parameter checksum; a wrong secret and
-// an unknown RUN.yaml key are refused. Waits poll files with timeouts; every port is ephemeral.
+// an unknown RUN.yaml key are refused. With `store: etcd://...`, the run finishes while etcd
+// members die. Waits poll files with timeouts; every port is ephemeral.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,6 +19,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/store/etcd_cluster.h"
 
 namespace {
 
@@ -191,6 +194,49 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   EXPECT_NE(events.substr(0, events.find('\n')).find("\"type\":\"config\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"admitted\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"run_finished\""), std::string::npos);
+}
+
+// The run's store on a 3-member etcd cluster (tests/store/etcd_cluster.h): a follower member is
+// SIGKILLed mid-run and restarted, then the leader is SIGKILLed. With 3 members two dead at once
+// would lose the quorum, so the follower is back before the leader goes. The nodes finish every
+// outer step, all three in every round, with identical parameters at every step.
+TEST_F(TrainNodeTest, ThreeNodesOnAnEtcdClusterFinishWhileAFollowerThenTheLeaderIsKilled) {
+  using meridian::testing::EtcdCluster;
+  if (!EtcdCluster::available())
+    GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd, /usr/bin/etcdctl): apt-get install "
+                    "etcd-server etcd-client";
+  EtcdCluster etcd(3);
+  constexpr int kOuterSteps = 60;
+  write_run(3, kOuterSteps, "store: " + etcd.url("train-test") + "\n");
+  const pid_t n1 = start(1, {}), n2 = start(2, {}), n3 = start(3, {});
+  const auto steps = [&] { return checksums(node_dir(1)).size(); };
+  ASSERT_TRUE(wait_until([&] { return steps() >= 3; }, 120)) << log(1);
+  const int first_leader = etcd.leader();
+  ASSERT_GE(first_leader, 0);
+  const int follower = (first_leader + 1) % etcd.size();
+  etcd.kill(follower);
+  const std::size_t follower_killed_at = steps();
+  ASSERT_TRUE(wait_until([&] { return steps() >= follower_killed_at + 3; }, 120)) << log(1);
+  etcd.restart(follower);
+  ASSERT_TRUE(etcd.wait_healthy(30.0));
+  const int leader = etcd.leader();
+  ASSERT_GE(leader, 0);
+  etcd.kill(leader);
+  const std::size_t leader_killed_at = steps();
+  std::cout << "etcd member m" << follower << " (a follower) killed after outer step "
+            << follower_killed_at << ", restarted; the leader m" << leader << " killed after "
+            << leader_killed_at << " of " << kOuterSteps << std::endl;
+  EXPECT_LT(leader_killed_at, static_cast<std::size_t>(kOuterSteps))
+      << "the run ended before the leader was killed: nothing was shown";
+
+  EXPECT_EQ(finish(n1), 0) << log(1);
+  EXPECT_EQ(finish(n2), 0) << log(2);
+  EXPECT_EQ(finish(n3), 0) << log(3);
+  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2)), c3 = checksums(node_dir(3));
+  ASSERT_EQ(c1.size(), static_cast<std::size_t>(kOuterSteps));
+  for (const auto& [step, v] : c1) EXPECT_EQ(v.first, 3) << "outer step " << step;
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(c1, c3);
 }
 
 TEST_F(TrainNodeTest, AWrongSecretIsRefused) {
