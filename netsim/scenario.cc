@@ -478,12 +478,10 @@ void parse_network(Reader r, NetworkSpec& n) {
     }
     if (n.store_kind == "etcd" && !n.platform_xml.empty())
       r.fail(st.key_path("kind"), "single with platform_xml (etcd's quorum needs the rtt table)");
-    const std::string leader = n.coordinator_site.empty() && !n.sites.empty()
-                                   ? n.sites.front().name
-                                   : n.coordinator_site;
+    const std::string leader =
+        n.coordinator_site.empty() && !n.sites.empty() ? n.sites.front().name : n.coordinator_site;
     if (n.store_kind == "etcd" &&
-        std::find(n.store_members.begin(), n.store_members.end(), leader) ==
-            n.store_members.end())
+        std::find(n.store_members.begin(), n.store_members.end(), leader) == n.store_members.end())
       r.fail(key, "a list that holds the coordinator's site '" + leader + "' (the leader's)",
              &members);
   }

@@ -1,7 +1,8 @@
 // `meridian train RUN.yaml --node-id ID ...` (registered as `train-node`; `meridian train` forwards
 // here when its first argument is a file): one DiLoCo node per process over the TCP store (or an
-// etcd cluster: `store: etcd://...` in RUN.yaml) and the Gloo transport, with a TorchWorker. Starts a run or joins a running one by live recovery.
-// Not a launcher (scripts/start_nodes.sh starts N of these) and not the in-process emulation.
+// etcd cluster: `store: etcd://...` in RUN.yaml) and the Gloo transport, with a TorchWorker. Starts
+// a run or joins a running one by live recovery. Not a launcher (scripts/start_nodes.sh starts N of
+// these) and not the in-process emulation.
 #include <pthread.h>
 #include <signal.h>
 
@@ -250,10 +251,13 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   if (c.store.empty() && a.store.empty() && a.serve_port < 0)
-    throw ConfigError("give one of --store HOST:PORT and --serve-store PORT (or `store: etcd://...` "
-                      "in " + a.run_yaml + ")");
+    throw ConfigError(
+        "give one of --store HOST:PORT and --serve-store PORT (or `store: etcd://...` "
+        "in " +
+        a.run_yaml + ")");
   if (!c.store.empty() && (!a.store.empty() || a.serve_port >= 0))
-    throw ConfigError(a.run_yaml + ": store: the run uses etcd; --store and --serve-store are for "
+    throw ConfigError(a.run_yaml +
+                      ": store: the run uses etcd; --store and --serve-store are for "
                       "the embedded TCP store");
   std::unique_ptr<TcpStoreServer> server;
   std::string store_host;

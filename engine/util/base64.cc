@@ -44,7 +44,8 @@ std::string base64_encode(const std::string& in) {
 
 std::string base64_decode(const std::string& text) {
   if (text.size() % 4 != 0)
-    throw ProtocolError("base64: length " + std::to_string(text.size()) + " is not a multiple of 4");
+    throw ProtocolError("base64: length " + std::to_string(text.size()) +
+                        " is not a multiple of 4");
   std::string out;
   out.reserve(text.size() / 4 * 3);
   for (std::size_t i = 0; i < text.size(); i += 4) {
@@ -53,7 +54,8 @@ std::string base64_decode(const std::string& text) {
     unsigned v = 0;
     for (int k = 0; k < 4; ++k) {
       const int s = k >= 4 - pad ? 0 : sextet(text[i + k]);
-      if (s < 0) throw ProtocolError("base64: invalid character at offset " + std::to_string(i + k));
+      if (s < 0)
+        throw ProtocolError("base64: invalid character at offset " + std::to_string(i + k));
       v = (v << 6) | static_cast<unsigned>(s);
     }
     out += static_cast<char>(v >> 16);

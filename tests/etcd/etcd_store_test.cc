@@ -23,7 +23,9 @@ using testing::StoreConformance;
 using testing::EtcdCluster;
 
 constexpr char kSecret[] = "correct horse battery staple";
-constexpr char kMissing[] = "etcd is not installed (/usr/bin/etcd, /usr/bin/etcdctl): apt-get install etcd-server etcd-client";
+constexpr char kMissing[] =
+    "etcd is not installed (/usr/bin/etcd, /usr/bin/etcdctl): apt-get install etcd-server "
+    "etcd-client";
 
 std::string unavailable() { return EtcdCluster::available() ? "" : kMissing; }
 
@@ -123,8 +125,8 @@ TEST(EtcdStore, AuthenticatesWithTheUsersPasswordAndRefusesAWrongOne) {
   const auto password_file = [&](const std::string& name, const std::string& text) {
     const std::filesystem::path p = dir / (name + "-" + std::to_string(::getpid()));
     std::ofstream(p) << text << "\n";
-    std::filesystem::permissions(p, std::filesystem::perms::owner_read |
-                                        std::filesystem::perms::owner_write);
+    std::filesystem::permissions(
+        p, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
     return p.string();
   };
   const std::string good = password_file("etcd-good", "rootpw");

@@ -84,19 +84,23 @@ TEST_F(TcpStoreTest, SequentialCallsShareOneJoinedConnection) {
 
 // The Store contract (tests/store/store_conformance.h) over loopback: a server per test.
 INSTANTIATE_TEST_SUITE_P(Tcp, StoreConformance,
-                         ::testing::Values(StoreBackend{"tcp", [] {
-                           TcpStoreServerOptions so;
-                           so.identity = {kSecret, "0.1.0", "cfg-a"};
-                           so.log = [](const std::string&) {};
-                           auto server = std::make_shared<TcpStoreServer>(so);
-                           TcpStoreClientOptions co;
-                           co.port = server->start();
-                           co.client_id = "conformance";
-                           co.identity = so.identity;
-                           co.io_timeout_s = 10.0;
-                           return std::shared_ptr<Store>(new TcpStore(co),
-                                                         [server](Store* s) { delete s; });
-                         }, {}}));
+                         ::testing::Values(StoreBackend{"tcp",
+                                                        [] {
+                                                          TcpStoreServerOptions so;
+                                                          so.identity = {kSecret, "0.1.0", "cfg-a"};
+                                                          so.log = [](const std::string&) {};
+                                                          auto server =
+                                                              std::make_shared<TcpStoreServer>(so);
+                                                          TcpStoreClientOptions co;
+                                                          co.port = server->start();
+                                                          co.client_id = "conformance";
+                                                          co.identity = so.identity;
+                                                          co.io_timeout_s = 10.0;
+                                                          return std::shared_ptr<Store>(
+                                                              new TcpStore(co),
+                                                              [server](Store* s) { delete s; });
+                                                        },
+                                                        {}}));
 
 TEST_F(TcpStoreTest, WrongSecretIsRefused) {
   auto o = client_options("intruder");

@@ -37,11 +37,15 @@ TEST(MemoryStore, AddOnANonIntegerIsAProtocolError) {
 
 // The Store contract (tests/store/store_conformance.h) on the in-memory store.
 INSTANTIATE_TEST_SUITE_P(Memory, StoreConformance,
-                         ::testing::Values(StoreBackend{"memory", [] {
-                           auto rt = std::make_shared<ThreadRuntime>();
-                           return std::shared_ptr<Store>(new MemoryStore(*rt),
-                                                         [rt](Store* s) { delete s; });
-                         }, {}}));
+                         ::testing::Values(StoreBackend{"memory",
+                                                        [] {
+                                                          auto rt =
+                                                              std::make_shared<ThreadRuntime>();
+                                                          return std::shared_ptr<Store>(
+                                                              new MemoryStore(*rt),
+                                                              [rt](Store* s) { delete s; });
+                                                        },
+                                                        {}}));
 
 }  // namespace
 }  // namespace meridian

@@ -130,15 +130,18 @@ TEST(Scenario, AnEtcdStoreWaitsForItsLeadersQuorumRoundTrip) {
     return error_of(three, {"network.store=" + store});
   };
   EXPECT_NE(error("{kind: raft}").find("'network.store.kind': expected single or etcd"),
-            std::string::npos) << error("{kind: raft}");
+            std::string::npos)
+      << error("{kind: raft}");
   EXPECT_NE(error("{members: [a]}").find("no members unless store.kind is etcd"),
             std::string::npos);
   EXPECT_NE(error("{kind: etcd}").find("'network.store.members': expected the sites of the etcd"),
-            std::string::npos) << error("{kind: etcd}");
+            std::string::npos)
+      << error("{kind: etcd}");
   EXPECT_NE(error("{kind: etcd, members: [b, c]}").find("the coordinator's site 'a'"),
             std::string::npos);
   EXPECT_NE(error("{kind: etcd, members: [a, x]}").find("one of the sites listed"),
-            std::string::npos) << error("{kind: etcd, members: [a, x]}");
+            std::string::npos)
+      << error("{kind: etcd, members: [a, x]}");
 }
 
 // A value that network.sites_from brought in is blamed on that file, at its line.

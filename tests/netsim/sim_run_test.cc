@@ -7,10 +7,10 @@
 #include <map>
 #include <sstream>
 
+#include "analysis/summary.h"
 #include "engine/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
-#include "analysis/summary.h"
 #include "tests/netsim/sim_test_util.h"
 
 namespace meridian::netsim {
@@ -146,8 +146,8 @@ TEST(SimRun, EngineDriverSurvivesAHostFailingMidAllReduce) {
 TEST(SimRun, AReplicatedStoresQuorumRoundTripLengthensFormingAnEpoch) {
   const std::string trace = write_temp("qfail.csv", "time_s,node,event\n40,eu-0,fail\n");
   struct Timing {
-    double formation_s = -1;           // node 0: node_started -> epoch_formed (epoch 0)
-    std::vector<json> evicted_epoch;   // the members of epoch 1
+    double formation_s = -1;          // node 0: node_started -> epoch_formed (epoch 0)
+    std::vector<json> evicted_epoch;  // the members of epoch 1
   };
   const auto timing = [](const std::vector<json>& events) {
     Timing t;
@@ -155,19 +155,21 @@ TEST(SimRun, AReplicatedStoresQuorumRoundTripLengthensFormingAnEpoch) {
     for (auto& e : events) {
       if (e["node"] != 0) continue;
       if (e["type"] == "node_started") started = e["t"].get<double>();
-      if (e["type"] == "epoch_formed" && e["epoch"] == 0) t.formation_s = e["t"].get<double>() - started;
+      if (e["type"] == "epoch_formed" && e["epoch"] == 0)
+        t.formation_s = e["t"].get<double>() - started;
       if (e["type"] == "epoch_formed" && e["epoch"] == 1)
         t.evicted_epoch = e["members"].get<std::vector<json>>();
     }
     return t;
   };
-  const Timing single = timing(testing::read_events(
-      simulate(four_nodes(trace, 2), "qsingle", {"run.driver=engine"})));
+  const Timing single = timing(
+      testing::read_events(simulate(four_nodes(trace, 2), "qsingle", {"run.driver=engine"})));
   const Timing etcd = timing(testing::read_events(
       simulate(four_nodes(trace, 2), "qetcd",
                {"run.driver=engine", "network.store={kind: etcd, members: [us, eu, as]}"})));
-  std::cout << "node 0 from start to epoch 0: " << single.formation_s << " s with the single store, "
-            << etcd.formation_s << " s with the etcd-like one" << std::endl;
+  std::cout << "node 0 from start to epoch 0: " << single.formation_s
+            << " s with the single store, " << etcd.formation_s << " s with the etcd-like one"
+            << std::endl;
   ASSERT_GE(single.formation_s, 0.0);
   EXPECT_GE(etcd.formation_s - single.formation_s, 0.080 - 1e-9);
   EXPECT_EQ(single.evicted_epoch, (std::vector<json>{0, 1, 3}));

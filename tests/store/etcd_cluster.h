@@ -42,7 +42,8 @@ class EtcdCluster {
     const std::vector<int> ports = free_ports(2 * members);
     for (int i = 0; i < members; ++i)
       members_.push_back({"m" + std::to_string(i), ports[2 * i], ports[2 * i + 1], -1});
-    for (const Member& m : members_) cluster_ += (cluster_.empty() ? "" : ",") + m.name + "=" + peer_url(m);
+    for (const Member& m : members_)
+      cluster_ += (cluster_.empty() ? "" : ",") + m.name + "=" + peer_url(m);
     for (int i = 0; i < members; ++i) start(i, "new");
     wait_healthy(30.0);
   }
@@ -84,8 +85,9 @@ class EtcdCluster {
   int leader() const {
     for (int i = 0; i < size(); ++i) {
       if (!running(i)) continue;
-      const std::string out = run_capture(std::string(kEtcdctl) + " --endpoints=" + client_url(members_[i]) +
-                                          " --command-timeout=2s endpoint status -w json 2>/dev/null");
+      const std::string out =
+          run_capture(std::string(kEtcdctl) + " --endpoints=" + client_url(members_[i]) +
+                      " --command-timeout=2s endpoint status -w json 2>/dev/null");
       const auto j = nlohmann::json::parse(out, nullptr, false);
       if (j.is_discarded() || !j.is_array() || j.empty()) continue;
       const auto& status = j[0]["Status"];
@@ -125,11 +127,14 @@ class EtcdCluster {
   static std::string client_url(const Member& m) {
     return "http://127.0.0.1:" + std::to_string(m.client_port);
   }
-  static std::string peer_url(const Member& m) { return "http://127.0.0.1:" + std::to_string(m.peer_port); }
+  static std::string peer_url(const Member& m) {
+    return "http://127.0.0.1:" + std::to_string(m.peer_port);
+  }
 
   nlohmann::json member_id(int k) const {
-    const std::string out = run_capture(std::string(kEtcdctl) + " --endpoints=" + client_url(members_[k]) +
-                                        " --command-timeout=2s endpoint status -w json 2>/dev/null");
+    const std::string out =
+        run_capture(std::string(kEtcdctl) + " --endpoints=" + client_url(members_[k]) +
+                    " --command-timeout=2s endpoint status -w json 2>/dev/null");
     const auto j = nlohmann::json::parse(out, nullptr, false);
     if (j.is_discarded() || !j.is_array() || j.empty()) return nullptr;
     return j[0]["Status"]["header"]["member_id"];

@@ -264,8 +264,9 @@ EtcdStoreOptions parse_etcd_url(const std::string& url, const std::string& what)
                        "[/PREFIX][?user=NAME&password-file=FILE], got '" + url + "')");
   };
   if (url.rfind("etcds://", 0) == 0)
-    throw fail("TLS (etcds://) is not supported by this build's etcd client; serve etcd on a "
-               "private network or through a local TLS proxy");
+    throw fail(
+        "TLS (etcds://) is not supported by this build's etcd client; serve etcd on a "
+        "private network or through a local TLS proxy");
   if (url.rfind("etcd://", 0) != 0) throw fail("not an etcd:// URL");
   std::string rest = url.substr(7);
   std::string query;
@@ -320,8 +321,7 @@ EtcdStoreOptions parse_etcd_url(const std::string& url, const std::string& what)
     }
     if (value.empty()) throw fail("option '" + name + "' has no value");
   }
-  if (o.user.empty() != password_file.empty())
-    throw fail("user and password-file go together");
+  if (o.user.empty() != password_file.empty()) throw fail("user and password-file go together");
   if (!password_file.empty()) o.password = read_secret_file(password_file);
   return o;
 }
@@ -381,9 +381,10 @@ struct EtcdStore::Impl {
 
   // Sends one POST on `c` and reads the answer's head.
   std::string request_text(const Conn& c, const std::string& path, const std::string& body) {
-    std::string req = "POST " + path + " HTTP/1.1\r\nHost: " + where(c.endpoint) +
-                      "\r\nContent-Type: application/json\r\nContent-Length: " +
-                      std::to_string(body.size()) + "\r\n";
+    std::string req =
+        "POST " + path + " HTTP/1.1\r\nHost: " + where(c.endpoint) +
+        "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+        "\r\n";
     {
       std::lock_guard<std::mutex> lock(mu);
       if (!token.empty()) req += "Authorization: " + token + "\r\n";
@@ -567,11 +568,10 @@ struct EtcdStore::Impl {
       while (n < common.size() && n < p.size() && common[n] == p[n]) ++n;
       common.resize(n);
     }
-    const json request = {
-        {"create_request",
-         {{"key", base64_encode(common)},
-          {"range_end", base64_encode(prefix_end(common))},
-          {"start_revision", std::to_string(after_revision + 1)}}}};
+    const json request = {{"create_request",
+                           {{"key", base64_encode(common)},
+                            {"range_end", base64_encode(prefix_end(common))},
+                            {"start_revision", std::to_string(after_revision + 1)}}}};
     const std::string body = request.dump();
     const double connect_deadline_s = now_s() + options.io_timeout_s;
     std::string last = "no endpoint tried";
@@ -590,7 +590,8 @@ struct EtcdStore::Impl {
           }
           const std::string message = error_message(parse_json(text, where(endpoint)));
           if (!unavailable(answer.status, message))
-            throw Declined(answer.status, message, "etcd " + where(endpoint) + " watch: " + message);
+            throw Declined(answer.status, message,
+                           "etcd " + where(endpoint) + " watch: " + message);
           throw PeerLostError(-1, where(endpoint) + ": " + message);
         }
         std::uint64_t revision = after_revision;
@@ -604,8 +605,15 @@ struct EtcdStore::Impl {
             if (message.contains("error")) throw PeerLostError(-1, error_message(message));
             const json& result = member(message, "result");
             created = true;
-            revision = std::max(revision, static_cast<std::uint64_t>(
-                                              i64_of(member(result, "header"), "revision")));
+            revision = std::max(
+                revision, static_cast<std::uint64_t>(i64_of(member(result, "header"), "revision")));
+            // etcd sends the history of a watch that starts in the past from a loop that runs
+            // every 100 ms. When anything changed since after_revision, the revision now is the
+            // answer at once: the caller's re-check reads at least that state (Store::watch).
+            if (result.value("created", false) && revision > after_revision) {
+              ::close(conn->fd);
+              return revision;
+            }
             if (result.value("canceled", false) || i64_of(result, "compact_revision") > 0) {
               ::close(conn->fd);  // compacted past after_revision: the caller re-checks
               return revision;
@@ -616,7 +624,8 @@ struct EtcdStore::Impl {
               for (const json& event : events) {
                 const json& kv = member(event, "kv");
                 const std::string key = bytes_of(kv, "key");
-                revision = std::max(revision, static_cast<std::uint64_t>(i64_of(kv, "mod_revision")));
+                revision =
+                    std::max(revision, static_cast<std::uint64_t>(i64_of(kv, "mod_revision")));
                 for (const std::string& p : prefixes) changed = changed || key.rfind(p, 0) == 0;
               }
             }
@@ -629,7 +638,8 @@ struct EtcdStore::Impl {
           try {
             // The first message (the watch created, with the revision now) is waited for
             // whatever the timeout, so that even a zero-length wait answers the revision.
-            more = answer.next(pending, created ? deadline_s : std::max(deadline_s, first_deadline_s));
+            more =
+                answer.next(pending, created ? deadline_s : std::max(deadline_s, first_deadline_s));
           } catch (const TimeoutError&) {
             ::close(conn->fd);
             return revision;  // the wait ran out: no change under the prefixes
@@ -740,7 +750,8 @@ std::string EtcdStore::get(const std::string& key, double timeout_s) {
     if (value) return *value;
     const double left_s = deadline_s - now_s();
     if (left_s <= 0)
-      throw TimeoutError("store get '" + key + "': absent after " + std::to_string(timeout_s) + " s");
+      throw TimeoutError("store get '" + key + "': absent after " + std::to_string(timeout_s) +
+                         " s");
     impl_->watch({impl_->full(key)}, revision, deadline_s);
   }
 }
@@ -781,7 +792,8 @@ std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta) {
                                   {"target", "MOD"},
                                   {"result", "EQUAL"},
                                   {"mod_revision", std::to_string(mod_revision)}}})},
-        {"success", json::array({{{"request_put", {{"key", k}, {"value", base64_encode(next)}}}}})}};
+        {"success",
+         json::array({{{"request_put", {{"key", k}, {"value", base64_encode(next)}}}}})}};
     if (impl_->rpc("/v3/kv/txn", txn).value("succeeded", false)) return value + delta;
   }
 }

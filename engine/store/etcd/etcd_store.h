@@ -47,8 +47,8 @@ struct EtcdStoreOptions {
   std::string prefix = "/meridian/";    // every key of the run lives under it
   std::string user;                     // etcd auth: both or neither
   std::string password;
-  std::string client_id;   // names this node in errors
-  StoreIdentity identity;  // the run's secret, version and configuration hash
+  std::string client_id;            // names this node in errors
+  StoreIdentity identity;           // the run's secret, version and configuration hash
   double connect_timeout_s = 10.0;  // reaching the cluster at construction
   double io_timeout_s = 30.0;       // one request, failover included (waits add their own)
 };
