@@ -9,7 +9,10 @@
 // retried on conflict; a lease is an etcd lease with its TTL rounded up to whole seconds (etcd
 // raises it further to its minimum, 1.5 election timeouts, 2 s with etcd's defaults); watch
 // returns etcd's header.revision (etcd counts one revision per transaction: a lease's end that
-// erases several keys is one revision, which the Store's watch contract allows).
+// erases several keys is one revision, which the Store's watch contract allows). Each watch is
+// its own streamed request; it answers at once when etcd's revision moved since the caller's
+// (anywhere in etcd: etcd replays a watch's past only every 100 ms), so a caller may re-check
+// more often than with the TCP store. Reads are linearizable.
 //
 // Failover: a request goes to the endpoint that answered last; on a connection failure, a
 // timeout of one attempt, or an "unavailable" answer (no leader, leader changed, the member is
