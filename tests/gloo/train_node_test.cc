@@ -256,6 +256,20 @@ TEST_F(TrainNodeTest, ADifferentRunConfigurationIsRefused) {
   EXPECT_NE(log(2).find("run configuration differs"), std::string::npos) << log(2);
 }
 
+TEST_F(TrainNodeTest, AMalformedEtcdStoreUrlIsAConfigErrorNamingTheKeyAndTheProblem) {
+  write_run(1, 1, "store: etcd://127.0.0.1\n");
+  const pid_t p = start(1, {});
+  EXPECT_EQ(finish(p), 2);
+  EXPECT_NE(log(1).find("run.yaml: store: endpoint '127.0.0.1' is not HOST:PORT"),
+            std::string::npos)
+      << log(1);
+  write_run(1, 1, "store: etcd://127.0.0.1:2379\n");
+  const pid_t both = start(1, {"--serve-store", "0"});
+  EXPECT_EQ(finish(both), 2);
+  EXPECT_NE(log(1).find("the run uses etcd; --store and --serve-store are for"), std::string::npos)
+      << log(1);
+}
+
 TEST_F(TrainNodeTest, AnUnknownRunKeyIsAConfigErrorNamingFileAndKey) {
   write_run(1, 1, "diloco_typo: 3\n");
   const pid_t p = start(1, {"--serve-store", "0"});

@@ -171,8 +171,11 @@ class NodeStore final : public Store {
     check();
     return inner_.erase(k);
   }
+  // Runs before every list() of this node's, with its prefix (a test's interleaving).
+  void before_list(std::function<void(const std::string&)> hook) { before_list_ = std::move(hook); }
   std::vector<std::string> list(const std::string& p) override {
     check();
+    if (before_list_) before_list_(p);
     return inner_.list(p);
   }
   std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& p) override {
@@ -201,6 +204,7 @@ class NodeStore final : public Store {
   Store& inner_;
   std::atomic<bool> dead_{false};
   std::atomic<bool> muted_{false};
+  std::function<void(const std::string&)> before_list_;  // set before the node starts
 };
 
 // Forwards events until the node is killed (a crashed node writes nothing more).
