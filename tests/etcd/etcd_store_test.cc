@@ -1,7 +1,7 @@
 // EtcdStore on 3-member etcd clusters started on loopback: the Store contract
 // (tests/store/store_conformance.h), the run record's join proof (wrong secret, version and
 // configuration refused with the reason), failover when members die (PeerLostError only once
-// none answers), etcd auth, and the etcd:// URL's errors.
+// none answers), etcd auth, TLS with client certificates, and the etcd:// URL's errors.
 #include "engine/store/etcd/etcd_store.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "engine/error.h"
 #include "tests/store/etcd_cluster.h"
@@ -150,6 +151,36 @@ TEST(EtcdStore, AuthenticatesWithTheUsersPasswordAndRefusesAWrongOne) {
   std::filesystem::remove(bad);
 }
 
+// etcds://: the server's certificate is checked against the CA file for the endpoint's
+// address, and the client presents its certificate (the cluster requires one).
+TEST(EtcdStore, SpeaksTlsToAVerifiedServerWithAClientCertificate) {
+  if (!EtcdCluster::available()) GTEST_SKIP() << kMissing;
+  EtcdCluster c(1, /*tls=*/true);
+  EtcdStore s(options_for(c, "tls"));
+  s.set("a", "1");
+  EXPECT_EQ(s.get("a", 1.0), "1");
+  const std::int64_t lease = s.lease_grant(10.0);
+  EXPECT_GT(s.keepalive(lease, 1.0), 0.0);
+  const std::uint64_t r0 = s.revision();
+  std::thread writer([&] { s.set("w", "x"); });
+  EXPECT_GT(s.watch({"w"}, r0, 10.0), r0);
+  writer.join();
+  // Without the test CA the server's certificate does not verify: no endpoint answers.
+  const std::string port = std::to_string(c.client_port(0));
+  EtcdStoreOptions o =
+      parse_etcd_url("etcds://127.0.0.1:" + port + "/tls?cert=" + c.file("client.pem") +
+                         "&key=" + c.file("client.key"),
+                     "test");
+  o.identity = {kSecret, "0.1.0", "cfg-a"};
+  o.connect_timeout_s = 1.0;
+  try {
+    EtcdStore unverified(o);
+    ADD_FAILURE() << "trusted a server whose CA it does not know";
+  } catch (const PeerLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("failed verification"), std::string::npos) << e.what();
+  }
+}
+
 TEST(EtcdUrl, ParsesEndpointsPrefixAndOptions) {
   const EtcdStoreOptions o = parse_etcd_url("etcd://h1:2379,10.0.0.2:2380,[::1]:2381/runs/a", "k");
   ASSERT_EQ(o.endpoints.size(), 3u);
@@ -158,6 +189,13 @@ TEST(EtcdUrl, ParsesEndpointsPrefixAndOptions) {
   EXPECT_EQ(o.endpoints[2].host, "::1");
   EXPECT_EQ(o.prefix, "/runs/a/");
   EXPECT_EQ(parse_etcd_url("etcd://h:1", "k").prefix, "/meridian/");
+  EXPECT_FALSE(parse_etcd_url("etcd://h:1", "k").tls);
+  const EtcdStoreOptions t =
+      parse_etcd_url("etcds://h:1?cacert=/ca.pem&cert=/c.pem&key=/c.key", "k");
+  EXPECT_TRUE(t.tls);
+  EXPECT_EQ(t.ca_file, "/ca.pem");
+  EXPECT_EQ(t.cert_file, "/c.pem");
+  EXPECT_EQ(t.key_file, "/c.key");
   EXPECT_TRUE(is_etcd_url("etcd://h:1"));
   EXPECT_FALSE(is_etcd_url("h:1"));
 }
@@ -177,12 +215,12 @@ TEST(EtcdUrl, MalformedUrlsNameTheKeyAndTheProblem) {
            {"etcd://h1", "is not HOST:PORT"},
            {"etcd://h1:99999", "not in 1..65535"},
            {"etcd://h1:x", "not in 1..65535"},
-           {"etcds://h1:2379", "TLS"},
-           {"etcd://h1:2379?cacert=/ca.pem", "TLS"},
+           {"etcd://h1:2379?cacert=/ca.pem", "option 'cacert' needs TLS: etcds://"},
+           {"etcds://h1:2379?cert=/c.pem", "cert and key go together"},
            {"etcd://h1:2379?color=blue", "unknown option 'color'"},
            {"etcd://h1:2379?user=root", "go together"},
            {"etcd://h1:2379/a b", "prefix 'a b'"},
-           {"http://h1:2379", "not an etcd:// URL"}}) {
+           {"http://h1:2379", "not an etcd:// or etcds:// URL"}}) {
     const std::string e = error_of(url);
     EXPECT_EQ(e.rfind("run.yaml: store: ", 0), 0u) << url << ": " << e;
     EXPECT_NE(e.find(problem), std::string::npos) << url << ": " << e;

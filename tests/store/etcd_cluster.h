@@ -2,7 +2,8 @@
 // each with its own client and peer port (ephemeral), data in a temporary directory (on
 // /dev/shm when present: fsync is cheap there), fast elections (50 ms heartbeat, 500 ms
 // election timeout). Members can be killed (SIGKILL) and restarted; the leader is found with
-// `etcdctl endpoint status`. Everything is stopped and removed at destruction.
+// `etcdctl endpoint status`. With `tls`, clients speak TLS with client certificates (a CA and
+// certificates made with the openssl command). Everything is stopped and removed at destruction.
 #pragma once
 
 #include <fcntl.h>
@@ -33,12 +34,13 @@ class EtcdCluster {
   static bool available() { return ::access(kEtcd, X_OK) == 0 && ::access(kEtcdctl, X_OK) == 0; }
 
   // Starts `members` members and waits (up to 30 s) until they have elected a leader.
-  explicit EtcdCluster(int members) {
+  explicit EtcdCluster(int members, bool tls = false) : tls_(tls) {
     const std::filesystem::path base =
         std::filesystem::exists("/dev/shm") ? "/dev/shm" : std::filesystem::temp_directory_path();
     std::string tmpl = (base / "meridian-etcd-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("etcd cluster: mkdtemp failed");
     dir_ = tmpl;
+    if (tls_) make_certificates();
     const std::vector<int> ports = free_ports(2 * members);
     for (int i = 0; i < members; ++i)
       members_.push_back({"m" + std::to_string(i), ports[2 * i], ports[2 * i + 1], -1});
@@ -61,12 +63,27 @@ class EtcdCluster {
   int client_port(int i) const { return members_[i].client_port; }
   bool running(int i) const { return members_[i].pid > 0; }
 
-  // "etcd://127.0.0.1:P0,127.0.0.1:P1,..." (+ "/PREFIX" when given).
+  // "etcd://127.0.0.1:P0,127.0.0.1:P1,..." (+ "/PREFIX" when given); with TLS
+  // "etcds://...?cacert=..&cert=..&key=..".
   std::string url(const std::string& prefix = "") const {
-    std::string u = "etcd://";
+    std::string u = tls_ ? "etcds://" : "etcd://";
     for (std::size_t i = 0; i < members_.size(); ++i)
       u += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(members_[i].client_port);
-    return prefix.empty() ? u : u + "/" + prefix;
+    if (!prefix.empty()) u += "/" + prefix;
+    if (tls_)
+      u += "?cacert=" + file("ca.pem") + "&cert=" + file("client.pem") +
+           "&key=" + file("client.key");
+    return u;
+  }
+
+  // A file of the cluster's directory (certificates: ca.pem, client.pem, client.key).
+  std::string file(const std::string& name) const { return (dir_ / name).string(); }
+
+  // `etcdctl` with the TLS flags when the cluster speaks TLS.
+  std::string ctl() const {
+    return std::string(kEtcdctl) + (tls_ ? " --cacert=" + file("ca.pem") + " --cert=" +
+                                               file("client.pem") + " --key=" + file("client.key")
+                                         : std::string());
   }
 
   // SIGKILLs member i (no-op when it is not running).
@@ -86,7 +103,7 @@ class EtcdCluster {
     for (int i = 0; i < size(); ++i) {
       if (!running(i)) continue;
       const std::string out =
-          run_capture(std::string(kEtcdctl) + " --endpoints=" + client_url(members_[i]) +
+          run_capture(ctl() + " --endpoints=" + client_url(members_[i]) +
                       " --command-timeout=2s endpoint status -w json 2>/dev/null");
       const auto j = nlohmann::json::parse(out, nullptr, false);
       if (j.is_discarded() || !j.is_array() || j.empty()) continue;
@@ -107,7 +124,7 @@ class EtcdCluster {
       std::string endpoints;
       for (int i = 0; i < size(); ++i)
         if (running(i)) endpoints += (endpoints.empty() ? "" : ",") + client_url(members_[i]);
-      const std::string cmd = std::string(kEtcdctl) + " --endpoints=" + endpoints +
+      const std::string cmd = ctl() + " --endpoints=" + endpoints +
                               " --command-timeout=2s endpoint health >/dev/null 2>&1";
       if (std::system(cmd.c_str()) == 0 && leader() >= 0) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -124,8 +141,24 @@ class EtcdCluster {
     pid_t pid;
   };
 
-  static std::string client_url(const Member& m) {
-    return "http://127.0.0.1:" + std::to_string(m.client_port);
+  std::string client_url(const Member& m) const {
+    return (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(m.client_port);
+  }
+
+  // A CA, and server (for 127.0.0.1) and client certificates signed by it.
+  void make_certificates() const {
+    const std::string d = dir_.string();
+    const std::string cmd =
+        "cd " + d + " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem " +
+        "-days 2 -subj /CN=meridian-test-ca && "
+        "for who in server client; do "
+        "openssl req -newkey rsa:2048 -nodes -keyout $who.key -out $who.csr -subj /CN=$who && "
+        "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' > "
+        "$who.ext && "
+        "openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out $who.pem "
+        "-days 2 -extfile $who.ext || exit 1; done >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0)
+      throw std::runtime_error("etcd cluster: cannot make test certificates with openssl");
   }
   static std::string peer_url(const Member& m) {
     return "http://127.0.0.1:" + std::to_string(m.peer_port);
@@ -133,7 +166,7 @@ class EtcdCluster {
 
   nlohmann::json member_id(int k) const {
     const std::string out =
-        run_capture(std::string(kEtcdctl) + " --endpoints=" + client_url(members_[k]) +
+        run_capture(ctl() + " --endpoints=" + client_url(members_[k]) +
                     " --command-timeout=2s endpoint status -w json 2>/dev/null");
     const auto j = nlohmann::json::parse(out, nullptr, false);
     if (j.is_discarded() || !j.is_array() || j.empty()) return nullptr;
@@ -172,7 +205,7 @@ class EtcdCluster {
 
   void start(int i, const std::string& state) {
     Member& m = members_[i];
-    const std::vector<std::string> args = {
+    std::vector<std::string> args = {
         kEtcd,
         "--name=" + m.name,
         "--data-dir=" + (dir_ / m.name).string(),
@@ -187,6 +220,12 @@ class EtcdCluster {
         "--election-timeout=500",
         "--logger=zap",
     };
+    if (tls_) {
+      for (const std::string& f :
+           {"--cert-file=" + file("server.pem"), "--key-file=" + file("server.key"),
+            std::string("--client-cert-auth"), "--trusted-ca-file=" + file("ca.pem")})
+        args.push_back(f);
+    }
     const std::string log = log_path(i);
     std::fflush(nullptr);
     const pid_t pid = ::fork();
@@ -204,6 +243,7 @@ class EtcdCluster {
     m.pid = pid;
   }
 
+  bool tls_ = false;
   std::filesystem::path dir_;
   std::vector<Member> members_;
   std::string cluster_;

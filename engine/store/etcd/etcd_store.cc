@@ -3,6 +3,9 @@
 // Store operations as ranges, transactions, leases and streamed watches.
 #include "engine/store/etcd/etcd_store.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -110,16 +113,76 @@ bool lease_not_found(const Declined& d) {
 
 struct Conn {
   int fd = -1;
+  SSL* ssl = nullptr;  // TLS session over fd (etcds://), or none
   std::size_t endpoint = 0;
   std::string buf;  // received, not yet consumed
   bool reused = false;
 };
 
+void close_conn(Conn& c) {
+  if (c.ssl != nullptr) SSL_free(c.ssl);
+  if (c.fd >= 0) ::close(c.fd);
+  c.ssl = nullptr;
+  c.fd = -1;
+}
+
+std::string openssl_error() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char text[256];
+    ERR_error_string_n(e, text, sizeof text);
+    out += (out.empty() ? "" : "; ") + std::string(text);
+  }
+  return out.empty() ? "unknown TLS error" : out;
+}
+
+// Waits for what an SSL call that returned `rc` needs; false when the session ended cleanly.
+bool tls_wait(Conn& c, int rc, double deadline_s, const char* doing) {
+  switch (SSL_get_error(c.ssl, rc)) {
+    case SSL_ERROR_WANT_READ:
+      store_wire::wait_ready(c.fd, POLLIN, deadline_s, doing);
+      return true;
+    case SSL_ERROR_WANT_WRITE:
+      store_wire::wait_ready(c.fd, POLLOUT, deadline_s, doing);
+      return true;
+    case SSL_ERROR_ZERO_RETURN:
+      return false;
+    case SSL_ERROR_SYSCALL:
+      if (errno == 0 || ERR_peek_error() == 0) return false;  // closed without close_notify
+      [[fallthrough]];
+    default:
+      throw PeerLostError(-1, std::string("etcd: TLS ") + doing + ": " + openssl_error());
+  }
+}
+
+void send_to(Conn& c, const std::string& data, double deadline_s) {
+  if (c.ssl == nullptr) return store_wire::send_all(c.fd, data, deadline_s);
+  std::size_t sent = 0;
+  while (sent < data.size()) {
+    const int n = SSL_write(c.ssl, data.data() + sent, static_cast<int>(data.size() - sent));
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+    } else if (!tls_wait(c, n, deadline_s, "sending to etcd")) {
+      throw PeerLostError(-1, "etcd: TLS session closed while sending");
+    }
+  }
+}
+
 // Receives more bytes into c.buf; false at the end of the stream.
 bool fill(Conn& c, double deadline_s) {
+  char tmp[65536];
+  if (c.ssl != nullptr) {
+    for (;;) {
+      const int n = SSL_read(c.ssl, tmp, sizeof tmp);
+      if (n > 0) {
+        c.buf.append(tmp, static_cast<std::size_t>(n));
+        return true;
+      }
+      if (!tls_wait(c, n, deadline_s, "waiting for etcd's answer")) return false;
+    }
+  }
   for (;;) {
     store_wire::wait_ready(c.fd, POLLIN, deadline_s, "waiting for etcd's answer");
-    char tmp[65536];
     const ssize_t rc = ::recv(c.fd, tmp, sizeof tmp, MSG_DONTWAIT);
     if (rc == 0) return false;
     if (rc < 0) {
@@ -260,15 +323,12 @@ bool is_etcd_url(const std::string& text) {
 
 EtcdStoreOptions parse_etcd_url(const std::string& url, const std::string& what) {
   const auto fail = [&](const std::string& problem) -> ConfigError {
-    return ConfigError(what + ": " + problem + " (expected etcd://HOST:PORT[,HOST:PORT...]" +
-                       "[/PREFIX][?user=NAME&password-file=FILE], got '" + url + "')");
+    return ConfigError(what + ": " + problem + " (expected etcd[s]://HOST:PORT[,HOST:PORT...]" +
+                       "[/PREFIX][?OPTION=VALUE&...], got '" + url + "')");
   };
-  if (url.rfind("etcds://", 0) == 0)
-    throw fail(
-        "TLS (etcds://) is not supported by this build's etcd client; serve etcd on a "
-        "private network or through a local TLS proxy");
-  if (url.rfind("etcd://", 0) != 0) throw fail("not an etcd:// URL");
-  std::string rest = url.substr(7);
+  const bool tls = url.rfind("etcds://", 0) == 0;
+  if (!tls && url.rfind("etcd://", 0) != 0) throw fail("not an etcd:// or etcds:// URL");
+  std::string rest = url.substr(tls ? 8 : 7);
   std::string query;
   if (const auto q = rest.find('?'); q != std::string::npos) {
     query = rest.substr(q + 1);
@@ -280,6 +340,7 @@ EtcdStoreOptions parse_etcd_url(const std::string& url, const std::string& what)
     rest.resize(slash);
   }
   EtcdStoreOptions o;
+  o.tls = tls;
   std::stringstream hosts(rest);
   std::string item;
   while (std::getline(hosts, item, ',')) {
@@ -314,14 +375,16 @@ EtcdStoreOptions parse_etcd_url(const std::string& url, const std::string& what)
       o.user = value;
     } else if (name == "password-file") {
       password_file = value;
-    } else if (name == "cacert" || name == "cert" || name == "key" || name == "tls") {
-      throw fail("option '" + name + "': TLS is not supported by this build's etcd client");
+    } else if (name == "cacert" || name == "cert" || name == "key") {
+      if (!tls) throw fail("option '" + name + "' needs TLS: etcds://");
+      (name == "cacert" ? o.ca_file : name == "cert" ? o.cert_file : o.key_file) = value;
     } else {
-      throw fail("unknown option '" + name + "' (known: user, password-file)");
+      throw fail("unknown option '" + name + "' (known: user, password-file, cacert, cert, key)");
     }
     if (value.empty()) throw fail("option '" + name + "' has no value");
   }
   if (o.user.empty() != password_file.empty()) throw fail("user and password-file go together");
+  if (o.cert_file.empty() != o.key_file.empty()) throw fail("cert and key go together");
   if (!password_file.empty()) o.password = read_secret_file(password_file);
   return o;
 }
@@ -329,9 +392,58 @@ EtcdStoreOptions parse_etcd_url(const std::string& url, const std::string& what)
 // --- the client --------------------------------------------------------------------------------
 
 struct EtcdStore::Impl {
-  explicit Impl(EtcdStoreOptions o) : options(std::move(o)) {}
+  explicit Impl(EtcdStoreOptions o) : options(std::move(o)) {
+    if (options.tls) tls_context();
+  }
   ~Impl() {
-    for (const Conn& c : idle) ::close(c.fd);
+    for (Conn& c : idle) close_conn(c);
+    if (ctx != nullptr) SSL_CTX_free(ctx);
+  }
+
+  // The TLS client context: the server must present a certificate that the CA file (or the
+  // system's CAs) signed, for the endpoint's name or address; a client certificate if given.
+  void tls_context() {
+    ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == nullptr) throw ConfigError("etcd store: TLS: " + openssl_error());
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    const bool loaded = options.ca_file.empty() ? SSL_CTX_set_default_verify_paths(ctx) == 1
+                                                : SSL_CTX_load_verify_locations(
+                                                      ctx, options.ca_file.c_str(), nullptr) == 1;
+    if (!loaded)
+      throw ConfigError("etcd store: cacert '" + options.ca_file + "': " + openssl_error());
+    if (!options.cert_file.empty()) {
+      if (SSL_CTX_use_certificate_chain_file(ctx, options.cert_file.c_str()) != 1)
+        throw ConfigError("etcd store: cert '" + options.cert_file + "': " + openssl_error());
+      if (SSL_CTX_use_PrivateKey_file(ctx, options.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+          SSL_CTX_check_private_key(ctx) != 1)
+        throw ConfigError("etcd store: key '" + options.key_file + "': " + openssl_error());
+    }
+  }
+
+  // The TLS handshake on a new connection, checking the server's name or address.
+  void handshake(Conn& c, const std::string& host, double deadline_s) {
+    c.ssl = SSL_new(ctx);
+    if (c.ssl == nullptr || SSL_set_fd(c.ssl, c.fd) != 1)
+      throw PeerLostError(-1, "etcd: TLS: " + openssl_error());
+    X509_VERIFY_PARAM* param = SSL_get0_param(c.ssl);
+    if (X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str()) != 1) {  // not an address: a name
+      SSL_set_tlsext_host_name(c.ssl, host.c_str());
+      SSL_set1_host(c.ssl, host.c_str());
+    }
+    for (;;) {
+      const int rc = SSL_connect(c.ssl);
+      if (rc == 1) return;
+      const long verify = SSL_get_verify_result(c.ssl);
+      if (SSL_get_error(c.ssl, rc) != SSL_ERROR_WANT_READ &&
+          SSL_get_error(c.ssl, rc) != SSL_ERROR_WANT_WRITE && verify != X509_V_OK)
+        throw PeerLostError(-1,
+                            "etcd " + host + ": TLS handshake: the server's certificate " +
+                                "failed verification: " + X509_verify_cert_error_string(verify));
+      if (!tls_wait(c, rc, deadline_s, "handshake"))
+        throw PeerLostError(-1, "etcd " + host + ": TLS handshake: closed by the server");
+    }
   }
 
   std::string where(std::size_t endpoint) const {
@@ -369,8 +481,17 @@ struct EtcdStore::Impl {
     }
     const EtcdEndpoint& e = options.endpoints[endpoint];
     Conn c;
-    c.fd = store_wire::dial_once(e.host, e.port, std::min(deadline_s, now_s() + kAttemptS));
+    const double attempt_deadline_s = std::min(deadline_s, now_s() + kAttemptS);
+    c.fd = store_wire::dial_once(e.host, e.port, attempt_deadline_s);
     c.endpoint = endpoint;
+    if (ctx != nullptr) {
+      try {
+        handshake(c, e.host, attempt_deadline_s);
+      } catch (...) {
+        close_conn(c);
+        throw;
+      }
+    }
     return c;
   }
 
@@ -399,18 +520,18 @@ struct EtcdStore::Impl {
     std::string text;
     int status = 0;
     try {
-      store_wire::send_all(c.fd, request_text(c, path, body), deadline_s);
+      send_to(c, request_text(c, path, body), deadline_s);
       Answer answer(c, deadline_s);
       while (answer.next(text, deadline_s)) {
       }
       status = answer.status;
       if (answer.close) {
-        ::close(c.fd);
+        close_conn(c);
       } else {
         give_back(std::move(c));
       }
     } catch (...) {
-      ::close(c.fd);
+      close_conn(c);
       throw;
     }
     json j = parse_json(text, where(c.endpoint) + " " + path);
@@ -582,7 +703,7 @@ struct EtcdStore::Impl {
       try {
         conn = take(endpoint, connect_deadline_s, /*pooled=*/false);
         const double first_deadline_s = std::min(connect_deadline_s, now_s() + kAttemptS);
-        store_wire::send_all(conn->fd, request_text(*conn, "/v3/watch", body), first_deadline_s);
+        send_to(*conn, request_text(*conn, "/v3/watch", body), first_deadline_s);
         Answer answer(*conn, first_deadline_s);
         if (answer.status != 200) {
           std::string text;
@@ -611,11 +732,11 @@ struct EtcdStore::Impl {
             // every 100 ms. When anything changed since after_revision, the revision now is the
             // answer at once: the caller's re-check reads at least that state (Store::watch).
             if (result.value("created", false) && revision > after_revision) {
-              ::close(conn->fd);
+              close_conn(*conn);
               return revision;
             }
             if (result.value("canceled", false) || i64_of(result, "compact_revision") > 0) {
-              ::close(conn->fd);  // compacted past after_revision: the caller re-checks
+              close_conn(*conn);  // compacted past after_revision: the caller re-checks
               return revision;
             }
             bool changed = false;
@@ -630,7 +751,7 @@ struct EtcdStore::Impl {
               }
             }
             if (changed) {
-              ::close(conn->fd);
+              close_conn(*conn);
               return revision;
             }
           }
@@ -641,12 +762,12 @@ struct EtcdStore::Impl {
             more =
                 answer.next(pending, created ? deadline_s : std::max(deadline_s, first_deadline_s));
           } catch (const TimeoutError&) {
-            ::close(conn->fd);
+            close_conn(*conn);
             return revision;  // the wait ran out: no change under the prefixes
           }
           if (!more) {
             // The member ended the stream (it is stopping): the caller re-checks and comes back.
-            ::close(conn->fd);
+            close_conn(*conn);
             move_on_from(endpoint);
             return revision;
           }
@@ -656,10 +777,10 @@ struct EtcdStore::Impl {
       } catch (const TimeoutError& e) {
         last = where(endpoint) + ": " + e.what();
       } catch (...) {
-        if (conn) ::close(conn->fd);
+        if (conn) close_conn(*conn);
         throw;
       }
-      if (conn) ::close(conn->fd);
+      if (conn) close_conn(*conn);
       move_on_from(endpoint);
       if (++tries % options.endpoints.size() == 0) {
         if (now_s() >= std::min(deadline_s, connect_deadline_s)) {
@@ -715,6 +836,7 @@ struct EtcdStore::Impl {
   }
 
   EtcdStoreOptions options;
+  SSL_CTX* ctx = nullptr;   // etcds:// only
   std::mutex mu;            // guards idle, current, token
   std::vector<Conn> idle;   // keep-alive connections, any endpoint
   std::size_t current = 0;  // the endpoint that answered last

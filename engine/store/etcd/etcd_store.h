@@ -1,8 +1,8 @@
 // EtcdStore: meridian::Store on an etcd 3.4 cluster, over etcd's v3 JSON gateway (HTTP/1.1,
 // POST /v3/kv/range, /v3/kv/txn, /v3/lease/*, /v3/watch as a streamed response; keys and values
-// base64), with its own small HTTP client on POSIX sockets. A replicated store: the run survives
-// the death of any etcd member while a quorum of members lives. Not TLS: an `etcds://` URL or a
-// certificate option is refused (ConfigError) rather than sent in the clear.
+// base64), with its own small HTTP client on POSIX sockets, over TLS (OpenSSL) for etcds://. A
+// replicated store: the run survives the death of any etcd member while a quorum of members
+// lives. Not a general etcd client (no persistent watch streams, no gRPC).
 //
 // Mapping: every Store key lives under the URL's prefix; compare_set is one transaction (compare
 // on the value, or on create_revision = 0 for "absent"); add is a transaction on mod_revision,
@@ -50,6 +50,10 @@ struct EtcdStoreOptions {
   std::string prefix = "/meridian/";    // every key of the run lives under it
   std::string user;                     // etcd auth: both or neither
   std::string password;
+  bool tls = false;       // etcds://: the server's certificate is verified for its name/address
+  std::string ca_file;    // PEM CAs that sign the servers' certificates ("" = the system's)
+  std::string cert_file;  // client certificate and key (PEM) for etcd's --client-cert-auth
+  std::string key_file;
   std::string client_id;            // names this node in errors
   StoreIdentity identity;           // the run's secret, version and configuration hash
   double connect_timeout_s = 10.0;  // reaching the cluster at construction
@@ -59,11 +63,11 @@ struct EtcdStoreOptions {
 // Whether `text` names an etcd store (starts with etcd:// or etcds://).
 bool is_etcd_url(const std::string& text);
 
-// Parses `etcd://HOST:PORT[,HOST:PORT...][/PREFIX][?user=NAME&password-file=FILE]`. PREFIX
-// defaults to "meridian"; the store's prefix is "/PREFIX/". The password file is read as a
-// secret file (mode 600). Errors (ConfigError) start with `what` (e.g. "run.yaml: store") and
-// name the problem. `etcds://` and TLS options (cacert, cert, key) are refused: this build's
-// client has no TLS.
+// Parses `etcd[s]://HOST:PORT[,HOST:PORT...][/PREFIX][?OPTION=VALUE&...]`, options `user` and
+// `password-file` (etcd auth; the file read as a secret file, mode 600) and, with etcds://,
+// `cacert`, `cert` and `key` (PEM files). PREFIX defaults to "meridian"; the store's prefix is
+// "/PREFIX/". Errors (ConfigError) start with `what` (e.g. "run.yaml: store") and name the
+// problem.
 EtcdStoreOptions parse_etcd_url(const std::string& url, const std::string& what);
 
 // Thread-safety: every method may be called concurrently (a small pool of connections; each
