@@ -11,7 +11,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
   libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp libdnnl-dev \
   libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes \
-  iproute2 ethtool chromium nodejs libns3-dev
+  iproute2 ethtool chromium nodejs libns3-dev etcd-server etcd-client libssl-dev
 
 .PHONY: all deps configure build test demo clean format post-training
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "analysis/plots.h"
+#include "engine/util/base64.h"
 
 namespace meridian::analysis {
 
@@ -34,8 +35,8 @@ std::string ensemble_report_html(const EnsembleData& ensemble,
                                  const std::vector<std::string>& png_files,
                                  const std::string& runs_href);
 
-// Standard base64 (RFC 4648, with padding).
-std::string base64_encode(const std::string& bytes);
+// Standard base64 (RFC 4648, with padding): engine/util/base64.h.
+using meridian::base64_encode;
 
 // &, <, >, " escaped.
 std::string html_escape(const std::string& s);

@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,26 @@ const PathSpec* NetworkSpec::path(const std::string& a, const std::string& b) co
   for (const PathSpec& p : paths)
     if ((p.a == a && p.b == b) || (p.a == b && p.b == a)) return &p;
   return nullptr;
+}
+
+double NetworkSpec::store_quorum_rtt_s() const {
+  if (store_kind != "etcd" || store_members.size() < 2) return 0.0;
+  const std::string& leader = coordinator_site.empty() ? sites.front().name : coordinator_site;
+  std::vector<double> rtts_ms;  // to the followers
+  bool leader_seen = false;
+  for (const std::string& m : store_members) {
+    if (m == leader && !leader_seen) {
+      leader_seen = true;  // the leader's own member
+      continue;
+    }
+    double ms = intra_site_rtt_ms;
+    for (const RttSpec& e : rtt)
+      if ((e.a == leader && e.b == m) || (e.b == leader && e.a == m)) ms = e.rtt_ms;
+    rtts_ms.push_back(ms);
+  }
+  std::sort(rtts_ms.begin(), rtts_ms.end());
+  const std::size_t acks = store_members.size() / 2;  // quorum - 1: the leader counts itself
+  return rtts_ms[acks - 1] / 1000.0;
 }
 
 int Scenario::total_nodes() const {
@@ -267,6 +288,13 @@ void parse_network(Reader r, NetworkSpec& n) {
   r.scalar<double>("intra_site_rtt_ms", n.intra_site_rtt_ms, "milliseconds >= 0",
                    non_negative<double>());
   {
+    Reader st = r.child("store");
+    st.scalar<std::string>("kind", n.store_kind, "single or etcd",
+                           [](const std::string& v) { return v == "single" || v == "etcd"; });
+    st.get("members");  // read below, once the sites are known
+    st.finish();
+  }
+  {
     YAML::Node bw = r.get("access_bandwidth_gbps");
     if (bw && !bw.IsNull()) {
       const std::string key = r.key_path("access_bandwidth_gbps");
@@ -430,6 +458,33 @@ void parse_network(Reader r, NetworkSpec& n) {
   }
   if (n.nodes.empty()) r.fail(r.key_path("nodes"), "at least one node group");
   if (!n.coordinator_site.empty()) known_site(r, "coordinator_site", n.coordinator_site);
+  {
+    Reader st = r.child("store");
+    const YAML::Node members = st.get("members");
+    const std::string key = st.key_path("members");
+    if (members && !members.IsNull()) {
+      if (n.store_kind != "etcd") r.fail(key, "no members unless store.kind is etcd", &members);
+      if (!members.IsSequence() || members.size() == 0)
+        r.fail(key, "a non-empty list of sites", &members);
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const std::string site = members[i].IsScalar() ? members[i].as<std::string>() : "";
+        if (!site_names.count(site))
+          r.fail(key + "[" + std::to_string(i) + "]", "one of the sites listed in network.sites",
+                 &members);
+        n.store_members.push_back(site);
+      }
+    } else if (n.store_kind == "etcd") {
+      r.fail(key, "the sites of the etcd members (e.g. [us, eu, as])");
+    }
+    if (n.store_kind == "etcd" && !n.platform_xml.empty())
+      r.fail(st.key_path("kind"), "single with platform_xml (etcd's quorum needs the rtt table)");
+    const std::string leader =
+        n.coordinator_site.empty() && !n.sites.empty() ? n.sites.front().name : n.coordinator_site;
+    if (n.store_kind == "etcd" &&
+        std::find(n.store_members.begin(), n.store_members.end(), leader) == n.store_members.end())
+      r.fail(key, "a list that holds the coordinator's site '" + leader + "' (the leader's)",
+             &members);
+  }
   bool any_start = false;
   for (const NodeGroup& g : n.nodes) any_start |= g.start;
   // The engine's mesh needs an initial world of at least one node.
@@ -702,6 +757,15 @@ JsonObject Scenario::to_json() const {
                                                         network.access_bandwidth_gbps.second});
   // Echoed only when set, so that runs of scenarios without it keep their earlier config record.
   if (network.rendezvous_trips > 0) net.add("rendezvous_trips", network.rendezvous_trips);
+  if (network.store_kind != "single") {
+    JsonObject store;
+    std::string members;
+    for (const std::string& m : network.store_members) members += (members.empty() ? "" : ",") + m;
+    store.add("kind", network.store_kind)
+        .add("members", members)
+        .add("quorum_rtt_s", network.store_quorum_rtt_s());
+    net.add("store", store);
+  }
   JsonObject var;
   var.add("period_s", network.variability_period_s)
       .add("min_fraction", network.variability_min_fraction);

@@ -103,6 +103,11 @@ struct NetworkSpec {
   std::string sites_from;              // YAML file supplying sites and rtt (shared tables)
   std::string coordinator_site;        // default: first site
   double coordinator_bandwidth_gbps = 10.0;
+  // `network.store` (netsim/README.md, "A replicated store"): "single" (the table on the
+  // coordinator host) or "etcd": a Raft group with a member on each of `store_members` (sites,
+  // the coordinator's among them; a site may repeat), led by the coordinator host.
+  std::string store_kind = "single";
+  std::vector<std::string> store_members;
   double intra_site_rtt_ms = 1.0;
   std::pair<double, double> access_bandwidth_gbps = {0.5, 4.0};  // intellect1.md §1.4
   double variability_period_s = 0.0;                             // 0: constant bandwidth
@@ -114,6 +119,10 @@ struct NetworkSpec {
   std::vector<NodeGroup> nodes;
 
   const PathSpec* path(const std::string& a, const std::string& b) const;  // nullptr: unlisted
+  // An etcd-like store's commit wait in seconds: the leader (on coordinator_site) needs the
+  // acknowledgements of a quorum, floor(n / 2) + 1 members itself included, so it waits for the
+  // (quorum - 1)-th fastest round trip to the other members. 0 for "single" (or one member).
+  double store_quorum_rtt_s() const;
 };
 
 struct DilocoSpec {

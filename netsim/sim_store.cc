@@ -101,6 +101,7 @@ struct WaitTag {
 struct SimStoreServer::State {
   sg4::Host* coordinator = nullptr;
   bool analytic_keepalives = true;
+  double quorum_rtt_s = 0.0;  // a replicated store's commit (or ReadIndex) wait at the leader
   Table table;
   WaitList changed;  // no lock: see wait_list.h
   LeaseTable leases;  // on simulated time
@@ -274,7 +275,7 @@ class SimStoreClient final : public Store {
 
   double keepalive(std::int64_t lease, double interval_s) override {
     s_->count(Call::kKeepalive);
-    const double up_s = request(8);
+    const double up_s = request(8, /*quorum=*/false);  // etcd's leader renews leases alone
     const double now_s = sg4::Engine::get_clock();
     double next_s = -1.0;
     if (!s_->analytic_keepalives) {
@@ -313,7 +314,7 @@ class SimStoreClient final : public Store {
     s_->count(Call::kWatch);
     std::size_t n = 16;
     for (auto& p : prefixes) n += p.size();
-    const double up_s = request(n);
+    const double up_s = request(n, /*quorum=*/false);
     const auto changed = [&] { return s_->changes.changed_since(prefixes, after_revision); };
     if (timeout_s > 0 && !changed()) {
       // Waits like a blocking get: from when what the caller owes is paid.
@@ -382,12 +383,15 @@ class SimStoreClient final : public Store {
   // Returns the small request's cost, to be charged with the reply (a large one is sent now).
   // A host that is off reaches nobody: its actors may still call while a crash unwinds their
   // stacks (a destructor ending a lease), and must not.
-  double request(std::uint64_t bytes) {
+  // `quorum` (every call but keepalive and watch): a replicated store's leader also waits for
+  // its quorum round trip before it answers.
+  double request(std::uint64_t bytes, bool quorum = true) {
     if (!host_->is_on()) throw PeerLostError(-1, "store: this host is down");
     bytes += kStoreHeaderBytes;
-    if (bytes <= kStoreSmallMessageBytes) return small_cost_s(up_, bytes);
+    const double wait_s = quorum ? s_->quorum_rtt_s : 0.0;
+    if (bytes <= kStoreSmallMessageBytes) return small_cost_s(up_, bytes) + wait_s;
     flow(host_, s_->coordinator, bytes);
-    return 0.0;
+    return wait_s;
   }
   void reply(double up_s, std::uint64_t bytes) {
     bytes += kStoreHeaderBytes;
@@ -422,9 +426,11 @@ class SimStoreClient final : public Store {
 
 }  // namespace
 
-SimStoreServer::SimStoreServer(sg4::Host* coordinator, bool analytic_keepalives)
+SimStoreServer::SimStoreServer(sg4::Host* coordinator, bool analytic_keepalives,
+                               double quorum_rtt_s)
     : state_(std::make_shared<State>()) {
   state_->coordinator = coordinator;
+  state_->quorum_rtt_s = quorum_rtt_s;
   state_->analytic_keepalives = analytic_keepalives;
   // A pending kernel timer keeps SimGrid's clock going after the last actor has ended (see
   // wait_list.cc): the lease of a node that crashed in the run's last seconds would stretch the

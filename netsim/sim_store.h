@@ -7,7 +7,8 @@
 // (analytic, fixed latency: always stable while its host is on) are accounted for analytically by
 // default: the first one of an activity stands for all of them, at the same instants, until the
 // activity ends (its host fails, or it returns); the lease then ends one ttl after the last one
-// that would have been sent. Not persistent and not replicated.
+// that would have been sent. Not persistent; replication is modelled as a delay only (a quorum
+// round trip at the leader), never as members that fail.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +32,11 @@ class SimStoreServer {
  public:
   // `analytic_keepalives` false: every keepalive is a call (the message-level reference that
   // tests compare the analytic accounting with).
-  explicit SimStoreServer(simgrid::s4u::Host* coordinator, bool analytic_keepalives = true);
+  // `quorum_rtt_s` > 0: a replicated (etcd-like) store led by the coordinator host; every call
+  // but keepalive and watch also waits this long at the leader (a Raft write's commit, or a
+  // linearizable read's ReadIndex heartbeat round: netsim/README.md, "A replicated store").
+  explicit SimStoreServer(simgrid::s4u::Host* coordinator, bool analytic_keepalives = true,
+                          double quorum_rtt_s = 0.0);
   ~SimStoreServer();
   // The Store as seen from a node on `host` (one client per node; cheap).
   std::unique_ptr<Store> client(simgrid::s4u::Host* host);

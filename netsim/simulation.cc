@@ -813,7 +813,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   w.codec = codec;
   w.plugin = options.worker;
   start_notifier(w.pf.coordinator);
-  w.store = std::make_unique<SimStoreServer>(w.pf.coordinator, !options.message_level_keepalives);
+  w.store = std::make_unique<SimStoreServer>(w.pf.coordinator, !options.message_level_keepalives,
+                                             sc.network.store_quorum_rtt_s());
   w.coord = std::make_unique<Coordinator>(sc, w.pf, sink, options);
   w.buckets = scenario_buckets(sc);
   w.lanes = sc.diloco.aggregate ? 1 : L;

@@ -126,6 +126,7 @@ RunConfig load_run_config(const std::string& path) {
   top.read("nodes", c.initial_nodes);
   top.read("outer_steps", d.outer_steps);
   top.read("output_dir", c.output_dir);
+  top.read("store", c.store);
   for (const char* s : {"data", "diloco", "heartbeat", "recovery", "checkpoint"}) {
     YAML::Node ignored;
     top.read(s, ignored);
@@ -134,6 +135,9 @@ RunConfig load_run_config(const std::string& path) {
   if (c.initial_nodes < 1) top.fail("nodes", "expected a positive integer");
   if (d.outer_steps < 1) top.fail("outer_steps", "expected a positive integer");
   if (c.output_dir.empty()) top.fail("output_dir", "expected a directory path");
+  if (!c.store.empty() && c.store.rfind("etcd://", 0) != 0 && c.store.rfind("etcds://", 0) != 0)
+    top.fail("store", "expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX], got '" + c.store +
+                          "' (the embedded TCP store is given on the command line instead)");
 
   Section data(root, path, "data");
   data.read("shards", c.shards);

@@ -33,6 +33,11 @@ struct RunConfig {
   DilocoOptions diloco;            // H, outer steps, codec, outer optimizer, timeouts, heartbeats
   std::string output_dir = "run";  // node ID writes <output_dir>/node-<ID>/
   CheckpointOptions checkpoint;    // node ID writes <checkpoint.dir>/node-<ID>/step-<n>/
+  // The run's store: "" = the embedded TCP store (--store / --serve-store on the command line);
+  // etcd://HOST:PORT[,...][/PREFIX][?...] = an etcd cluster (engine/store/etcd/etcd_store.h,
+  // which checks the URL). Not part of the configuration hash: nodes may list the endpoints in
+  // any order.
+  std::string store;
 };
 
 // Reads RUN.yaml. Unknown keys, wrong types and out-of-range values raise ConfigError naming

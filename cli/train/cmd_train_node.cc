@@ -1,7 +1,8 @@
 // `meridian train RUN.yaml --node-id ID ...` (registered as `train-node`; `meridian train` forwards
-// here when its first argument is a file): one DiLoCo node per process over the TCP store and the
-// Gloo transport, with a TorchWorker. Starts a run or joins a running one by live recovery.
-// Not a launcher (scripts/start_nodes.sh starts N of these) and not the in-process emulation.
+// here when its first argument is a file): one DiLoCo node per process over the TCP store (or an
+// etcd cluster: `store: etcd://...` in RUN.yaml) and the Gloo transport, with a TorchWorker. Starts
+// a run or joins a running one by live recovery. Not a launcher (scripts/start_nodes.sh starts N of
+// these) and not the in-process emulation.
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
 #include "engine/runtime/thread_runtime.h"
+#include "engine/store/etcd/etcd_store.h"
 #include "engine/store/tcp_store.h"
 #include "engine/transport/gloo/gloo_transport.h"
 #include "engine/util/crc32c.h"
@@ -41,6 +43,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: meridian train RUN.yaml --node-id ID --secret-file F\n"
     "                      (--store HOST:PORT | --serve-store PORT) [options]\n"
+    "       (without --store and --serve-store when RUN.yaml says `store: etcd://...`)\n"
     "  --node-id ID          this node's id (>= 1, unused in this run; a restarted node takes a\n"
     "                        new one)\n"
     "  --store HOST:PORT     the run's store (another node's embedded one or `meridian store`)\n"
@@ -126,8 +129,8 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
   if (a.run_yaml.empty()) throw ConfigError("RUN.yaml is required");
   if (a.node_id < 1) throw ConfigError("--node-id is required");
   if (a.secret_file.empty()) throw ConfigError("--secret-file is required");
-  if (a.store.empty() == (a.serve_port < 0))
-    throw ConfigError("give exactly one of --store HOST:PORT and --serve-store PORT");
+  if (!a.store.empty() && a.serve_port >= 0)
+    throw ConfigError("give one of --store HOST:PORT and --serve-store PORT, not both");
   if (a.device != "cpu" && a.device != "cuda")
     throw ConfigError("--device: expected cpu or cuda, got '" + a.device + "'");
   if ((a.pause_at_message > 0) != !a.fault_marker.empty())
@@ -290,6 +293,15 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   sigaddset(&signals, SIGUSR1);  // wakes the watcher at the end
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (c.store.empty() && a.store.empty() && a.serve_port < 0)
+    throw ConfigError(
+        "give one of --store HOST:PORT and --serve-store PORT (or `store: etcd://...` "
+        "in " +
+        a.run_yaml + ")");
+  if (!c.store.empty() && (!a.store.empty() || a.serve_port >= 0))
+    throw ConfigError(a.run_yaml +
+                      ": store: the run uses etcd; --store and --serve-store are for "
+                      "the embedded TCP store");
   std::unique_ptr<TcpStoreServer> server;
   std::string store_host;
   std::uint16_t store_port = 0;
@@ -304,17 +316,28 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     store_host = (a.bind == "0.0.0.0" || a.bind.empty()) ? "127.0.0.1" : a.bind;
     std::cout << "store listening on " << a.bind << ":" << store_port << std::endl;
     if (!a.port_file.empty()) write_atomically(a.port_file, std::to_string(store_port) + "\n");
-  } else {
+  } else if (!a.store.empty()) {
     std::tie(store_host, store_port) = split_host_port(a.store);
   }
-  TcpStoreClientOptions co;
-  co.host = store_host;
-  co.port = store_port;
-  co.client_id = "node-" + std::to_string(a.node_id);
-  co.identity = identity;
-  co.connect_timeout_s = 30.0;
-  co.io_timeout_s = std::max(30.0, c.diloco.mesh.dead_after_s);
-  TcpStore store(co);  // a refusal (secret, version, configuration) throws ConfigError here
+  std::unique_ptr<Store> store_owner;
+  if (!c.store.empty()) {
+    EtcdStoreOptions eo = parse_etcd_url(c.store, a.run_yaml + ": store");
+    eo.client_id = "node-" + std::to_string(a.node_id);
+    eo.identity = identity;
+    eo.connect_timeout_s = 30.0;
+    eo.io_timeout_s = std::max(30.0, c.diloco.mesh.dead_after_s);
+    store_owner = std::make_unique<EtcdStore>(eo);  // a refused run record throws ConfigError
+  } else {
+    TcpStoreClientOptions co;
+    co.host = store_host;
+    co.port = store_port;
+    co.client_id = "node-" + std::to_string(a.node_id);
+    co.identity = identity;
+    co.connect_timeout_s = 30.0;
+    co.io_timeout_s = std::max(30.0, c.diloco.mesh.dead_after_s);
+    store_owner = std::make_unique<TcpStore>(co);  // a refusal (secret, version, configuration)
+  }
+  Store& store = *store_owner;
   // A store that already holds a round record means the run is under way: join it.
   const bool initial = store.list(c.diloco.mesh.prefix + "round/").empty();
   const auto node_ckpt_dir = trainer::node_checkpoint_dir(ck.dir, a.node_id);

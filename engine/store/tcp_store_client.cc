@@ -1,18 +1,10 @@
 // The TCP store client: meridian::Store over the store server's protocol (tcp_store_wire.h).
 // Connections are pooled, one caller per connection at a time, each joined with the
 // challenge-response proof; every socket operation is bounded by a deadline.
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <thread>
 
 #include "engine/error.h"
 #include "engine/store/tcp_store.h"
@@ -30,62 +22,6 @@ namespace {
 std::uint32_t to_wire_ms(double timeout_s) {
   if (!(timeout_s > 0)) return 0;  // also NaN
   return static_cast<std::uint32_t>(std::min(timeout_s * 1000.0, 4.0e9));
-}
-
-// One connection attempt with a deadline (non-blocking connect + poll); returns the socket.
-int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string where = host + ":" + std::to_string(port);
-  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-      rc != 0) {
-    throw PeerLostError(-1, "store " + where + ": cannot resolve: " + ::gai_strerror(rc));
-  }
-  std::string last_error = "no address";
-  int fd = -1;
-  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      const double left_s = deadline_s - store_wire::now_s();
-      rc = left_s > 0 ? ::poll(&p, 1, static_cast<int>(left_s * 1000.0) + 1) : 0;
-      int err = ETIMEDOUT;
-      socklen_t len = sizeof(err);
-      if (rc > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      rc = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (rc != 0) {
-      last_error = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(res);
-  if (fd < 0) throw PeerLostError(-1, "store " + where + ": cannot connect: " + last_error);
-  const int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
-}
-
-// Connects, retrying while the server is not up yet (refused or unreachable) until the
-// deadline: nodes may start before the store's process, in any order.
-int dial(const std::string& host, std::uint16_t port, double deadline_s) {
-  double backoff_s = 0.01;
-  for (;;) {
-    try {
-      return dial_once(host, port, deadline_s);
-    } catch (const PeerLostError& e) {
-      if (store_wire::now_s() + backoff_s >= deadline_s) throw;
-      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
-      backoff_s = std::min(backoff_s * 2, 0.5);
-    }
-  }
 }
 
 }  // namespace
@@ -112,7 +48,7 @@ int TcpStore::take_connection() {
   }
   const std::string where = options_.host + ":" + std::to_string(options_.port);
   const double deadline_s = store_wire::now_s() + options_.connect_timeout_s;
-  const int fd = dial(options_.host, options_.port, deadline_s);
+  const int fd = store_wire::dial(options_.host, options_.port, deadline_s);
   try {
     Reader hello_r(store_wire::recv_frame(fd, store_wire::kMaxHandshakeFrameBytes, deadline_s));
     if (hello_r.type() != Type::kHello || hello_r.u32("magic") != store_wire::kMagic) {

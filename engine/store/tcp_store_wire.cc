@@ -2,6 +2,9 @@
 // deadline-bounded socket I/O. See tcp_store_wire.h for the format.
 #include "engine/store/tcp_store_wire.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "engine/error.h"
 
@@ -124,9 +128,6 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-namespace {
-
-// Waits until `fd` is ready for `events` or the deadline passes.
 void wait_ready(int fd, short events, double deadline_s, const char* doing) {
   for (;;) {
     const double left_s = deadline_s - now_s();
@@ -141,6 +142,8 @@ void wait_ready(int fd, short events, double deadline_s, const char* doing) {
     }
   }
 }
+
+namespace {
 
 void recv_exact(int fd, char* out, std::size_t n, double deadline_s) {
   std::size_t got = 0;
@@ -188,6 +191,59 @@ std::string recv_frame(int fd, std::uint32_t max_body_bytes, double deadline_s) 
   std::string body(n, '\0');
   recv_exact(fd, body.data(), n, deadline_s);
   return body;
+}
+
+int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string where = host + ":" + std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+      rc != 0) {
+    throw PeerLostError(-1, "store " + where + ": cannot resolve: " + ::gai_strerror(rc));
+  }
+  std::string last_error = "no address";
+  int fd = -1;
+  for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      const double left_s = deadline_s - now_s();
+      rc = left_s > 0 ? ::poll(&p, 1, static_cast<int>(left_s * 1000.0) + 1) : 0;
+      int err = ETIMEDOUT;
+      socklen_t len = sizeof(err);
+      if (rc > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (rc != 0) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd < 0) throw PeerLostError(-1, "store " + where + ": cannot connect: " + last_error);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+int dial(const std::string& host, std::uint16_t port, double deadline_s) {
+  double backoff_s = 0.01;
+  for (;;) {
+    try {
+      return dial_once(host, port, deadline_s);
+    } catch (const PeerLostError& e) {
+      if (now_s() + backoff_s >= deadline_s) throw;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
+      backoff_s = std::min(backoff_s * 2, 0.5);
+    }
+  }
 }
 
 }  // namespace meridian::store_wire

@@ -99,6 +99,14 @@ Nonce random_nonce();
 // Blocking I/O on a socket with an absolute deadline (seconds on a monotonic clock, see
 // now_s()). Throw PeerLostError on close or error, TimeoutError on the deadline.
 double now_s();
+// Waits until `fd` is ready for poll `events`; `doing` completes the TimeoutError's message.
+void wait_ready(int fd, short events, double deadline_s, const char* doing);
+// One connection attempt to host:port (non-blocking connect + poll, TCP_NODELAY set); returns
+// the socket, or PeerLostError naming host:port and the OS error.
+int dial_once(const std::string& host, std::uint16_t port, double deadline_s);
+// dial_once, retrying while the server is refused or unreachable
+// until the deadline (nodes may start before the store); PeerLostError naming host:port then.
+int dial(const std::string& host, std::uint16_t port, double deadline_s);
 void send_all(int fd, std::string_view data, double deadline_s);
 // Reads one frame body whose length must lie in [1, max_body_bytes] (else ProtocolError,
 // before allocating).

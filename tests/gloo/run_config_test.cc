@@ -139,5 +139,15 @@ TEST_F(RunConfigTest, BadCheckpointKeysNameTheKey) {
             std::string::npos);
 }
 
+// `store`: empty (the embedded TCP store, given on the command line) or an etcd URL, which
+// engine/store/etcd checks in full when the node starts.
+TEST_F(RunConfigTest, StoreIsEmptyOrAnEtcdUrl) {
+  EXPECT_EQ(load_run_config(write("outer_steps: 1\n")).store, "");
+  EXPECT_EQ(load_run_config(write("outer_steps: 1\nstore: etcd://h1:2379,h2:2379/r\n")).store,
+            "etcd://h1:2379,h2:2379/r");
+  const std::string e = error_of("outer_steps: 1\nstore: 127.0.0.1:2379\n");
+  EXPECT_NE(e.find(path_ + ": store: expected etcd://HOST:PORT"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace meridian::trainer

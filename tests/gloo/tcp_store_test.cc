@@ -1,6 +1,7 @@
-// The TCP store over loopback: every operation, the join handshake (wrong secret, version and
-// configuration mismatches refused with their reason), leases and watches, and peers that send garbage or lie about
-// sizes being cut off while the server keeps serving others. Ephemeral ports, no sleeps.
+// The TCP store over loopback: the Store contract (tests/store/store_conformance.h), the join
+// handshake (wrong secret, version and configuration mismatches refused with their reason), and
+// peers that send garbage or lie about sizes being cut off while the server keeps serving
+// others. Ephemeral ports, no sleeps.
 #include "engine/store/tcp_store.h"
 
 #include <gtest/gtest.h>
@@ -13,9 +14,13 @@
 #include "engine/error.h"
 #include "engine/store/tcp_store_wire.h"
 #include "tests/gloo/raw_store_client.h"
+#include "tests/store/store_conformance.h"
 
 namespace meridian {
 namespace {
+
+using testing::StoreBackend;
+using testing::StoreConformance;
 
 using store_wire::Type;
 using store_wire::Writer;
@@ -69,90 +74,33 @@ class TcpStoreTest : public ::testing::Test {
   std::uint16_t port_ = 0;
 };
 
-TEST_F(TcpStoreTest, EveryOperation) {
+TEST_F(TcpStoreTest, SequentialCallsShareOneJoinedConnection) {
   TcpStore s(client_options());
-  s.set("a/1", "one");
-  s.set("a/2", std::string("t\0o", 3));
-  s.set("b", "");
-  EXPECT_EQ(s.get("a/1", 5.0), "one");
-  EXPECT_EQ(s.get("a/2", 5.0), std::string("t\0o", 3));
-  EXPECT_EQ(s.try_get("b"), std::optional<std::string>(""));
-  EXPECT_EQ(s.try_get("absent"), std::nullopt);
-  s.wait({"a/1", "a/2", "b"}, 5.0);
-
-  EXPECT_EQ(s.add("n", 5), 5);
-  EXPECT_EQ(s.add("n", -7), -2);
-  EXPECT_EQ(s.get("n", 1.0), "-2");
-
-  EXPECT_EQ(s.compare_set("c", std::nullopt, "first"), std::optional<std::string>("first"));
-  EXPECT_EQ(s.compare_set("c", std::nullopt, "second"), std::optional<std::string>("first"));
-  EXPECT_EQ(s.compare_set("c", std::string("wrong"), "third"), std::optional<std::string>("first"));
-  EXPECT_EQ(s.compare_set("c", std::string("first"), "fourth"),
-            std::optional<std::string>("fourth"));
-  EXPECT_EQ(s.compare_set("absent", std::string("x"), "y"), std::nullopt);
-  EXPECT_EQ(s.try_get("absent"), std::nullopt);
-
-  EXPECT_EQ(s.list("a/"), (std::vector<std::string>{"a/1", "a/2"}));
-  EXPECT_EQ(s.list(""), (std::vector<std::string>{"a/1", "a/2", "b", "c", "n"}));
-  using KV = std::vector<std::pair<std::string, std::string>>;
-  EXPECT_EQ(s.read_prefix("a/"), (KV{{"a/1", "one"}, {"a/2", std::string("t\0o", 3)}}));
-  EXPECT_EQ(s.read_prefix("zz"), KV{});
-  EXPECT_TRUE(s.erase("a/1"));
-  EXPECT_FALSE(s.erase("a/1"));
-  EXPECT_EQ(s.list("a/"), (std::vector<std::string>{"a/2"}));
+  s.set("a", "1");
+  EXPECT_EQ(s.get("a", 1.0), "1");
+  EXPECT_EQ(s.add("n", 2), 2);
   EXPECT_EQ(server_->stats().joined, 1u);
 }
 
-// Leases end on the server's clock even when nobody calls, erasing their keys, which wakes a
-// watcher of them; a revoke does so at once; a watch of other prefixes sleeps through both.
-TEST_F(TcpStoreTest, LeasesEndAndWakeWatchers) {
-  TcpStore s(client_options());
-  const std::int64_t short_lived = s.lease_grant(0.1);
-  const std::int64_t long_lived = s.lease_grant(3600.0);
-  EXPECT_EQ(s.compare_set_leased("hb/1", std::nullopt, "1", short_lived), "1");
-  EXPECT_EQ(s.compare_set_leased("leader", std::nullopt, "2", long_lived), "2");
-  EXPECT_EQ(s.compare_set_leased("leader", std::nullopt, "3", short_lived), "2");  // taken
-  EXPECT_EQ(s.keepalive(short_lived, 0.05), 0.05);
-  const std::uint64_t r0 = s.revision();
-  EXPECT_EQ(s.watch({"zz/"}, r0, 0.01), r0);  // nothing under it: returns at its timeout
-  const std::uint64_t r1 = s.watch({"hb/"}, r0, 10.0);
-  EXPECT_EQ(r1, r0 + 1);
-  EXPECT_EQ(s.try_get("hb/1"), std::nullopt);
-  EXPECT_LT(s.keepalive(short_lived, 0.05), 0.0);
-  EXPECT_EQ(s.compare_set_leased("hb/1", std::nullopt, "1", short_lived), std::nullopt);
-  s.lease_revoke(long_lived);
-  EXPECT_EQ(s.watch({"leader"}, r1, 10.0), r1 + 1);
-  EXPECT_EQ(s.try_get("leader"), std::nullopt);
-}
-
-TEST_F(TcpStoreTest, AddOnANonIntegerIsAnErrorAndTheConnectionStaysUsable) {
-  TcpStore s(client_options());
-  s.set("text", "hello");
-  EXPECT_THROW(s.add("text", 1), Error);
-  EXPECT_EQ(s.get("text", 1.0), "hello");
-}
-
-TEST_F(TcpStoreTest, GetWaitsForASetFromAnotherCallerOfTheSameClient) {
-  TcpStore s(client_options());
-  std::string seen;
-  std::thread waiter([&] { seen = s.get("late", 30.0); });
-  s.set("late", "value");  // a second pooled connection: the parked get does not block it
-  waiter.join();
-  EXPECT_EQ(seen, "value");
-  std::thread many([&] { s.wait({"k1", "k2"}, 30.0); });
-  s.set("k1", "x");
-  s.add("k2", 1);
-  many.join();
-  EXPECT_EQ(s.get("k2", 1.0), "1");
-}
-
-TEST_F(TcpStoreTest, WaitsRunOutWithTimeoutError) {
-  TcpStore s(client_options());
-  EXPECT_THROW(s.get("never", 0.05), TimeoutError);
-  s.set("one", "1");
-  EXPECT_THROW(s.wait({"one", "never"}, 0.05), TimeoutError);
-  EXPECT_EQ(s.get("one", 1.0), "1");  // the connection survived the timeout
-}
+// The Store contract (tests/store/store_conformance.h) over loopback: a server per test.
+INSTANTIATE_TEST_SUITE_P(Tcp, StoreConformance,
+                         ::testing::Values(StoreBackend{"tcp",
+                                                        [] {
+                                                          TcpStoreServerOptions so;
+                                                          so.identity = {kSecret, "0.1.0", "cfg-a"};
+                                                          so.log = [](const std::string&) {};
+                                                          auto server =
+                                                              std::make_shared<TcpStoreServer>(so);
+                                                          TcpStoreClientOptions co;
+                                                          co.port = server->start();
+                                                          co.client_id = "conformance";
+                                                          co.identity = so.identity;
+                                                          co.io_timeout_s = 10.0;
+                                                          return std::shared_ptr<Store>(
+                                                              new TcpStore(co),
+                                                              [server](Store* s) { delete s; });
+                                                        },
+                                                        {}}));
 
 TEST_F(TcpStoreTest, WrongSecretIsRefused) {
   auto o = client_options("intruder");

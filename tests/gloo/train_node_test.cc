@@ -1,7 +1,8 @@
 // `meridian train RUN.yaml` as separate processes on loopback: three nodes train `tiny` with
 // DiLoCo over Gloo and the embedded TCP store; one is SIGKILLed in the middle of an all-reduce
 // and a new node id rejoins by live recovery with the peers' parameter checksum; a wrong secret and
-// an unknown RUN.yaml key are refused. Waits poll files with timeouts; every port is ephemeral.
+// an unknown RUN.yaml key are refused. With `store: etcd://...`, the run finishes while etcd
+// members die. Waits poll files with timeouts; every port is ephemeral.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -19,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/store/etcd_cluster.h"
 
 namespace {
 
@@ -347,6 +350,49 @@ TEST_F(TrainResumeTest, ACrashInsideACheckpointWriteLeavesThePreviousOneUsable) 
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
 }
 
+// The run's store on a 3-member etcd cluster (tests/store/etcd_cluster.h): a follower member is
+// SIGKILLed mid-run and restarted, then the leader is SIGKILLed. With 3 members two dead at once
+// would lose the quorum, so the follower is back before the leader goes. The nodes finish every
+// outer step, all three in every round, with identical parameters at every step.
+TEST_F(TrainNodeTest, ThreeNodesOnAnEtcdClusterFinishWhileAFollowerThenTheLeaderIsKilled) {
+  using meridian::testing::EtcdCluster;
+  if (!EtcdCluster::available())
+    GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd, /usr/bin/etcdctl): apt-get install "
+                    "etcd-server etcd-client";
+  EtcdCluster etcd(3);
+  constexpr int kOuterSteps = 60;
+  write_run(3, kOuterSteps, "store: " + etcd.url("train-test") + "\n");
+  const pid_t n1 = start(1, {}), n2 = start(2, {}), n3 = start(3, {});
+  const auto steps = [&] { return checksums(node_dir(1)).size(); };
+  ASSERT_TRUE(wait_until([&] { return steps() >= 3; }, 120)) << log(1);
+  const int first_leader = etcd.leader();
+  ASSERT_GE(first_leader, 0);
+  const int follower = (first_leader + 1) % etcd.size();
+  etcd.kill(follower);
+  const std::size_t follower_killed_at = steps();
+  ASSERT_TRUE(wait_until([&] { return steps() >= follower_killed_at + 3; }, 120)) << log(1);
+  etcd.restart(follower);
+  ASSERT_TRUE(etcd.wait_healthy(30.0));
+  const int leader = etcd.leader();
+  ASSERT_GE(leader, 0);
+  etcd.kill(leader);
+  const std::size_t leader_killed_at = steps();
+  std::cout << "etcd member m" << follower << " (a follower) killed after outer step "
+            << follower_killed_at << ", restarted; the leader m" << leader << " killed after "
+            << leader_killed_at << " of " << kOuterSteps << std::endl;
+  EXPECT_LT(leader_killed_at, static_cast<std::size_t>(kOuterSteps))
+      << "the run ended before the leader was killed: nothing was shown";
+
+  EXPECT_EQ(finish(n1), 0) << log(1);
+  EXPECT_EQ(finish(n2), 0) << log(2);
+  EXPECT_EQ(finish(n3), 0) << log(3);
+  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2)), c3 = checksums(node_dir(3));
+  ASSERT_EQ(c1.size(), static_cast<std::size_t>(kOuterSteps));
+  for (const auto& [step, v] : c1) EXPECT_EQ(v.first, 3) << "outer step " << step;
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(c1, c3);
+}
+
 TEST_F(TrainNodeTest, AWrongSecretIsRefused) {
   write_run(2, 1);
   const std::string store = start_first();
@@ -362,6 +408,20 @@ TEST_F(TrainNodeTest, ADifferentRunConfigurationIsRefused) {
   const pid_t other = start(2, {"--store", store});
   EXPECT_EQ(finish(other), 2);
   EXPECT_NE(log(2).find("run configuration differs"), std::string::npos) << log(2);
+}
+
+TEST_F(TrainNodeTest, AMalformedEtcdStoreUrlIsAConfigErrorNamingTheKeyAndTheProblem) {
+  write_run(1, 1, "store: etcd://127.0.0.1\n");
+  const pid_t p = start(1, {});
+  EXPECT_EQ(finish(p), 2);
+  EXPECT_NE(log(1).find("run.yaml: store: endpoint '127.0.0.1' is not HOST:PORT"),
+            std::string::npos)
+      << log(1);
+  write_run(1, 1, "store: etcd://127.0.0.1:2379\n");
+  const pid_t both = start(1, {"--serve-store", "0"});
+  EXPECT_EQ(finish(both), 2);
+  EXPECT_NE(log(1).find("the run uses etcd; --store and --serve-store are for"), std::string::npos)
+      << log(1);
 }
 
 TEST_F(TrainNodeTest, AnUnknownRunKeyIsAConfigErrorNamingFileAndKey) {

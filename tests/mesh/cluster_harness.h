@@ -122,9 +122,17 @@ class NodeStore final : public CuttableStore {
     if (muted_) return interval_s;  // a starved heartbeat
     return CuttableStore::keepalive(lease, interval_s);
   }
+  // Runs before every list() of this node's, with its prefix (a test's interleaving).
+  void before_list(std::function<void(const std::string&)> hook) { before_list_ = std::move(hook); }
+  std::vector<std::string> list(const std::string& p) override {
+    check();
+    if (before_list_) before_list_(p);
+    return CuttableStore::list(p);
+  }
 
  private:
   std::atomic<bool> muted_{false};
+  std::function<void(const std::string&)> before_list_;  // set before the node starts
 };
 
 // Forwards events until the node is killed (a crashed node writes nothing more).

@@ -1,4 +1,5 @@
-// RoundRecord encoding and the mesh's option checks and defaults.
+// RoundRecord encoding, the mesh's option checks and defaults, and a joiner queued while the
+// coordinator looked.
 #include "engine/mesh/round_record.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include "engine/mesh/elastic_mesh.h"
 #include "engine/runtime/thread_runtime.h"
 #include "engine/store/memory_store.h"
+#include "tests/mesh/cluster_harness.h"
 
 namespace meridian {
 namespace {
@@ -78,6 +80,37 @@ TEST(ElasticMesh, NodeIdsAreUniqueAndNeverReused) {
   EXPECT_THROW(c.start(true, 2), ConfigError);
   a.stop();
   b.stop();
+}
+
+// A joiner registers its lease (hb/) and then queues (join/). Both can land between the
+// coordinator's read of the live set and its read of the queue (a slow store widens the window:
+// the etcd store hung here). The joiner is not dead: it is counted at the next look, and round 0
+// forms with it.
+TEST(ElasticMesh, AJoinerQueuedWhileTheCoordinatorLooksIsNotForgotten) {
+  ThreadRuntime rt;
+  MemoryStore shared(rt);
+  testing::NodeStore store(shared);
+  NullEventSink sink;
+  MeshOptions o;
+  o.heartbeat_interval_s = 0.05;
+  o.dead_after_s = 0.5;
+  o.initial_world = 2;
+  o.admission_timeout_s = 5.0;
+  ElasticMesh mesh(store, rt, sink, o);
+  bool interleaved = false;
+  store.before_list([&](const std::string& prefix) {
+    if (interleaved || prefix != o.prefix + "join/") return;
+    interleaved = true;  // node 2 arrives now: after the live set was read, before the queue
+    const std::int64_t lease = shared.lease_grant(3600.0);
+    shared.compare_set_leased(mesh.key_heartbeat(2), std::nullopt, "1", lease);
+    shared.set(mesh.key_join(2), "2");
+  });
+  mesh.start(true, 1);
+  const RoundRecord r = mesh.wait_admitted();
+  EXPECT_TRUE(interleaved);
+  EXPECT_EQ(r.round, 0u);
+  EXPECT_EQ(r.members, (std::vector<std::int64_t>{1, 2}));
+  mesh.stop();
 }
 
 }  // namespace

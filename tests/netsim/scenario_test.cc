@@ -109,6 +109,41 @@ TEST(Scenario, UnknownSiteGivesValueLineAndTheSites) {
             "the sites listed in network.sites (a, b), got 'c'");
 }
 
+// network.store: an etcd-like store's commit wait is the leader's quorum round trip (the leader
+// on the coordinator's site counts itself), and its keys are checked.
+TEST(Scenario, AnEtcdStoreWaitsForItsLeadersQuorumRoundTrip) {
+  const std::string three =
+      "network:\n  sites: [{name: a}, {name: b}, {name: c}]\n"
+      "  rtt: [{a: a, b: b, ms: 80, source: t}, {a: a, b: c, ms: 150, source: t},\n"
+      "        {a: b, b: c, ms: 200, source: t}]\n  nodes: [{site: a}]\n";
+  const auto quorum_s = [&](const std::string& store) {
+    return parse_scenario(three, "s.yaml", {"network.store=" + store}).network.store_quorum_rtt_s();
+  };
+  EXPECT_EQ(parse_scenario(three, "s.yaml").network.store_quorum_rtt_s(), 0.0);
+  EXPECT_DOUBLE_EQ(quorum_s("{kind: etcd, members: [a, b, c]}"), 0.080);  // one ack of two
+  EXPECT_DOUBLE_EQ(quorum_s("{kind: etcd, members: [c, b, a]}"), 0.080);
+  EXPECT_DOUBLE_EQ(quorum_s("{kind: etcd, members: [a, c]}"), 0.150);  // quorum 2 of 2
+  // Five members: two acks of four (a's second member is 1 ms away within the site).
+  EXPECT_DOUBLE_EQ(quorum_s("{kind: etcd, members: [a, a, b, c, c]}"), 0.080);
+  EXPECT_DOUBLE_EQ(quorum_s("{kind: etcd, members: [a]}"), 0.0);
+  const auto error = [&](const std::string& store) {
+    return error_of(three, {"network.store=" + store});
+  };
+  EXPECT_NE(error("{kind: raft}").find("'network.store.kind': expected single or etcd"),
+            std::string::npos)
+      << error("{kind: raft}");
+  EXPECT_NE(error("{members: [a]}").find("no members unless store.kind is etcd"),
+            std::string::npos);
+  EXPECT_NE(error("{kind: etcd}").find("'network.store.members': expected the sites of the etcd"),
+            std::string::npos)
+      << error("{kind: etcd}");
+  EXPECT_NE(error("{kind: etcd, members: [b, c]}").find("the coordinator's site 'a'"),
+            std::string::npos);
+  EXPECT_NE(error("{kind: etcd, members: [a, x]}").find("one of the sites listed"),
+            std::string::npos)
+      << error("{kind: etcd, members: [a, x]}");
+}
+
 // A value that network.sites_from brought in is blamed on that file, at its line.
 TEST(Scenario, ErrorsInASitesFromFileNameThatFile) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /

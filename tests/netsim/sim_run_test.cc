@@ -3,14 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 
+#include "analysis/summary.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
-#include "analysis/summary.h"
 #include "tests/netsim/sim_test_util.h"
 
 namespace meridian::netsim {
@@ -136,6 +137,44 @@ TEST(SimRun, EngineDriverSurvivesAHostFailingMidAllReduce) {
   const auto fin = testing::of_type(events, "run_finished");
   ASSERT_EQ(fin.size(), 1u);
   EXPECT_EQ(fin[0]["outer_steps"], 2);
+}
+
+// An etcd-like store (network.store: every call but keepalives and watches waits for the
+// leader's quorum round trip, 80 ms here: us's nearest follower is eu) lengthens a membership
+// change by at least one such round trip: node 0 (on the leader's site) from its start to the
+// first epoch (its lease, its join, the coordinator's round record: writes in sequence). The
+// eviction of the failed host still forms the same epoch.
+TEST(SimRun, AReplicatedStoresQuorumRoundTripLengthensFormingAnEpoch) {
+  const std::string trace = write_temp("qfail.csv", "time_s,node,event\n40,eu-0,fail\n");
+  struct Timing {
+    double formation_s = -1;          // node 0: node_started -> epoch_formed (epoch 0)
+    std::vector<json> evicted_epoch;  // the members of epoch 1
+  };
+  const auto timing = [](const std::vector<json>& events) {
+    Timing t;
+    double started = -1;
+    for (auto& e : events) {
+      if (e["node"] != 0) continue;
+      if (e["type"] == "node_started") started = e["t"].get<double>();
+      if (e["type"] == "epoch_formed" && e["epoch"] == 0)
+        t.formation_s = e["t"].get<double>() - started;
+      if (e["type"] == "epoch_formed" && e["epoch"] == 1)
+        t.evicted_epoch = e["members"].get<std::vector<json>>();
+    }
+    return t;
+  };
+  const Timing single = timing(
+      testing::read_events(simulate(four_nodes(trace, 2), "qsingle", {"run.driver=engine"})));
+  const Timing etcd = timing(testing::read_events(
+      simulate(four_nodes(trace, 2), "qetcd",
+               {"run.driver=engine", "network.store={kind: etcd, members: [us, eu, as]}"})));
+  std::cout << "node 0 from start to epoch 0: " << single.formation_s
+            << " s with the single store, " << etcd.formation_s << " s with the etcd-like one"
+            << std::endl;
+  ASSERT_GE(single.formation_s, 0.0);
+  EXPECT_GE(etcd.formation_s - single.formation_s, 0.080 - 1e-9);
+  EXPECT_EQ(single.evicted_epoch, (std::vector<json>{0, 1, 3}));
+  EXPECT_EQ(etcd.evicted_epoch, single.evicted_epoch);
 }
 
 TEST(SimRun, JoinerRecoversAndIsAdmitted) {
