@@ -807,7 +807,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
 
   OuterStepCounter counting(sink);
   World w(sc, counting, build_platform(e, sc, sc.diloco.aggregate ? L : 1));
-  auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1);
+  auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1, L);
   wan->install(e);
   w.net.set_wan(wan);
   w.codec = codec;

@@ -17,10 +17,6 @@ namespace {
 // Bound on the opaque progress string a source may send (nothing is allocated beyond it).
 constexpr std::uint64_t kMaxProgressBytes = std::uint64_t{1} << 20;
 
-std::uint64_t ring_epoch_id(std::uint64_t epoch, int shard) {
-  return epoch | (static_cast<std::uint64_t>(shard) << 40);
-}
-
 void append_floats(std::vector<std::byte>& out, std::span<const float> v) {
   const auto* p = reinterpret_cast<const std::byte*>(v.data());
   out.insert(out.end(), p, p + v.size_bytes());

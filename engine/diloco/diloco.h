@@ -38,6 +38,17 @@ struct OuterStepView {
   std::span<const float> momentum;
 };
 
+// The transport epoch of shard `shard`'s ring in mesh epoch `epoch` (each of a node's
+// local_ranks rings is its own epoch, so its messages and connections are its own), and the
+// shard back from it (a simulated transport keys each ring's TCP connections by it).
+constexpr int kRingShardShift = 40;
+inline std::uint64_t ring_epoch_id(std::uint64_t epoch, int shard) {
+  return epoch | (static_cast<std::uint64_t>(shard) << kRingShardShift);
+}
+inline int ring_shard_of(std::uint64_t ring_epoch) {
+  return static_cast<int>(ring_epoch >> kRingShardShift);
+}
+
 struct DilocoOptions {
   int inner_steps = 100;              // H (INTELLECT-1: 100)
   std::int64_t outer_steps = 0;       // the run ends after this many outer steps (0 = never)
