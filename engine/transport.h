@@ -26,8 +26,14 @@ constexpr Tag make_tag(TagKind kind, std::uint64_t value) {
 // recovery's pairwise epochs set bit 62: 1 << 62 | round << 24 | joiner index << 12 | source
 // index (round < 2^38, indices < 2^12), so they never meet a ring's.
 inline constexpr std::uint64_t kMaxRecoveryIndex = (std::uint64_t{1} << 12) - 1;
+inline constexpr int kRingShardShift = 40;
 constexpr std::uint64_t ring_epoch_id(std::uint64_t epoch, int shard) {
-  return epoch | (static_cast<std::uint64_t>(shard) << 40);
+  return epoch | (static_cast<std::uint64_t>(shard) << kRingShardShift);
+}
+// The shard back from a ring's epoch id (a simulated transport keys each ring's TCP connections
+// by it); for a recovery epoch, a number no ring uses.
+constexpr int ring_shard_of(std::uint64_t ring_epoch) {
+  return static_cast<int>(ring_epoch >> kRingShardShift);
 }
 constexpr std::uint64_t recovery_epoch_id(std::uint64_t round, std::uint64_t joiner_index,
                                           std::uint64_t source_index) {

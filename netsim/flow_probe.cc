@@ -49,24 +49,41 @@ FlowProbeResult simulate_transfer(const FlowProbe& probe) {
   char* argv[] = {arg0, arg1, nullptr};
   sg4::Engine e(&argc, argv);
   // K parallel connections as one flow of K× window and K× rate bound, as a scenario's
-  // aggregated local ranks are (their slow start is the same per connection).
-  configure_network(e, sc, probe.flows);
-  const Platform pf = build_platform(e, sc, probe.flows);
-  WanModel wan(sc, pf, probe.flows);
+  // aggregated local ranks are (their slow start is the same per connection), or as K flows,
+  // each on its own connection (lane).
+  const int per_flow = probe.aggregate ? probe.flows : 1;
+  const int lanes = probe.aggregate ? 1 : probe.flows;
+  configure_network(e, sc, per_flow);
+  const Platform pf = build_platform(e, sc, per_flow);
+  WanModel wan(sc, pf, per_flow, probe.flows);
   wan.install(e);
+  // Starts one message (bytes over all connections) on every lane; `ended` closes them.
+  auto start = [&](double bytes) {
+    std::vector<sg4::CommPtr> comms;
+    for (int lane = 0; lane < lanes; ++lane)
+      comms.push_back(
+          wan.start(pf.hosts[0], pf.hosts[1], static_cast<std::uint64_t>(bytes / lanes), lane));
+    return comms;
+  };
+  auto ended = [&] {
+    for (int lane = 0; lane < lanes; ++lane) wan.ended(pf.hosts[0], pf.hosts[1], lane);
+  };
 
   FlowProbeResult r;
-  r.rate_bound_bps = wan.rate_bound(pf.hosts[0], pf.hosts[1], 0) * 8;
+  r.rate_bound_bps = wan.rate_bound(pf.hosts[0], pf.hosts[1], 0) * 8 * lanes;
   if (probe.duration_s > 0) {
     // Time-limited, as iperf's -t: one transfer larger than the path can carry in the time, and
     // what has arrived when the time is up.
     const double most = probe.bandwidth_gbps * 1e9 / 8 * probe.duration_s * 2 + 1e6;
     sg4::Actor::create("sender", pf.hosts[0], [&] {
-      auto comm = wan.start(pf.hosts[0], pf.hosts[1], static_cast<std::uint64_t>(most));
+      auto comms = start(most);
       sg4::this_actor::sleep_for(probe.duration_s);
-      r.bytes = most - comm->get_remaining();
-      comm->cancel();
-      wan.ended(pf.hosts[0], pf.hosts[1]);
+      r.bytes = 0;
+      for (auto& c : comms) {
+        r.bytes += most / lanes - c->get_remaining();
+        c->cancel();
+      }
+      ended();
     });
     e.run();
     r.seconds = probe.duration_s;
@@ -77,8 +94,8 @@ FlowProbeResult simulate_transfer(const FlowProbe& probe) {
     for (int m = 0; m < probe.messages; ++m) {
       if (m > 0 && probe.gap_s > 0) sg4::this_actor::sleep_for(probe.gap_s);
       const double t0 = sg4::Engine::get_clock();
-      wan.start(pf.hosts[0], pf.hosts[1], probe.bytes)->wait();
-      wan.ended(pf.hosts[0], pf.hosts[1]);
+      for (auto& c : start(static_cast<double>(probe.bytes))) c->wait();
+      ended();
       r.seconds += sg4::Engine::get_clock() - t0;
     }
   });

@@ -17,6 +17,8 @@ struct FlowProbe {
   double loss = 0;                    // per packet on the path
   std::uint64_t bytes = 64u << 20;    // per message, split evenly over the flows
   int flows = 1;                      // parallel connections
+  bool aggregate = true;              // the flows as one simulated flow (as a scenario's
+                                      // aggregated local ranks), else one flow per connection
   int messages = 1;                   // sent one after another on the same connections
   double gap_s = 0;                   // idle time between two messages
   double duration_s = 0;              // > 0: send for this long instead (bytes, messages unused)

@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "netsim/wait_list.h"
 #include "netsim/wan.h"
@@ -35,6 +36,7 @@ struct Inbox {
 
 struct EpochState {
   std::uint64_t epoch = 0;
+  int lane = 0;  // which of a node's parallel rings: its TCP connections are its own
   std::vector<std::int64_t> members;
   std::vector<sg4::Host*> hosts;
   std::vector<std::unique_ptr<Inbox>> inboxes;
@@ -62,11 +64,11 @@ struct SimNetwork::State {
   std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_s;  // one way, per route
 
   // Starts a transfer; ended() must follow it, whatever becomes of it.
-  sg4::CommPtr start_flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes) {
-    return wan ? wan->start(from, to, bytes) : sg4::Comm::sendto_async(from, to, bytes);
+  sg4::CommPtr start_flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes, int lane) {
+    return wan ? wan->start(from, to, bytes, lane) : sg4::Comm::sendto_async(from, to, bytes);
   }
-  void ended(sg4::Host* from, sg4::Host* to) {
-    if (wan) wan->ended(from, to);
+  void ended(sg4::Host* from, sg4::Host* to, int lane) {
+    if (wan) wan->ended(from, to, lane);
   }
 
   double one_way_latency_s(sg4::Host* from, sg4::Host* to) {
@@ -105,8 +107,9 @@ void transfer(SimNetwork::State& net, EpochState& ep, int from, int to, std::uin
   struct Ended {  // the connection goes idle however the transfer ends
     SimNetwork::State& net;
     sg4::Host *from, *to;
-    ~Ended() { net.ended(from, to); }
-  } ended{net, ep.hosts[from], ep.hosts[to]};
+    int lane;
+    ~Ended() { net.ended(from, to, lane); }
+  } ended{net, ep.hosts[from], ep.hosts[to], ep.lane};
   try {
     comm->wait_for(std::max(0.0, deadline_s - sg4::Engine::get_clock()));
   } catch (const simgrid::TimeoutException&) {
@@ -219,12 +222,12 @@ class SimExchange final : public PendingExchange {
     post_receive(*net_, *ep_, me_, from_, tag_);
     peer_ok_ = !net_->dead.count(ep_->members[to_]) && !ep_->aborted[to_];
     if (peer_ok_ && net_->rendezvous_trips == 0)  // eager: the data leaves now
-      comm_ = net_->start_flow(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
+      comm_ = net_->start_flow(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes, ep_->lane);
   }
   ~SimExchange() override {
     if (comm_ && !done_) {
       comm_->cancel();
-      net_->ended(ep_->hosts[me_], ep_->hosts[to_]);
+      net_->ended(ep_->hosts[me_], ep_->hosts[to_], ep_->lane);
     }
   }
   Received wait(double timeout_s) override {
@@ -235,7 +238,7 @@ class SimExchange final : public PendingExchange {
                                    std::to_string(ep_->epoch) + " is lost");
     if (!comm_) {  // rendezvous: the data leaves once the handshake is done
       rendezvous(*net_, *ep_, me_, to_, tag_, posted_s_, deadline);
-      comm_ = net_->start_flow(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes);
+      comm_ = net_->start_flow(ep_->hosts[me_], ep_->hosts[to_], out_.wire_bytes, ep_->lane);
     }
     done_ = true;
     transfer(*net_, *ep_, me_, to_, out_.wire_bytes, comm_, deadline);
@@ -271,7 +274,7 @@ class SimTransport final : public Transport {
     check_peer(to);
     const double now_s = sg4::Engine::get_clock(), deadline = now_s + timeout_s;
     rendezvous(*net_, *ep_, rank_, to, tag, now_s, deadline);
-    auto comm = net_->start_flow(ep_->hosts[rank_], ep_->hosts[to], msg.wire_bytes);
+    auto comm = net_->start_flow(ep_->hosts[rank_], ep_->hosts[to], msg.wire_bytes, ep_->lane);
     transfer(*net_, *ep_, rank_, to, msg.wire_bytes, comm, deadline);
     deliver(*ep_, rank_, to, tag, msg);
   }
@@ -331,6 +334,7 @@ std::unique_ptr<Transport> SimNetwork::connect(const EpochSpec& spec) {
   if (!ep) {
     auto fresh = std::make_shared<EpochState>();
     fresh->epoch = spec.epoch;
+    fresh->lane = ring_shard_of(spec.epoch);
     fresh->members = spec.members;
     for (auto m : spec.members) {
       fresh->hosts.push_back(host_of(m));

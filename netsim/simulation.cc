@@ -37,8 +37,9 @@ namespace sg4 = simgrid::s4u;
 namespace {
 
 constexpr double kForever = std::numeric_limits<double>::infinity();
-// Recovery epochs live in their own number range so they never meet a membership epoch.
-constexpr std::uint64_t kRecoveryEpochBase = std::uint64_t{1} << 40;
+// Recovery epochs live in their own number range so they never meet a membership epoch or one
+// of its lanes' ring epochs (ring_epoch_id: the lane in bits 40 and up).
+constexpr std::uint64_t kRecoveryEpochBase = std::uint64_t{1} << 61;
 
 // What a node learns when a barrier completes.
 struct SyncResult {
@@ -385,9 +386,10 @@ struct World {
 
 JsonObject null_error(JsonObject o) { return o.add_raw("relative_error", "null"); }
 
-// Runs every bucket on every lane; returns false (after aborting) when the round failed.
-bool run_allreduce(World& w, Transport& t, SimRuntime& rt, int outer_step, RingStats& total,
-                   std::string& reason) {
+// Runs every bucket on every lane, lane k on rings[k] (its own transport epoch, so its own TCP
+// connections in the WAN model); returns false (after aborting) when the round failed.
+bool run_allreduce(World& w, const std::vector<std::unique_ptr<Transport>>& rings, SimRuntime& rt,
+                   int outer_step, RingStats& total, std::string& reason) {
   const int L = w.sc.diloco.local_ranks;
   std::vector<RingStats> stats(w.lanes);
   std::vector<std::unique_ptr<Activity>> acts;
@@ -404,7 +406,8 @@ bool run_allreduce(World& w, Transport& t, SimRuntime& rt, int outer_step, RingS
         o.timeout_s = w.sc.diloco.timeout_s;
         o.outer_step = static_cast<std::uint64_t>(outer_step);
         o.bucket = static_cast<std::uint32_t>(lane) * nb + b;
-        RingStats s = ring_all_reduce(t, rt, *codec, ReduceBuffer::phantom(count), o);
+        RingStats s =
+            ring_all_reduce(*rings[lane], rt, *codec, ReduceBuffer::phantom(count), o);
         stats[lane].participants = s.participants;
         stats[lane].bytes_sent += s.bytes_sent;
         stats[lane].bytes_received += s.bytes_received;
@@ -418,11 +421,11 @@ bool run_allreduce(World& w, Transport& t, SimRuntime& rt, int outer_step, RingS
     } catch (const PeerLostError& e) {
       if (ok) reason = e.what();
       ok = false;
-      t.abort();
+      for (auto& t : rings) t->abort();
     } catch (const TimeoutError& e) {
       if (ok) reason = e.what();
       ok = false;
-      t.abort();
+      for (auto& t : rings) t->abort();
     }
   }
   for (auto& s : stats) {
@@ -453,13 +456,16 @@ void serve_recovery(World& w, std::int64_t me, std::int64_t joiner, std::uint64_
 void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worker, Store& store,
                  SyncResult res) {
   std::uint64_t epoch = 0;
-  std::unique_ptr<Transport> t;
+  std::vector<std::unique_ptr<Transport>> rings;  // one per lane, as the engine's shards
   std::vector<std::unique_ptr<Activity>> serving;
   auto join_epoch = [&](const SyncResult& r) {
     if (r.epoch == epoch) return;
     epoch = r.epoch;
     const auto pos = std::find(r.members.begin(), r.members.end(), me) - r.members.begin();
-    t = w.net.connect({epoch, static_cast<int>(pos), r.members, w.sc.diloco.timeout_s});
+    rings.clear();
+    for (int lane = 0; lane < w.lanes; ++lane)
+      rings.push_back(w.net.connect({ring_epoch_id(epoch, lane), static_cast<int>(pos), r.members,
+                                     w.sc.diloco.timeout_s}));
     JsonObject f;
     f.add("epoch", epoch).add("outer_step", r.outer_step).add("members", r.members);
     w.emit(me, "epoch_formed", f);
@@ -499,8 +505,8 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
       RingStats st;
       std::string reason;
       const double t0 = rt.now_s();
-      bool ok = run_allreduce(w, *t, rt, k, st, reason);
-      participants = static_cast<int>(t->size());
+      bool ok = run_allreduce(w, rings, rt, k, st, reason);
+      participants = static_cast<int>(rings.front()->size());
       JsonObject f;
       f.add("outer_step", k)
           .add("bucket", -1)
@@ -807,7 +813,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
 
   OuterStepCounter counting(sink);
   World w(sc, counting, build_platform(e, sc, sc.diloco.aggregate ? L : 1));
-  auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1);
+  auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1, L);
   wan->install(e);
   w.net.set_wan(wan);
   w.codec = codec;

@@ -120,12 +120,13 @@ void attach_bandwidth_variation(sg4::Link* link, double capacity_Bps, const Vari
   link->set_bandwidth_profile(ProfileBuilder::from_callback(link->get_name() + ":bw", cb, -1));
 }
 
-WanModel::WanModel(const Scenario& sc, const Platform& pf, int connections_per_flow)
+WanModel::WanModel(const Scenario& sc, const Platform& pf, int connections_per_flow, int lanes)
     : pf_(pf),
       tcp_(sc.network.tcp),
       cc_(parse_congestion_control(sc.network.tcp.cc, sc.file + ": key 'network.tcp.cc'")),
       gamma_bytes_(sc.network.tcp_gamma_bytes),
-      connections_(std::max(1, connections_per_flow)) {}
+      connections_(std::max(1, connections_per_flow)),
+      lanes_(std::max(connections_, lanes)) {}
 
 void WanModel::install(sg4::Engine& e) {
   e.get_netzone_root()->get_network_model()->set_lat_factor_cb(
@@ -135,8 +136,8 @@ void WanModel::install(sg4::Engine& e) {
       });
 }
 
-WanModel::Connection& WanModel::connection(const sg4::Host* src, const sg4::Host* dst) {
-  auto [it, fresh] = conns_.try_emplace({src, dst});
+WanModel::Connection& WanModel::connection(const sg4::Host* src, const sg4::Host* dst, int lane) {
+  auto [it, fresh] = conns_.try_emplace({src, dst, lane});
   Connection& c = it->second;
   if (fresh) {
     double latency = 0;
@@ -169,15 +170,19 @@ double WanModel::rate_bound(const sg4::Host* src, const sg4::Host* dst, double t
   return connection_bound(cc_, tcp_, rtt_s(src, dst), loss(c, t_s)) * connections_;
 }
 
-sg4::CommPtr WanModel::start(sg4::Host* src, sg4::Host* dst, std::uint64_t bytes) {
-  // The latency callback runs as the transfer starts and sees the connection as it was before.
+sg4::CommPtr WanModel::start(sg4::Host* src, sg4::Host* dst, std::uint64_t bytes, int lane) {
+  // The latency callback runs as the transfer starts (within sendto_async) and sees the
+  // connection as it was before.
+  Connection& c = connection(src, dst, lane);
+  starting_ = &c;
   auto comm = sg4::Comm::sendto_async(src, dst, bytes);
-  connection(src, dst).in_flight++;
+  starting_ = nullptr;
+  c.in_flight++;
   return comm;
 }
 
-void WanModel::ended(sg4::Host* src, sg4::Host* dst) {
-  Connection& c = connection(src, dst);
+void WanModel::ended(sg4::Host* src, sg4::Host* dst, int lane) {
+  Connection& c = connection(src, dst, lane);
   c.in_flight = std::max(0, c.in_flight - 1);
   c.last_end_s = sg4::Engine::get_clock();
 }
@@ -185,7 +190,7 @@ void WanModel::ended(sg4::Host* src, sg4::Host* dst) {
 double WanModel::latency_factor(double bytes, const sg4::Host* src, const sg4::Host* dst) {
   // The latency SimGrid charges is the route's as built; the path's current one adds its change
   // (netsim/platform.cc says why this is not a latency profile), and slow start its rounds.
-  Connection& c = connection(src, dst);
+  Connection& c = starting_ ? *starting_ : connection(src, dst);
   const double built = route_latency_s(c);
   if (built <= 0) return 1.0;
   const double now = sg4::Engine::get_clock();
@@ -194,11 +199,17 @@ double WanModel::latency_factor(double bytes, const sg4::Host* src, const sg4::H
   auto factor = [&](double slow_start_s) { return (one_way + slow_start_s) / built; };
   if (c.in_flight > 0) return factor(0);  // the window is open: data is already flowing
   if (c.last_end_s >= 0 && !tcp_.slow_start_after_idle) return factor(0);
-  // One connection's steady rate: its share of the route's narrowest link (the per-flow bound
-  // is one of them), its window over the RTT.
-  double narrowest = kInf;
-  for (const sg4::Link* l : c.route) narrowest = std::min(narrowest, l->get_bandwidth());
-  const double rate = std::min(narrowest / connections_, gamma_bytes_ / rtt);
+  // One connection's steady rate: its window over the RTT, and on every link of its route its
+  // share: a fat pipe (the per-flow bound) bounds each simulated flow alone, so a connection
+  // gets 1/connections_per_flow of it; a shared link (the access links) carries the node's
+  // `lanes` parallel connections to this peer. Aggregated and message-level flows thus climb
+  // to the same per-connection rate.
+  double rate = gamma_bytes_ / rtt;
+  for (const sg4::Link* l : c.route)
+    rate = std::min(
+        rate,
+        l->get_bandwidth() /
+            (l->get_sharing_policy() == sg4::Link::SharingPolicy::FATPIPE ? connections_ : lanes_));
   const double initial = tcp_.initial_window_segments * tcp_.mss_bytes;
   const double cwnd0 = c.last_end_s < 0
                            ? initial
@@ -211,6 +222,7 @@ JsonObject WanModel::to_json() const {
   JsonObject j;
   j.add("cc", to_string(cc_))
       .add("connections_per_flow", connections_)
+      .add("lanes", lanes_)
       .add("window_bytes_per_connection", gamma_bytes_)
       .add("rate_bound", "per connection: min(loss-limited rate of cc, per_flow_cap), a fat pipe "
                          "per site pair")

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -72,18 +73,24 @@ void attach_bandwidth_variation(simgrid::s4u::Link* link, double capacity_Bps,
 class WanModel {
  public:
   // `connections_per_flow`: TCP connections one simulated flow stands for (aggregated ranks).
-  WanModel(const Scenario& sc, const Platform& pf, int connections_per_flow);
+  // `lanes`: the parallel rings (local ranks) of a node, whose connections to one peer share its
+  // links: a connection's steady rate, which its slow start climbs to, is its 1/`lanes` share of
+  // a shared link (a fat pipe bounds each flow alone). Aggregated: lanes = connections_per_flow
+  // (one flow per host pair); message level: connections_per_flow = 1 and a flow per lane.
+  WanModel(const Scenario& sc, const Platform& pf, int connections_per_flow, int lanes);
   WanModel(const WanModel&) = delete;
   WanModel& operator=(const WanModel&) = delete;
 
   // Registers the slow-start latency callback on `e`'s network model.
   void install(simgrid::s4u::Engine& e);
 
-  // Starts a transfer of `bytes`; call ended() with the same hosts when it completes, fails or
-  // is cancelled (the connection's idle time counts from then).
-  simgrid::s4u::CommPtr start(simgrid::s4u::Host* src, simgrid::s4u::Host* dst,
-                              std::uint64_t bytes);
-  void ended(simgrid::s4u::Host* src, simgrid::s4u::Host* dst);
+  // Starts a transfer of `bytes` on lane `lane`'s connection from `src` to `dst` (each lane is
+  // its own TCP connection, with its own window and idle time); call ended() with the same hosts
+  // and lane when it completes, fails or is cancelled (the connection's idle time counts from
+  // then). A flow SimGrid starts otherwise (the store's) is lane 0's.
+  simgrid::s4u::CommPtr start(simgrid::s4u::Host* src, simgrid::s4u::Host* dst, std::uint64_t bytes,
+                              int lane = 0);
+  void ended(simgrid::s4u::Host* src, simgrid::s4u::Host* dst, int lane = 0);
 
   double rtt_s(const simgrid::s4u::Host* src, const simgrid::s4u::Host* dst);
   // The rate bound of one simulated flow (all its connections) at `t_s`, bytes/s; +inf: none.
@@ -92,13 +99,14 @@ class WanModel {
   JsonObject to_json() const;  // the resolved model, for the run's config event
 
  private:
-  struct Connection {  // one ordered host pair
+  struct Connection {  // one ordered host pair and lane
     std::vector<simgrid::s4u::Link*> route;
     PathTimeline* path = nullptr;  // null within a site
     int in_flight = 0;
     double last_end_s = -1;  // < 0: never used
   };
-  Connection& connection(const simgrid::s4u::Host* src, const simgrid::s4u::Host* dst);
+  Connection& connection(const simgrid::s4u::Host* src, const simgrid::s4u::Host* dst,
+                         int lane = 0);
   double loss(Connection& c, double t_s) const;
   double route_latency_s(Connection& c) const;  // one way, as built
   double path_change_s(Connection& c, double t_s) const;  // one way, added by a path change
@@ -110,7 +118,10 @@ class WanModel {
   CongestionControl cc_;
   double gamma_bytes_;  // window per connection
   int connections_;
-  std::map<std::pair<const simgrid::s4u::Host*, const simgrid::s4u::Host*>, Connection> conns_;
+  int lanes_;
+  std::map<std::tuple<const simgrid::s4u::Host*, const simgrid::s4u::Host*, int>, Connection>
+      conns_;
+  Connection* starting_ = nullptr;  // the connection of the transfer start() is starting
 };
 
 }  // namespace meridian::netsim

@@ -97,6 +97,6 @@ set title 'Simulator cost (this machine)'
 set ylabel 'wall seconds per simulated outer step'
 set logscale y
 set autoscale y
-plot 'runs/scale.dat' using 1:5 with linespoints lw 2 pt 7 title 'engine driver, message level'
+plot 'runs/scale.dat' using 1:5 with linespoints lw 2 pt 7 title 'engine driver, local ranks aggregated'
 unset multiplot
 GP

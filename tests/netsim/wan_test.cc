@@ -129,6 +129,35 @@ TEST(WanFlow, SlowStartAfterIdleCostsTimeOnlyWhenTheKernelRestarts) {
   EXPECT_NEAR(short_gaps, kept, 1e-6);
 }
 
+// Aggregation (issue 23): K connections simulated as one flow (K× bytes, window and bound, the
+// slow start of one connection on 1/K of the bytes up to its 1/K share of the access link) take
+// the same time as K flows, each on its own connection with its own window and idle restart:
+// 250 ms RTT, 8 MiB per connection, a restart after every 1 s gap, so that slow start climbs to
+// the connection's share, bounded by the per-flow cap and then by the access link.
+TEST(WanFlow, AggregatedConnectionsSlowStartLikeTheirFlowsOneByOne) {
+  FlowProbe p;
+  p.rtt_ms = 250;
+  p.flows = 8;
+  p.bytes = 64u << 20;
+  p.messages = 3;
+  p.gap_s = 1.0;
+  for (const bool cap_binds : {true, false}) {
+    SCOPED_TRACE(cap_binds ? "per-flow cap binds" : "access link binds");
+    p.bandwidth_gbps = cap_binds ? 2 : 0.4;
+    p.tcp.per_flow_cap_gbps = cap_binds ? 0.1 : 0;  // 8 × 0.1 Gb/s < 2 Gb/s
+    p.aggregate = true;
+    const FlowProbeResult agg = probe_in_child(p);
+    p.aggregate = false;
+    const FlowProbeResult lanes = probe_in_child(p);
+    EXPECT_NEAR(agg.seconds, lanes.seconds, 0.01 * lanes.seconds);
+    if (cap_binds) EXPECT_NEAR(agg.rate_bound_bps, lanes.rate_bound_bps, 1e-9 * lanes.rate_bound_bps);
+    // Slow start is a good part of it: at the rate from the first byte each message would take
+    // its bytes over the bottleneck (0.8 or 0.4 Gb/s) plus the 125 ms latency.
+    const double open_s = 3 * (0.125 + 64.0 * (1 << 20) * 8 / (cap_binds ? 0.8e9 : 0.4e9));
+    EXPECT_GT(lanes.seconds, open_s + 3 * 0.5);
+  }
+}
+
 TEST(PathTimeline, SeededEpisodesAndPathChanges) {
   VariationSpec v;
   v.path_change_interval_s = 600;
