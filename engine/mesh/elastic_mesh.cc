@@ -328,10 +328,15 @@ std::vector<std::int64_t> ElasticMesh::queued_joiners(const Liveness& live) {
   for (const std::string& key : store_.list(prefix)) {
     const auto id = parse_i64(key.substr(prefix.size()));
     if (!id) continue;
-    if (is_dead(live, *id)) {
-      store_.erase(key);  // a joiner that died in the queue is forgotten
+    // A joiner that left is forgotten. One that looks dead stays queued but is skipped: `live`
+    // was read before this list, and a starved joiner may have taken a new lease and queued
+    // again in between, so erasing its entry could strand a live node that never queues again
+    // (seen under ThreadSanitizer: round 0 never formed).
+    if (live.left.count(*id)) {
+      store_.erase(key);
       continue;
     }
+    if (is_dead(live, *id)) continue;
     ids.push_back(*id);
   }
   return ids;  // ascending (keys are zero-padded)
