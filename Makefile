@@ -11,9 +11,10 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
   libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp libdnnl-dev \
   libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes \
-  iproute2 ethtool chromium nodejs libns3-dev etcd-server etcd-client libssl-dev
+  iproute2 ethtool chromium nodejs libns3-dev etcd-server etcd-client libssl-dev \
+  clang-14 libclang-rt-14-dev
 
-.PHONY: all deps configure build test demo clean format post-training
+.PHONY: all deps configure build check-build test demo clean format post-training
 
 all: build
 
@@ -36,8 +37,17 @@ build: configure
 # Every ctest label but gpu (see README "Tests"). A failing test is run once more: a few
 # multi-threaded mesh tests depend on thread timing (named in README "Tests"); one that fails
 # twice fails the suite.
-test: build
+test: build check-build
 	cd $(BUILD) && OMP_NUM_THREADS=1 ctest --output-on-failure -LE gpu --repeat until-pass:2 $(CTEST_FLAGS)
+	cd $(CHECK_BUILD) && ctest --output-on-failure $(CTEST_FLAGS)
+
+# The fuzz and tsan labels: libFuzzer targets and ThreadSanitizer tests, built with clang in a
+# tree of their own (tests/fuzz/README.md).
+CHECK_BUILD ?= $(BUILD)-check
+check-build: deps
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(CHECK_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DMERIDIAN_FUZZ=ON -DMERIDIAN_TSAN=ON $(CMAKE_FLAGS)
+	cmake --build $(CHECK_BUILD) -j $(JOBS)
 
 demo: build
 	OMP_NUM_THREADS=1 ./scripts/demo.sh $(BUILD)
@@ -50,4 +60,4 @@ format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(CHECK_BUILD)

@@ -3,6 +3,25 @@
 include_guard(GLOBAL)
 include(CheckCXXCompilerFlag)
 
+# A checking tree (tests/fuzz/README.md): the `fuzz` label's libFuzzer targets (clang only) and
+# the `tsan` label's ThreadSanitizer tests, alone in a build directory of their own. Such a tree
+# needs none of the heavy dependencies, so they default to off there.
+option(MERIDIAN_FUZZ "Checking tree: build tests/fuzz (libFuzzer targets, needs clang), not the project" OFF)
+option(MERIDIAN_TSAN "Checking tree: build tests/tsan (ThreadSanitizer tests), not the project" OFF)
+if(MERIDIAN_FUZZ OR MERIDIAN_TSAN)
+  foreach(_heavy MERIDIAN_WITH_SIMGRID MERIDIAN_WITH_GLOO MERIDIAN_WITH_TORCH MERIDIAN_BUILD_BENCH
+                 MERIDIAN_SANITIZE_TESTS)
+    set(${_heavy} OFF CACHE BOOL "off in a checking tree (MERIDIAN_FUZZ / MERIDIAN_TSAN)")
+  endforeach()
+  set(MERIDIAN_WITH_NCCL OFF CACHE STRING "off in a checking tree")
+  set(MERIDIAN_WITH_NS3 OFF CACHE STRING "off in a checking tree")
+endif()
+if(MERIDIAN_FUZZ AND NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  message(FATAL_ERROR "MERIDIAN_FUZZ=ON needs clang (libFuzzer), found ${CMAKE_CXX_COMPILER_ID}.\n"
+    "  Fix: apt-get install -y clang-14 libclang-rt-14-dev, then configure a fresh build directory\n"
+    "  with CC=clang-14 CXX=clang++-14 (or run `make test`, which builds build-check so)")
+endif()
+
 option(MERIDIAN_WITH_SIMGRID "Build netsim/ (SimGrid network simulation)" ON)
 option(MERIDIAN_WITH_GLOO "Build the Gloo transport (real multi-process runs)" ON)
 option(MERIDIAN_WITH_TORCH "Build trainer/ (LibTorch models and training)" ON)
@@ -42,6 +61,15 @@ if(MERIDIAN_NATIVE_X86_64_V3 AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   if(MERIDIAN_HAS_V3_FLAG AND _avx2)
     target_compile_options(meridian_flags INTERFACE -march=x86-64-v3)
     meridian_found("codegen" "x86-64-v3 (AVX2, FMA)")
+    # Clang compiles the codecs' AVX-512 kernels only for an AVX-512 translation unit
+    # (engine/codec/codec_kernels.h); the clang checking tree runs only on this machine.
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND _cpuinfo MATCHES " avx512f " AND
+       _cpuinfo MATCHES " avx512bw " AND _cpuinfo MATCHES " avx512vl " AND
+       _cpuinfo MATCHES " avx512dq " AND _cpuinfo MATCHES " avx512vbmi ")
+      target_compile_options(meridian_flags INTERFACE
+        -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vbmi)
+      meridian_found("codegen (clang)" "x86-64-v3 + AVX-512 (this machine's codec kernels)")
+    endif()
   else()
     meridian_found("codegen" "generic x86-64")
   endif()

@@ -182,7 +182,13 @@ class Reader {
   void finish() const {
     if (!node_ || !node_.IsMap()) return;
     for (auto it = node_.begin(); it != node_.end(); ++it) {
-      const std::string k = it->first.as<std::string>();
+      if (!it->first.IsScalar()) {  // yaml-cpp accepts a list or a map as a key
+        const YAML::Node key_node = it->first;
+        throw ConfigError(where(origin_->file, &key_node) + ": a key of " +
+                          (path_.empty() ? std::string("the scenario") : path_) +
+                          " is not a name (a list or a map)");
+      }
+      const std::string k = it->first.Scalar();
       if (seen_.count(k)) continue;
       std::string known;
       for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
@@ -581,7 +587,8 @@ void merge_sites_from(YAML::Node& root, Origin& origin, const std::string& base_
   }
   if (!other.IsMap()) throw ConfigError(p.string() + ": expected a mapping with sites and rtt");
   for (auto it = other.begin(); it != other.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    if (!it->first.IsScalar()) throw ConfigError(p.string() + ": a key is not a name");
+    const std::string k = it->first.Scalar();
     if (k != "sites" && k != "rtt" && k != "paths" && k != "variation")
       throw ConfigError(p.string() + ": unknown key '" + k +
                         "' (a sites file holds sites, rtt, paths and variation)");
@@ -590,7 +597,8 @@ void merge_sites_from(YAML::Node& root, Origin& origin, const std::string& base_
       // A mapping given in both (network.variation): the scenario's keys win one by one, so
       // that `--set network.variation.bandwidth_cv=0` turns off one process, not all of them.
       for (auto kv = it->second.begin(); kv != it->second.end(); ++kv) {
-        const std::string sub = kv->first.as<std::string>();
+        if (!kv->first.IsScalar()) throw ConfigError(p.string() + ": a key is not a name");
+        const std::string sub = kv->first.Scalar();
         if (mine[sub]) continue;
         mine[sub] = kv->second;
         origin.other_files.emplace_back("network." + k + "." + sub, p.string());

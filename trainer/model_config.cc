@@ -61,7 +61,7 @@ class MapReader {
 
   void finish() const {
     for (const auto& kv : node_) {
-      const auto k = kv.first.as<std::string>();
+      const std::string k = yaml_key(kv.first, where_);
       if (!known_.count(k)) {
         std::string list;
         for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
@@ -160,7 +160,7 @@ TrainerConfig load_trainer_config(const std::string& path) {
   if (!root.IsMap()) throw ConfigError(path + ": expected a map with 'model' and 'train'");
   TrainerConfig c;
   for (const auto& kv : root) {
-    const auto k = kv.first.as<std::string>();
+    const std::string k = yaml_key(kv.first, path);
     if (k != "model" && k != "train")
       throw ConfigError(path + ": unknown key '" + k + "' (known: model, train)");
   }
@@ -170,15 +170,21 @@ TrainerConfig load_trainer_config(const std::string& path) {
   return c;
 }
 
+std::string yaml_key(const YAML::Node& key, const std::string& where) {
+  if (!key.IsScalar()) throw ConfigError(where + ": a key that is not a name (a list or a map)");
+  return key.Scalar();
+}
+
 std::string config_dir() { return MERIDIAN_TRAINER_CONFIG_DIR; }
 
 TrainerConfig load_named_config(const std::string& name_or_path) {
   if (name_or_path.size() > 5 && name_or_path.ends_with(".yaml"))
     return load_trainer_config(name_or_path);
   const auto path = std::filesystem::path(config_dir()) / (name_or_path + ".yaml");
-  if (!std::filesystem::exists(path)) {
+  std::error_code error;  // a name the file system rejects (too long, ...) is not found either
+  if (!std::filesystem::exists(path, error)) {
     std::string names;
-    if (std::filesystem::is_directory(config_dir()))
+    if (std::filesystem::is_directory(config_dir(), error))
       for (const auto& e : std::filesystem::directory_iterator(config_dir()))
         if (e.path().extension() == ".yaml") names += " " + e.path().stem().string();
     throw ConfigError("model config '" + name_or_path + "' not found in " + config_dir() +

@@ -69,6 +69,9 @@ TrainerConfig load_named_config(const std::string& name_or_path);
 // unknown keys and bad values raise ConfigError naming `where` and the key.
 TrainConfig read_train_config(const YAML::Node& node, const std::string& where,
                               TrainConfig base = {});
+// The text of a map key; raises ConfigError naming `where` when the key is not a scalar (a
+// list or map used as a key, which yaml-cpp accepts).
+std::string yaml_key(const YAML::Node& key, const std::string& where);
 // Directory holding the shipped configs.
 std::string config_dir();
 // Raises ConfigError when the shapes are inconsistent (heads % kv_heads, hidden % heads, ...).

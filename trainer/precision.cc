@@ -11,6 +11,9 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
+#if defined(__x86_64__) && defined(__clang__)
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -46,7 +49,14 @@ CpuFeatures detect() {
   f.avx2 = __builtin_cpu_supports("avx2");
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512_bf16 = __builtin_cpu_supports("avx512bf16");
+#if defined(__clang__)
+  // Clang 14 (the fuzz tree's compiler) does not know "amx-bf16": the same CPUID bit
+  // (leaf 7, EDX bit 22) read directly.
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  f.amx_bf16 = __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && ((edx >> 22) & 1) != 0;
+#else
   f.amx_bf16 = __builtin_cpu_supports("amx-bf16");
+#endif
 #elif defined(__aarch64__) && defined(__linux__) && defined(HWCAP2_BF16)
   f.arm_bf16 = (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
 #endif

@@ -42,7 +42,7 @@ class Section {
   void finish() const {
     if (!node_) return;
     for (const auto& kv : node_) {
-      const auto k = kv.first.as<std::string>();
+      const std::string k = yaml_key(kv.first, file_ + ": " + name_);
       if (!known_.count(k)) {
         std::string list;
         for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;

@@ -324,20 +324,24 @@ void ElasticMesh::coordinator_loop() {
 std::vector<std::int64_t> ElasticMesh::queued_joiners(const Liveness& live) {
   const std::string prefix = options_.prefix + "join/";
   std::vector<std::int64_t> ids;
-  // `live` may predate the listing: a node that started in between has a join key but no hb/
-  // key in it. A node writes hb/ before join/, so liveness observed after the listing is
-  // current for every key listed; only a node dead by that one is forgotten (nodes started at
-  // one instant, as after a resume barrier, were otherwise dropped from the queue for good).
+  // Three sessions found this race from three sides (a resume barrier, etcd's slower calls,
+  // ThreadSanitizer). `live` may predate the listing: a node that started, or took a new lease
+  // and queued again, in between has a join key but no hb/ key in it. A node writes hb/ before
+  // join/, so liveness observed after the listing is current for every key listed: a joiner
+  // alive by it is counted now. Only a joiner that left is forgotten; one that still looks dead
+  // stays queued and is skipped, because erasing its key could strand a node that renews its
+  // lease a moment later and never queues again (a crashed joiner's key costs one list entry).
   std::optional<Liveness> after;
   for (const std::string& key : store_.list(prefix)) {
     const auto id = parse_i64(key.substr(prefix.size()));
     if (!id) continue;
+    if (live.left.count(*id)) {
+      store_.erase(key);
+      continue;
+    }
     if (is_dead(live, *id)) {
       if (!after) after = observe();
-      if (is_dead(*after, *id)) {
-        store_.erase(key);  // a joiner that died in the queue is forgotten
-        continue;
-      }
+      if (is_dead(*after, *id)) continue;
     }
     ids.push_back(*id);
   }
