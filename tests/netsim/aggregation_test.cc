@@ -16,6 +16,7 @@
 #include "analysis/events.h"
 #include "analysis/summary.h"
 #include "engine/events/event_sink.h"
+#include "engine/events/sinks/sinks.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"
