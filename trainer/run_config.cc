@@ -125,6 +125,7 @@ RunConfig load_run_config(const std::string& path) {
   top.read("nodes", c.initial_nodes);
   top.read("outer_steps", d.outer_steps);
   top.read("output_dir", c.output_dir);
+  top.read("store_bind", c.store_bind);
   for (const char* s : {"data", "diloco", "heartbeat", "recovery"}) {
     YAML::Node ignored;
     top.read(s, ignored);
@@ -133,6 +134,7 @@ RunConfig load_run_config(const std::string& path) {
   if (c.initial_nodes < 1) top.fail("nodes", "expected a positive integer");
   if (d.outer_steps < 1) top.fail("outer_steps", "expected a positive integer");
   if (c.output_dir.empty()) top.fail("output_dir", "expected a directory path");
+  if (c.store_bind.empty()) top.fail("store_bind", "expected an address (e.g. 127.0.0.1)");
 
   Section data(root, path, "data");
   data.read("shards", c.shards);

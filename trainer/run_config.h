@@ -23,6 +23,9 @@ struct RunConfig {
   DataOptions data;                // corpus, cache directory (vocab set from the model)
   DilocoOptions diloco;            // H, outer steps, codec, outer optimizer, timeouts, heartbeats
   std::string output_dir = "run";  // node ID writes <output_dir>/node-<ID>/
+  // The address a node's embedded store (--serve-store) listens on: loopback unless the run
+  // says otherwise ("0.0.0.0" serves every interface). The node's --bind overrides it.
+  std::string store_bind = "127.0.0.1";
 };
 
 // Reads RUN.yaml. Unknown keys, wrong types and out-of-range values raise ConfigError naming

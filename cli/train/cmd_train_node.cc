@@ -40,7 +40,8 @@ constexpr char kUsage[] =
     "                        new one)\n"
     "  --store HOST:PORT     the run's store (another node's embedded one or `meridian store`)\n"
     "  --serve-store PORT    embed the store in this node (0 = a free port), bound to --bind\n"
-    "  --bind HOST           address the embedded store listens on (default 0.0.0.0)\n"
+    "  --bind HOST           address the embedded store listens on (default: the run file's\n"
+    "                        store_bind, 127.0.0.1 when absent; 0.0.0.0 serves every interface)\n"
     "  --store-port-file F   write the embedded store's port to F once it listens\n"
     "  --secret-file F       the run's shared secret (mode 600)\n"
     "  --host ADDR           address this node's Gloo device binds to and advertises\n"
@@ -58,7 +59,8 @@ constexpr char kUsage[] =
     "SIGTERM: leave gracefully after the current round.\n";
 
 struct NodeArgs {
-  std::string run_yaml, store, secret_file, bind = "0.0.0.0", port_file, host = "127.0.0.1";
+  // bind "": the run file's store_bind.
+  std::string run_yaml, store, secret_file, bind, port_file, host = "127.0.0.1";
   std::string device = "cpu";
   std::int64_t node_id = -1;
   int serve_port = -1;
@@ -251,15 +253,16 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   std::string store_host;
   std::uint16_t store_port = 0;
   if (a.serve_port >= 0) {
+    const std::string bind = a.bind.empty() ? c.store_bind : a.bind;
     TcpStoreServerOptions so;
-    so.bind_host = a.bind;
+    so.bind_host = bind;
     so.port = static_cast<std::uint16_t>(a.serve_port);
     so.identity = identity;
     so.log = [](const std::string& line) { std::cerr << line << std::endl; };
     server = std::make_unique<TcpStoreServer>(so);
     store_port = server->start();
-    store_host = (a.bind == "0.0.0.0" || a.bind.empty()) ? "127.0.0.1" : a.bind;
-    std::cout << "store listening on " << a.bind << ":" << store_port << std::endl;
+    store_host = (bind == "0.0.0.0" || bind == "::") ? "127.0.0.1" : bind;
+    std::cout << "store listening on " << bind << ":" << store_port << std::endl;
     if (!a.port_file.empty()) write_atomically(a.port_file, std::to_string(store_port) + "\n");
   } else {
     std::tie(store_host, store_port) = split_host_port(a.store);
