@@ -313,13 +313,11 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   auto last = t0;
   std::int64_t last_tokens = 0;
   std::mutex out_mu;
-  std::vector<std::int64_t> last_members;
   d.on_outer_step = [&](const OuterStepView& v) {
     const auto bytes = std::as_bytes(v.outer_parameters);
     char crc[16];
     std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes));
     std::lock_guard<std::mutex> lock(out_mu);
-    last_members = v.members;
     checksums << v.outer_step << "\t" << v.epoch << "\t" << v.members.size() << "\t" << crc << "\n"
               << std::flush;
     const auto now = std::chrono::steady_clock::now();
@@ -362,18 +360,37 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
             << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
             << std::endl;
-  // Peers may still be finishing their last round against the embedded store: each node
-  // marks its end, and the serving node waits for the last round's members (bounded).
-  const std::string done = "train/done/";
-  try {
-    store.set(done + std::to_string(a.node_id), "1");
-    if (server) {
-      std::vector<std::string> keys;
-      for (std::int64_t m : last_members) keys.push_back(done + std::to_string(m));
-      store.wait(keys, 2 * d.mesh.dead_after_s + d.allreduce_timeout_s);
+  // The embedded store must outlive every node that uses it: peers finishing their last round,
+  // and nodes still queued or recovering when the run ended (they learn so from the store and
+  // leave). So the serving node waits until no node holds a liveness lease any more (the mesh's
+  // hb/ keys: each ends with a graceful leave, or dead_after_s after a crash), bounded.
+  if (server) {
+    try {
+      const std::string alive = d.mesh.prefix + "hb/";  // ElasticMesh::key_heartbeat
+      const double bound_s = 2 * d.mesh.dead_after_s + d.allreduce_timeout_s + d.recovery.timeout_s;
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
+      std::uint64_t revision = store.watch({alive}, 0, 0.0);  // the current revision
+      for (bool said = false;;) {
+        const auto holders = store.list(alive);
+        if (holders.empty()) break;
+        const double left_s =
+            std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+        if (left_s <= 0) {
+          std::cerr << "node " << a.node_id << ": stopping the embedded store with "
+                    << holders.size() << " node(s) still alive after " << bound_s << " s"
+                    << std::endl;
+          break;
+        }
+        if (!said)
+          std::cerr << "node " << a.node_id << ": keeping the embedded store up until "
+                    << holders.size() << " other node(s) have left" << std::endl;
+        said = true;
+        revision = store.watch({alive}, revision, left_s);
+      }
+    } catch (const Error& e) {
+      std::cerr << "node " << a.node_id << ": at the end: " << e.what() << std::endl;
     }
-  } catch (const Error& e) {
-    std::cerr << "node " << a.node_id << ": at the end: " << e.what() << std::endl;
   }
   return (r.exit == NodeExit::kFinished || r.exit == NodeExit::kLeft) ? kExitOk : kExitFailed;
 }
