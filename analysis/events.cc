@@ -148,6 +148,9 @@ EventBody parse_body(const std::string& type, const Fields& f) {
   if (type == "retry")
     return RetryRecord{f.integer("outer_step"), f.integer("attempt"), f.string("reason")};
   if (type == "fallback") return FallbackRecord{f.integer("outer_step"), f.string("reason")};
+  if (type == "nonfinite")
+    return NonFiniteRecord{f.integer("outer_step"), f.integer("faulty"), f.string("detected_by"),
+                           f.string("action")};
   if (type == "outer_step") {
     OuterStepRecord r;
     r.outer_step = f.integer("outer_step");

@@ -98,6 +98,15 @@ struct FallbackRecord {
   std::int64_t outer_step = 0;
   std::string reason;
 };
+// The non-finite guard (engine/diloco): a node whose pseudo-gradient held NaN or Inf sat the
+// step out (detected_by "self", action "abstain"), or a receiver found one in a chunk and
+// blamed its sender (detected_by "receiver", action "blame"; the mesh evicts it).
+struct NonFiniteRecord {
+  std::int64_t outer_step = 0;
+  std::int64_t node = -1;  // the faulty node
+  std::string detected_by;
+  std::string action;
+};
 struct OuterStepRecord {
   std::int64_t outer_step = 0;
   std::int64_t epoch = 0;
@@ -136,7 +145,7 @@ using EventBody =
     std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
                  RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord, NodeLeftRecord,
                  EpochFormedRecord, InnerStepsRecord, AllreduceRecord, RetryRecord, FallbackRecord,
-                 OuterStepRecord, CheckpointRecord, EvaluationRecord, RunFinishedRecord,
+                 NonFiniteRecord, OuterStepRecord, CheckpointRecord, EvaluationRecord, RunFinishedRecord,
                  RunInterruptedRecord, UnknownRecord>;
 
 struct EventRecord {

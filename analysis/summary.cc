@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "engine/error.h"
 
@@ -99,6 +100,7 @@ Summary summarize(const std::vector<EventRecord>& events) {
   double inner_steps_total = 0, inner_compute_total = 0, inner_tokens_total = 0;
   bool any_inner = false;
   std::set<std::pair<std::int64_t, std::int64_t>> retried;  // (outer step, attempt)
+  std::set<std::tuple<std::int64_t, std::int64_t, std::string>> non_finite;  // step, node, action
 
   for (const EventRecord& e : events) {
     last_t = std::max(last_t, e.t_s);
@@ -173,9 +175,14 @@ Summary summarize(const std::vector<EventRecord>& events) {
       retried.insert({r->outer_step, r->attempt});  // every node reports the same retry
     } else if (e.as<FallbackRecord>()) {
       ++s.fallbacks;
+    } else if (const auto* r = e.as<NonFiniteRecord>()) {
+      non_finite.insert({r->outer_step, r->node, r->action});  // a step's blame may repeat
     }
   }
   s.retries = static_cast<std::int64_t>(retried.size());
+  for (const auto& [step, node, action] : non_finite)
+    s.non_finite.push_back("outer step " + std::to_string(step) + ": node " + std::to_string(node) +
+                           (action == "abstain" ? " sat out" : " blamed by a receiver"));
   if (!config) throw ConfigError("events: no 'config' record (the first line of events.jsonl)");
 
   s.mode = config->mode;
@@ -450,6 +457,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["retries"] = s.retries;
   j["fallbacks"] = s.fallbacks;
   j["failures"] = s.failures;
+  j["non_finite"] = s.non_finite;
   j["joins"] = s.joins;
   j["loss"] = num(s.loss);
   j["perplexity"] = num(s.perplexity);
@@ -547,6 +555,7 @@ std::string summary_table(const Summary& s) {
   row("tokens", scaled(s.tokens, "", "B"));
   if (s.retries || s.fallbacks)
     row("retries / fallbacks", std::to_string(s.retries) + " / " + std::to_string(s.fallbacks));
+  for (const std::string& line : s.non_finite) row("non-finite pseudo-gradient", line);
   if (s.loss) row("final loss (train, mean over nodes)", num(*s.loss, "%.4f"));
   if (s.val_loss) row("final validation loss", num(*s.val_loss, "%.4f"));
   return os.str();

@@ -106,6 +106,9 @@ struct Summary {
   // retries: distinct (outer step, attempt) retried; fallbacks: fallback records;
   // failures: nodes whose life ended by a fail_detected or a node_left with graceful = false.
   std::int64_t retries = 0, fallbacks = 0, failures = 0, joins = 0, graceful_leaves = 0;
+  // Non-finite pseudo-gradients (event `nonfinite`), one line each, by outer step:
+  // "outer step 2: node 3 sat out" or "outer step 0: node 3 blamed by a receiver".
+  std::vector<std::string> non_finite;
 
   std::optional<double> loss;        // last outer step with a loss
   std::optional<double> perplexity;  // exp(loss)

@@ -19,15 +19,17 @@ constexpr char kUsage[] =
     "usage: meridian store --port P --secret-file F [--bind HOST]\n"
     "                      [--config RUN.yaml | --config-hash H]\n"
     "\n"
-    "Serves the run's rendezvous and membership store on HOST:P (default HOST 0.0.0.0; P = 0\n"
-    "picks a free port). Nodes join by proving they hold the secret in F (challenge-response\n"
-    "HMAC-SHA256; the secret never crosses the network). A node running another meridian version\n"
-    "is refused; with --config (hashes the file) or --config-hash, so is a node whose run\n"
-    "configuration hash differs. Prints 'store listening on HOST:PORT' once ready.\n";
+    "Serves the run's rendezvous and membership store on HOST:P (default HOST 127.0.0.1, this\n"
+    "machine only; --bind 0.0.0.0 serves every interface; P = 0 picks a free port). Nodes join\n"
+    "by proving they hold the secret in F (challenge-response HMAC-SHA256; the secret never\n"
+    "crosses the network). A node running another meridian version is refused; with --config\n"
+    "(hashes the file) or --config-hash, so is a node whose run configuration hash differs.\n"
+    "Connections that have not joined are bounded (256 in all, 32 per address: the oldest idle\n"
+    "one is shed for a newcomer); each refused client gets one line on stderr (at most 5 a\n"
+    "second, the rest counted). Prints 'store listening on HOST:PORT' once ready.\n";
 
 int run_store(const std::vector<std::string>& args) {
   TcpStoreServerOptions options;
-  options.bind_host = "0.0.0.0";
   options.identity.version = kVersion;
   bool have_port = false;
   std::string secret_file;

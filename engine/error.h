@@ -45,6 +45,13 @@ class ProtocolError : public Error {
   int peer_;
 };
 
+// A chunk that decoded to NaN or Inf: a protocol-level fault of its sender (peer()), which
+// should have checked its pseudo-gradient before sending (engine/diloco, the non-finite guard).
+class NonFiniteError : public ProtocolError {
+ public:
+  using ProtocolError::ProtocolError;
+};
+
 // Bad configuration or input file; the message names the file, the key and what was expected.
 class ConfigError : public Error {
  public:

@@ -127,6 +127,7 @@ RunConfig load_run_config(const std::string& path) {
   top.read("outer_steps", d.outer_steps);
   top.read("output_dir", c.output_dir);
   top.read("store", c.store);
+  top.read("store_bind", c.store_bind);
   for (const char* s : {"data", "diloco", "heartbeat", "recovery", "checkpoint"}) {
     YAML::Node ignored;
     top.read(s, ignored);
@@ -138,6 +139,7 @@ RunConfig load_run_config(const std::string& path) {
   if (!c.store.empty() && c.store.rfind("etcd://", 0) != 0 && c.store.rfind("etcds://", 0) != 0)
     top.fail("store", "expected etcd://HOST:PORT[,HOST:PORT...][/PREFIX], got '" + c.store +
                           "' (the embedded TCP store is given on the command line instead)");
+  if (c.store_bind.empty()) top.fail("store_bind", "expected an address (e.g. 127.0.0.1)");
 
   Section data(root, path, "data");
   data.read("shards", c.shards);

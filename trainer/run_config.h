@@ -38,6 +38,9 @@ struct RunConfig {
   // which checks the URL). Not part of the configuration hash: nodes may list the endpoints in
   // any order.
   std::string store;
+  // The address a node's embedded store (--serve-store) listens on: loopback unless the run
+  // says otherwise ("0.0.0.0" serves every interface). The node's --bind overrides it.
+  std::string store_bind = "127.0.0.1";
 };
 
 // Reads RUN.yaml. Unknown keys, wrong types and out-of-range values raise ConfigError naming

@@ -48,7 +48,8 @@ constexpr char kUsage[] =
     "                        new one)\n"
     "  --store HOST:PORT     the run's store (another node's embedded one or `meridian store`)\n"
     "  --serve-store PORT    embed the store in this node (0 = a free port), bound to --bind\n"
-    "  --bind HOST           address the embedded store listens on (default 0.0.0.0)\n"
+    "  --bind HOST           address the embedded store listens on (default: the run file's\n"
+    "                        store_bind, 127.0.0.1 when absent; 0.0.0.0 serves every interface)\n"
     "  --store-port-file F   write the embedded store's port to F once it listens\n"
     "  --secret-file F       the run's shared secret (mode 600)\n"
     "  --host ADDR           address this node's Gloo device binds to and advertises\n"
@@ -73,7 +74,8 @@ constexpr char kUsage[] =
     "(cli/train/README.md). SIGINT or SIGTERM: leave gracefully after the current round.\n";
 
 struct NodeArgs {
-  std::string run_yaml, store, secret_file, bind = "0.0.0.0", port_file, host = "127.0.0.1";
+  // bind "": the run file's store_bind.
+  std::string run_yaml, store, secret_file, bind, port_file, host = "127.0.0.1";
   std::string device = "cpu";
   std::int64_t node_id = -1;
   int serve_port = -1;
@@ -306,15 +308,16 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   std::string store_host;
   std::uint16_t store_port = 0;
   if (a.serve_port >= 0) {
+    const std::string bind = a.bind.empty() ? c.store_bind : a.bind;
     TcpStoreServerOptions so;
-    so.bind_host = a.bind;
+    so.bind_host = bind;
     so.port = static_cast<std::uint16_t>(a.serve_port);
     so.identity = identity;
     so.log = [](const std::string& line) { std::cerr << line << std::endl; };
     server = std::make_unique<TcpStoreServer>(so);
     store_port = server->start();
-    store_host = (a.bind == "0.0.0.0" || a.bind.empty()) ? "127.0.0.1" : a.bind;
-    std::cout << "store listening on " << a.bind << ":" << store_port << std::endl;
+    store_host = (bind == "0.0.0.0" || bind == "::") ? "127.0.0.1" : bind;
+    std::cout << "store listening on " << bind << ":" << store_port << std::endl;
     if (!a.port_file.empty()) write_atomically(a.port_file, std::to_string(store_port) + "\n");
   } else if (!a.store.empty()) {
     std::tie(store_host, store_port) = split_host_port(a.store);
@@ -434,7 +437,6 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   auto last = t0;
   std::int64_t last_tokens = 0;
   std::mutex out_mu;
-  std::vector<std::int64_t> last_members;
   d.on_outer_step = [&](const OuterStepView& v) {
     if (writer) {
       // Every member must write the same steps (a resume needs one step all of them have):
@@ -454,7 +456,6 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     char crc[16];
     std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes));
     std::lock_guard<std::mutex> lock(out_mu);
-    last_members = v.members;
     checksums << v.outer_step << "\t" << v.epoch << "\t" << v.members.size() << "\t" << crc << "\n"
               << std::flush;
     const auto now = std::chrono::steady_clock::now();
@@ -497,18 +498,37 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
             << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
             << std::endl;
-  // Peers may still be finishing their last round against the embedded store: each node
-  // marks its end, and the serving node waits for the last round's members (bounded).
-  const std::string done = "train/done/";
-  try {
-    store.set(done + std::to_string(a.node_id), "1");
-    if (server) {
-      std::vector<std::string> keys;
-      for (std::int64_t m : last_members) keys.push_back(done + std::to_string(m));
-      store.wait(keys, 2 * d.mesh.dead_after_s + d.allreduce_timeout_s);
+  // The embedded store must outlive every node that uses it: peers finishing their last round,
+  // and nodes still queued or recovering when the run ended (they learn so from the store and
+  // leave). So the serving node waits until no node holds a liveness lease any more (the mesh's
+  // hb/ keys: each ends with a graceful leave, or dead_after_s after a crash), bounded.
+  if (server) {
+    try {
+      const std::string alive = d.mesh.prefix + "hb/";  // ElasticMesh::key_heartbeat
+      const double bound_s = 2 * d.mesh.dead_after_s + d.allreduce_timeout_s + d.recovery.timeout_s;
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
+      std::uint64_t revision = store.watch({alive}, 0, 0.0);  // the current revision
+      for (bool said = false;;) {
+        const auto holders = store.list(alive);
+        if (holders.empty()) break;
+        const double left_s =
+            std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+        if (left_s <= 0) {
+          std::cerr << "node " << a.node_id << ": stopping the embedded store with "
+                    << holders.size() << " node(s) still alive after " << bound_s << " s"
+                    << std::endl;
+          break;
+        }
+        if (!said)
+          std::cerr << "node " << a.node_id << ": keeping the embedded store up until "
+                    << holders.size() << " other node(s) have left" << std::endl;
+        said = true;
+        revision = store.watch({alive}, revision, left_s);
+      }
+    } catch (const Error& e) {
+      std::cerr << "node " << a.node_id << ": at the end: " << e.what() << std::endl;
     }
-  } catch (const Error& e) {
-    std::cerr << "node " << a.node_id << ": at the end: " << e.what() << std::endl;
   }
   return (r.exit == NodeExit::kFinished || r.exit == NodeExit::kLeft) ? kExitOk : kExitFailed;
 }

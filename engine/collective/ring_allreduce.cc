@@ -36,6 +36,7 @@
 #include "engine/codec/fp32_codec.h"
 #include "engine/error.h"
 #include "engine/util/crc32c.h"
+#include "engine/util/finite.h"
 #include "engine/wire/chunk.h"
 
 namespace meridian {
@@ -376,8 +377,23 @@ class RingPass {
     stats.bytes_received += got_[t % 2].wire_bytes;
   }
 
-  // Checks transfer t's message and adds (reduce-scatter) or copies (all-gather) it into `work`.
+  // Checks transfer t's message and adds (reduce-scatter) or copies (all-gather) it into `work`,
+  // then that the values it produced are finite. A rank's own contribution was checked before
+  // it was sent (the outer loop's guard), so a NaN or Inf here came from the predecessor, or
+  // from a sum that overflowed (its doing too: no honest pseudo-gradient gets near 3e38).
   void consume(std::size_t t) {
+    consume_message(t);
+    if (phantom_) return;
+    const Where w = locate(t);
+    const std::uint64_t bad = count_non_finite(values(piece_range(w.recv_share, w.piece)));
+    if (bad > 0)
+      throw NonFiniteError("ring all-reduce: the chunk from rank " +
+                               std::to_string(mod(rank_ - 1, world_)) + " holds " +
+                               std::to_string(bad) + " non-finite values (NaN or Inf)",
+                           mod(rank_ - 1, world_));
+  }
+
+  void consume_message(std::size_t t) {
     const Where w = locate(t);
     const Received got = got_[t % 2];
     const Range r = piece_range(w.recv_share, w.piece);

@@ -9,6 +9,7 @@
 
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
+#include "engine/util/finite.h"
 
 namespace meridian {
 namespace {
@@ -113,17 +114,23 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       serve_joiners(r);
       ensure_epoch(r);
       if (r.attempt == 0) inner_steps(r);
+      // A node whose pseudo-gradient was not finite sits out: it sends nothing this attempt
+      // and asks for a retry in which the others average without it (`abstain`).
+      const bool sit_out = non_finite_ && !r.abstains(id_);
       bool ok;
       std::vector<std::int64_t> blamed;
       if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
         ok = false;  // a member is gone: fail the round without starting the ring
         for (auto& t : rings_) t->abort();  // peers that passed the barrier fail fast
+      } else if (sit_out) {
+        ok = false;
+        for (auto& t : rings_) t->abort();
       } else {
         ok = all_reduce(r, blamed);
       }
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
-      mesh_->report(r, ok, blamed);
+      mesh_->report(r, ok, blamed, sit_out);
       if (leaving) {
         result.exit = NodeExit::kLeft;
         break;
@@ -199,11 +206,27 @@ void DilocoNode::inner_steps(const RoundRecord& r) {
   MERIDIAN_CHECK_EQ(local.size(), count_);
   delta_.resize(count_);
   for (std::uint64_t i = 0; i < count_; ++i) delta_[i] = outer_[i] - local[i];
+  check_pseudo_gradient(r);
+}
+
+void DilocoNode::check_pseudo_gradient(const RoundRecord& r) {
+  const std::uint64_t bad = count_non_finite(delta_);
+  non_finite_ = bad > 0;
+  if (!non_finite_) return;
+  emit("nonfinite", JsonObject()
+                        .add("outer_step", r.outer_step)
+                        .add("faulty", id_)
+                        .add("values", bad)
+                        .add("elements", count_)
+                        .add("detected_by", "self")
+                        .add("action", "abstain"));
+  std::fill(delta_.begin(), delta_.end(), 0.0f);  // its share, and its own fallback, are zero
 }
 
 bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed) {
   if (!phantom_) {
-    const auto world = static_cast<float>(r.members.size());
+    // Members that sit this attempt out (non-finite guard) contribute zeros and are not counted.
+    const auto world = static_cast<float>(r.contributors());
     reduced_.resize(count_);
     for (std::uint64_t i = 0; i < count_; ++i) reduced_[i] = delta_[i] / world;
   }
@@ -269,8 +292,17 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
   } catch (const TimeoutError&) {
   } catch (const ProtocolError& e) {
     // A chunk that failed validation names its sender's rank in this round's ring.
-    if (e.peer() >= 0 && static_cast<std::size_t>(e.peer()) < r.members.size())
+    if (e.peer() >= 0 && static_cast<std::size_t>(e.peer()) < r.members.size()) {
       shard_blame_[shard] = r.members[static_cast<std::size_t>(e.peer())];
+      // A sender that skipped its own guard: a protocol fault like a bad checksum (evicted).
+      if (dynamic_cast<const NonFiniteError*>(&e) != nullptr)
+        emit("nonfinite", JsonObject()
+                              .add("outer_step", r.outer_step)
+                              .add("faulty", shard_blame_[shard])
+                              .add("detected_by", "receiver")
+                              .add("action", "blame")
+                              .add("reason", std::string(e.what())));
+    }
   }
 }
 
@@ -292,6 +324,7 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
                          .add("outer_step", done.outer_step)
                          .add("epoch", done.epoch)
                          .add("participants", static_cast<std::int64_t>(done.members.size()))
+                         .add("contributors", done.contributors())
                          .add("inner_s", stats_.inner_s)
                          .add("allreduce_s", stats_.allreduce_s)
                          .add("outer_opt_s", outer_opt_s)

@@ -104,6 +104,9 @@ class DilocoNode {
   void join_servers();
   void ensure_epoch(const RoundRecord& r);
   void inner_steps(const RoundRecord& r);
+  // The non-finite guard, before anything is sent: a pseudo-gradient with NaN or Inf is a
+  // fault of this node. It is reported (event `nonfinite`), zeroed, and this node sits out.
+  void check_pseudo_gradient(const RoundRecord& r);
   // Returns whether every shard's ring succeeded; `blamed` gets the nodes whose chunks were
   // rejected as invalid (for the mesh to evict).
   bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed);
@@ -126,6 +129,9 @@ class DilocoNode {
 
   std::vector<float> outer_;    // theta_outer (fp32 outer copy)
   std::vector<float> delta_;    // theta_outer - theta_local of the current step
+  // The current step's pseudo-gradient held NaN or Inf (the non-finite guard): delta_ was
+  // zeroed and this node sits the step out (it asks the mesh to retry without its share).
+  bool non_finite_ = false;
   std::vector<float> reduced_;  // delta / W, all-reduced
   std::unique_ptr<OuterOptimizer> optimizer_;
   std::vector<std::vector<Bucket>> shards_;

@@ -3,13 +3,28 @@
 #include "engine/fault/faulty_transport.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
 #include "engine/error.h"
+#include "engine/wire/chunk.h"
 
 namespace meridian {
 namespace {
+
+// A whole fp32 chunk in one message (engine/wire/chunk.h): magic, codec 0, payload_bytes equal
+// to the rest of the message, at least one value.
+bool is_whole_fp32_chunk(std::span<const std::byte> m) {
+  if (m.size() < kChunkHeaderBytes + sizeof(float)) return false;
+  std::uint32_t magic = 0;
+  std::uint64_t payload_bytes = 0;
+  std::memcpy(&magic, m.data(), sizeof(magic));  // little-endian hosts, as the wire
+  std::memcpy(&payload_bytes, m.data() + 40, sizeof(payload_bytes));
+  return magic == kWireMagic && m[6] == std::byte{0} &&
+         payload_bytes == m.size() - kChunkHeaderBytes;
+}
 
 // Keeps the altered copy of the outgoing bytes alive until the exchange completes.
 class FaultyExchange final : public PendingExchange {
@@ -76,8 +91,15 @@ Payload FaultyTransport::prepare(Payload msg, std::vector<std::byte>& scratch) {
     runtime_.sleep_s(options_.delay_s);
   const bool flip = number == options_.flip_byte_at_message && !msg.bytes.empty();
   const bool truncate = number == options_.truncate_at_message;
-  if (!flip && !truncate) return msg;
+  const bool poison = options_.nan_from_message > 0 && number >= options_.nan_from_message &&
+                      is_whole_fp32_chunk(msg.bytes);
+  if (!flip && !truncate && !poison) return msg;
   scratch.assign(msg.bytes.begin(), msg.bytes.end());
+  if (poison) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(scratch.data() + kChunkHeaderBytes, &nan, sizeof(nan));
+    reseal_chunk(scratch);
+  }
   if (flip) scratch[options_.flip_byte_offset % scratch.size()] ^= std::byte{0xFF};
   std::uint64_t wire = msg.wire_bytes;
   if (truncate && msg.bytes.empty()) {

@@ -35,6 +35,11 @@ struct FaultOptions {
   // shrinks accordingly). Default: never; 0 bytes kept.
   std::uint64_t truncate_at_message = 0;
   std::size_t truncate_to_bytes = 0;
+  // From this outgoing message on, every whole fp32 chunk (engine/wire/chunk.h: header and
+  // payload in one message) carries NaN as its first value and is sealed again with a valid
+  // checksum: what a node that skips the non-finite guard sends. Other messages (split chunks,
+  // other codecs, recovery) are sent unchanged. Default: never.
+  std::uint64_t nan_from_message = 0;
 };
 
 class FaultyTransport final : public ForwardingTransport {

@@ -219,9 +219,8 @@ void ElasticMesh::heartbeat_loop() {
   const double interval_s = options_.heartbeat_interval_s;
   double due_s = runtime_.now_s() + interval_s;
   double next_s = interval_s;
-  while (!wait_stop(std::isfinite(next_s)
-                        ? std::max(interval_s / 10, due_s - runtime_.now_s())
-                        : next_s)) {
+  while (!wait_stop(std::isfinite(next_s) ? std::max(interval_s / 10, due_s - runtime_.now_s())
+                                          : next_s)) {
     due_s = std::max(due_s + interval_s, runtime_.now_s());
     try {
       next_s = store_.keepalive(lease_, interval_s);
@@ -434,7 +433,7 @@ bool ElasticMesh::resolve_once() {
   }
   seen_alive_.insert(live.alive.begin(), live.alive.end());
 
-  std::vector<std::int64_t> survivors, removed, blamed;
+  std::vector<std::int64_t> survivors, removed, blamed, abstain;
   bool missing = false;
   bool any_fail = false;
   for (std::size_t i = 0; i < cur.members.size(); ++i) {
@@ -443,6 +442,7 @@ bool ElasticMesh::resolve_once() {
     const bool dead = is_dead(live, m);
     if (rep) {
       any_fail = any_fail || *rep != "ok";
+      if (rep->find(";abstain") != std::string::npos) abstain.push_back(m);
       // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
       // anybody else is ignored, so one faulty node can cost at most its predecessor's place.
       const std::int64_t pred = cur.members[(i + cur.members.size() - 1) % cur.members.size()];
@@ -466,7 +466,7 @@ bool ElasticMesh::resolve_once() {
     survivors.erase(it);
     removed.push_back(b);
   }
-  if (missing) return false;  // a report or a lease's end will wake the coordinator
+  if (missing) return false;            // a report or a lease's end will wake the coordinator
   if (survivors.empty()) return false;  // nobody left to continue (or to recover from)
 
   RoundRecord next;
@@ -479,6 +479,7 @@ bool ElasticMesh::resolve_once() {
     next.prev = retry ? RoundPrev::kRetry : RoundPrev::kFallback;
     next.reason = "allreduce failed in epoch " + std::to_string(cur.epoch) + " attempt " +
                   std::to_string(cur.attempt) + ", removed " + ids_text(removed);
+    if (!abstain.empty()) next.reason += ", non-finite pseudo-gradient on " + ids_text(abstain);
   }
   next.outer_step = retry ? cur.outer_step : cur.outer_step + 1;
   next.attempt = retry ? cur.attempt + 1 : 0;
@@ -498,6 +499,13 @@ bool ElasticMesh::resolve_once() {
   const bool changed = members != cur.members;
   next.members = changed ? ring_order(members) : cur.members;
   next.joiners = admitted;
+  // A retry keeps those that sat out (their pseudo-gradient is still the one they withheld).
+  if (retry) {
+    for (std::int64_t m : cur.abstain)
+      if (std::count(abstain.begin(), abstain.end(), m) == 0) abstain.push_back(m);
+    for (std::int64_t m : next.members)
+      if (std::count(abstain.begin(), abstain.end(), m)) next.abstain.push_back(m);
+  }
   if (!admitted.empty()) next.sources = survivors;
   next.epoch = (changed || any_fail) ? cur.epoch + 1 : cur.epoch;
   return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed);
@@ -566,8 +574,10 @@ bool ElasticMesh::ready_barrier(const RoundRecord& r) {
   }
 }
 
-void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed) {
-  std::string value = ok ? "ok" : "fail";
+void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed,
+                         bool abstain) {
+  std::string value = ok && !abstain ? "ok" : "fail";
+  if (abstain) value += ";abstain";
   if (!ok && !blamed.empty()) value += ";blame=" + ids_text(blamed);
   store_.set(key_report(r.round, id_), value);
 }

@@ -68,7 +68,11 @@ class ElasticMesh {
   // This member's outcome of round `r`: its all-reduce succeeded (true) or not. `blamed`: the
   // members whose chunks it rejected as invalid; the coordinator evicts a blamed member when it
   // is the reporter's ring predecessor (the only peer whose messages the reporter receives).
-  void report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed = {});
+  // `abstain`: this member's pseudo-gradient was not finite (it did not send it): the round is
+  // retried with this member in the record's `abstain` list, so that the others average
+  // without it, and it stays a member.
+  void report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed = {},
+              bool abstain = false);
   // The record that follows `r` (TimeoutError after round_timeout_s).
   RoundRecord next_round(const RoundRecord& r);
   // Announces a graceful exit before the node's last report, so the coordinator never places

@@ -68,12 +68,22 @@ bool RoundRecord::is_joiner(std::int64_t node) const {
   return std::find(joiners.begin(), joiners.end(), node) != joiners.end();
 }
 
+bool RoundRecord::abstains(std::int64_t node) const {
+  return std::find(abstain.begin(), abstain.end(), node) != abstain.end();
+}
+
+int RoundRecord::contributors() const {
+  return std::max(1, static_cast<int>(members.size() - abstain.size()));
+}
+
 std::string RoundRecord::encode() const {
   return "round=" + std::to_string(round) + ";epoch=" + std::to_string(epoch) +
          ";outer_step=" + std::to_string(outer_step) + ";attempt=" + std::to_string(attempt) +
          ";prev=" + std::to_string(static_cast<int>(prev)) + ";members=" + join_ids(members) +
          ";joiners=" + join_ids(joiners) + ";sources=" + join_ids(sources) +
-         ";removed=" + join_ids(removed) + ";reason=" + sanitize(reason);
+         ";removed=" + join_ids(removed) +
+         (abstain.empty() ? std::string() : ";abstain=" + join_ids(abstain)) +
+         ";reason=" + sanitize(reason);
 }
 
 RoundRecord RoundRecord::decode(const std::string& text) {
@@ -107,6 +117,13 @@ RoundRecord RoundRecord::decode(const std::string& text) {
   r.joiners = parse_ids("joiners", field("joiners"));
   r.sources = parse_ids("sources", field("sources"));
   r.removed = parse_ids("removed", field("removed"));
+  if (const auto it = fields.find("abstain"); it != fields.end()) {
+    r.abstain = parse_ids("abstain", it->second);
+    for (std::int64_t id : r.abstain)
+      if (r.rank_of(id) < 0)
+        throw ProtocolError("round record: abstaining node " + std::to_string(id) +
+                            " is not a member");
+  }
   r.reason = field("reason");
   return r;
 }

@@ -28,10 +28,17 @@ struct RoundRecord {
   std::vector<std::int64_t> joiners;  // members admitted in this round: they recover first
   std::vector<std::int64_t> sources;  // members that serve recovery (previous members)
   std::vector<std::int64_t> removed;  // members of the previous round that are gone
+  // Members that sit this retry out: their pseudo-gradient was not finite (the non-finite
+  // guard), so they contribute zeros and the others' sum is divided by members - abstain.
+  // Empty outside retries; encoded only when not empty.
+  std::vector<std::int64_t> abstain;
   std::string reason;                 // why the previous round did not commit (retry/fallback)
 
   int rank_of(std::int64_t node) const;  // -1 when not a member
   bool is_joiner(std::int64_t node) const;
+  bool abstains(std::int64_t node) const;
+  // Members whose pseudo-gradients are averaged: members - abstain (at least 1).
+  int contributors() const;
 
   // "round=..;epoch=..;..." text; decode() throws ProtocolError naming the bad field.
   std::string encode() const;

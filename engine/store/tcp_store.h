@@ -4,6 +4,7 @@
 // nodes (challenge-response HMAC-SHA256) but traffic is readable on the wire.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,13 +44,30 @@ std::string config_hash_of(const std::string& resolved_config_text);
 // (mode & 077, as ssh does for keys).
 std::string read_secret_file(const std::string& path);
 
+// Bounds on connections that have not joined yet (proved the secret), so that a flood of idle
+// connections can neither exhaust the server's descriptors nor lock real nodes out. A newcomer
+// beyond a bound makes room by closing the oldest *idle* unjoined connection in that bound's
+// scope (one that has sent nothing since its greeting); when every one in scope is mid-handshake
+// the newcomer itself is refused. A real node answers its greeting within a round trip, so it is
+// the last to be shed, and a client whose connection is shed before its welcome dials again.
+struct StoreAdmissionLimits {
+  std::size_t max_unjoined = 256;             // over all addresses
+  std::size_t max_unjoined_per_address = 32;  // from one IP address (so one address cannot
+                                              // shed the unjoined connections of the others)
+  std::size_t max_accepts_per_wakeup = 64;    // accepted before the loop serves the others
+  double log_lines_per_s = 5.0;  // refusal/cut-off lines; beyond it they are counted, and the
+                                 // count is logged with the next line that gets through
+};
+
 struct TcpStoreServerOptions {
-  std::string bind_host = "127.0.0.1";  // "0.0.0.0" to serve every interface
+  std::string bind_host = "127.0.0.1";  // "0.0.0.0" (or "::") to serve every interface
   std::uint16_t port = 0;               // 0 = an ephemeral port, reported by start()
   StoreIdentity identity;
   double handshake_timeout_s = 10.0;  // a connection that has not joined by then is closed
   StoreLimits limits;
-  // Receives one line per notable event (joins, refusals, cut-off peers). May be empty.
+  StoreAdmissionLimits admission;
+  // Receives one line per notable event (joins, refusals, cut-off peers; lines about peers
+  // that never joined are rate-limited by admission.log_lines_per_s). May be empty.
   std::function<void(const std::string&)> log;
 };
 
@@ -75,6 +93,8 @@ class TcpStoreServer {
     std::uint64_t refused = 0;   // wrong secret, version or configuration
     std::uint64_t cut_off = 0;   // protocol violations: bad sizes, garbage, handshake timeout
     std::uint64_t requests = 0;  // requests served
+    std::uint64_t shed = 0;      // unjoined connections closed or refused by the admission
+                                 // limits, or accepted and closed when descriptors ran out
   };
   Stats stats() const;
 
@@ -127,6 +147,8 @@ class TcpStore final : public Store {
 
  private:
   int take_connection();
+  // The join handshake on a fresh connection (throws; the caller closes `fd`).
+  void join(int fd, double deadline_s);
   void give_back(int fd);
   // COMPARE_SET, or COMPARE_SET_LEASED when `lease` is given.
   std::optional<std::string> compare_set_request(const std::string& key,

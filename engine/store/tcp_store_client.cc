@@ -3,8 +3,10 @@
 // challenge-response proof; every socket operation is bounded by a deadline.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "engine/error.h"
 #include "engine/store/tcp_store.h"
@@ -46,53 +48,69 @@ int TcpStore::take_connection() {
       return fd;
     }
   }
-  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  // Retried until the deadline: while the server is not up yet (refused or unreachable; nodes
+  // may start before the store's process, in any order), and when a store shedding load
+  // (StoreAdmissionLimits) closes the connection before its welcome.
   const double deadline_s = store_wire::now_s() + options_.connect_timeout_s;
-  const int fd = store_wire::dial(options_.host, options_.port, deadline_s);
-  try {
-    Reader hello_r(store_wire::recv_frame(fd, store_wire::kMaxHandshakeFrameBytes, deadline_s));
-    if (hello_r.type() != Type::kHello || hello_r.u32("magic") != store_wire::kMagic) {
-      throw ProtocolError("store " + where + ": not a meridian store (bad greeting)");
+  double backoff_s = 0.01;
+  for (;;) {
+    int fd = -1;
+    try {
+      fd = store_wire::dial_once(options_.host, options_.port, deadline_s);
+      join(fd, deadline_s);
+      return fd;
+    } catch (const PeerLostError&) {
+      if (fd >= 0) ::close(fd);
+      if (store_wire::now_s() + backoff_s >= deadline_s) throw;
+      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
+      backoff_s = std::min(backoff_s * 2, 0.5);
+    } catch (...) {
+      if (fd >= 0) ::close(fd);
+      throw;
     }
-    if (const auto v = hello_r.u16("protocol"); v != store_wire::kProtocolVersion) {
-      throw ConfigError("store " + where + ": speaks store protocol " + std::to_string(v) +
-                        ", this node speaks " + std::to_string(store_wire::kProtocolVersion));
-    }
-    store_wire::Nonce server_nonce;
-    hello_r.raw(server_nonce.data(), server_nonce.size(), "nonce");
-    hello_r.finish("hello");
-
-    const store_wire::Nonce client_nonce = store_wire::random_nonce();
-    const auto& id = options_.identity;
-    const Sha256Digest proof = hmac_sha256(
-        id.secret, store_wire::join_transcript(server_nonce, options_.client_id, id.version,
-                                               id.config_hash, client_nonce));
-    Writer join(Type::kJoin);
-    join.str(options_.client_id).str(id.version).str(id.config_hash);
-    join.raw(client_nonce.data(), client_nonce.size()).raw(proof.data(), proof.size());
-    store_wire::send_all(fd, join.frame(), deadline_s);
-
-    Reader answer(store_wire::recv_frame(fd, store_wire::kMaxHandshakeFrameBytes, deadline_s));
-    const Type t = answer.type();
-    if (t == Type::kRefused) {
-      throw ConfigError("store " + where + " refused node '" + options_.client_id +
-                        "': " + answer.str("reason", store_wire::kMaxHandshakeFrameBytes));
-    }
-    if (t != Type::kWelcome) throw ProtocolError("store " + where + ": unexpected join answer");
-    Sha256Digest server_proof;
-    answer.raw(server_proof.data(), server_proof.size(), "server proof");
-    answer.finish("welcome");
-    const Sha256Digest expected =
-        hmac_sha256(id.secret, store_wire::server_transcript(server_nonce, client_nonce));
-    if (!digests_equal(server_proof, expected)) {
-      throw ConfigError("store " + where +
-                        " could not prove it holds the run's secret (a different run's store?)");
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
   }
-  return fd;
+}
+
+void TcpStore::join(int fd, double deadline_s) {
+  const std::string where = options_.host + ":" + std::to_string(options_.port);
+  Reader hello_r(store_wire::recv_frame(fd, store_wire::kMaxHandshakeFrameBytes, deadline_s));
+  if (hello_r.type() != Type::kHello || hello_r.u32("magic") != store_wire::kMagic) {
+    throw ProtocolError("store " + where + ": not a meridian store (bad greeting)");
+  }
+  if (const auto v = hello_r.u16("protocol"); v != store_wire::kProtocolVersion) {
+    throw ConfigError("store " + where + ": speaks store protocol " + std::to_string(v) +
+                      ", this node speaks " + std::to_string(store_wire::kProtocolVersion));
+  }
+  store_wire::Nonce server_nonce;
+  hello_r.raw(server_nonce.data(), server_nonce.size(), "nonce");
+  hello_r.finish("hello");
+
+  const store_wire::Nonce client_nonce = store_wire::random_nonce();
+  const auto& id = options_.identity;
+  const Sha256Digest proof =
+      hmac_sha256(id.secret, store_wire::join_transcript(server_nonce, options_.client_id,
+                                                         id.version, id.config_hash, client_nonce));
+  Writer join(Type::kJoin);
+  join.str(options_.client_id).str(id.version).str(id.config_hash);
+  join.raw(client_nonce.data(), client_nonce.size()).raw(proof.data(), proof.size());
+  store_wire::send_all(fd, join.frame(), deadline_s);
+
+  Reader answer(store_wire::recv_frame(fd, store_wire::kMaxHandshakeFrameBytes, deadline_s));
+  const Type t = answer.type();
+  if (t == Type::kRefused) {
+    throw ConfigError("store " + where + " refused node '" + options_.client_id +
+                      "': " + answer.str("reason", store_wire::kMaxHandshakeFrameBytes));
+  }
+  if (t != Type::kWelcome) throw ProtocolError("store " + where + ": unexpected join answer");
+  Sha256Digest server_proof;
+  answer.raw(server_proof.data(), server_proof.size(), "server proof");
+  answer.finish("welcome");
+  const Sha256Digest expected =
+      hmac_sha256(id.secret, store_wire::server_transcript(server_nonce, client_nonce));
+  if (!digests_equal(server_proof, expected)) {
+    throw ConfigError("store " + where +
+                      " could not prove it holds the run's secret (a different run's store?)");
+  }
 }
 
 void TcpStore::give_back(int fd) {

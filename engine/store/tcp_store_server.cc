@@ -2,6 +2,9 @@
 // two steps (4-byte length, then a body of exactly that length) so nothing is allocated before
 // the length is checked; waits are parked per connection and completed when their keys appear
 // or their deadline passes. A peer that breaks the protocol is cut off; nobody else notices.
+// Connections that have not joined are bounded (StoreAdmissionLimits) and, when descriptors run
+// out, shed rather than left in the backlog (which would make poll() report the listening socket
+// readable forever: a busy loop).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -72,6 +75,9 @@ struct PendingWait {
 struct Connection {
   int fd = -1;
   bool joined = false;
+  bool sent_anything = false;  // a byte arrived since the greeting (not idle: mid-handshake)
+  std::string address;         // the peer's IP address (the per-address admission limit's key)
+  double accepted_s = 0;
   std::string peer;  // "client-id@address" once joined, the address before
   store_wire::Nonce nonce{};
   double handshake_deadline_s = 0;
@@ -100,6 +106,47 @@ std::optional<std::int64_t> parse_int(const std::string& s) {
   return v;
 }
 
+// Passes at most `per_s` lines a second (a burst of as many) and counts the rest; the count
+// rides on the next line that passes, so a flood of refusals costs a few lines, not one each.
+class RateLimitedLog {
+ public:
+  // Returns the line to write (with the count of lines held back before it) or nothing.
+  std::optional<std::string> pass(const std::string& line, double now_s, double per_s) {
+    tokens_ = std::min(per_s, tokens_ + (now_s - last_s_) * per_s);
+    last_s_ = now_s;
+    if (tokens_ < 1.0) {
+      ++held_back_;
+      return std::nullopt;
+    }
+    tokens_ -= 1.0;
+    if (held_back_ == 0) return line;
+    std::string out = line + " (and " + std::to_string(held_back_) + " similar lines held back)";
+    held_back_ = 0;
+    return out;
+  }
+  // The count of lines held back since the last line that passed, once a line may pass again
+  // (or at once with `now`), so that the end of a flood is accounted for too.
+  std::optional<std::string> flush(double now_s, double per_s, bool now = false) {
+    if (held_back_ == 0 || (!now && now_s < next_flush_s(per_s))) return std::nullopt;
+    tokens_ = std::max(0.0, std::min(per_s, tokens_ + (now_s - last_s_) * per_s) - 1.0);
+    last_s_ = now_s;
+    std::string out = "store: " + std::to_string(held_back_) +
+                      " similar lines held back (peers that never joined: refused or cut off)";
+    held_back_ = 0;
+    return out;
+  }
+  // When a held-back count is due (infinity when none is).
+  double next_flush_s(double per_s) const {
+    if (held_back_ == 0) return std::numeric_limits<double>::infinity();
+    return last_s_ + std::max(0.0, 1.0 - tokens_) / per_s;
+  }
+
+ private:
+  double tokens_ = 0;
+  double last_s_ = -1e9;
+  std::uint64_t held_back_ = 0;
+};
+
 }  // namespace
 
 struct TcpStoreServer::Impl {
@@ -109,7 +156,13 @@ struct TcpStoreServer::Impl {
   std::uint16_t bound_port = 0;
   std::thread thread;
   std::atomic<bool> stopping{false};
-  std::atomic<std::uint64_t> joined{0}, refused{0}, cut_off{0}, requests{0};
+  std::atomic<std::uint64_t> joined{0}, refused{0}, cut_off{0}, requests{0}, shed{0};
+  // Kept open so that, when descriptors run out, one can be freed to accept and close a
+  // connection (the backlog drains instead of keeping the listening socket readable).
+  int reserve_fd = -1;
+  bool out_of_descriptors = false;   // logged once per episode
+  double accept_paused_until_s = 0;  // accepting waits until then (nothing could be freed)
+  RateLimitedLog unjoined_log;
 
   // Loop-thread state.
   std::map<int, Connection> connections;
@@ -121,9 +174,29 @@ struct TcpStoreServer::Impl {
   void log(const std::string& line) {
     if (options.log) options.log(line);
   }
+  void flush_unjoined_log(bool now) {
+    const auto line =
+        unjoined_log.flush(store_wire::now_s(), options.admission.log_lines_per_s, now);
+    if (line && options.log) options.log(*line);
+  }
+  // A line about a peer that never joined: rate-limited (a flood must not flood the log).
+  void log_unjoined(const std::string& line) {
+    if (!options.log) return;
+    if (auto l = unjoined_log.pass(line, store_wire::now_s(), options.admission.log_lines_per_s))
+      options.log(*l);
+  }
 
   void run();
   void accept_new();
+  // Makes room for a connection from `address` under the admission limits (closing the oldest
+  // idle unjoined one in scope); false when there is none to close.
+  bool make_room(const std::string& address);
+  // Closes the oldest idle unjoined connection (of `address`, or of any when empty); false
+  // when there is none.
+  bool shed_oldest_idle(const std::string& address, const std::string& why);
+  // accept4 failed with EMFILE/ENFILE: frees a descriptor and drains one connection, or pauses
+  // accepting. Returns whether accepting may go on now.
+  bool on_out_of_descriptors(int error);
   void on_readable(Connection& c);
   void on_frame(Connection& c);
   void handle_join(Connection& c, Reader& r);
@@ -143,13 +216,17 @@ struct TcpStoreServer::Impl {
 
 void TcpStoreServer::Impl::cut(Connection& c, const std::string& why) {
   ++cut_off;
-  log("store: cut off " + c.peer + ": " + why);
+  const std::string line = "store: cut off " + c.peer + ": " + why;
+  if (c.joined)
+    log(line);
+  else
+    log_unjoined(line);
   close_fd(c.fd);
 }
 
 void TcpStoreServer::Impl::refuse(Connection& c, const std::string& why) {
   ++refused;
-  log("store: refused " + c.peer + ": " + why);
+  log_unjoined("store: refused " + c.peer + ": " + why);
   Writer w(Type::kRefused);
   w.str(why);
   c.close_after_flush = true;
@@ -520,6 +597,7 @@ void TcpStoreServer::Impl::on_readable(Connection& c) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) close_fd(c.fd);
       return;
     }
+    c.sent_anything = true;
     if (!c.reading_body) {
       c.prefix_got += static_cast<std::size_t>(rc);
       if (c.prefix_got < 4) continue;
@@ -545,13 +623,90 @@ void TcpStoreServer::Impl::on_readable(Connection& c) {
   }
 }
 
+bool TcpStoreServer::Impl::shed_oldest_idle(const std::string& address, const std::string& why) {
+  auto oldest = connections.end();
+  for (auto it = connections.begin(); it != connections.end(); ++it) {
+    const Connection& c = it->second;
+    if (c.fd < 0 || c.joined || c.sent_anything || c.close_after_flush) continue;
+    if (!address.empty() && c.address != address) continue;
+    if (oldest == connections.end() || c.accepted_s < oldest->second.accepted_s) oldest = it;
+  }
+  if (oldest == connections.end()) return false;
+  ++shed;
+  log_unjoined("store: refused " + oldest->second.peer + ": " + why);
+  close_fd(oldest->second.fd);
+  connections.erase(oldest);  // now, so that its descriptor number can be reused at once
+  return true;
+}
+
+bool TcpStoreServer::Impl::make_room(const std::string& address) {
+  const auto& a = options.admission;
+  std::size_t unjoined = 0, from_address = 0;
+  for (const auto& [fd, c] : connections) {
+    if (c.fd < 0 || c.joined) continue;
+    ++unjoined;
+    from_address += c.address == address;
+  }
+  if (from_address >= a.max_unjoined_per_address) {
+    if (!shed_oldest_idle(address, "idle without joining, and its address is at the limit of " +
+                                       std::to_string(a.max_unjoined_per_address) +
+                                       " unjoined connections"))
+      return false;
+    --unjoined;
+  }
+  return unjoined < a.max_unjoined ||
+         shed_oldest_idle("", "idle without joining, and the store is at its limit of " +
+                                  std::to_string(a.max_unjoined) + " unjoined connections");
+}
+
+bool TcpStoreServer::Impl::on_out_of_descriptors(int error) {
+  if (!out_of_descriptors) {
+    out_of_descriptors = true;
+    log(std::string("store: out of file descriptors (") + std::strerror(error) +
+        "): shedding idle connections that have not joined, then refusing new ones");
+  }
+  if (shed_oldest_idle("", "idle without joining, and the store is out of file descriptors"))
+    return true;
+  // Nothing to shed: take one connection off the backlog with the reserve descriptor and close
+  // it, so the listening socket stops being readable for it.
+  if (reserve_fd >= 0) {
+    close_fd(reserve_fd);
+    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      ++shed;
+      log_unjoined("store: refused a connection: out of file descriptors");
+      ::close(fd);
+    }
+    reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) return true;
+  }
+  accept_paused_until_s = store_wire::now_s() + 0.1;  // the reserve is gone too: wait a little
+  return false;
+}
+
 void TcpStoreServer::Impl::accept_new() {
-  for (;;) {
+  if (store_wire::now_s() < accept_paused_until_s) return;
+  bool ran_out = false;  // in this wakeup
+  for (std::size_t n = 0; n < options.admission.max_accepts_per_wakeup; ++n) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     const int fd = ::accept4(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len,
                              SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN, or a transient error: the next poll retries
+    if (fd < 0) {
+      const int error = errno;
+      if (error == EINTR || error == ECONNABORTED) continue;
+      if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
+        ran_out = true;
+        if (on_out_of_descriptors(error)) continue;
+        return;  // paused
+      }
+      // EAGAIN: the backlog is empty. An episode of running out ends with a drained backlog.
+      if (out_of_descriptors && !ran_out && reserve_fd >= 0) {
+        out_of_descriptors = false;
+        log("store: file descriptors available again");
+      }
+      return;
+    }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Connection c;
@@ -559,13 +714,25 @@ void TcpStoreServer::Impl::accept_new() {
     char host[NI_MAXHOST] = "?", serv[NI_MAXSERV] = "?";
     ::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
                   NI_NUMERICHOST | NI_NUMERICSERV);
+    c.address = host;
     c.peer = std::string(host) + ":" + serv;
+    if (!make_room(c.address)) {
+      ++shed;
+      log_unjoined("store: refused " + c.peer + ": every unjoined connection in its scope is " +
+                   "mid-handshake (admission limits " +
+                   std::to_string(options.admission.max_unjoined_per_address) + " per address, " +
+                   std::to_string(options.admission.max_unjoined) + " in all)");
+      ::close(fd);
+      continue;
+    }
+    c.accepted_s = store_wire::now_s();
     c.nonce = store_wire::random_nonce();
-    c.handshake_deadline_s = store_wire::now_s() + options.handshake_timeout_s;
+    c.handshake_deadline_s = c.accepted_s + options.handshake_timeout_s;
     Writer hello(Type::kHello);
     hello.u32(store_wire::kMagic).u16(store_wire::kProtocolVersion);
     hello.raw(c.nonce.data(), c.nonce.size());
     auto [it, inserted] = connections.emplace(fd, std::move(c));
+    MERIDIAN_CHECK(inserted);
     reply(it->second, hello);
   }
 }
@@ -574,9 +741,13 @@ void TcpStoreServer::Impl::run() {
   std::vector<pollfd> fds;
   while (!stopping.load()) {
     fds.clear();
-    fds.push_back({listen_fd, POLLIN, 0});
+    // While accepting is paused (descriptors ran out) the listening socket is not polled: it
+    // would report the backlog readable at once, every time.
+    const bool paused = store_wire::now_s() < accept_paused_until_s;
+    fds.push_back({listen_fd, static_cast<short>(paused ? 0 : POLLIN), 0});
     fds.push_back({wake_pipe[0], POLLIN, 0});
-    double next_deadline_s = std::numeric_limits<double>::infinity();
+    double next_deadline_s =
+        paused ? accept_paused_until_s : std::numeric_limits<double>::infinity();
     for (auto& [fd, c] : connections) {
       short events = POLLRDHUP;
       if (!c.out.empty())
@@ -588,6 +759,8 @@ void TcpStoreServer::Impl::run() {
       if (c.wait) next_deadline_s = std::min(next_deadline_s, c.wait->deadline_s);
     }
     next_deadline_s = std::min(next_deadline_s, leases.next_deadline_s());
+    next_deadline_s =
+        std::min(next_deadline_s, unjoined_log.next_flush_s(options.admission.log_lines_per_s));
     int timeout_ms = -1;
     if (next_deadline_s < std::numeric_limits<double>::infinity()) {
       timeout_ms = static_cast<int>(
@@ -598,7 +771,6 @@ void TcpStoreServer::Impl::run() {
       log(std::string("store: poll failed: ") + std::strerror(errno));
       break;
     }
-    if (fds[0].revents & POLLIN) accept_new();
     for (std::size_t i = 2; i < fds.size(); ++i) {
       auto it = connections.find(fds[i].fd);
       if (it == connections.end()) continue;
@@ -624,9 +796,14 @@ void TcpStoreServer::Impl::run() {
       if (c.fd >= 0 && c.wait && now >= c.wait->deadline_s) try_complete_wait(c, true);
     }
     std::erase_if(connections, [](const auto& kv) { return kv.second.fd < 0; });
+    flush_unjoined_log(false);
+    // Accepting last: a node that answered its greeting is served before newcomers may shed it.
+    if ((fds[0].revents & POLLIN) || (paused && store_wire::now_s() >= accept_paused_until_s))
+      accept_new();
   }
   for (auto& [fd, c] : connections) close_fd(c.fd);
   connections.clear();
+  flush_unjoined_log(true);
 }
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : impl_(std::make_unique<Impl>()) {
@@ -657,7 +834,7 @@ std::uint16_t TcpStoreServer::start() {
     if (fd < 0) continue;
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 512) == 0) {
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
       impl_->listen_fd = fd;
       break;
     }
@@ -675,6 +852,7 @@ std::uint16_t TcpStoreServer::start() {
   impl_->bound_port =
       ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
                                        : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  impl_->reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (::pipe2(impl_->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw ConfigError(std::string("store server: pipe failed: ") + std::strerror(errno));
   }
@@ -692,13 +870,14 @@ void TcpStoreServer::stop() {
   close_fd(impl_->listen_fd);
   close_fd(impl_->wake_pipe[0]);
   close_fd(impl_->wake_pipe[1]);
+  close_fd(impl_->reserve_fd);
 }
 
 std::uint16_t TcpStoreServer::port() const { return impl_->bound_port; }
 
 TcpStoreServer::Stats TcpStoreServer::stats() const {
   return {impl_->joined.load(), impl_->refused.load(), impl_->cut_off.load(),
-          impl_->requests.load()};
+          impl_->requests.load(), impl_->shed.load()};
 }
 
 }  // namespace meridian

@@ -68,6 +68,11 @@ void seal_chunk(const ChunkId& id, const Codec& codec, std::span<std::byte> mess
   end_seal(message, crc32c(message.subspan(kChunkHeaderBytes), c));
 }
 
+void reseal_chunk(std::span<std::byte> message) {
+  MERIDIAN_CHECK(message.size() >= kChunkHeaderBytes);
+  end_seal(message, crc32c(message.subspan(kChunkHeaderBytes), header_crc(message)));
+}
+
 std::uint32_t check_chunk_header(std::span<const std::byte> message, const ChunkId& expected,
                                  const Codec& codec) {
   if (message.size() < kChunkHeaderBytes)

@@ -65,4 +65,8 @@ std::uint32_t check_chunk_header(std::span<const std::byte> message, const Chunk
                                  const Codec& codec);
 void verify_chunk_checksum(std::span<const std::byte> message, std::uint32_t crc);
 
+// Writes the checksum of a whole message (header and payload) again after its payload was
+// changed: fault injection (engine/fault) makes a valid chunk carry a lie with it.
+void reseal_chunk(std::span<std::byte> message);
+
 }  // namespace meridian

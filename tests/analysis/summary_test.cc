@@ -7,6 +7,9 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "analysis/events.h"
 #include "engine/error.h"
@@ -41,6 +44,27 @@ TEST(Summary, RunTotals) {
   EXPECT_EQ(s.retries, 1);
   EXPECT_EQ(s.failures, 1);
   EXPECT_EQ(s.joins, 1);
+}
+
+// The non-finite guard's events: a node that sat a step out and a receiver's blame (reported
+// twice by two shards: one line), listed by outer step.
+TEST(Summary, NonFinitePseudoGradientsAreListed) {
+  std::ifstream in(kData + "/small_run.jsonl");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string extra =
+      "{\"t\":27,\"node\":0,\"type\":\"nonfinite\",\"outer_step\":2,\"faulty\":1,"
+      "\"detected_by\":\"receiver\",\"action\":\"blame\"}\n"
+      "{\"t\":27,\"node\":0,\"type\":\"nonfinite\",\"outer_step\":2,\"faulty\":1,"
+      "\"detected_by\":\"receiver\",\"action\":\"blame\"}\n"
+      "{\"t\":9,\"node\":2,\"type\":\"nonfinite\",\"outer_step\":0,\"faulty\":2,"
+      "\"values\":1,\"elements\":8,\"detected_by\":\"self\",\"action\":\"abstain\"}\n";
+  text.insert(text.find('\n') + 1, extra);  // after the config line
+  const std::string path = ::testing::TempDir() + "/nonfinite_run.jsonl";
+  std::ofstream(path) << text;
+  const Summary s = summarize(read_events_file(path));
+  EXPECT_EQ(s.non_finite, (std::vector<std::string>{"outer step 0: node 2 sat out",
+                                                    "outer step 2: node 1 blamed by a receiver"}));
+  EXPECT_TRUE(small_run().non_finite.empty());
 }
 
 TEST(Summary, AliveTimeAndComputeUtilization) {

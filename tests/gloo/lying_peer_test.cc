@@ -1,6 +1,6 @@
 // A participant that lies during training, over real processes: DiLoCo nodes (DilocoNode over
 // the Gloo transport and the TCP store, one forked process each) where one node's ring chunks
-// claim a huge element count or carry a bad checksum (engine/transport/fault flips the bytes
+// claim a huge element count or carry a bad checksum (engine/fault flips the bytes
 // after sealing) and where that node also sends the store an oversized frame from a joined
 // connection. The honest receivers reject the chunks with ProtocolError naming the sender, the
 // mesh evicts the liar and retries the round without it, the store cuts off the connection, and
@@ -148,7 +148,10 @@ class LyingPeerTrainingTest : public ::testing::Test {
   // One DiLoCo node (in a forked process) over Gloo; the liar corrupts its first ring message
   // of each of its first `lying_epochs` epochs (a huge element count, then bad checksums) and,
   // with `store_lie`, sends the store an oversized frame before it starts.
-  NodeOutcome run_node(int rank, int lying_epochs, bool store_lie, std::int64_t outer_steps) {
+  // With `nan`, the liar's chunks are instead valid (good checksums) and carry NaN: a node that
+  // skipped its own non-finite guard.
+  NodeOutcome run_node(int rank, int lying_epochs, bool store_lie, std::int64_t outer_steps,
+                       bool nan = false) {
     const std::int64_t id = rank + 1;
     auto store = store_client(port_, "node" + std::to_string(id));
     GlooTransportFactory gloo(*store);
@@ -157,7 +160,9 @@ class LyingPeerTrainingTest : public ::testing::Test {
     FaultyTransportFactory transports(gloo, runtime, [&](const EpochSpec&) {
       FaultOptions lie;
       const int n = ++epochs;
-      if (rank == kLiar && n <= lying_epochs) {
+      if (rank == kLiar && n <= lying_epochs && nan) {
+        lie.nan_from_message = 1;
+      } else if (rank == kLiar && n <= lying_epochs) {
         lie.flip_byte_at_message = 1;
         lie.flip_byte_offset = n == 1 ? kCountTopByte : kPayloadByte;
       }
@@ -201,7 +206,29 @@ class LyingPeerTrainingTest : public ::testing::Test {
       if (f.find("\"failed\":" + std::to_string(kLiar + 1)) != std::string::npos)
         store->set("removed_by/" + std::to_string(kLiar + 1), f);
     }
+    for (const Event& e : out.events)
+      if (e.type == "nonfinite") store->set("nonfinite/" + std::to_string(id), e.fields.str());
     return out;
+  }
+
+  // In the rank's process: the liar was evicted before applying any outer step; the others
+  // retried outer step 0 once without it and applied every step with 2 participants.
+  // Returns the rank's exit code (kRankOk when all holds).
+  static RankExit expect_liar_evicted_at_once(int rank, const NodeOutcome& n,
+                                              std::int64_t outer_steps) {
+    if (rank == kLiar) {
+      MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kEvicted);
+      MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == 0);
+      return kRankOk;
+    }
+    MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kFinished);
+    MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == outer_steps);
+    MERIDIAN_RANK_EXPECT(count(n, "retry") == 1);
+    MERIDIAN_RANK_EXPECT(count(n, "fallback") == 0);
+    for (const Event& e : n.events)
+      if (e.type == "outer_step")
+        MERIDIAN_RANK_EXPECT(e.fields.str().find("\"participants\":2") != std::string::npos);
+    return kRankOk;
   }
 
   static std::size_t count(const NodeOutcome& n, const std::string& type) {
@@ -225,18 +252,8 @@ TEST_F(LyingPeerTrainingTest, ALiarIsCutOffAndTheHonestNodesFinishEveryOuterStep
   const std::int64_t outer_steps = 3;
   const auto pids = fork_ranks(kNodes, [&](int rank) {
     const NodeOutcome n = run_node(rank, 1000, true, outer_steps);
-    if (rank == kLiar) {
-      MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kEvicted);
-      MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == 0);
-    } else {
-      MERIDIAN_RANK_EXPECT(n.result.exit == NodeExit::kFinished);
-      MERIDIAN_RANK_EXPECT(n.result.outer_steps_applied == outer_steps);
-      MERIDIAN_RANK_EXPECT(count(n, "retry") == 1);
-      MERIDIAN_RANK_EXPECT(count(n, "fallback") == 0);
-      for (const Event& e : n.events)
-        if (e.type == "outer_step")
-          MERIDIAN_RANK_EXPECT(e.fields.str().find("\"participants\":2") != std::string::npos);
-    }
+    if (const RankExit bad = expect_liar_evicted_at_once(rank, n, outer_steps); bad != kRankOk)
+      return bad;
     MERIDIAN_RANK_EXPECT(max_rss_kib() < kMaxRssKib);
     return kRankOk;
   });
@@ -250,6 +267,27 @@ TEST_F(LyingPeerTrainingTest, ALiarIsCutOffAndTheHonestNodesFinishEveryOuterStep
   bool logged = false;
   for (const auto& line : log_) logged = logged || line.find("frame claims") != std::string::npos;
   EXPECT_TRUE(logged) << "the store's log names the oversized frame";
+}
+
+// The liar sends NaN in valid chunks (what a node without the non-finite guard sends). Its
+// successor's ring finds the non-finite sum (NonFiniteError naming the liar), reports it (event
+// `nonfinite`, detected by the receiver) and blames it; the coordinator evicts it and retries
+// outer step 0 without it, and the honest nodes finish every step together on finite values.
+TEST_F(LyingPeerTrainingTest, APeerSendingNaNAnywayIsEvictedAndTheOthersFinish) {
+  const std::int64_t outer_steps = 3;
+  const auto pids = fork_ranks(kNodes, [&](int rank) {
+    const NodeOutcome n = run_node(rank, 1000, false, outer_steps, true);
+    return expect_liar_evicted_at_once(rank, n, outer_steps);
+  });
+  EXPECT_EQ(wait_all(pids), std::vector<int>(kNodes, kRankOk));
+  auto store = store_client(port_, "parent");
+  EXPECT_EQ(store->get("crc/1", kTimeoutS), store->get("crc/2", kTimeoutS));
+  EXPECT_NE(store->get("removed_by/3", kTimeoutS).find("protocol"), std::string::npos);
+  const auto reports = store->read_prefix("nonfinite/");
+  ASSERT_EQ(reports.size(), 1u);  // the liar's successor, once
+  EXPECT_NE(reports[0].first, "nonfinite/3");
+  EXPECT_NE(reports[0].second.find("\"faulty\":3"), std::string::npos) << reports[0].second;
+  EXPECT_NE(reports[0].second.find("\"detected_by\":\"receiver\""), std::string::npos);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "tests/mesh/cluster_harness.h"
 
@@ -10,15 +11,19 @@ namespace meridian::testing {
 namespace {
 
 // The reference: W nodes with ids 1..W, no faults, dyadic lr and momentum so that every value
-// is exact in fp32 and the summation order of the ring cannot matter.
-std::map<std::int64_t, std::vector<double>> reference(const ClusterOptions& o) {
-  const int w = o.initial;
+// is exact in fp32 and the summation order of the ring cannot matter. `sits_out`: outer step ->
+// the node whose pseudo-gradient is left out of it (the others average without it).
+std::map<std::int64_t, std::vector<double>> reference(
+    const ClusterOptions& o, const std::map<std::int64_t, std::int64_t>& sits_out = {}) {
   std::vector<double> theta(o.params), buf(o.params, 0.0);
   for (std::uint64_t i = 0; i < o.params; ++i) theta[i] = static_cast<double>(i);
   std::map<std::int64_t, std::vector<double>> out;
   for (std::int64_t s = 0; s < o.outer_steps; ++s) {
     std::vector<double> g(o.params, 0.0);
-    for (std::int64_t id = 1; id <= w; ++id) {
+    const auto absent = sits_out.find(s);
+    const int w = o.initial - (absent != sits_out.end() ? 1 : 0);
+    for (std::int64_t id = 1; id <= o.initial; ++id) {
+      if (absent != sits_out.end() && absent->second == id) continue;
       for (std::uint64_t i = 0; i < o.params; ++i) {
         double delta = 0;  // theta - local = sum of this outer step's inner updates
         for (int k = 1; k <= o.inner_steps; ++k) {
@@ -216,6 +221,53 @@ TEST(Diloco, ARunResumedFromAnOuterStepBoundaryIsBitIdentical) {
   Cluster wrong(no_momentum);
   wrong.run_and_check();
   EXPECT_NE(wrong.steps().at(kDone).at(1).params, ref.at(kDone).at(1).params);
+}
+
+// The non-finite guard: node 3's inner worker produces NaN in the last inner step of outer step
+// 2. Node 3 reports itself (event `nonfinite`) and sits the step out: the round is retried with
+// it in the record's `abstain` list, it contributes zeros, and the others divide by 4, not 5. The
+// run finishes with every node (node 3 included) agreeing bit for bit on finite parameters
+// that equal the reference without node 3's share of step 2.
+TEST(Diloco, ANodeWithANonFinitePseudoGradientSitsTheStepOut) {
+  ClusterOptions o = exact_options();
+  o.initial = 5;  // 4 contributors in the faulty step: dividing by 4 stays exact
+  o.outer_steps = 5;
+  const std::int64_t faulty = 3, bad_step = 2;
+  o.on_launch = [&](std::int64_t id, SyntheticWorker& w) {
+    if (id != faulty) return;
+    w.set_after_inner([&w, &o] {
+      if (w.inner_steps_done() == (bad_step + 1) * o.inner_steps)
+        w.parameters()[5] = std::numeric_limits<float>::quiet_NaN();
+    });
+  };
+  Cluster c(o);
+  c.run_and_check();  // every node finished; bit-identical parameters and momentum every step
+  const auto ref = reference(o, {{bad_step, faulty}});
+  for (const auto& [step, by_node] : c.steps()) {
+    ASSERT_EQ(by_node.size(), 5u) << "step " << step;  // node 3 stayed a member
+    for (std::uint64_t i = 0; i < o.params; ++i) {
+      const float p = by_node.begin()->second.params[i];
+      ASSERT_TRUE(std::isfinite(p)) << "step " << step << " element " << i;
+      // 1/5 is not exact in fp32: bounded error in the steps all five contribute to.
+      EXPECT_NEAR(p, ref.at(step)[i], 1e-4 * (1 + std::abs(ref.at(step)[i])))
+          << "step " << step << " element " << i;
+    }
+  }
+  const auto reports = c.all_of_type("nonfinite");
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].node, faulty);
+  const std::string f = reports[0].fields.str();
+  EXPECT_NE(f.find("\"outer_step\":2"), std::string::npos) << f;
+  EXPECT_NE(f.find("\"values\":1"), std::string::npos) << f;
+  EXPECT_NE(f.find("\"action\":\"abstain\""), std::string::npos) << f;
+  // One retry of step 2 on every node, and that step's outer_step events count 4 contributors.
+  EXPECT_EQ(c.all_of_type("retry").size(), 5u);
+  for (const Event& e : c.all_of_type("outer_step")) {
+    const std::string g = e.fields.str();
+    const bool faulty_step = g.find("\"outer_step\":2,") != std::string::npos;
+    EXPECT_NE(g.find(faulty_step ? "\"contributors\":4" : "\"contributors\":5"), std::string::npos)
+        << g;
+  }
 }
 
 TEST(Diloco, SingleNodeRunsAlone) {
