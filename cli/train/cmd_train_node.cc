@@ -154,28 +154,18 @@ void write_atomically(const std::string& path, const std::string& text) {
 }
 
 // Passes inner steps through and keeps the last loss and the tokens, for the progress line.
-class ProgressWorker final : public InnerWorker {
+class ProgressWorker final : public ForwardingWorker {
  public:
-  explicit ProgressWorker(trainer::TorchWorker& w) : w_(w) {}
+  explicit ProgressWorker(trainer::TorchWorker& w) : ForwardingWorker(w) {}
   InnerStepsResult run_inner_steps(int steps) override {
-    const auto r = w_.run_inner_steps(steps);
+    const auto r = ForwardingWorker::run_inner_steps(steps);
     loss = r.loss;
     tokens += r.tokens;
     return r;
   }
-  std::uint64_t parameter_count() const override { return w_.parameter_count(); }
-  std::span<float> parameters() override { return w_.parameters(); }
-  void parameters_updated() override { w_.parameters_updated(); }
-  std::vector<std::uint64_t> bucket_boundaries() const override { return w_.bucket_boundaries(); }
-  std::vector<StateSection> state_sections() override { return w_.state_sections(); }
-  std::string progress() const override { return w_.progress(); }
-  void restore_progress(const std::string& p) override { w_.restore_progress(p); }
 
   std::atomic<double> loss{0.0};
   std::atomic<std::int64_t> tokens{0};
-
- private:
-  trainer::TorchWorker& w_;
 };
 
 // Fault injection for tests (--fault-pause-at-message): counts this process's outgoing messages
@@ -193,28 +183,21 @@ class PausingFactory final : public TransportFactory {
   }
 
  private:
-  class Pausing final : public Transport {
+  class Pausing final : public ForwardingTransport {
    public:
-    Pausing(std::unique_ptr<Transport> t, PausingFactory& f) : t_(std::move(t)), f_(f) {}
-    int rank() const override { return t_->rank(); }
-    int size() const override { return t_->size(); }
-    std::uint64_t epoch() const override { return t_->epoch(); }
+    Pausing(std::unique_ptr<Transport> t, PausingFactory& f)
+        : ForwardingTransport(std::move(t)), f_(f) {}
     void send(int to, Tag tag, Payload msg, double timeout_s) override {
       f_.count();
-      t_->send(to, tag, msg, timeout_s);
-    }
-    Received recv(int from, Tag tag, std::span<std::byte> into, double timeout_s) override {
-      return t_->recv(from, tag, into, timeout_s);
+      ForwardingTransport::send(to, tag, msg, timeout_s);
     }
     std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
                                                     std::span<std::byte> into, Tag tag) override {
       f_.count();
-      return t_->start_exchange(to, out, from, into, tag);
+      return ForwardingTransport::start_exchange(to, out, from, into, tag);
     }
-    void abort() override { t_->abort(); }
 
    private:
-    std::unique_ptr<Transport> t_;
     PausingFactory& f_;
   };
 
