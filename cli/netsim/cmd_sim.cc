@@ -1,12 +1,16 @@
 // `meridian sim SCENARIO.yaml`: runs a scenario on the SimGrid model and writes
 // DIR/events.jsonl and DIR/summary.json; progress on stderr, a summary table on stdout.
 // Not a sweep driver: one scenario, one run per invocation.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "analysis/ensemble.h"
 #include "analysis/events.h"
@@ -29,7 +33,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: meridian sim SCENARIO.yaml [--out DIR] [--force] [--seed N | --seeds LIST]\n"
-    "                    [--no-plots] [--set key.path=value ...] [--simgrid-log L]\n"
+    "                    [--no-plots] [--jobs N] [--set key.path=value ...] [--simgrid-log L]\n"
     "  Simulates the scenario (SimGrid network model, modelled compute, churn trace);\n"
     "  with `worker: torch` every node also trains a real LibTorch model (emulation).\n"
     "  --out DIR      output folder (default: the scenario's output.dir, else runs/<name>)\n"
@@ -43,6 +47,8 @@ constexpr const char* kUsage =
     "                 in DIR/plots (`meridian plot DIR`: box plots across the seeds, the\n"
     "                 per-outer-step all-reduce band)\n"
     "  --no-plots     with --seeds: no figures (then gnuplot is not needed)\n"
+    "  --jobs N       with --seeds: seeds run N at a time (default: one per CPU); the ensemble\n"
+    "                 is the same for any N\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
     "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
     "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
@@ -51,7 +57,8 @@ constexpr const char* kUsage =
 // DIR/seed-<N> with the same settings, then the distributions across them (analysis/ensemble.h).
 int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds,
                  const std::vector<std::string>& overrides, const std::string& out, bool force,
-                 bool plots, const std::string& simgrid_log, const std::vector<std::string>& args) {
+                 bool plots, const std::string& simgrid_log, int jobs,
+                 const std::vector<std::string>& args) {
   const analysis::PlotOptions plot_options;
   try {
     if (plots) analysis::find_gnuplot(plot_options.gnuplot);  // before the seeds run
@@ -64,34 +71,54 @@ int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds
   const analysis::SweepRunner runner = analysis::self_runner();
   InterruptScope interrupt;
   ProgressLine progress;
-  std::vector<analysis::EnsembleRun> runs;
-  for (std::size_t k = 0; k < seeds.size() && !InterruptScope::received(); ++k) {
-    const std::string name = "seed-" + std::to_string(seeds[k]);
-    const std::filesystem::path dir = std::filesystem::path(out) / name;
-    progress.update(double(k) / seeds.size(),
-                    "seed " + std::to_string(seeds[k]) + " (" + std::to_string(k + 1) + "/" +
-                        std::to_string(seeds.size()) + ")",
-                    true);
-    std::vector<std::string> child = {"sim",
-                                      path,
-                                      "--out",
-                                      dir.string(),
-                                      "--force",
-                                      "--seed",
-                                      std::to_string(seeds[k]),
-                                      "--simgrid-log",
-                                      simgrid_log};
-    for (const std::string& o : overrides) child.insert(child.end(), {"--set", o});
-    const int rc = runner(child, (std::filesystem::path(out) / (name + ".log")).string());
-    analysis::EnsembleRun run{seeds[k], name, std::nullopt};
-    if (rc == 0)
-      run.summary =
-          analysis::summarize(analysis::read_events_file((dir / "events.jsonl").string()));
-    else {
-      progress.clear();
-      std::cerr << "meridian sim: seed " << seeds[k] << " failed (exit " << rc << "), see "
-                << (std::filesystem::path(out) / (name + ".log")).string() << "\n";
+  // Up to `jobs` children at once; each seed's run is the same whatever runs beside it, and the
+  // runs are listed in seed-list order, so the ensemble does not depend on `jobs`.
+  std::vector<int> codes(seeds.size(), -1);  // -1: not run (interrupted)
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;  // guards the progress line, `done` and stderr
+  std::size_t done = 0;
+  const auto work = [&] {
+    for (std::size_t k; (k = next++) < seeds.size() && !InterruptScope::received();) {
+      const std::string name = "seed-" + std::to_string(seeds[k]);
+      std::vector<std::string> child = {"sim",
+                                        path,
+                                        "--out",
+                                        (std::filesystem::path(out) / name).string(),
+                                        "--force",
+                                        "--seed",
+                                        std::to_string(seeds[k]),
+                                        "--simgrid-log",
+                                        simgrid_log};
+      for (const std::string& o : overrides) child.insert(child.end(), {"--set", o});
+      codes[k] = runner(child, (std::filesystem::path(out) / (name + ".log")).string());
+      std::lock_guard<std::mutex> lock(mu);
+      ++done;
+      if (codes[k] != 0) {
+        progress.clear();
+        std::cerr << "meridian sim: seed " << seeds[k] << " failed (exit " << codes[k] << "), see "
+                  << (std::filesystem::path(out) / (name + ".log")).string() << "\n";
+      }
+      progress.update(double(done) / seeds.size(),
+                      std::to_string(done) + " of " + std::to_string(seeds.size()) + " seeds (" +
+                          std::to_string(jobs) + " at a time)",
+                      true);
     }
+  };
+  progress.update(0.0, "0 of " + std::to_string(seeds.size()) + " seeds", true);
+  {
+    std::vector<std::thread> workers;
+    for (int j = 1; j < jobs; ++j) workers.emplace_back(work);
+    work();
+    for (std::thread& t : workers) t.join();
+  }
+  std::vector<analysis::EnsembleRun> runs;
+  for (std::size_t k = 0; k < seeds.size(); ++k) {
+    if (codes[k] < 0) continue;  // never started
+    const std::string name = "seed-" + std::to_string(seeds[k]);
+    analysis::EnsembleRun run{seeds[k], name, std::nullopt};
+    if (codes[k] == 0)
+      run.summary = analysis::summarize(analysis::read_events_file(
+          (std::filesystem::path(out) / name / "events.jsonl").string()));
     runs.push_back(std::move(run));
   }
   progress.finish();
@@ -122,6 +149,7 @@ int run_sim(const std::vector<std::string>& args) {
   std::string simgrid_log = "critical";
   std::string seeds_text;
   bool force = false, plots = true;
+  int jobs = 0;  // --jobs; 0: the default
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -139,6 +167,8 @@ int run_sim(const std::vector<std::string>& args) {
       force = true;
     else if (a == "--no-plots")
       plots = false;
+    else if (a == "--jobs")
+      jobs = static_cast<int>(opt::integer_in("--jobs", value(), 1, 256));
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
@@ -161,10 +191,14 @@ int run_sim(const std::vector<std::string>& args) {
     const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", seeds_text);
     for (const std::string& o : overrides)
       if (o.rfind("run.seed=", 0) == 0) throw ConfigError("--seeds and --seed: give one of them");
+    if (jobs == 0)  // default: one child per CPU, no more than there are seeds
+      jobs = static_cast<int>(std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1,
+                                                       seeds.size()));
     return run_ensemble(path, seeds, overrides, out.empty() ? sc.output_dir + "-seeds" : out, force,
-                        plots, simgrid_log, args);
+                        plots, simgrid_log, jobs, args);
   }
   if (!plots) throw ConfigError("--no-plots: only with --seeds (a single run draws no figures)");
+  if (jobs != 0) throw ConfigError("--jobs: only with --seeds (a single run is one process)");
   if (out.empty()) out = sc.output_dir;
   claim_run_folder(out, force);  // before any work: never over another run unless --force
   // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the

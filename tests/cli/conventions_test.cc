@@ -224,7 +224,8 @@ TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
   EXPECT_TRUE(fs::exists(dir_ / "e1" / "plots" / "ensemble_box.png"));
   EXPECT_TRUE(fs::exists(dir_ / "e1" / "plots" / "ensemble_allreduce_steps.png"));
 
-  const Ran second = meridian("sim ens.yaml --seeds=1-3 --out e2 --no-plots");
+  // Three at a time (the first ran one per CPU): the same ensemble.
+  const Ran second = meridian("sim ens.yaml --seeds=1-3 --out e2 --no-plots --jobs=3");
   ASSERT_EQ(second.rc, 0) << second.err;
   EXPECT_FALSE(fs::exists(dir_ / "e2" / "plots"));
   // Everything but the command line (which names the other folder) is the same.
@@ -263,6 +264,12 @@ TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
   const Ran bad = meridian("sim ens.yaml --seeds 3-1 --out e3");
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--seeds: range '3-1' runs backwards"), std::string::npos) << bad.err;
+  const Ran one = meridian("sim ens.yaml --out e4 --jobs 2");
+  EXPECT_EQ(one.rc, 2);
+  EXPECT_NE(one.err.find("--jobs: only with --seeds"), std::string::npos) << one.err;
+  const Ran zero = meridian("sim ens.yaml --seeds 1-2 --out e5 --jobs 0");
+  EXPECT_EQ(zero.rc, 2);
+  EXPECT_NE(zero.err.find("--jobs"), std::string::npos) << zero.err;
 }
 
 TEST_F(CliTest, FinetuneRefusesAFolderThatHoldsARunBeforeTraining) {
