@@ -196,7 +196,10 @@ TEST(Diloco, ARunResumedFromAnOuterStepBoundaryIsBitIdentical) {
     const StepRecord& at = ref.at(kDone - 1).at(id);
     std::copy(at.params.begin(), at.params.end(), w.parameters().begin());
     w.restore_progress("step=" + std::to_string(kDone * o.inner_steps));
-    for (float& m : w.state_sections()[0].values) m = static_cast<float>(kDone * o.inner_steps);
+    // The sections vector must outlive the loop (a range-for over a member of a temporary
+    // reads freed memory: ThreadSanitizer found it).
+    const std::vector<StateSection> sections = w.state_sections();
+    for (float& m : sections[0].values) m = static_cast<float>(kDone * o.inner_steps);
   };
   r.resume_momentum = [&](std::int64_t id) { return ref.at(kDone - 1).at(id).momentum; };
   Cluster resumed(r);
