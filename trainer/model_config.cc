@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <ios>
 #include <set>
 #include <sstream>
 
@@ -149,6 +150,13 @@ void validate(const ModelConfig& m, const std::string& where) {
 }
 
 TrainerConfig load_trainer_config(const std::string& path) {
+  // A path with a NUL byte would name a shorter one (the configs folder itself: found by the
+  // run_config fuzz target); a folder or a device is no config file either.
+  if (path.find('\0') != std::string::npos)
+    throw ConfigError("trainer config path: contains a NUL byte");
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error))
+    throw ConfigError(path + ": cannot open the trainer config file (not a regular file)");
   YAML::Node root;
   try {
     root = YAML::LoadFile(path);
@@ -156,6 +164,8 @@ TrainerConfig load_trainer_config(const std::string& path) {
     throw ConfigError(path + ": cannot open the trainer config file");
   } catch (const YAML::Exception& e) {
     throw ConfigError(path + ": not valid YAML: " + e.what());
+  } catch (const std::ios_base::failure& e) {
+    throw ConfigError(path + ": cannot read the trainer config file: " + e.what());
   }
   if (!root.IsMap()) throw ConfigError(path + ": expected a map with 'model' and 'train'");
   TrainerConfig c;
@@ -178,6 +188,8 @@ std::string yaml_key(const YAML::Node& key, const std::string& where) {
 std::string config_dir() { return MERIDIAN_TRAINER_CONFIG_DIR; }
 
 TrainerConfig load_named_config(const std::string& name_or_path) {
+  if (name_or_path.find('\0') != std::string::npos)
+    throw ConfigError("model config name: contains a NUL byte");
   if (name_or_path.size() > 5 && name_or_path.ends_with(".yaml"))
     return load_trainer_config(name_or_path);
   const auto path = std::filesystem::path(config_dir()) / (name_or_path + ".yaml");

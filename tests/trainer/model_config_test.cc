@@ -116,5 +116,22 @@ TEST(ModelConfig, MissingNamedConfigListsTheAvailableOnes) {
   }
 }
 
+// Found by the run_config fuzz target: a name with a NUL byte named the configs folder itself,
+// and reading a folder escaped as std::ios_base::failure. Both are ConfigErrors now.
+TEST(ModelConfig, ANameWithANulByteOrAFolderIsAConfigError) {
+  const auto message = [](auto load) {
+    try {
+      load();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no ConfigError");
+  };
+  EXPECT_NE(message([] { load_named_config(std::string("tiny\0x", 6)); }).find("NUL byte"),
+            std::string::npos);
+  EXPECT_NE(message([] { load_trainer_config(config_dir()); }).find("not a regular file"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace meridian::trainer
