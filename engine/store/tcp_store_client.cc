@@ -4,9 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <thread>
 
 #include "engine/error.h"
 #include "engine/store/tcp_store.h"
@@ -52,23 +50,8 @@ int TcpStore::take_connection() {
   // may start before the store's process, in any order), and when a store shedding load
   // (StoreAdmissionLimits) closes the connection before its welcome.
   const double deadline_s = store_wire::now_s() + options_.connect_timeout_s;
-  double backoff_s = 0.01;
-  for (;;) {
-    int fd = -1;
-    try {
-      fd = store_wire::dial_once(options_.host, options_.port, deadline_s);
-      join(fd, deadline_s);
-      return fd;
-    } catch (const PeerLostError&) {
-      if (fd >= 0) ::close(fd);
-      if (store_wire::now_s() + backoff_s >= deadline_s) throw;
-      std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
-      backoff_s = std::min(backoff_s * 2, 0.5);
-    } catch (...) {
-      if (fd >= 0) ::close(fd);
-      throw;
-    }
-  }
+  return store_wire::dial(options_.host, options_.port, deadline_s,
+                          [&](int fd) { join(fd, deadline_s); });
 }
 
 void TcpStore::join(int fd, double deadline_s) {

@@ -233,15 +233,23 @@ int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
   return fd;
 }
 
-int dial(const std::string& host, std::uint16_t port, double deadline_s) {
+int dial(const std::string& host, std::uint16_t port, double deadline_s,
+         const std::function<void(int fd)>& handshake) {
   double backoff_s = 0.01;
   for (;;) {
+    int fd = -1;
     try {
-      return dial_once(host, port, deadline_s);
-    } catch (const PeerLostError& e) {
+      fd = dial_once(host, port, deadline_s);
+      if (handshake) handshake(fd);
+      return fd;
+    } catch (const PeerLostError&) {
+      if (fd >= 0) ::close(fd);
       if (now_s() + backoff_s >= deadline_s) throw;
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
       backoff_s = std::min(backoff_s * 2, 0.5);
+    } catch (...) {
+      if (fd >= 0) ::close(fd);
+      throw;
     }
   }
 }

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -104,9 +105,12 @@ void wait_ready(int fd, short events, double deadline_s, const char* doing);
 // One connection attempt to host:port (non-blocking connect + poll, TCP_NODELAY set); returns
 // the socket, or PeerLostError naming host:port and the OS error.
 int dial_once(const std::string& host, std::uint16_t port, double deadline_s);
-// dial_once, retrying while the server is refused or unreachable
-// until the deadline (nodes may start before the store); PeerLostError naming host:port then.
-int dial(const std::string& host, std::uint16_t port, double deadline_s);
+// dial_once then `handshake(fd)` (none when empty), the pair retried with backoff while either
+// throws PeerLostError (a server not up yet, refused or unreachable: nodes may start before the
+// store; or one that closes the connection before its welcome) until the deadline, when the
+// last PeerLostError is rethrown. Any other error closes the socket and propagates at once.
+int dial(const std::string& host, std::uint16_t port, double deadline_s,
+         const std::function<void(int fd)>& handshake = {});
 void send_all(int fd, std::string_view data, double deadline_s);
 // Reads one frame body whose length must lie in [1, max_body_bytes] (else ProtocolError,
 // before allocating).
