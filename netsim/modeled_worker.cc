@@ -27,7 +27,7 @@ ModeledWorker::ModeledWorker(const Scenario& sc, Runtime& runtime,
       boundaries_(scenario_buckets(sc)),
       // The engine ships the outer parameters and the outer momentum itself (two copies); the
       // worker's sections are the rest of `state_copies` (AdamW m and v by default).
-      extra_state_copies_(std::max(0, sc.diloco.state_copies - 2)) {}
+      extra_state_copies_(std::max(0, sc.recovery.state_copies - 2)) {}
 
 InnerStepsResult ModeledWorker::run_inner_steps(int steps) {
   const double t0 = runtime_.now_s();

@@ -108,7 +108,6 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc, int connections_per_
 
   if (!sc.network.platform_xml.empty()) {
     std::filesystem::path xml = sc.network.platform_xml;
-    if (xml.is_relative() && !sc.base_dir.empty()) xml = std::filesystem::path(sc.base_dir) / xml;
     if (!std::filesystem::exists(xml))
       throw ConfigError(sc.file + ": key 'network.platform_xml': file '" + xml.string() +
                         "' does not exist");

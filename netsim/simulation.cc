@@ -378,6 +378,7 @@ struct World {
   std::exception_ptr error;  // first unexpected error of any actor
   int initial_world = 0;     // nodes running at t = 0
   WorkerPlugin plugin;       // makes the engine driver's workers (default: ModeledWorker)
+  NodeFactory make_node;     // builds each node (cli/compose)
 
   void emit(std::int64_t node, const char* type, JsonObject f) {
     sink.emit(Event{sg4::Engine::get_clock(), node, type, std::move(f)});
@@ -440,7 +441,7 @@ bool run_allreduce(World& w, const std::vector<std::unique_ptr<Transport>>& ring
 void serve_recovery(World& w, std::int64_t me, std::int64_t joiner, std::uint64_t rep,
                     std::uint64_t from_byte) {
   auto t = w.net.connect({rep, 0, {me, joiner}, w.sc.diloco.timeout_s});
-  const std::uint64_t chunk = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
+  const std::uint64_t chunk = w.sc.recovery.chunk_bytes * w.lane_scale;
   try {
     for (std::uint64_t off = from_byte; off < w.recovery_bytes; off += chunk) {
       const std::uint64_t n = std::min(chunk, w.recovery_bytes - off);
@@ -562,7 +563,7 @@ void member_loop(World& w, std::int64_t me, SimRuntime& rt, ModeledWorker& worke
       rt.compute_s(w.sc.diloco.checkpoint_s);
       JsonObject f;
       f.add("outer_step", k)
-          .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
+          .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.recovery.state_copies)
           .add("elapsed_s", rt.now_s() - t_ck);
       w.emit(me, "checkpoint", f);
     }
@@ -607,7 +608,7 @@ void node_main(World& w, std::int64_t me, int slot, bool initial) {
     }
     const double t0 = rt.now_s();
     auto t = w.net.connect({a.recovery_epoch, 1, {a.source, me}, w.sc.diloco.timeout_s});
-    const std::uint64_t chunk = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
+    const std::uint64_t chunk = w.sc.recovery.chunk_bytes * w.lane_scale;
     try {
       for (std::uint64_t off = a.done_bytes; off < w.recovery_bytes; off += chunk) {
         Received r =
@@ -660,32 +661,19 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
                            : std::make_unique<ModeledWorker>(w.sc, rt, w.speed[slot]);
   InnerWorker& worker = *owned_worker;
   auto store = w.store->client(w.pf.hosts[slot]);
-  DilocoOptions o;
-  o.inner_steps = w.sc.diloco.H;
-  o.outer_steps = w.sc.outer_steps();
+  DilocoOptions o = config::diloco_options(w.sc, config::Mode::kSimulate);
+  // What only the simulator knows: the wire codec it resolved, the L local ranks folded into
+  // one ring when aggregated (L× chunks), the host's name for node_started, the initial world.
   o.codec = w.codec;
   o.local_ranks = w.lanes;
-  o.allreduce_timeout_s = w.sc.diloco.timeout_s;
-  o.max_chunk_bytes = w.sc.diloco.max_chunk_bytes * w.lane_scale;
-  o.recovery.chunk_bytes = w.sc.diloco.recovery_chunk_bytes * w.lane_scale;
+  o.max_chunk_bytes *= w.lane_scale;
+  o.recovery.chunk_bytes *= w.lane_scale;
   // A source serves its joiners only after the outer step's blocking checkpoint (below, in
   // on_outer_step), while a joiner asks as soon as the record names it: the first reply can come
   // checkpoint_s late on top of any transfer's own bound.
-  o.recovery.timeout_s = w.sc.diloco.timeout_s + std::max(0.0, w.sc.diloco.checkpoint_s);
-  o.mesh.heartbeat_interval_s = w.sc.diloco.heartbeat_s;
-  o.mesh.dead_after_s = w.sc.diloco.dead_after_s;
-  o.mesh.max_retries = w.sc.diloco.retries;
+  o.recovery.timeout_s += std::max(0.0, w.sc.diloco.checkpoint_s);
   o.mesh.initial_world = initial_world;
-  o.mesh.outer_steps = w.sc.outer_steps();
-  o.mesh.host = w.pf.names[slot];  // node_started names the host, as the netsim driver's does
-  // A joiner waits for the next boundary however long the outer step is (the engine's 600 s
-  // default is shorter than one INTELLECT-1 outer step, ~2,900 s: joiners would give up).
-  o.mesh.admission_timeout_s = kForever;
-  // Likewise for the next record: a joiner named in a round recovers (163 GB at 0.5-4 Gb/s:
-  // 10-40 minutes) and then computes that round's inner steps, and the round's record waits for
-  // its report; members that reported early would give up after the engine's 600 s default.
-  o.mesh.round_timeout_s = kForever;
-  o.phantom_outer_opt_s = w.sc.diloco.outer_opt_s;
+  o.mesh.host = w.pf.names[slot];
   // After every applied outer step: progress for step-based churn, then the blocking checkpoint
   // as in the netsim driver (before the next inner steps).
   o.on_outer_step = [&w, &rt, &worker, &ctx, me](const OuterStepView& v) {
@@ -696,12 +684,12 @@ void engine_node_main(World& w, std::int64_t me, int slot, bool initial, int ini
     rt.compute_s(w.sc.diloco.checkpoint_s);
     JsonObject f;
     f.add("outer_step", v.outer_step)
-        .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.diloco.state_copies)
+        .add("bytes", std::uint64_t(worker.parameter_count()) * 4 * w.sc.recovery.state_copies)
         .add("elapsed_s", rt.now_s() - t_ck);
     w.emit(me, "checkpoint", f);
   };
-  DilocoNode node(worker, *store, w.net, rt, w.sink, o);
-  node.run(initial, me);
+  const std::unique_ptr<DilocoNode> node = w.make_node({worker, *store, w.net, rt, w.sink}, o);
+  node->run(initial, me);
 }
 
 std::int64_t start_node(World& w, int slot, bool initial) {
@@ -783,17 +771,17 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
         if (g.start) running.insert(slots[i]);
   }
   ChurnTrace trace;
-  if (!sc.churn_trace.empty()) {
-    std::filesystem::path p = sc.churn_trace;
-    if (p.is_relative() && !sc.base_dir.empty()) p = std::filesystem::path(sc.base_dir) / p;
-    trace = load_churn(p.string(), slots, running);
-  }
+  // churn.trace is resolved against the run file's folder by its reader.
+  if (!sc.churn_trace.empty()) trace = load_churn(sc.churn_trace, slots, running);
   const CodecId codec = parse_codec(sc.diloco.codec);
   const bool engine_driver = sc.run.driver == "engine";
   if (sc.worker != options.worker.kind)
     throw ConfigError(sc.file + ": key 'worker': '" + sc.worker +
                       "' needs its worker plugin (netsim::resolve_worker), got '" +
                       options.worker.kind + "'");
+  if (!options.make_node)
+    throw Error("netsim::run_simulation: SimOptions::make_node is not set "
+                "(compose::simulation_options sets it)");
   if (options.worker.make_worker && !engine_driver)
     throw ConfigError(sc.file + ": key 'run.driver': expected engine with worker: " + sc.worker);
 
@@ -818,6 +806,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   w.net.set_wan(wan);
   w.codec = codec;
   w.plugin = options.worker;
+  w.make_node = options.make_node;
   start_notifier(w.pf.coordinator);
   w.store = std::make_unique<SimStoreServer>(w.pf.coordinator, !options.message_level_keepalives,
                                              sc.network.store_quorum_rtt_s());
@@ -825,7 +814,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   w.buckets = scenario_buckets(sc);
   w.lanes = sc.diloco.aggregate ? 1 : L;
   w.lane_scale = sc.diloco.aggregate ? L : 1;
-  w.recovery_bytes = sc.model.param_count() * 4 * std::uint64_t(sc.diloco.state_copies);
+  w.recovery_bytes = sc.model.param_count() * 4 * std::uint64_t(sc.recovery.state_copies);
   for (std::size_t i = 0; i < w.pf.hosts.size(); ++i)
     w.speed.push_back(std::make_shared<double>(w.pf.speed_factor[i]));
 

@@ -32,6 +32,9 @@ struct SimOptions {
   // The nodes' workers (resolve_worker(sc)); the default is the ModeledWorker. A scenario whose
   // `worker` is not "modeled" needs the plugin of its kind here.
   WorkerPlugin worker;
+  // Builds each simulated node on the parts its host provides (cli/compose: compose::make_node,
+  // or compose::simulation_options for all of the above). Required.
+  NodeFactory make_node;
   // Engine driver: every lease keepalive is a simulated store call (the message-level reference)
   // instead of being accounted for analytically (netsim/README.md, "Heartbeats"). Events and
   // detection times agree within the tolerance tests/netsim/keepalive_test.cc states.

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "engine/config/run_file.h"
+
 namespace meridian::netsim {
 
 enum class CongestionControl { kCubic, kReno, kBbr };
@@ -14,15 +16,9 @@ enum class CongestionControl { kCubic, kReno, kBbr };
 CongestionControl parse_congestion_control(const std::string& name, const std::string& what);
 const char* to_string(CongestionControl cc);
 
-// The sender's TCP settings (scenario `network.tcp`). Defaults are Linux's (sources beside each).
-struct TcpSpec {
-  std::string cc = "cubic";           // net.ipv4.tcp_congestion_control default (ip-sysctl.rst)
-  double mss_bytes = 1448;            // 1500 MTU − 20 IP − 20 TCP − 12 timestamp option
-  int initial_window_segments = 10;   // RFC 6928; Linux TCP_INIT_CWND since 3.0
-  bool slow_start_after_idle = true;  // net.ipv4.tcp_slow_start_after_idle default 1 (RFC 2861)
-  double rto_min_ms = 200;            // TCP_RTO_MIN (include/net/tcp.h); RTO = SRTT + 4·RTTVAR
-  double per_flow_cap_gbps = 0;       // a provider's per-connection limit; 0: none
-};
+// The sender's TCP settings: the run file's network.tcp (engine/config/run_file.h), Linux's
+// defaults with their sources.
+using config::TcpSpec;
 
 // Steady-state rate of one connection with random loss `loss` (per packet), in bytes/s;
 // +infinity when nothing loss-related bounds it (loss 0, or BBR).

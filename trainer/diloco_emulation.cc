@@ -10,9 +10,6 @@
 
 #include "engine/error.h"
 #include "engine/fault/cuttable_store.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/memory_store.h"
-#include "engine/transport/inproc/inproc_transport.h"
 #include "trainer/precision.h"
 
 namespace meridian::trainer {
@@ -50,11 +47,11 @@ struct Node {
 
 class Emulation {
  public:
-  Emulation(EmulationOptions o, EventSink& events,
+  Emulation(EmulationOptions o, EmulationWorld& world, EventSink& events,
             const std::function<void(const EmulatedStep&)>& on_step,
             std::function<void(const std::string&)> log)
-      : o_(std::move(o)), events_(events), on_step_(on_step), log_(std::move(log)),
-        store_(runtime_) {
+      : o_(std::move(o)), world_(world), runtime_(world.runtime()), events_(events),
+        on_step_(on_step), log_(std::move(log)) {
     validate_emulation(o_);
     if (!log_) log_ = [](const std::string&) {};
     auto w = o_.worker;
@@ -133,14 +130,14 @@ class Emulation {
   }
 
   void launch_locked(std::int64_t id, int shard, bool initial) {
-    auto n = std::make_unique<Node>(store_);
+    auto n = std::make_unique<Node>(world_.store());
     auto w = o_.worker;
     w.rank = shard;
     w.world = o_.nodes;
     n->shard = shard;
     n->worker = std::make_unique<RecordingWorker>(std::make_unique<TorchWorker>(w, corpus_));
-    n->diloco = std::make_unique<DilocoNode>(*n->worker, n->store, network_, runtime_, events_,
-                                             o_.diloco);
+    n->diloco =
+        world_.make_node({*n->worker, n->store, world_.transports(), runtime_, events_}, o_.diloco);
     Node* raw = n.get();
     nodes_[id] = std::move(n);
     raw->thread = std::make_unique<std::thread>(
@@ -177,7 +174,7 @@ class Emulation {
     for (auto [it, end] = o_.fail_after.equal_range(s.outer_step); it != end; ++it) {
       Node& n = *nodes_.at(it->second);
       n.store.cut();
-      network_.kill_node(it->second);
+      world_.cut_network(it->second);
       failed_shards_.push_back(n.shard);
       log_("churn: node " + std::to_string(it->second) + " fails after outer step " +
            std::to_string(s.outer_step));
@@ -194,13 +191,12 @@ class Emulation {
   }
 
   EmulationOptions o_;
+  EmulationWorld& world_;
+  Runtime& runtime_;
   EventSink& events_;
   const std::function<void(const EmulatedStep&)>& on_step_;
   std::function<void(const std::string&)> log_;
   TokenizedCorpus corpus_;
-  ThreadRuntime runtime_;
-  MemoryStore store_;
-  InProcNetwork network_;
   std::mutex mu_;
   std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
   std::set<std::int64_t> reported_;
@@ -237,10 +233,10 @@ void validate_emulation(const EmulationOptions& o) {
                         " outer steps)");
 }
 
-EmulationResult run_emulation(EmulationOptions options, EventSink& events,
+EmulationResult run_emulation(EmulationOptions options, EmulationWorld& world, EventSink& events,
                               const std::function<void(const EmulatedStep&)>& on_step,
                               std::function<void(const std::string&)> log) {
-  Emulation e(std::move(options), events, on_step, std::move(log));
+  Emulation e(std::move(options), world, events, on_step, std::move(log));
   return e.run();
 }
 

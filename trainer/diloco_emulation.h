@@ -1,7 +1,8 @@
 // DiLoCo emulation on one machine: N TorchWorker nodes as threads of one process, running the
-// engine's DilocoNode over the in-process transport and an in-memory store, with a churn
-// schedule (nodes fail after an outer step; joiners arrive and recover live). Not the
-// simulator (no network or time model) and not a launcher for real runs.
+// engine's DilocoNode over an in-process world (a transport, a store and a clock the nodes share:
+// cli/compose/thread_world.h builds it), with a churn schedule (nodes fail after an outer step;
+// joiners arrive and recover live). Not the simulator (no network or time model) and not a
+// launcher for real runs.
 #pragma once
 
 #include <cstdint>
@@ -52,6 +53,19 @@ struct EmulationResult {
   std::vector<EmulatedNode> nodes;
 };
 
+// The world the emulated nodes share, from the composition layer: its clock, its store (each
+// node sees it through its own cuttable view), its transport, and the node factory.
+class EmulationWorld {
+ public:
+  virtual ~EmulationWorld() = default;
+  virtual Runtime& runtime() = 0;
+  virtual Store& store() = 0;
+  virtual TransportFactory& transports() = 0;
+  // From now on `node`'s messages fail and its peers see it as lost (the churn's failure).
+  virtual void cut_network(std::int64_t node) = 0;
+  virtual std::unique_ptr<DilocoNode> make_node(const NodeParts& parts, DilocoOptions options) = 0;
+};
+
 // Checks the options before any work (corpus, threads): positive counts, and a churn schedule
 // that names initial nodes (1..nodes) at outer steps inside the run. ConfigError names the
 // option as the command line spells it (`--fail NODE@STEP`, `--join STEP`).
@@ -60,7 +74,7 @@ void validate_emulation(const EmulationOptions& options);
 // Runs to the end (every node finished, left or lost). Emits the run-level `config` record
 // first and `run_finished` last (engine/events/SCHEMA.md), the nodes' events in between. `on_step` is called for each applied
 // outer step (from a node's thread, serialised), e.g. to stream a CSV.
-EmulationResult run_emulation(EmulationOptions options, EventSink& events,
+EmulationResult run_emulation(EmulationOptions options, EmulationWorld& world, EventSink& events,
                               const std::function<void(const EmulatedStep&)>& on_step = {},
                               std::function<void(const std::string&)> log = {});
 

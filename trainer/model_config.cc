@@ -1,8 +1,6 @@
-// YAML loading, parameter layout and counting for the Llama-style decoder (no LibTorch).
+// Model config loading (through engine/config), parameter layout and counting for the Llama-style decoder (no LibTorch).
 // Not the model itself: trainer/model.cc builds tensors from the layout defined here.
 #include "trainer/model_config.h"
-
-#include <yaml-cpp/yaml.h>
 
 #include <cmath>
 #include <filesystem>
@@ -10,127 +8,11 @@
 #include <set>
 #include <sstream>
 
+#include "engine/config/run_file.h"
 #include "engine/error.h"
-
-#ifndef MERIDIAN_TRAINER_CONFIG_DIR
-#define MERIDIAN_TRAINER_CONFIG_DIR "trainer/configs"
-#endif
+#include "trainer/run_config.h"
 
 namespace meridian::trainer {
-namespace {
-
-// Reads the keys of one YAML map into typed fields, refusing keys it does not know.
-class MapReader {
- public:
-  MapReader(const YAML::Node& node, std::string where) : node_(node), where_(std::move(where)) {
-    if (!node_.IsMap()) throw ConfigError(where_ + ": expected a map of keys");
-  }
-  ~MapReader() = default;
-
-  template <typename T>
-  void read(const std::string& key, T& out) {
-    known_.insert(key);
-    const YAML::Node v = node_[key];
-    if (!v) return;
-    try {
-      out = v.as<T>();
-    } catch (const YAML::Exception&) {
-      throw ConfigError(where_ + "." + key + ": expected " + type_name<T>() + ", got '" +
-                        (v.IsScalar() ? v.Scalar() : std::string("a non-scalar")) + "'");
-    }
-  }
-
-  // true, false (any YAML boolean) or auto.
-  void read(const std::string& key, Bf16Autocast& out) {
-    known_.insert(key);
-    const YAML::Node v = node_[key];
-    if (!v) return;
-    bool on = false;
-    if (v.IsScalar() && v.Scalar() == "auto") {
-      out = Bf16Autocast::kAuto;
-    } else if (YAML::convert<bool>::decode(v, on)) {
-      out = on ? Bf16Autocast::kOn : Bf16Autocast::kOff;
-    } else {
-      throw ConfigError(where_ + "." + key + ": expected true, false or auto, got '" +
-                        (v.IsScalar() ? v.Scalar() : std::string("a non-scalar")) + "'");
-    }
-  }
-
-  void positive(const std::string& key, double v) const {
-    if (!(v > 0)) throw ConfigError(where_ + "." + key + ": expected a positive value");
-  }
-
-  void finish() const {
-    for (const auto& kv : node_) {
-      const std::string k = yaml_key(kv.first, where_);
-      if (!known_.count(k)) {
-        std::string list;
-        for (const auto& n : known_) list += (list.empty() ? "" : ", ") + n;
-        throw ConfigError(where_ + ": unknown key '" + k + "' (known: " + list + ")");
-      }
-    }
-  }
-
- private:
-  template <typename T>
-  static const char* type_name() {
-    if constexpr (std::is_same_v<T, bool>) return "true or false";
-    if constexpr (std::is_integral_v<T>) return "an integer";
-    if constexpr (std::is_floating_point_v<T>) return "a number";
-    return "a string";
-  }
-  YAML::Node node_;
-  std::string where_;
-  std::set<std::string> known_;
-};
-
-ModelConfig read_model(const YAML::Node& node, const std::string& where) {
-  ModelConfig m;
-  MapReader r(node, where);
-  r.read("name", m.name);
-  r.read("layers", m.layers);
-  r.read("hidden", m.hidden);
-  r.read("heads", m.heads);
-  r.read("kv_heads", m.kv_heads);
-  r.read("ffn", m.ffn);
-  r.read("vocab", m.vocab);
-  r.read("seq_len", m.seq_len);
-  r.read("rope_theta", m.rope_theta);
-  r.read("norm_eps", m.norm_eps);
-  r.read("init_std", m.init_std);
-  r.finish();
-  validate(m, where);
-  return m;
-}
-
-}  // namespace
-
-TrainConfig read_train_config(const YAML::Node& node, const std::string& where, TrainConfig t) {
-  MapReader r(node, where);
-  r.read("batch", t.batch);
-  r.read("bf16_autocast", t.bf16_autocast);
-  r.read("lr", t.optim.lr);
-  r.read("beta1", t.optim.beta1);
-  r.read("beta2", t.optim.beta2);
-  r.read("eps", t.optim.eps);
-  r.read("weight_decay", t.optim.weight_decay);
-  r.read("grad_clip", t.optim.grad_clip);
-  r.read("warmup_steps", t.optim.warmup_steps);
-  r.read("decay_start_step", t.optim.decay_start_step);
-  r.read("total_steps", t.optim.total_steps);
-  r.read("z_loss_weight", t.optim.z_loss_weight);
-  r.finish();
-  if (t.batch <= 0) throw ConfigError(where + ".batch: expected a positive integer");
-  r.positive("lr", t.optim.lr);
-  if (!(t.optim.beta1 >= 0 && t.optim.beta1 < 1 && t.optim.beta2 >= 0 && t.optim.beta2 < 1))
-    throw ConfigError(where + ".beta1/beta2: expected values in [0, 1)");
-  if (t.optim.weight_decay < 0) throw ConfigError(where + ".weight_decay: expected >= 0");
-  if (t.optim.warmup_steps < 0) throw ConfigError(where + ".warmup_steps: expected >= 0");
-  if (t.optim.decay_start_step >= 0 && t.optim.total_steps <= t.optim.decay_start_step)
-    throw ConfigError(where + ".total_steps: expected > decay_start_step when decay is on");
-  if (t.optim.z_loss_weight < 0) throw ConfigError(where + ".z_loss_weight: expected >= 0");
-  return t;
-}
 
 void validate(const ModelConfig& m, const std::string& where) {
   auto need = [&](bool ok, const char* key, const char* what) {
@@ -150,59 +32,19 @@ void validate(const ModelConfig& m, const std::string& where) {
 }
 
 TrainerConfig load_trainer_config(const std::string& path) {
-  // A path with a NUL byte would name a shorter one (the configs folder itself: found by the
-  // run_config fuzz target); a folder or a device is no config file either.
   if (path.find('\0') != std::string::npos)
     throw ConfigError("trainer config path: contains a NUL byte");
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error))
     throw ConfigError(path + ": cannot open the trainer config file (not a regular file)");
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw ConfigError(path + ": cannot open the trainer config file");
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(path + ": not valid YAML: " + e.what());
-  } catch (const std::ios_base::failure& e) {
-    throw ConfigError(path + ": cannot read the trainer config file: " + e.what());
-  }
-  if (!root.IsMap()) throw ConfigError(path + ": expected a map with 'model' and 'train'");
-  TrainerConfig c;
-  for (const auto& kv : root) {
-    const std::string k = yaml_key(kv.first, path);
-    if (k != "model" && k != "train")
-      throw ConfigError(path + ": unknown key '" + k + "' (known: model, train)");
-  }
-  if (!root["model"]) throw ConfigError(path + ": missing the 'model' section");
-  c.model = read_model(root["model"], path + ": model");
-  if (root["train"]) c.train = read_train_config(root["train"], path + ": train");
-  return c;
+  return load_named_config(path.find('/') == std::string::npos ? "./" + path : path);
 }
 
-std::string yaml_key(const YAML::Node& key, const std::string& where) {
-  if (!key.IsScalar()) throw ConfigError(where + ": a key that is not a name (a list or a map)");
-  return key.Scalar();
-}
-
-std::string config_dir() { return MERIDIAN_TRAINER_CONFIG_DIR; }
+std::string config_dir() { return config::model_config_dir(); }
 
 TrainerConfig load_named_config(const std::string& name_or_path) {
-  if (name_or_path.find('\0') != std::string::npos)
-    throw ConfigError("model config name: contains a NUL byte");
-  if (name_or_path.size() > 5 && name_or_path.ends_with(".yaml"))
-    return load_trainer_config(name_or_path);
-  const auto path = std::filesystem::path(config_dir()) / (name_or_path + ".yaml");
-  std::error_code error;  // a name the file system rejects (too long, ...) is not found either
-  if (!std::filesystem::exists(path, error)) {
-    std::string names;
-    if (std::filesystem::is_directory(config_dir(), error))
-      for (const auto& e : std::filesystem::directory_iterator(config_dir()))
-        if (e.path().extension() == ".yaml") names += " " + e.path().stem().string();
-    throw ConfigError("model config '" + name_or_path + "' not found in " + config_dir() +
-                      " (available:" + names + ")");
-  }
-  return load_trainer_config(path.string());
+  const config::ModelConfigFile f = config::load_model_config(name_or_path);
+  return TrainerConfig{model_config(f.model, f.path), train_config(f.train)};
 }
 
 std::vector<ParamSpec> parameter_layout(const ModelConfig& m) {

@@ -9,10 +9,6 @@
 
 #include "trainer/precision.h"
 
-namespace YAML {
-class Node;
-}
-
 namespace meridian::trainer {
 
 // A Llama-3-style decoder (RMSNorm, RoPE, SwiGLU, grouped-query attention, untied embeddings).
@@ -60,18 +56,11 @@ struct TrainerConfig {
   TrainConfig train;
 };
 
-// Loads a config file; unknown keys and bad values raise ConfigError naming file and key.
+// Loads a config file (the `model:` and `train:` sections of a run file, read by engine/config);
+// unknown keys and bad values raise ConfigError naming file, line and key.
 TrainerConfig load_trainer_config(const std::string& path);
 // Loads trainer/configs/<name>.yaml (the directory compiled in) or a path ending in .yaml.
 TrainerConfig load_named_config(const std::string& name_or_path);
-// Reads a `train:` map (batch, lr, beta1, beta2, eps, weight_decay, grad_clip, warmup_steps,
-// decay_start_step, total_steps, z_loss_weight, bf16_autocast: true|false|auto) over `base`;
-// unknown keys and bad values raise ConfigError naming `where` and the key.
-TrainConfig read_train_config(const YAML::Node& node, const std::string& where,
-                              TrainConfig base = {});
-// The text of a map key; raises ConfigError naming `where` when the key is not a scalar (a
-// list or map used as a key, which yaml-cpp accepts).
-std::string yaml_key(const YAML::Node& key, const std::string& where);
 // Directory holding the shipped configs.
 std::string config_dir();
 // Raises ConfigError when the shapes are inconsistent (heads % kv_heads, hidden % heads, ...).

@@ -15,6 +15,7 @@
 
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 
@@ -41,7 +42,7 @@ ChildResult run_scenario_in_child(const std::string& name, const std::string& dr
           {"run.driver=" + driver});
       std::ofstream events("/dev/null");
       meridian::JsonlEventSink sink(events);  // events are written, as by `meridian sim`
-      auto out = meridian::netsim::run_simulation(sc, sink);
+      auto out = meridian::netsim::run_simulation(sc, sink, meridian::compose::simulation_options(sc));
       r.simulated_s = out.simulated_s;
       r.messages = double(out.messages);
       r.ok = true;

@@ -19,6 +19,7 @@
 #include "analysis/sweep.h"
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/compose/simulation.h"
 #include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "cli/run_folder.h"
@@ -187,6 +188,8 @@ int run_sim(const std::vector<std::string>& args) {
     return kExitUsage;
   }
   netsim::Scenario sc = netsim::load_scenario(path, overrides);
+  for (const std::string& note : sc.notes_for(config::Mode::kSimulate))
+    std::cerr << "meridian sim: " << note << "\n";
   if (!seeds_text.empty()) {
     const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", seeds_text);
     for (const std::string& o : overrides)
@@ -204,7 +207,7 @@ int run_sim(const std::vector<std::string>& args) {
   // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the
   // corpus and fails with a clear error when this build has no LibTorch.
   const auto prepare0 = std::chrono::steady_clock::now();
-  netsim::WorkerPlugin worker = netsim::resolve_worker(
+  netsim::SimOptions opts = compose::simulation_options(
       sc, [](const std::string& step) { std::cerr << "meridian sim: " << step << "\n"; });
   const double prepare_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - prepare0).count();
@@ -218,10 +221,8 @@ int run_sim(const std::vector<std::string>& args) {
   JsonlEventSink sink(events);
   InterruptScope interrupt;
   ProgressLine progress;
-  netsim::SimOptions opts;
   opts.command = command;
   opts.simgrid_log = simgrid_log;
-  opts.worker = std::move(worker);
   opts.interrupt_reason = [] {
     const int sig = InterruptScope::received();
     return sig ? InterruptScope::name(sig) : std::string();

@@ -23,15 +23,14 @@
 #include "cli/args.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
+#include "cli/compose/compose.h"
+#include "cli/compose/real_node.h"
 #include "engine/codec/codec.h"
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/etcd/etcd_store.h"
 #include "engine/store/tcp_store.h"
-#include "engine/transport/gloo/gloo_transport.h"
 #include "engine/util/crc32c.h"
 #include "trainer/run_checkpoint.h"
 #include "trainer/run_config.h"
@@ -41,22 +40,29 @@ namespace meridian::cli {
 namespace {
 
 constexpr char kUsage[] =
-    "usage: meridian train RUN.yaml --node-id ID --secret-file F\n"
+    "usage: meridian train FILE --node-id ID --secret-file F\n"
     "                      (--store HOST:PORT | --serve-store PORT) [options]\n"
-    "       (without --store and --serve-store when RUN.yaml says `store: etcd://...`)\n"
+    "       (without --store and --serve-store when FILE says `store: {address: etcd://...}`)\n"
+    "  FILE                  the run file (cli/train/README.md, \"The run file\"): the same\n"
+    "                        schema `meridian sim` simulates; its network, hardware and churn\n"
+    "                        sections describe the simulated world and are ignored here\n"
+    "  --set KEY=VALUE       override a key of FILE (repeatable; list items as key[N].sub)\n"
+    "  --transport gloo|nccl the transport between nodes (default: FILE's transport.kind, gloo;\n"
+    "                        nccl where this meridian was built with it, one GPU per node)\n"
+    "  --cuda-device G       with nccl: the GPU this node's communicator uses (default 0)\n"
     "  --node-id ID          this node's id (>= 1, unused in this run; a restarted node takes a\n"
     "                        new one)\n"
     "  --store HOST:PORT     the run's store (another node's embedded one or `meridian store`)\n"
     "  --serve-store PORT    embed the store in this node (0 = a free port), bound to --bind\n"
     "  --bind HOST           address the embedded store listens on (default: the run file's\n"
-    "                        store_bind, 127.0.0.1 when absent; 0.0.0.0 serves every interface)\n"
+    "                        store.bind, 127.0.0.1; 0.0.0.0 serves every interface)\n"
     "  --store-port-file F   write the embedded store's port to F once it listens\n"
     "  --secret-file F       the run's shared secret (mode 600)\n"
     "  --host ADDR           address this node's Gloo device binds to and advertises\n"
     "                        (default 127.0.0.1)\n"
     "  --shard R             data shard (default (ID - 1) % data.shards)\n"
     "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
-    "  --resume              restart the run from the newest checkpoint (RUN.yaml `checkpoint:`)\n"
+    "  --resume              restart the run from the newest checkpoint (FILE's `checkpoint:`)\n"
     "                        that every resuming node has; a store whose run is under way is\n"
     "                        joined by live recovery instead\n"
     "  --fault-pause-at-message N --fault-marker F\n"
@@ -66,19 +72,21 @@ constexpr char kUsage[] =
     "                        fault injection for tests: the process exits (status 3) after the\n"
     "                        K-th durable step of its checkpoint writes (a file, a rename)\n"
     "\n"
-    "A node whose store has no round yet starts the run (round 0 forms once `nodes` nodes are\n"
+    "A node whose store has no round yet starts the run (round 0 forms once run.nodes nodes are\n"
     "queued); otherwise it joins the running one through live recovery. Writes\n"
-    "<output_dir>/node-<ID>/events.jsonl (engine/events/SCHEMA.md) and checksums.tsv (outer_step,\n"
+    "<output.dir>/node-<ID>/events.jsonl (engine/events/SCHEMA.md) and checksums.tsv (outer_step,\n"
     "epoch, members, CRC-32C of the outer parameters after each applied outer step), and with\n"
-    "RUN.yaml `checkpoint:` its checkpoints in <checkpoint.dir>/node-<ID>/step-<n>/\n"
+    "FILE's `checkpoint:` its checkpoints in <checkpoint.dir>/node-<ID>/step-<n>/\n"
     "(cli/train/README.md). SIGINT or SIGTERM: leave gracefully after the current round.\n";
 
 struct NodeArgs {
-  // bind "": the run file's store_bind.
-  std::string run_yaml, store, secret_file, bind, port_file, host = "127.0.0.1";
+  // bind "": the run file's store.bind; transport "": its transport.kind.
+  std::string run_yaml, store, secret_file, bind, port_file, host = "127.0.0.1", transport;
+  std::vector<std::string> overrides;  // --set
   std::string device = "cpu";
   std::int64_t node_id = -1;
   int serve_port = -1;
+  int cuda_device = 0;
   int shard = -1;
   std::uint64_t pause_at_message = 0;  // 0 = never
   std::string fault_marker;
@@ -108,6 +116,14 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       a.serve_port = opt::port(f, v);
     } else if (f == "--bind") {
       a.bind = v;
+    } else if (f == "--cuda-device") {
+      a.cuda_device = static_cast<int>(opt::integer_in(f, v, 0, 1023));
+    } else if (f == "--set") {
+      a.overrides.push_back(v);
+    } else if (f == "--transport") {
+      if (v != "gloo" && v != "nccl")
+        throw ConfigError("--transport: expected gloo or nccl, got '" + v + "'");
+      a.transport = v;
     } else if (f == "--store-port-file") {
       a.port_file = v;
     } else if (f == "--secret-file") {
@@ -128,7 +144,7 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       throw ConfigError("unknown option '" + f + "'");
     }
   }
-  if (a.run_yaml.empty()) throw ConfigError("RUN.yaml is required");
+  if (a.run_yaml.empty()) throw ConfigError("the run file is required");
   if (a.node_id < 1) throw ConfigError("--node-id is required");
   if (a.secret_file.empty()) throw ConfigError("--secret-file is required");
   if (!a.store.empty() && a.serve_port >= 0)
@@ -253,16 +269,11 @@ JsonObject checkpoint_event(const trainer::CheckpointWriteResult& r) {
   return f;
 }
 
-std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
-  const auto colon = s.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    throw ConfigError("--store: expected HOST:PORT, got '" + s + "'");
-  return {s.substr(0, colon), static_cast<std::uint16_t>(
-                                  opt::integer_in("--store port", s.substr(colon + 1), 1, 65535))};
-}
-
 int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
-  const trainer::RunConfig c = trainer::load_run_config(a.run_yaml);
+  trainer::RunConfig c = trainer::load_run_config(a.run_yaml, a.overrides);
+  for (const std::string& note : c.file.notes_for(config::Mode::kReal))
+    std::cerr << "node " << a.node_id << ": " << note << std::endl;
+  if (!a.transport.empty()) c.transport = a.transport;
   const trainer::CheckpointOptions& ck = c.checkpoint;
   if ((a.resume || a.exit_in_checkpoint_write > 0) && !ck.enabled())
     throw ConfigError(std::string(a.resume ? "--resume" : "--fault-exit-in-checkpoint-write") +
@@ -278,52 +289,25 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   sigaddset(&signals, SIGUSR1);  // wakes the watcher at the end
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  if (c.store.empty() && a.store.empty() && a.serve_port < 0)
-    throw ConfigError(
-        "give one of --store HOST:PORT and --serve-store PORT (or `store: etcd://...` "
-        "in " +
-        a.run_yaml + ")");
-  if (!c.store.empty() && (!a.store.empty() || a.serve_port >= 0))
-    throw ConfigError(a.run_yaml +
-                      ": store: the run uses etcd; --store and --serve-store are for "
-                      "the embedded TCP store");
-  std::unique_ptr<TcpStoreServer> server;
-  std::string store_host;
-  std::uint16_t store_port = 0;
-  if (a.serve_port >= 0) {
+  compose::RealNodeArgs ra;
+  ra.file = a.run_yaml;
+  ra.node_id = a.node_id;
+  ra.store = a.store;
+  ra.serve_port = a.serve_port;
+  ra.bind = a.bind;
+  ra.host = a.host;
+  ra.shard = a.shard;
+  ra.cuda_device = a.cuda_device;
+  ra.identity = identity;
+  ra.log = [](const std::string& line) { std::cerr << line << std::endl; };
+  compose::RealNode real(c, ra);
+  if (real.server()) {
     const std::string bind = a.bind.empty() ? c.store_bind : a.bind;
-    TcpStoreServerOptions so;
-    so.bind_host = bind;
-    so.port = static_cast<std::uint16_t>(a.serve_port);
-    so.identity = identity;
-    so.log = [](const std::string& line) { std::cerr << line << std::endl; };
-    server = std::make_unique<TcpStoreServer>(so);
-    store_port = server->start();
-    store_host = (bind == "0.0.0.0" || bind == "::") ? "127.0.0.1" : bind;
-    std::cout << "store listening on " << bind << ":" << store_port << std::endl;
-    if (!a.port_file.empty()) write_atomically(a.port_file, std::to_string(store_port) + "\n");
-  } else if (!a.store.empty()) {
-    std::tie(store_host, store_port) = split_host_port(a.store);
+    std::cout << "store listening on " << bind << ":" << real.served_port() << std::endl;
+    if (!a.port_file.empty())
+      write_atomically(a.port_file, std::to_string(real.served_port()) + "\n");
   }
-  std::unique_ptr<Store> store_owner;
-  if (!c.store.empty()) {
-    EtcdStoreOptions eo = parse_etcd_url(c.store, a.run_yaml + ": store");
-    eo.client_id = "node-" + std::to_string(a.node_id);
-    eo.identity = identity;
-    eo.connect_timeout_s = 30.0;
-    eo.io_timeout_s = std::max(30.0, c.diloco.mesh.dead_after_s);
-    store_owner = std::make_unique<EtcdStore>(eo);  // a refused run record throws ConfigError
-  } else {
-    TcpStoreClientOptions co;
-    co.host = store_host;
-    co.port = store_port;
-    co.client_id = "node-" + std::to_string(a.node_id);
-    co.identity = identity;
-    co.connect_timeout_s = 30.0;
-    co.io_timeout_s = std::max(30.0, c.diloco.mesh.dead_after_s);
-    store_owner = std::make_unique<TcpStore>(co);  // a refusal (secret, version, configuration)
-  }
-  Store& store = *store_owner;
+  Store& store = real.store();
   // A store that already holds a round record means the run is under way: join it.
   const bool initial = store.list(c.diloco.mesh.prefix + "round/").empty();
   const auto node_ckpt_dir = trainer::node_checkpoint_dir(ck.dir, a.node_id);
@@ -340,7 +324,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   if (!events_file || !checksums) throw ConfigError(dir + ": cannot create the node's files");
   checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
   JsonlEventSink events(events_file);
-  ThreadRuntime runtime;
+  Runtime& runtime = real.runtime();
   std::string command = "meridian train";
   for (const auto& s : argv) command += " " + s;
   // The wall-clock time of this process's t = 0: analysis merges the nodes' files with it.
@@ -349,21 +333,10 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   const double t_s = runtime.now_s();
   events.emit(Event{t_s, -1, "config", config_event(c, command, unix_now_s - t_s)});
 
-  trainer::TorchWorkerOptions wo;
-  wo.config = c.trainer;
-  wo.data = c.data;
-  wo.world = c.shards;
-  wo.rank = a.shard >= 0 ? a.shard : static_cast<int>((a.node_id - 1) % c.shards);
-  if (wo.rank >= c.shards) throw ConfigError("--shard: expected a value below data.shards");
-  wo.seed = c.seed;
-  wo.validation_sequences = c.validation_sequences;
-  trainer::TorchWorker torch(wo);
+  real.make_worker(c);
+  trainer::TorchWorker& torch = real.worker();
   ProgressWorker worker(torch);
-
-  gloo_transport::GlooOptions go;
-  go.hostname = a.host;
-  gloo_transport::GlooTransportFactory gloo(store, go);
-  PausingFactory transports(gloo, a.pause_at_message, a.fault_marker);
+  PausingFactory transports(real.transports(), a.pause_at_message, a.fault_marker);
 
   DilocoOptions d = c.diloco;
   if (a.resume && !initial && store.list(d.mesh.prefix + "hb/").empty()) {
@@ -378,7 +351,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
       std::cerr << "node " << a.node_id << ": " << line << std::endl;
     };
     const auto found =
-        trainer::find_resume_candidates(ck.dir, c.trainer.model, wo.rank, c.shards, log);
+        trainer::find_resume_candidates(ck.dir, c.trainer.model, real.shard(), c.shards, log);
     std::vector<std::int64_t> steps;
     for (const auto& f : found) steps.push_back(f.steps_done);
     const std::int64_t from =
@@ -454,7 +427,9 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     last = now;
     last_tokens = tokens;
   };
-  DilocoNode node(worker, store, transports, runtime, events, d);
+  const std::unique_ptr<DilocoNode> node_owner =
+      compose::make_node({worker, store, transports, runtime, events}, d);
+  DilocoNode& node = *node_owner;
   d.initial_momentum = {};
 
   std::thread watcher([&] {
@@ -466,7 +441,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     }
   });
   std::cerr << "node " << a.node_id << ": " << (initial ? "starting the run" : "joining the run")
-            << " (data shard " << wo.rank << "/" << c.shards << ", " << torch.parameter_count()
+            << " (data shard " << real.shard() << "/" << c.shards << ", " << torch.parameter_count()
             << " parameters)" << std::endl;
   const NodeResult r = node.run(initial, a.node_id);
   pthread_kill(watcher.native_handle(), SIGUSR1);
@@ -485,7 +460,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   // and nodes still queued or recovering when the run ended (they learn so from the store and
   // leave). So the serving node waits until no node holds a liveness lease any more (the mesh's
   // hb/ keys: each ends with a graceful leave, or dead_after_s after a crash), bounded.
-  if (server) {
+  if (real.server()) {
     try {
       const std::string alive = d.mesh.prefix + "hb/";  // ElasticMesh::key_heartbeat
       const double bound_s = 2 * d.mesh.dead_after_s + d.allreduce_timeout_s + d.recovery.timeout_s;

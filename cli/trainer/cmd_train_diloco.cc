@@ -13,6 +13,7 @@
 #include "cli/args.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
+#include "cli/compose/thread_world.h"
 #include "cli/progress.h"
 #include "engine/codec/codec.h"
 #include "engine/error.h"
@@ -132,8 +133,9 @@ int run_train_diloco(const std::vector<std::string>& argv) {
     ProgressLine progress;
     progress.update(0, "outer step 0/" + std::to_string(d.outer_steps) + "  (first inner steps)",
                     true);
+    compose::ThreadWorld world;
     const auto result = trainer::run_emulation(
-        e, sink,
+        e, world, sink,
         [&](const trainer::EmulatedStep& s) {
           progress.clear();
           csv << s.outer_step << "," << d.inner_steps << "," << s.members << "," << s.tokens

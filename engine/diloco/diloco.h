@@ -75,6 +75,22 @@ struct NodeResult {
   std::string what;  // the error that ended a lost node
 };
 
+class DilocoNode;
+
+// The seams one node runs on, as its mode provides them (the simulator's per host, a real
+// process's, the thread emulation's). They must outlive the node built on them.
+struct NodeParts {
+  InnerWorker& worker;
+  Store& store;
+  TransportFactory& transports;
+  Runtime& runtime;
+  EventSink& events;
+};
+
+// How a mode gets its nodes built: the composition layer (cli/compose) supplies it, so that
+// one function constructs every DilocoNode (the modes only assemble the parts).
+using NodeFactory = std::function<std::unique_ptr<DilocoNode>(const NodeParts&, DilocoOptions)>;
+
 // Thread-safety: run() on one activity; request_leave() from any.
 class DilocoNode {
  public:

@@ -67,9 +67,10 @@ for codec in $CODECS; do
   echo "RTT_MS=$RTT_MS TAG=$TAG NODE_SYSCTL='${NODE_SYSCTL:-}' TBF_BURST='${TBF_BURST:-}'" \
     "SCENARIO='${SCENARIO:-}' NETDELAY_DELAY='${NETDELAY_DELAY:-}' $0 $BUILD $codec" \
     >"$real/command.txt"
-  # The run's own copy of RUN.yaml: only output_dir differs (not part of the configuration hash).
-  # The nodes write $real/node-<ID>/, which `meridian plot/report $real` merge onto one clock.
-  sed "s|^output_dir:.*|output_dir: $real|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
+  # The run's own copy of the run file: only output.dir differs (".": the folder the copy is in;
+  # not part of the configuration hash). The nodes write $real/node-<ID>/, which
+  # `meridian plot/report $real` merge onto one clock.
+  sed "s|^  dir: real-.*|  dir: .|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
   log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s," \
     "${NETDELAY_DELAY:+delays $NETDELAY_DELAY}${NETDELAY_DELAY:-RTT $RTT_MS ms}"
   MERIDIAN=$M "$NETNS" up "$prefix" $((NODES + 1)) "$RATE_MBIT" "$RTT_MS" >"$real/namespaces.txt"

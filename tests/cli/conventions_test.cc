@@ -79,7 +79,8 @@ class CliTest : public testing::TempDirTest {
     std::ofstream(path) << "run: {name: tiny, outer_steps: 1, driver: model}\n"
                            "model: {layers: 2, hidden: 64, heads: 4, kv_heads: 4, ffn: 128,\n"
                            "        vocab: 256, seq_len: 16}\n"
-                           "hardware: {step_time_s: 1, batch_sequences: 1}\n"
+                           "hardware: {step_time_s: 1}\n"
+                           "train: {batch: 1}\n"
                            "network:\n"
                            "  sites: [{name: a}]\n"
                            "  nodes: [{site: a, count: 2, bandwidth_gbps: 1}]\n"
@@ -287,7 +288,7 @@ TEST_F(CliTest, SimGivenAPlatformXmlSaysWhatAScenarioIs) {
   if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
   const Ran r = meridian("sim '" + std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/two-sites.xml'");
   EXPECT_EQ(r.rc, 2);
-  EXPECT_NE(r.err.find("two-sites.xml: this looks like a SimGrid platform XML, not a scenario"),
+  EXPECT_NE(r.err.find("two-sites.xml: this looks like a SimGrid platform XML, not a run file"),
             std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("network.platform_xml"), std::string::npos) << r.err;

@@ -17,6 +17,8 @@
 #include "netsim/worker_plugin.h"
 #include "tests/netsim/sim_test_util.h"
 #include "trainer/diloco_emulation.h"
+#include "cli/compose/simulation.h"
+#include "cli/compose/thread_world.h"
 #include "trainer/emulation/torch_sim_worker.h"
 #include "trainer/model_config.h"
 
@@ -34,9 +36,8 @@ std::string emulate(const std::string& tag) {
   const int rc = nt::run_in_child([&] {
     netsim::register_worker_kind("torch", &torch_worker_plugin);
     netsim::Scenario sc = netsim::load_scenario(
-        kScenario, {std::string("trainer.data.cache_dir=") + MERIDIAN_TRAINER_CACHE_DIR});
-    netsim::SimOptions options;
-    options.worker = netsim::resolve_worker(sc);
+        kScenario, {std::string("data.cache_dir=") + MERIDIAN_TRAINER_CACHE_DIR});
+    const netsim::SimOptions options = compose::simulation_options(sc);
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
     netsim::run_simulation(sc, sink, options);
@@ -178,7 +179,8 @@ std::string threaded(std::vector<double>& val) {
     std::ofstream f(out, std::ios::binary), v(val_out);
     JsonlEventSink sink(f);
     v.precision(17);
-    for (const auto& step : run_emulation(e, sink).steps) v << step.val_loss << "\n";
+    compose::ThreadWorld world;
+    for (const auto& step : run_emulation(e, world, sink).steps) v << step.val_loss << "\n";
   });
   EXPECT_EQ(rc, 0);
   std::ifstream in(val_out);
@@ -232,13 +234,14 @@ TEST_F(EmulateTiny, MatchesTheThreadedEmulationBitForBit) {
   for (std::int64_t k = 0; k < until; ++k) EXPECT_EQ(val[k], sim_val.at(k)) << "outer step " << k;
 }
 
-// The trainer section: unknown keys and bad values are errors naming the file and the key.
-std::string plugin_error(const std::string& trainer) {
-  netsim::Scenario sc =
-      netsim::parse_scenario("worker: torch\ntrainer: " + trainer +
-                                 "\nnetwork: {sites: [{name: a}], nodes: [{site: a, count: 2}]}\n",
-                             "emu.yaml");
+// The model, train and data sections of an emulated run: unknown keys and bad values are errors
+// naming the file, the line and the key, as for every section of a run file.
+std::string plugin_error(const std::string& sections) {
   try {
+    netsim::Scenario sc = netsim::parse_scenario(
+        "worker: torch\n" + sections +
+            "\nnetwork: {sites: [{name: a}], nodes: [{site: a, count: 2}]}\n",
+        "emu.yaml");
     torch_worker_plugin(sc);
   } catch (const ConfigError& e) {
     return e.what();
@@ -246,21 +249,26 @@ std::string plugin_error(const std::string& trainer) {
   return "";
 }
 
-TEST(EmulateConfig, TrainerSectionErrorsNameFileAndKey) {
-  std::string e = plugin_error("{model: tiny, data: {batchh: 2}}");
-  EXPECT_NE(e.find("emu.yaml: trainer.data.batchh: unknown key"), std::string::npos) << e;
-  e = plugin_error("{model: tiny, data: {batch: many}}");
-  EXPECT_NE(e.find("emu.yaml: trainer.data.batch: expected"), std::string::npos) << e;
-  e = plugin_error("{model: tiny, train: {lr: -1}}");
-  EXPECT_NE(e.find("emu.yaml: trainer.train.lr: expected a positive value"), std::string::npos)
+TEST(EmulateConfig, SectionErrorsNameFileAndKey) {
+  std::string e = plugin_error("model: tiny\ndata: {batchh: 2}");
+  EXPECT_NE(e.find("emu.yaml:3: unknown key 'data.batchh'"), std::string::npos) << e;
+  e = plugin_error("model: tiny\ntrain: {batch: many}");
+  EXPECT_NE(e.find("emu.yaml:3: key 'train.batch': expected a positive number of sequences, "
+                   "got 'many'"),
+            std::string::npos)
       << e;
-  e = plugin_error("{model: nosuch}");
-  EXPECT_NE(e.find("emu.yaml: trainer.model: model config 'nosuch' not found"), std::string::npos)
+  e = plugin_error("model: tiny\ntrain: {lr: -1}");
+  EXPECT_NE(e.find("key 'train.lr': expected a positive learning rate, got '-1'"),
+            std::string::npos)
       << e;
-  e = plugin_error("{model: tiny, outer_momentum: 1.5}");
-  EXPECT_NE(e.find("emu.yaml: trainer.outer_momentum: expected [0, 1)"), std::string::npos) << e;
-  e = plugin_error("{model: tiny, codec: int8}");
-  EXPECT_NE(e.find("emu.yaml: trainer.codec: unknown key"), std::string::npos) << e;
+  e = plugin_error("model: nosuch");
+  EXPECT_NE(e.find("emu.yaml:2: key 'model': expected a model config: one of"), std::string::npos)
+      << e;
+  e = plugin_error("model: tiny\ndiloco: {outer_momentum: 1.5}");
+  EXPECT_NE(e.find("key 'diloco.outer_momentum': expected a value in [0, 1)"), std::string::npos)
+      << e;
+  e = plugin_error("model: {config: tiny, tied_embeddings: true}");
+  EXPECT_NE(e.find("model.tied_embeddings: expected false"), std::string::npos) << e;
 }
 
 }  // namespace

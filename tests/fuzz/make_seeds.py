@@ -42,11 +42,11 @@ seed("churn_fuzz", "step", "# a comment\nstep,node,event\n40,us-east-1,fail\n60,
 for name in ("intellect1-usa.yaml", "emulate-tiny.yaml"):
     seed("scenario_fuzz", name, (ROOT / "scenarios" / name).read_bytes())
 
-# run_config_fuzz: byte 0 picks RUN.yaml (0), a model config (1) or a trainer section (2).
+# run_config_fuzz: byte 0 picks a run file (0), a model config (1) or a run file from text (2).
 seed("run_config_fuzz", "run", b"\x00" + (ROOT / "cli/train/run.example.yaml").read_bytes())
 seed("run_config_fuzz", "model", b"\x01" + (ROOT / "trainer/configs/tiny.yaml").read_bytes())
-seed("run_config_fuzz", "trainer", "\x02model: tiny\ndata: {batch: 4, seq_len: 64}\n"
-     "train: {lr: 3.0e-3, warmup_steps: 10}\nouter_lr: 0.7\nouter_momentum: 0.9\n")
+seed("run_config_fuzz", "trainer", "\x02model: {config: tiny, seq_len: 64}\n"
+     "train: {batch: 4, lr: 3.0e-3, warmup_steps: 10}\ndiloco: {outer_lr: 0.7, outer_momentum: 0.9}\n")
 
 
 # safetensors_fuzz: byte 0 = verify the checksum; then a file.

@@ -1,5 +1,6 @@
-// Fuzz target: the run file readers of trainer/ (no LibTorch): RUN.yaml (load_run_config), a
-// model config (load_trainer_config) and a scenario's trainer section (parse_trainer_section).
+// Fuzz target: the run file as real runs read it (no LibTorch): from a file (load_run_config, the
+// real run's checks and conversions), a model config (load_trainer_config), and from text with
+// the trainer's conversions (parse_run_file, resolve_run_config).
 // Input: byte 0 picks the reader, the rest is the YAML text. Each reads or throws ConfigError.
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string text = in.rest();
   try {
     if (reader == 2) {
-      (void)trainer::parse_trainer_section(text, "fuzz.yaml");
+      (void)trainer::run_config_json(
+          trainer::resolve_run_config(config::parse_run_file(text, "fuzz.yaml")));
       return 0;
     }
     file.write(text);

@@ -85,13 +85,14 @@ class TrainNodeTest : public ::testing::Test {
 
   void write_run(int nodes, int outer_steps, const std::string& extra = "") {
     std::ofstream(dir_ / "run.yaml")
-        << "model: tiny\nseed: 3\nnodes: " << nodes << "\nouter_steps: " << outer_steps
-        << "\noutput_dir: " << (dir_ / out_).string() << "\n"
+        << "run: {seed: 3, nodes: " << nodes << ", outer_steps: " << outer_steps << "}\n"
+        << "model: {config: tiny, seq_len: 32}\ntrain: {batch: 2}\n"
+        << "output: {dir: " << (dir_ / out_).string() << "}\n"
         << "data:\n  shards: 3\n  cache_dir: " << MERIDIAN_TRAINER_CACHE_DIR
-        << "\n  batch: 2\n  seq_len: 32\n  validation_sequences: 2\n"
-        << "diloco:\n  inner_steps: 4\n  codec: int8\n  allreduce_timeout_s: 15\n"
+        << "\n  validation_sequences: 2\n"
+        << "diloco:\n  H: 4\n  codec: int8\n  local_ranks: 1\n  timeout_s: 15\n"
         << "  admission_timeout_s: 90\n  round_timeout_s: 90\n"
-        << "heartbeat:\n  interval_s: 0.3\n  dead_after_s: 4\n"
+        << "  heartbeat_s: 0.3\n  dead_after_s: 4\n"
         << "recovery:\n  timeout_s: 30\n"
         << extra;
   }
@@ -99,7 +100,7 @@ class TrainNodeTest : public ::testing::Test {
   // Starts `meridian train run.yaml --node-id ID ARGS...`, output in node<ID>.log.
   pid_t start(int id, std::vector<std::string> args, const std::string& secret = "secret") {
     std::vector<std::string> argv = {
-        MERIDIAN_BIN,       "train",         (dir_ / "run.yaml").string(), "--node-id",
+        MERIDIAN_BIN,       "train",         run_file_.empty() ? (dir_ / "run.yaml").string() : run_file_, "--node-id",
         std::to_string(id), "--secret-file", (dir_ / secret).string()};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string log = (dir_ / ("node" + std::to_string(id) + ".log")).string();
@@ -145,6 +146,7 @@ class TrainNodeTest : public ::testing::Test {
 
   fs::path dir_;
   std::string out_ = "out";  // output_dir (under dir_) of the next write_run
+  std::string run_file_;     // the run file start() gives ("" = dir_/run.yaml)
   std::vector<pid_t> pids_;
 };
 
@@ -209,7 +211,7 @@ class TrainResumeTest : public TrainNodeTest {
   static constexpr int kOuterSteps = 8;
   static constexpr char kLast[] = "step-000000000008";
 
-  // RUN.yaml with checkpoints in <dir_>/ckpt-<name>, output in <dir_>/<name>.
+  // The run file with checkpoints in <dir_>/ckpt-<name>, output in <dir_>/<name>.
   void write_run_named(const std::string& name, int nodes = 3) {
     out_ = name;
     write_run(nodes, kOuterSteps,
@@ -361,7 +363,7 @@ TEST_F(TrainNodeTest, ThreeNodesOnAnEtcdClusterFinishWhileAFollowerThenTheLeader
                     "etcd-server etcd-client";
   EtcdCluster etcd(3);
   constexpr int kOuterSteps = 60;
-  write_run(3, kOuterSteps, "store: " + etcd.url("train-test") + "\n");
+  write_run(3, kOuterSteps, "store: {address: '" + etcd.url("train-test") + "'}\n");
   const pid_t n1 = start(1, {}), n2 = start(2, {}), n3 = start(3, {});
   const auto steps = [&] { return checksums(node_dir(1)).size(); };
   ASSERT_TRUE(wait_until([&] { return steps() >= 3; }, 120)) << log(1);
@@ -393,6 +395,32 @@ TEST_F(TrainNodeTest, ThreeNodesOnAnEtcdClusterFinishWhileAFollowerThenTheLeader
   EXPECT_EQ(c1, c3);
 }
 
+// One run file for simulation and reality: the simulator's INTELLECT-1 scenario, as it is in
+// scenarios/, starts real nodes on loopback once --set shrinks the model and the run (the
+// scenario's network and hardware sections are noted as not used).
+TEST_F(TrainNodeTest, TheSimulatorsScenarioRunsForRealWithSetOverrides) {
+  run_file_ = std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-global.yaml";
+  const std::vector<std::string> shrink = {
+      "--set", "model={config: tiny, seq_len: 32}", "--set", "train.batch=2",
+      "--set", "run.nodes=2",       "--set", "run.outer_steps=2",
+      "--set", "diloco.H=2",        "--set", "diloco.local_ranks=1",
+      "--set", "data.cache_dir=" MERIDIAN_TRAINER_CACHE_DIR,
+      "--set", "data.validation_sequences=2",
+      "--set", "output.dir=" + (dir_ / out_).string()};
+  const std::string store = start_first(shrink);
+  std::vector<std::string> second = {"--store", store};
+  second.insert(second.end(), shrink.begin(), shrink.end());
+  const pid_t n2 = start(2, second);
+  EXPECT_EQ(finish(n2), 0) << log(2);
+  EXPECT_EQ(finish(pids_.front()), 0) << log(1);
+  EXPECT_NE(log(1).find("intellect1-global.yaml: network: not used by a real run"),
+            std::string::npos)
+      << log(1);
+  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2));
+  ASSERT_EQ(c1.size(), 2u) << log(1);
+  EXPECT_EQ(c1, c2);  // both nodes applied the same two outer steps
+}
+
 TEST_F(TrainNodeTest, AWrongSecretIsRefused) {
   write_run(2, 1);
   const std::string store = start_first();
@@ -411,13 +439,13 @@ TEST_F(TrainNodeTest, ADifferentRunConfigurationIsRefused) {
 }
 
 TEST_F(TrainNodeTest, AMalformedEtcdStoreUrlIsAConfigErrorNamingTheKeyAndTheProblem) {
-  write_run(1, 1, "store: etcd://127.0.0.1\n");
+  write_run(1, 1, "store: {address: 'etcd://127.0.0.1'}\n");
   const pid_t p = start(1, {});
   EXPECT_EQ(finish(p), 2);
-  EXPECT_NE(log(1).find("run.yaml: store: endpoint '127.0.0.1' is not HOST:PORT"),
+  EXPECT_NE(log(1).find("run.yaml: store.address: endpoint '127.0.0.1' is not HOST:PORT"),
             std::string::npos)
       << log(1);
-  write_run(1, 1, "store: etcd://127.0.0.1:2379\n");
+  write_run(1, 1, "store: {address: 'etcd://127.0.0.1:2379'}\n");
   const pid_t both = start(1, {"--serve-store", "0"});
   EXPECT_EQ(finish(both), 2);
   EXPECT_NE(log(1).find("the run uses etcd; --store and --serve-store are for"), std::string::npos)
@@ -428,7 +456,9 @@ TEST_F(TrainNodeTest, AnUnknownRunKeyIsAConfigErrorNamingFileAndKey) {
   write_run(1, 1, "diloco_typo: 3\n");
   const pid_t p = start(1, {"--serve-store", "0"});
   EXPECT_EQ(finish(p), 2);
-  EXPECT_NE(log(1).find("run.yaml: diloco_typo: unknown key"), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find("run.yaml:20: unknown key 'diloco_typo'; keys of a run file:"),
+            std::string::npos)
+      << log(1);
 }
 
 }  // namespace

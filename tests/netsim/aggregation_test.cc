@@ -17,6 +17,7 @@
 #include "analysis/summary.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"
@@ -50,7 +51,7 @@ SimResult simulate(int k, bool aggregate) {
         std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-global.yaml", overrides);
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
-    const SimOutcome o = run_simulation(sc, sink);
+    const SimOutcome o = run_simulation(sc, sink, compose::simulation_options(sc));
     std::ofstream(counts) << o.messages;
   });
   EXPECT_EQ(rc, 0) << tag;

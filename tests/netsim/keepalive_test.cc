@@ -13,6 +13,7 @@
 
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"
@@ -54,7 +55,7 @@ SimRun simulate(const std::string& yaml, const std::string& tag, bool message_le
     Scenario sc = parse_scenario(yaml, "scenario.yaml", {});
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
-    SimOptions o;
+    SimOptions o = compose::simulation_options(sc);
     o.message_level_keepalives = message_level;
     run_simulation(sc, sink, o);
   });

@@ -1,5 +1,7 @@
 // Scenario YAML and churn CSV parsing: defaults, derived model numbers, and errors that name
 // the file, the key (or line and column) and the expectation.
+#include "cli/compose/compose.h"
+#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 
 #include <gtest/gtest.h>
@@ -72,7 +74,7 @@ TEST(Scenario, UnknownOrBadSetKeyBlamesTheSet) {
   EXPECT_EQ(e.find("bad.yaml"), std::string::npos) << e;
   EXPECT_EQ(e.find("line"), std::string::npos) << e;
   const std::string top = error_of(kMinimal, {"dilco.H=5"});
-  EXPECT_EQ(top.rfind("--set dilco.H=5: unknown key 'dilco'; keys of a scenario: ", 0), 0u) << top;
+  EXPECT_EQ(top.rfind("--set dilco.H=5: unknown key 'dilco'; keys of a run file: ", 0), 0u) << top;
   const std::string bad = error_of(kMinimal, {"run.seed=1", "diloco.H=-1"});
   EXPECT_EQ(bad, "--set diloco.H=-1: key 'diloco.H': expected a positive integer, got '-1'");
   // A key in the file keeps the file's name and line even when other keys were --set.
@@ -169,11 +171,11 @@ TEST(Scenario, PlatformXmlOrTomlGetsAHint) {
   const std::string xml = error_of(
       "<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
       "<platform version=\"4.1\">\n  <zone id=\"w\" routing=\"Full\"/>\n</platform>\n");
-  EXPECT_EQ(xml.rfind("bad.yaml: this looks like a SimGrid platform XML, not a scenario", 0), 0u)
+  EXPECT_EQ(xml.rfind("bad.yaml: this looks like a SimGrid platform XML, not a run file", 0), 0u)
       << xml;
   EXPECT_NE(xml.find("network.platform_xml"), std::string::npos) << xml;
   const std::string toml = error_of("# a run\n[run]\nname = \"x\"\n\n[diloco]\nH = 5\n");
-  EXPECT_EQ(toml.rfind("bad.yaml: this looks like TOML, not a scenario", 0), 0u) << toml;
+  EXPECT_EQ(toml.rfind("bad.yaml: this looks like TOML, not a run file", 0), 0u) << toml;
   const std::string flat = error_of("name = \"x\"\nseed = 3\n");
   EXPECT_EQ(flat.rfind("bad.yaml: this looks like TOML", 0), 0u) << flat;
   // Broken YAML that looks like neither keeps the parser's message.
@@ -334,29 +336,35 @@ TEST(Churn, ErrorsNameLineColumnAndExpectation) {
   EXPECT_THROW(load_churn("/nonexistent.csv", kHosts, kRunning), ConfigError);
 }
 
-// worker: torch keeps the trainer section as text for the trainer's own parser; the model and
-// the batch then come from it, and only the engine driver runs real parameters.
-TEST(Scenario, WorkerTorchKeepsTheTrainerSectionAndRefusesWhatItReplaces) {
-  Scenario sc =
-      parse_scenario(std::string(kMinimal) + "worker: torch\ntrainer: {model: tiny}\n", "emu.yaml");
+// worker: torch trains the run file's model (a model config by name, as a real run would): the
+// former `trainer:` section is refused with what replaced it, and only the engine driver runs
+// real parameters.
+TEST(Scenario, WorkerTorchTrainsTheRunFilesModelAndRefusesTheOldTrainerSection) {
+  Scenario sc = parse_scenario(std::string(kMinimal) +
+                                   "worker: torch\nmodel: tiny\ntrain: {lr: 0.01}\n",
+                               "emu.yaml");
   EXPECT_EQ(sc.worker, "torch");
-  EXPECT_NE(sc.trainer_yaml.find("model: tiny"), std::string::npos) << sc.trainer_yaml;
+  EXPECT_EQ(sc.model.config, "tiny");
+  EXPECT_EQ(sc.model.layers, 2);       // from trainer/configs/tiny.yaml
+  EXPECT_EQ(sc.train.batch, 4);        // tiny.yaml's train section
+  EXPECT_DOUBLE_EQ(sc.train.lr, 0.01);  // the run file's key over it
   EXPECT_EQ(parse_scenario(kMinimal, "min.yaml").worker, "modeled");
 
-  std::string e = error_of(std::string(kMinimal) + "trainer: {model: tiny}\n");
-  EXPECT_NE(e.find("bad.yaml: key 'trainer'"), std::string::npos) << e;
-  EXPECT_NE(e.find("unless worker: torch"), std::string::npos) << e;
-  e = error_of(std::string(kMinimal) + "worker: torch\nmodel: {layers: 2}\n");
-  EXPECT_NE(e.find("key 'model'"), std::string::npos) << e;
-  EXPECT_NE(e.find("trainer.model"), std::string::npos) << e;
-  e = error_of(std::string(kMinimal) + "worker: torch\nhardware: {batch_sequences: 3}\n");
-  EXPECT_NE(e.find("key 'hardware.batch_sequences'"), std::string::npos) << e;
+  std::string e = error_of(std::string(kMinimal) + "worker: torch\ntrainer: {model: tiny}\n");
+  EXPECT_NE(e.find("bad.yaml:"), std::string::npos) << e;
+  EXPECT_NE(e.find("key 'trainer' is from an older form of the run file"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.config"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "hardware: {batch_sequences: 3}\n");
+  EXPECT_NE(e.find("key 'hardware.batch_sequences' is from an older form"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("train.batch"), std::string::npos) << e;
   e = error_of(std::string(kMinimal) + "worker: torch\nrun: {driver: model}\n");
   EXPECT_NE(e.find("key 'run.driver'"), std::string::npos) << e;
   e = error_of(std::string(kMinimal) + "worker: jax\n");
   EXPECT_NE(e.find("key 'worker': expected modeled or torch, got 'jax'"), std::string::npos) << e;
-  e = error_of(std::string(kMinimal) + "worker: torch\ntrainer: [1, 2]\n");
-  EXPECT_NE(e.find("key 'trainer': expected a mapping"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "model: nosuch\n");
+  EXPECT_NE(e.find("key 'model': expected a model config: one of"), std::string::npos) << e;
+  EXPECT_NE(e.find("tiny"), std::string::npos) << e;
 }
 
 // Nothing in this test program registers `torch` (meridian does when built with LibTorch): the
@@ -374,7 +382,9 @@ TEST(Scenario, WorkerTorchWithoutTheTrainerIsAClearError) {
     EXPECT_NE(m.find("MERIDIAN_WITH_TORCH=ON"), std::string::npos) << m;
   }
   NullEventSink sink;  // run_simulation refuses it too, before SimGrid starts
-  EXPECT_THROW(run_simulation(sc, sink), ConfigError);
+  SimOptions without_plugin;
+  without_plugin.make_node = compose::make_node;
+  EXPECT_THROW(run_simulation(sc, sink, without_plugin), ConfigError);
   Scenario modeled = parse_scenario(kMinimal, "min.yaml");
   EXPECT_EQ(resolve_worker(modeled).kind, "modeled");
   EXPECT_FALSE(resolve_worker(modeled).make_worker);

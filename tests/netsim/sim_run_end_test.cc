@@ -14,6 +14,7 @@
 #include "analysis/summary.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"
@@ -58,7 +59,7 @@ Ended simulate(const std::string& yaml, const std::string& tag,
     Scenario sc = parse_scenario(yaml, "scenario.yaml", overrides);
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
-    run_simulation(sc, sink);
+    run_simulation(sc, sink, compose::simulation_options(sc));
   });
   r.events = testing::read_events(out);
   return r;
@@ -174,7 +175,7 @@ TEST(SimRunEnd, InterruptedRunSaysSoAndHowFarItGot) {
     Scenario sc = parse_scenario(small_run(trace), "scenario.yaml", {"run.outer_steps=400"});
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
-    SimOptions o;
+    SimOptions o = compose::simulation_options(sc);
     o.interrupt_reason = [] { return std::string("SIGINT"); };
     const SimOutcome res = run_simulation(sc, sink, o);
     if (res.interrupted != "SIGINT" || res.outer_steps_planned != 400) std::_Exit(5);

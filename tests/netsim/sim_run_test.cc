@@ -10,6 +10,7 @@
 #include "analysis/summary.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"
@@ -33,7 +34,8 @@ std::string four_nodes(const std::string& trace, int outer_steps) {
          "1},\n"
          "          {site: as, count: 1, bandwidth_gbps: 1},\n"
          "          {site: eu, count: 1, start: false, bandwidth_gbps: 1}]\n"
-         "diloco: {H: 1, buckets: \"1\", local_ranks: 1, checkpoint_s: 0, state_copies: 1}\n" +
+         "diloco: {H: 1, buckets: \"1\", local_ranks: 1, checkpoint_s: 0}\n"
+         "recovery: {state_copies: 1}\n" +
          (trace.empty() ? "" : "churn: {trace: " + trace + "}\n");
 }
 
@@ -51,7 +53,7 @@ std::string simulate(const std::string& yaml, const std::string& tag,
     Scenario sc = parse_scenario(yaml, "scenario.yaml", overrides);
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
-    run_simulation(sc, sink);
+    run_simulation(sc, sink, compose::simulation_options(sc));
   });
   EXPECT_EQ(rc, 0);
   return out;
@@ -70,7 +72,7 @@ json summarize_scenario(const std::string& path, const std::string& tag,
     Scenario sc = load_scenario(path, overrides);
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
-    run_simulation(sc, sink);
+    run_simulation(sc, sink, compose::simulation_options(sc));
   });
   EXPECT_EQ(rc, 0);
   return summary_of(out);

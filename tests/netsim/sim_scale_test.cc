@@ -13,6 +13,7 @@
 #include "analysis/summary.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"
@@ -34,7 +35,7 @@ analysis::Summary simulate(const std::string& tag, std::vector<std::string> over
         std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-scale.yaml", overrides);
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
-    run_simulation(sc, sink);
+    run_simulation(sc, sink, compose::simulation_options(sc));
   });
   EXPECT_EQ(rc, 0) << tag;
   return analysis::summarize(analysis::read_events_file(out));

@@ -9,6 +9,7 @@
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
 #include "trainer/diloco_emulation.h"
+#include "cli/compose/thread_world.h"
 
 namespace meridian::trainer {
 namespace {
@@ -29,7 +30,8 @@ TEST(DilocoEmulation, TinyNodesTrainThroughAFailureAndAJoin) {
   o.fail_after.emplace(1, 2);  // node 2 fails after outer step 1
   o.join_after = {2};          // a joiner arrives after outer step 2
   MemoryEventSink events;
-  const auto r = run_emulation(o, events);
+  compose::ThreadWorld world;
+  const auto r = run_emulation(o, world, events);
 
   ASSERT_EQ(r.steps.size(), 4u);
   EXPECT_EQ(r.steps[0].members, 3u);
@@ -95,7 +97,8 @@ TEST(DilocoEmulation, ChurnScheduleIsCheckedBeforeTheRun) {
   o.join_after = {};
   o.fail_after = {{1, 7}};
   MemoryEventSink events;
-  EXPECT_THROW(run_emulation(o, events), ConfigError);
+  compose::ThreadWorld world;
+  EXPECT_THROW(run_emulation(o, world, events), ConfigError);
 }
 
 }  // namespace

@@ -157,7 +157,7 @@ TEST_F(Bf16Yaml, AcceptsTrueFalseAndAutoAndNamesABadValue) {
   EXPECT_EQ(read("false", &s), "");
   EXPECT_EQ(s, Bf16Autocast::kOff);
   const std::string msg = read("fast", &s);
-  EXPECT_NE(msg.find("train.bf16_autocast: expected true, false or auto, got 'fast'"),
+  EXPECT_NE(msg.find("key 'train.bf16_autocast': expected true, false or auto, got 'fast'"),
             std::string::npos)
       << msg;
   EXPECT_STREQ(bf16_autocast_name(Bf16Autocast::kAuto), "auto");
@@ -167,8 +167,8 @@ TEST_F(Bf16Yaml, AcceptsTrueFalseAndAutoAndNamesABadValue) {
 
 // The config record says what this machine trains in, the setting it came from, and the CPU.
 TEST(Precision, TheConfigRecordEchoesTheResolvedChoice) {
-  const TrainerSection t = parse_trainer_section("model: small\n", "emu.yaml");
-  const std::string json = trainer_section_json(t).str();
+  const config::RunFile f = config::parse_run_file("model: small\n", "emu.yaml");
+  const std::string json = trainer_config_json(trainer_config(f), f.data).str();
   const bool native = host_cpu_features().native_bf16();
   EXPECT_NE(json.find(std::string("\"bf16_autocast\":") + (native ? "true" : "false")),
             std::string::npos)

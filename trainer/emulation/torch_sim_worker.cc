@@ -55,35 +55,26 @@ class SimTorchWorker final : public InnerWorker {
 
 netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc,
                                          const netsim::SlowStepFn& on_slow_step) {
-  const TrainerSection t = parse_trainer_section(sc.trainer_yaml, sc.file);
-  const ModelConfig& m = t.trainer.model;
-  // The modelled cluster trains the real model: the FLOPs model, param_count and tokens per
-  // step of the metrics follow it (untied embeddings, as the trainer's decoder).
-  sc.model.layers = m.layers;
-  sc.model.hidden = m.hidden;
-  sc.model.heads = m.heads;
-  sc.model.kv_heads = m.kv_heads;
-  sc.model.ffn = m.ffn;
-  sc.model.vocab = m.vocab;
-  sc.model.seq_len = m.seq_len;
-  sc.model.tied_embeddings = false;
-  sc.hardware.batch_sequences = t.trainer.train.batch;
+  const TrainerConfig trainer = trainer_config(sc);
+  const ModelConfig& m = trainer.model;
+  // The modelled cluster trains the real model (untied embeddings, as the trainer's decoder):
+  // the FLOPs model, param_count and tokens per step of the metrics follow it.
   MERIDIAN_CHECK_EQ(sc.model.param_count(), parameter_count(m));
 
   TorchWorkerOptions base;
-  base.config = t.trainer;
-  base.data = t.data;
+  base.config = trainer;
+  base.data = data_options(sc.data, m.vocab);
   base.seed = sc.run.seed;
-  base.validation_sequences = t.validation_sequences;
+  base.validation_sequences = sc.data.validation_sequences;
   base.world = sc.total_nodes();
-  DataOptions data = t.data;
+  DataOptions data = base.data;
   data.on_slow_step = on_slow_step;
   auto corpus = std::make_shared<const TokenizedCorpus>(prepare_corpus(data));
   const double step_s = sc.inner_step_s();
 
   netsim::WorkerPlugin p;
   p.mode = "emulate";
-  p.config = trainer_section_json(t);
+  p.config = trainer_config_json(trainer, sc.data);
   p.config.add("tokenizer_model", corpus->tokenizer_model)
       .add("corpus", corpus->corpus_checksum)
       .add("train_tokens", static_cast<std::uint64_t>(corpus->train->size()))
@@ -97,7 +88,7 @@ netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc,
     o.clock = [rt] { return rt->now_s(); };
     return std::make_unique<SimTorchWorker>(std::move(o), *corpus, *rt, step_s, ctx.speed_factor);
   };
-  p.after_outer_step = [sequences = t.validation_sequences](
+  p.after_outer_step = [sequences = sc.data.validation_sequences](
                            const netsim::NodeWorkerContext& ctx, InnerWorker& worker,
                            const OuterStepView& v, EventSink& sink) {
     auto& w = dynamic_cast<SimTorchWorker&>(worker);

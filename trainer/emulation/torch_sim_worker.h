@@ -9,10 +9,10 @@
 
 namespace meridian::trainer {
 
-// The plugin for a scenario with `worker: torch`. Reads `sc.trainer_yaml` (trainer/run_config.h,
-// errors name the scenario file and the key), replaces `sc.model` and
-// `sc.hardware.batch_sequences` by the real model's shapes and batch (so the FLOPs model and the
-// metrics describe the model being trained), and tokenizes the corpus once (cached). Each node
+// The plugin for a run file with `worker: torch`: trains `model` with `train` on `data`
+// (trainer/run_config.h converts them, errors name the file and the key), as a real run of the
+// same file would; checks that the run file's model is the trainer's decoder (untied
+// embeddings), and tokenizes the corpus once (cached). Each node
 // gets a TorchWorker on shard = its host slot of world = the scenario's host slots (a host that
 // rejoins trains its old shard), seeded with run.seed.
 //

@@ -1,6 +1,6 @@
-// Scenario YAML parsing: strict (unknown keys are errors), every value typed and range-checked,
-// errors name the file, the key path and the expectation.
-#include "netsim/scenario.h"
+// Run file parsing (run_file.h): strict (unknown keys are errors), every value typed and
+// range-checked, errors name the file, the key path and the expectation (engine/config/reader.h).
+#include "engine/config/run_file.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -9,12 +9,19 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <set>
 #include <sstream>
 
+#include "engine/codec/codec.h"
+#include "engine/config/reader.h"
 #include "engine/error.h"
 
-namespace meridian::netsim {
+#ifndef MERIDIAN_TRAINER_CONFIG_DIR
+#define MERIDIAN_TRAINER_CONFIG_DIR "trainer/configs"
+#endif
+
+namespace meridian::config {
 
 std::uint64_t ModelSpec::non_embedding_params() const {
   const std::uint64_t h = hidden, d_head = hidden / heads, kv = kv_heads * d_head;
@@ -42,13 +49,13 @@ std::vector<std::uint64_t> ModelSpec::bucket_boundaries() const {
   return b;
 }
 
-double Scenario::inner_step_s() const {
+double RunFile::inner_step_s() const {
   if (hardware.step_time_s > 0) return hardware.step_time_s;
   return model.flops_per_token() * double(tokens_per_inner_step()) /
          (hardware.gpus_per_node * hardware.peak_flops_per_gpu * hardware.mfu);
 }
 
-int Scenario::outer_steps() const {
+int RunFile::outer_steps() const {
   if (run.inner_steps > 0) return static_cast<int>((run.inner_steps + diloco.H - 1) / diloco.H);
   return run.outer_steps;
 }
@@ -79,7 +86,7 @@ double NetworkSpec::store_quorum_rtt_s() const {
   return rtts_ms[acks - 1] / 1000.0;
 }
 
-int Scenario::total_nodes() const {
+int RunFile::total_nodes() const {
   int n = 0;
   for (auto& g : network.nodes) n += g.count;
   return n;
@@ -87,173 +94,8 @@ int Scenario::total_nodes() const {
 
 namespace {
 
-// Where the values being read came from: the file, and the --set overrides applied on top of it
-// (key path, and the override as the user wrote it), so that an error blames the one that gave
-// the bad key or value.
-struct Origin {
-  std::string file;
-  std::vector<std::pair<std::string, std::string>> overrides;
-  // Key paths whose values came from another file (network.sites_from): key path, file.
-  std::vector<std::pair<std::string, std::string>> other_files;
-
-  // The file that gave `key_path`.
-  const std::string& file_of(const std::string& key_path) const {
-    for (const auto& [prefix, other] : other_files)
-      if (key_path == prefix || key_path.rfind(prefix + "[", 0) == 0 ||
-          key_path.rfind(prefix + ".", 0) == 0)
-        return other;
-    return file;
-  }
-
-  // The override that set `key_path`, a key below it or the section it is in; nullptr when the
-  // file did.
-  const std::string* override_of(const std::string& key_path) const {
-    for (auto it = overrides.rbegin(); it != overrides.rend(); ++it) {  // the last one wins
-      const std::string& set = it->first;
-      if (set == key_path || set.rfind(key_path + ".", 0) == 0 ||
-          key_path.rfind(set + ".", 0) == 0 || key_path.rfind(set + "[", 0) == 0)
-        return &it->second;
-    }
-    return nullptr;
-  }
-};
-
-// "file:LINE" where the node has a position in the file, else "file".
-std::string where(const std::string& file, const YAML::Node* node) {
-  if (node && node->IsDefined() && node->Mark().line >= 0)
-    return file + ":" + std::to_string(node->Mark().line + 1);
-  return file;
-}
-
-// A mapping being read: remembers which keys were consumed so the rest can be reported.
-class Reader {
- public:
-  Reader(const YAML::Node& node, const Origin& origin, std::string path)
-      : node_(node), origin_(&origin), path_(std::move(path)) {
-    if (node_ && !node_.IsNull() && !node_.IsMap()) fail(path_, "a mapping", &node_);
-  }
-
-  // Errors read "FILE:LINE: key 'a.b': expected X, got 'v'", or "--set a.b=v: key 'a.b': ..."
-  // when an override gave the value.
-  [[noreturn]] void fail(const std::string& key, const std::string& expected,
-                         const YAML::Node* got = nullptr) const {
-    const std::string* ov = origin_->override_of(key);
-    std::string msg = (ov ? "--set " + *ov : where(origin_->file_of(key), got)) + ": key '" + key +
-                      "': expected " + expected;
-    if (got && got->IsDefined() && got->IsScalar()) msg += ", got '" + got->Scalar() + "'";
-    throw ConfigError(msg);
-  }
-
-  std::string key_path(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
-
-  YAML::Node get(const std::string& k) {
-    seen_.insert(k);
-    if (!node_ || !node_.IsMap()) return YAML::Node();
-    return node_[k];
-  }
-
-  template <typename T>
-  void scalar(const std::string& k, T& out, const std::string& expected,
-              std::function<bool(const T&)> ok = nullptr) {
-    YAML::Node n = get(k);
-    if (!n || n.IsNull()) return;  // default stays
-    if (!n.IsScalar()) fail(key_path(k), expected, &n);
-    T v;
-    try {
-      v = n.as<T>();
-    } catch (const YAML::Exception&) {
-      fail(key_path(k), expected, &n);
-    }
-    if constexpr (std::is_floating_point_v<T>) {
-      if (!std::isfinite(v)) fail(key_path(k), expected, &n);
-    }
-    if (ok && !ok(v)) fail(key_path(k), expected, &n);
-    out = v;
-  }
-
-  Reader child(const std::string& k) { return Reader(get(k), *origin_, key_path(k)); }
-  // The mapping `node`, an element of a list under this one, read as `path`.
-  Reader element(const YAML::Node& node, const std::string& path) const {
-    return Reader(node, *origin_, path);
-  }
-
-  // An unknown key: "--set diloco.HH=5: unknown key 'diloco.HH'; keys of diloco: H, codec, ..."
-  // or "FILE:LINE: unknown key 'diloco.HH'; keys of diloco: ...".
-  void finish() const {
-    if (!node_ || !node_.IsMap()) return;
-    for (auto it = node_.begin(); it != node_.end(); ++it) {
-      if (!it->first.IsScalar()) {  // yaml-cpp accepts a list or a map as a key
-        const YAML::Node key_node = it->first;
-        throw ConfigError(where(origin_->file, &key_node) + ": a key of " +
-                          (path_.empty() ? std::string("the scenario") : path_) +
-                          " is not a name (a list or a map)");
-      }
-      const std::string k = it->first.Scalar();
-      if (seen_.count(k)) continue;
-      std::string known;
-      for (auto& s : seen_) known += (known.empty() ? "" : ", ") + s;
-      const std::string* ov = origin_->override_of(key_path(k));
-      const YAML::Node key_node = it->first;
-      throw ConfigError((ov ? "--set " + *ov : where(origin_->file_of(key_path(k)), &key_node)) +
-                        ": unknown key '" + key_path(k) + "'; keys of " +
-                        (path_.empty() ? std::string("a scenario") : path_) + ": " + known);
-    }
-  }
-
-  const std::string& file() const { return origin_->file; }
-
- private:
-  YAML::Node node_;
-  const Origin* origin_;
-  std::string path_;
-  std::set<std::string> seen_;
-};
-
-template <typename T>
-std::function<bool(const T&)> positive() {
-  return [](const T& v) { return v > 0; };
-}
-template <typename T>
-std::function<bool(const T&)> non_negative() {
-  return [](const T& v) { return v >= 0; };
-}
-
-// Applies "a.b.c=value" to the tree; returns the key path it set.
-std::string apply_override(YAML::Node& root, const std::string& ov, const std::string& file) {
-  auto eq = ov.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw ConfigError("--set '" + ov + "': expected key.path=value");
-  const std::string path = ov.substr(0, eq), value = ov.substr(eq + 1);
-  std::vector<std::string> parts;
-  std::stringstream ss(path);
-  for (std::string p; std::getline(ss, p, '.');) {
-    if (p.empty()) throw ConfigError("--set '" + ov + "': empty component in key path");
-    parts.push_back(p);
-  }
-  // yaml-cpp's operator[] returns proxies; walk with explicit copies of the handles.
-  std::vector<YAML::Node> chain{root};
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-    YAML::Node cur = chain.back();
-    if (cur.IsDefined() && !cur.IsNull() && !cur.IsMap())
-      throw ConfigError("--set " + ov + ": '" + parts[i] + "' is not a mapping in " + file);
-    YAML::Node next = cur[parts[i]];
-    if (!next.IsDefined() || next.IsNull()) {
-      cur[parts[i]] = YAML::Node(YAML::NodeType::Map);
-      next = cur[parts[i]];
-    }
-    chain.push_back(next);
-  }
-  YAML::Node parsed;
-  try {
-    parsed = YAML::Load(value);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError("--set '" + ov + "': value is not valid YAML: " + e.what());
-  }
-  chain.back()[parts.back()] = parsed;
-  return path;
-}
-
-void parse_model(Reader r, ModelSpec& m) {
+void parse_model_keys(Reader& r, ModelSpec& m) {
+  r.scalar<std::string>("name", m.name, "a model name");
   r.scalar<int>("layers", m.layers, "a positive integer", positive<int>());
   r.scalar<int>("hidden", m.hidden, "a positive integer", positive<int>());
   r.scalar<int>("heads", m.heads, "a positive integer", positive<int>());
@@ -262,9 +104,139 @@ void parse_model(Reader r, ModelSpec& m) {
   r.scalar<int>("vocab", m.vocab, "a positive integer", positive<int>());
   r.scalar<int>("seq_len", m.seq_len, "a positive integer", positive<int>());
   r.scalar<bool>("tied_embeddings", m.tied_embeddings, "true or false");
+  r.scalar<double>("rope_theta", m.rope_theta, "a positive number", positive<double>());
+  r.scalar<double>("norm_eps", m.norm_eps, "a positive number", positive<double>());
+  r.scalar<double>("init_std", m.init_std, "a positive number", positive<double>());
+}
+
+void parse_train(Reader r, TrainSpec& t) {
+  r.scalar<int>("batch", t.batch, "a positive number of sequences", positive<int>());
+  r.scalar<std::string>("bf16_autocast", t.bf16_autocast, "true, false or auto",
+                        [](const std::string& v) {
+                          return v == "true" || v == "false" || v == "auto";
+                        });
+  r.scalar<double>("lr", t.lr, "a positive learning rate", positive<double>());
+  const auto fraction = [](const double& v) { return v >= 0 && v < 1; };
+  r.scalar<double>("beta1", t.beta1, "a value in [0, 1)", fraction);
+  r.scalar<double>("beta2", t.beta2, "a value in [0, 1)", fraction);
+  r.scalar<double>("eps", t.eps, "a positive number", positive<double>());
+  r.scalar<double>("weight_decay", t.weight_decay, "a value >= 0", non_negative<double>());
+  r.scalar<double>("grad_clip", t.grad_clip, "a number (<= 0: no clipping)");
+  r.scalar<std::int64_t>("warmup_steps", t.warmup_steps, "an integer >= 0",
+                         non_negative<std::int64_t>());
+  r.scalar<std::int64_t>("decay_start_step", t.decay_start_step,
+                         "an integer >= 0, or -1 (no decay)",
+                         [](const std::int64_t& v) { return v >= -1; });
+  r.scalar<std::int64_t>("total_steps", t.total_steps, "an integer >= 0",
+                         non_negative<std::int64_t>());
+  r.scalar<double>("z_loss_weight", t.z_loss_weight, "a value >= 0", non_negative<double>());
   r.finish();
+  if (t.decay_start_step >= 0 && t.total_steps <= t.decay_start_step)
+    r.fail(r.key_path("total_steps"), "a step after train.decay_start_step when decay is on");
+}
+
+// A model config (trainer/configs/): a run file holding only `model:` and `train:`, read over
+// `m` and `t`.
+void read_model_config(const std::string& path, ModelSpec& m, TrainSpec& t) {
+  const Document doc = Document::load(path, {}, "model config");
+  Reader r = doc.reader("a model config");
+  const bool has_model = r.present("model");
+  {
+    Reader mr = r.child("model");
+    parse_model_keys(mr, m);
+    mr.finish();
+  }
+  parse_train(r.child("train"), t);
+  r.finish();
+  if (!has_model) throw ConfigError(path + ": missing the 'model' section");
+}
+
+// `model:` and `train:`; `model: NAME` is `model: {config: NAME}`. The config's model and train
+// sections are the base the run file's keys override.
+void parse_model_and_train(Reader& top, const YAML::Node& root, ModelSpec& m, TrainSpec& t) {
+  YAML::Node model = top.get("model");
+  const bool named = model && model.IsScalar();
+  Reader r = named ? Reader(YAML::Node(), top.origin(), "model") : top.child("model");
+  std::string config;
+  if (named) {
+    config = model.Scalar();
+    if (config.empty() || config.find('\0') != std::string::npos)
+      top.fail("model", "a model config name or a mapping of model keys", &model);
+  } else {
+    r.scalar<std::string>("config", config, "a model config name (trainer/configs/) or a .yaml path",
+                          [](const std::string& v) {
+                            return !v.empty() && v.find('\0') == std::string::npos;
+                          });
+  }
+  if (!config.empty()) {
+    std::string path;
+    try {
+      path = model_config_path(config, top.origin().base_dir_of("model"));
+    } catch (const ConfigError& e) {
+      top.fail(named ? "model" : "model.config", e.what(), named ? &model : nullptr);
+    }
+    m.config = config;
+    read_model_config(path, m, t);
+  }
+  if (!named) {
+    parse_model_keys(r, m);
+    r.finish();
+  }
   if (m.hidden % m.heads != 0) r.fail(r.key_path("heads"), "a divisor of model.hidden");
   if (m.heads % m.kv_heads != 0) r.fail(r.key_path("kv_heads"), "a divisor of model.heads");
+  (void)root;
+  parse_train(top.child("train"), t);
+}
+
+void parse_data(Reader r, DataSpec& d) {
+  r.moved("batch", "the batch per node is train.batch");
+  r.moved("seq_len", "the sequence length is model.seq_len");
+  r.scalar<int>("shards", d.shards, "a positive integer (or 0: one per node)",
+                non_negative<int>());
+  r.path_value("cache_dir", d.cache_dir, "a directory path");
+  r.path_value("corpus_dir", d.corpus_dir, "a directory path");
+  r.string_list("files", d.files, "a corpus file name or a list of them");
+  r.scalar<int>("validation_sequences", d.validation_sequences, "a positive integer",
+                positive<int>());
+  r.finish();
+}
+
+void parse_recovery(Reader r, RecoverySpec& c) {
+  r.scalar<double>("timeout_s", c.timeout_s, "seconds > 0", positive<double>());
+  r.scalar<std::uint64_t>("chunk_bytes", c.chunk_bytes, "bytes >= 1024",
+                          [](const std::uint64_t& v) { return v >= 1024; });
+  r.scalar<int>("max_sources", c.max_sources, "a positive integer", positive<int>());
+  r.scalar<bool>("blocking", c.blocking, "true or false");
+  r.scalar<int>("state_copies", c.state_copies, "a positive integer", positive<int>());
+  r.finish();
+}
+
+void parse_store(Reader& top, StoreSpec& s) {
+  const YAML::Node given = top.get("store");
+  if (given && given.IsScalar())
+    top.fail("store", "a mapping: the etcd address moved to store.address, e.g. store: {address: "
+                      "etcd://h1:2379,h2:2379}", &given);
+  Reader r = top.child("store");
+  r.scalar<std::string>("address", s.address, "etcd://HOST:PORT[,HOST:PORT...][/PREFIX]",
+                        [](const std::string& v) {
+                          return v.rfind("etcd://", 0) == 0 || v.rfind("etcds://", 0) == 0;
+                        });
+  r.scalar<std::string>("bind", s.bind, "an address (e.g. 127.0.0.1; 0.0.0.0: every interface)",
+                        [](const std::string& v) { return !v.empty(); });
+  r.finish();
+}
+
+void parse_checkpoint(Reader r, CheckpointSpec& k, bool given) {
+  r.path_value("dir", k.dir, "a directory path (relative to the run file)");
+  r.scalar<std::int64_t>("every_steps", k.every_steps, "an integer >= 0",
+                         non_negative<std::int64_t>());
+  r.scalar<double>("every_s", k.every_s, "seconds >= 0", non_negative<double>());
+  r.scalar<int>("keep", k.keep, "a positive integer", positive<int>());
+  r.finish();
+  if (!given) return;
+  if (k.dir.empty()) r.fail(r.key_path("dir"), "a directory path (relative to the run file)");
+  if (k.every_steps == 0 && k.every_s == 0)
+    r.fail(r.key_path("every_steps"), "every_steps or every_s (or both) above 0");
 }
 
 void parse_hardware(Reader r, HardwareSpec& h) {
@@ -274,7 +246,7 @@ void parse_hardware(Reader r, HardwareSpec& h) {
                    [](const double& v) { return v > 0 && v <= 1; });
   r.scalar<double>("step_time_s", h.step_time_s, "seconds >= 0 (0: from FLOPs)",
                    non_negative<double>());
-  r.scalar<int>("batch_sequences", h.batch_sequences, "a positive integer", positive<int>());
+  r.moved("batch_sequences", "the batch per node is train.batch");
   r.finish();
 }
 
@@ -286,7 +258,7 @@ void parse_network(Reader r, NetworkSpec& n) {
   r.scalar<bool>("crosstraffic", n.crosstraffic, "true or false");
   r.scalar<int>("rendezvous_trips", n.rendezvous_trips, "an integer from 0 to 8",
                 [](int v) { return v >= 0 && v <= 8; });
-  r.scalar<std::string>("platform_xml", n.platform_xml, "a file path");
+  r.path_value("platform_xml", n.platform_xml, "a file path");
   r.scalar<std::string>("sites_from", n.sites_from, "a file path");
   r.scalar<std::string>("coordinator_site", n.coordinator_site, "a site name");
   r.scalar<double>("coordinator_bandwidth_gbps", n.coordinator_bandwidth_gbps, "Gb/s > 0",
@@ -520,9 +492,18 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.scalar<double>("checkpoint_s", d.checkpoint_s, "seconds >= 0", non_negative<double>());
   r.scalar<double>("dead_after_s", d.dead_after_s, "seconds > 0", positive<double>());
   r.scalar<double>("heartbeat_s", d.heartbeat_s, "seconds > 0", positive<double>());
-  r.scalar<int>("state_copies", d.state_copies, "a positive integer", positive<int>());
-  r.scalar<std::uint64_t>("recovery_chunk_bytes", d.recovery_chunk_bytes, "bytes > 0",
-                          positive<std::uint64_t>());
+  r.scalar<double>("outer_lr", d.outer_lr, "a positive learning rate", positive<double>());
+  r.scalar<double>("outer_momentum", d.outer_momentum, "a value in [0, 1)",
+                   [](const double& v) { return v >= 0 && v < 1; });
+  r.scalar<double>("admission_timeout_s", d.admission_timeout_s,
+                   "seconds >= 0 (0: the mode's default)", non_negative<double>());
+  r.scalar<double>("round_timeout_s", d.round_timeout_s, "seconds >= 0 (0: the mode's default)",
+                   non_negative<double>());
+  r.moved("state_copies", "it is recovery.state_copies");
+  r.moved("recovery_chunk_bytes", "it is recovery.chunk_bytes");
+  r.moved("inner_steps", "H is diloco.H");
+  r.moved("allreduce_timeout_s", "it is diloco.timeout_s");
+  r.moved("max_retries", "it is diloco.retries");
   r.finish();
   // The engine's mesh evicts a member that missed heartbeats for dead_after_s: it needs at least
   // one heartbeat in that window (engine/mesh/elastic_mesh.cc), so refuse it here, by key.
@@ -541,28 +522,13 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   }
 }
 
-// worker: modeled|torch and the `trainer:` section, kept as YAML text: netsim does not know the
-// trainer's keys; the torch worker kind (trainer/emulation) parses them with the trainer's own
-// readers. With worker: torch the model and the batch come from the trainer section.
-void parse_worker(Reader& r, const YAML::Node& root, Scenario& sc) {
-  r.scalar<std::string>("worker", sc.worker, "modeled or torch",
+// worker: modeled|torch (simulation): who computes the inner steps.
+void parse_worker(Reader& r, RunFile& f) {
+  r.scalar<std::string>("worker", f.worker, "modeled or torch",
                         [](const std::string& v) { return v == "modeled" || v == "torch"; });
-  YAML::Node t = r.get("trainer");
-  if (t && !t.IsNull()) {
-    if (sc.worker != "torch") r.fail("trainer", "no trainer section unless worker: torch");
-    if (!t.IsMap()) r.fail("trainer", "a mapping of trainer settings", &t);
-    YAML::Emitter out;
-    out << t;
-    sc.trainer_yaml = out.c_str();
-  }
-  if (sc.worker != "torch") return;
-  const YAML::Node& c = root;
-  if (c["model"])
-    r.fail("model", "no model section with worker: torch (the real model is trainer.model)");
-  if (c["hardware"] && c["hardware"].IsMap() && c["hardware"]["batch_sequences"])
-    r.fail("hardware.batch_sequences",
-           "no value with worker: torch (the batch is trainer.data.batch)");
-  if (sc.run.driver != "engine")
+  r.moved("trainer", "the trainer section became the top-level model (model.config: NAME), "
+                     "train and data sections, and outer_lr / outer_momentum moved to diloco");
+  if (f.worker == "torch" && f.run.driver != "engine")
     r.fail("run.driver", "engine with worker: torch (the model driver has no real parameters)");
 }
 
@@ -586,6 +552,7 @@ void merge_sites_from(YAML::Node& root, Origin& origin, const std::string& base_
     throw ConfigError(file + ": key '" + key + "': cannot read '" + p.string() + "': " + e.what());
   }
   if (!other.IsMap()) throw ConfigError(p.string() + ": expected a mapping with sites and rtt");
+  const std::string other_dir = p.parent_path().string();
   for (auto it = other.begin(); it != other.end(); ++it) {
     if (!it->first.IsScalar()) throw ConfigError(p.string() + ": a key is not a name");
     const std::string k = it->first.Scalar();
@@ -601,73 +568,100 @@ void merge_sites_from(YAML::Node& root, Origin& origin, const std::string& base_
         const std::string sub = kv->first.Scalar();
         if (mine[sub]) continue;
         mine[sub] = kv->second;
-        origin.other_files.emplace_back("network." + k + "." + sub, p.string());
+        origin.other_files.push_back({"network." + k + "." + sub, p.string(), other_dir});
       }
       continue;
     }
     if (mine) continue;
     net[k] = it->second;
-    origin.other_files.emplace_back("network." + k, p.string());
+    origin.other_files.push_back({"network." + k, p.string(), other_dir});
   }
 }
 
-Scenario parse_root(YAML::Node root, Origin origin, const std::string& base_dir) {
-  const std::string file = origin.file;
-  merge_sites_from(root, origin, base_dir);
-  Scenario sc;
-  sc.file = file;
-  Reader r(root, origin, "");
+RunFile parse_root(Document& doc) {
+  Origin& origin = doc.origin();
+  YAML::Node& root = doc.root();
+  merge_sites_from(root, origin, origin.base_dir);
+  RunFile f;
+  f.file = origin.file;
+  f.base_dir = origin.base_dir;
+  for (auto it = root.begin(); it != root.end(); ++it)
+    if (it->first.IsScalar()) f.sections.push_back(it->first.Scalar());
+  Reader r = doc.reader();
+  // The top-level keys of RUN.yaml, the real runs' former file.
+  r.moved("seed", "it is run.seed");
+  r.moved("nodes", "it is run.nodes");
+  r.moved("outer_steps", "it is run.outer_steps");
+  r.moved("output_dir", "it is output.dir");
+  r.moved("store_bind", "it is store.bind");
+  r.moved("heartbeat", "heartbeat.interval_s is diloco.heartbeat_s and heartbeat.dead_after_s "
+                       "is diloco.dead_after_s");
   {
     Reader run = r.child("run");
-    run.scalar<std::string>("name", sc.run.name, "a run name");
-    run.scalar<std::uint64_t>("seed", sc.run.seed, "a non-negative integer");
-    run.scalar<std::string>("mode", sc.run.mode, "simulate",
+    run.scalar<std::string>("name", f.run.name, "a run name");
+    run.scalar<std::uint64_t>("seed", f.run.seed, "a non-negative integer");
+    run.scalar<std::string>("mode", f.run.mode, "simulate",
                             [](const std::string& v) { return v == "simulate"; });
-    run.scalar<int>("outer_steps", sc.run.outer_steps, "a positive integer", positive<int>());
-    run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps,
+    run.scalar<int>("outer_steps", f.run.outer_steps, "a positive integer", positive<int>());
+    run.scalar<std::int64_t>("inner_steps", f.run.inner_steps,
                              "an integer >= 0 (0: use outer_steps)", non_negative<std::int64_t>());
-    run.scalar<std::string>("driver", sc.run.driver, "engine or model", [](const std::string& v) {
+    run.scalar<int>("nodes", f.run.nodes, "a positive integer (or 0: network.nodes' count)",
+                    non_negative<int>());
+    run.scalar<std::string>("driver", f.run.driver, "engine or model", [](const std::string& v) {
       return v == "engine" || v == "model" || v == "netsim";
     });
-    if (sc.run.driver == "netsim") sc.run.driver = "model";  // the former name
+    if (f.run.driver == "netsim") f.run.driver = "model";  // the former name
     run.finish();
   }
-  parse_model(r.child("model"), sc.model);
-  parse_hardware(r.child("hardware"), sc.hardware);
-  parse_network(r.child("network"), sc.network);
-  parse_diloco(r.child("diloco"), sc.diloco);
+  parse_model_and_train(r, root, f.model, f.train);
+  parse_hardware(r.child("hardware"), f.hardware);
+  // No network section: a file for real runs only (a simulation refuses it, validate_for).
+  if (r.present("network"))
+    parse_network(r.child("network"), f.network);
+  else
+    r.get("network");
+  parse_diloco(r.child("diloco"), f.diloco);
+  parse_recovery(r.child("recovery"), f.recovery);
+  parse_data(r.child("data"), f.data);
+  parse_store(r, f.store);
+  {
+    Reader t = r.child("transport");
+    t.scalar<std::string>("kind", f.transport, "gloo or nccl",
+                          [](const std::string& v) { return v == "gloo" || v == "nccl"; });
+    t.finish();
+  }
+  parse_checkpoint(r.child("checkpoint"), f.checkpoint, r.present("checkpoint"));
   {
     Reader churn = r.child("churn");
-    churn.scalar<std::string>("trace", sc.churn_trace, "a CSV file path");
+    churn.path_value("trace", f.churn_trace, "a CSV file path");
     churn.finish();
   }
   {
     Reader out = r.child("output");
-    out.scalar<std::string>("dir", sc.output_dir, "a directory path");
+    out.path_value("dir", f.output_dir, "a directory path (relative to the run file)");
     out.finish();
   }
-  parse_worker(r, root, sc);
+  parse_worker(r, f);
   r.finish();
-  if (sc.run.name.empty()) {
-    sc.run.name = std::filesystem::path(file).stem().string();
-  }
+  if (f.run.name.empty()) f.run.name = std::filesystem::path(f.file).stem().string();
+  if (f.model.name.empty()) f.model.name = f.model.config.empty() ? "unnamed" : f.model.config;
   // runs/ (git-ignored), never results/: a run must not land on the committed, curated outputs.
-  if (sc.output_dir.empty()) sc.output_dir = "runs/" + sc.run.name;
-  if (sc.network.coordinator_site.empty() && !sc.network.sites.empty())
-    sc.network.coordinator_site = sc.network.sites.front().name;
-  return sc;
+  if (f.output_dir.empty()) f.output_dir = "runs/" + f.run.name;
+  if (f.network.coordinator_site.empty() && !f.network.sites.empty())
+    f.network.coordinator_site = f.network.sites.front().name;
+  return f;
 }
 
-// What `text` is when it is not a scenario but a file a user might mistake for one; "" when
-// nothing is recognised. Asked only once the text failed as a scenario, so never a false alarm.
-std::string not_a_scenario_hint(const std::string& text) {
+// What `text` is when it is not a run file but a file a user might mistake for one; "" when
+// nothing is recognised. Asked only once the text failed as a run file, so never a false alarm.
+std::string not_a_run_file_hint(const std::string& text) {
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     const std::size_t b = line.find_first_not_of(" \t\r");
     if (b == std::string::npos || line[b] == '#') continue;
     line = line.substr(b);
     if (line[0] == '<')
-      return "this looks like a SimGrid platform XML, not a scenario. A scenario is YAML (run, "
+      return "this looks like a SimGrid platform XML, not a run file. A run file is YAML (run, "
              "model, network, diloco, ...) that names such a file under network.platform_xml, "
              "e.g. `network: {platform_xml: two-sites.xml}` (scenarios/two-sites.xml; "
              "netsim/README.md)";
@@ -675,7 +669,7 @@ std::string not_a_scenario_hint(const std::string& text) {
     const bool table = line[0] == '[' && line.find(']') != std::string::npos &&
                        line.find(',') == std::string::npos;
     if (table || (eq != std::string::npos && eq < colon))
-      return "this looks like TOML, not a scenario. A scenario is YAML: `key: value`, sections "
+      return "this looks like TOML, not a run file. A run file is YAML: `key: value`, sections "
              "as indented mappings (run:, model:, network:, diloco:, ...); netsim/README.md "
              "opens with one to copy";
     return "";
@@ -683,58 +677,129 @@ std::string not_a_scenario_hint(const std::string& text) {
   return "";
 }
 
-Scenario parse_text(const std::string& text, const std::string& file, const std::string& base_dir,
-                    const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    const std::string hint = not_a_scenario_hint(text);
-    throw ConfigError(file + ": " +
-                      (hint.empty() ? "not valid YAML: " + std::string(e.what()) : hint));
-  }
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  if (!root.IsMap()) {
-    const std::string hint = not_a_scenario_hint(text);
-    throw ConfigError(file + ": " +
-                      (hint.empty() ? "expected a scenario: a YAML mapping with run, model, "
-                                      "network, diloco, ..."
-                                    : hint));
-  }
-  Origin origin;
-  origin.file = file;
-  for (auto& ov : overrides) origin.overrides.emplace_back(apply_override(root, ov, file), ov);
-  return parse_root(root, origin, base_dir);
-}
-
 }  // namespace
 
-Scenario parse_scenario(const std::string& yaml_text, const std::string& name,
-                        const std::vector<std::string>& overrides) {
-  return parse_text(yaml_text, name, "", overrides);
+std::string model_config_dir() { return MERIDIAN_TRAINER_CONFIG_DIR; }
+
+std::string model_config_path(const std::string& name_or_path, const std::string& base_dir) {
+  if (name_or_path.find('\0') != std::string::npos)
+    throw ConfigError("a model config name or path with a NUL byte");
+  std::filesystem::path path;
+  if (name_or_path.ends_with(".yaml") || name_or_path.find('/') != std::string::npos) {
+    path = name_or_path;
+    if (path.is_relative() && !base_dir.empty()) path = std::filesystem::path(base_dir) / path;
+  } else {
+    path = std::filesystem::path(model_config_dir()) / (name_or_path + ".yaml");
+  }
+  std::error_code error;  // a name the file system rejects (too long, ...) is not found either
+  if (std::filesystem::is_regular_file(path, error)) return path.lexically_normal().string();
+  if (std::filesystem::exists(path, error))
+    throw ConfigError(path.string() + ": not a regular file (a model config is a .yaml file)");
+  std::string names;
+  for (const auto& e : std::filesystem::directory_iterator(model_config_dir(), error))
+    if (e.path().extension() == ".yaml") names += (names.empty() ? "" : ", ") + e.path().stem().string();
+  throw ConfigError("a model config: one of " + (names.empty() ? std::string("(none found)") : names) +
+                    " in " + model_config_dir() + ", or a path to a .yaml file ('" +
+                    name_or_path + "' is neither)");
 }
 
-Scenario load_scenario(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw ConfigError(path + ": is a folder; expected a scenario file (YAML)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path + ": cannot open the scenario file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  Scenario sc = parse_text(text.str(), path, base_dir, overrides);
-  sc.base_dir = base_dir;
-  return sc;
+ModelConfigFile load_model_config(const std::string& name_or_path) {
+  ModelConfigFile c;
+  c.path = model_config_path(name_or_path, "");
+  read_model_config(c.path, c.model, c.train);
+  if (c.model.name.empty()) c.model.name = std::filesystem::path(c.path).stem().string();
+  return c;
 }
 
-JsonObject Scenario::to_json() const {
+RunFile parse_run_file(const std::string& yaml_text, const std::string& name,
+                       const std::vector<std::string>& overrides, const std::string& base_dir) {
+  Document doc(yaml_text, name, base_dir, overrides, not_a_run_file_hint);
+  return parse_root(doc);
+}
+
+RunFile load_run_file(const std::string& path, const std::vector<std::string>& overrides) {
+  Document doc = Document::load(path, overrides, "run file", not_a_run_file_hint);
+  return parse_root(doc);
+}
+
+int RunFile::starting_nodes() const {
+  int n = 0;
+  for (const NodeGroup& g : network.nodes) n += g.start ? g.count : 0;
+  return n;
+}
+
+int RunFile::initial_nodes() const {
+  if (run.nodes > 0) return run.nodes;
+  return std::max(1, starting_nodes());
+}
+
+std::vector<std::string> RunFile::notes_for(Mode mode) const {
+  std::vector<std::string> notes;
+  const auto given = [&](const char* s) {
+    return std::find(sections.begin(), sections.end(), s) != sections.end();
+  };
+  const auto note = [&](const char* s, const std::string& why) {
+    if (given(s)) notes.push_back(file + ": " + s + ": not used by " + why + " (ignored)");
+  };
+  if (mode == Mode::kReal) {
+    for (const char* s : {"hardware", "network", "churn"})
+      note(s, "a real run (it describes the simulated world)");
+    if (worker != "modeled") note("worker", "a real run (real nodes always train)");
+  } else {
+    for (const char* s : {"store", "transport", "checkpoint"})
+      note(s, "a simulation (it configures real runs)");
+    if (worker == "modeled") note("data", "a simulation with worker: modeled");
+  }
+  return notes;
+}
+
+void check_for(const RunFile& f, Mode mode) {
+  if (mode == Mode::kSimulate && f.network.nodes.empty())
+    throw ConfigError(f.file + ": a simulation needs a network section (sites, rtt and nodes, "
+                               "or platform_xml and nodes; netsim/README.md)");
+}
+
+CodecId codec_id(const std::string& name) { return parse_codec(name); }
+
+DilocoOptions diloco_options(const RunFile& f, Mode mode) {
+  DilocoOptions o;
+  const DilocoSpec& d = f.diloco;
+  o.inner_steps = d.H;
+  o.outer_steps = f.outer_steps();
+  o.codec = codec_id(d.codec);
+  o.outer.lr = static_cast<float>(d.outer_lr);
+  o.outer.momentum = static_cast<float>(d.outer_momentum);
+  o.local_ranks = d.local_ranks;
+  o.allreduce_timeout_s = d.timeout_s;
+  o.max_chunk_bytes = d.max_chunk_bytes;
+  o.recovery.chunk_bytes = f.recovery.chunk_bytes;
+  o.recovery.timeout_s = f.recovery.timeout_s;
+  o.recovery.max_sources = f.recovery.max_sources;
+  o.recovery.blocking = f.recovery.blocking;
+  o.mesh.heartbeat_interval_s = d.heartbeat_s;
+  o.mesh.dead_after_s = d.dead_after_s;
+  o.mesh.max_retries = d.retries;
+  o.mesh.initial_world = f.initial_nodes();
+  o.mesh.outer_steps = o.outer_steps;
+  // 0 = the mode's default: the engine's 600 s for real runs; in simulation a joiner waits for
+  // the next boundary however long an outer step is (one INTELLECT-1 outer step is ~2,900 s), and
+  // a member for the next record while a joiner recovers (163 GB at 0.5-4 Gb/s: 10-40 minutes).
+  const double unbounded = std::numeric_limits<double>::infinity();
+  const double fallback = mode == Mode::kSimulate ? unbounded : MeshOptions{}.admission_timeout_s;
+  o.mesh.admission_timeout_s = d.admission_timeout_s > 0 ? d.admission_timeout_s : fallback;
+  o.mesh.round_timeout_s = d.round_timeout_s > 0 ? d.round_timeout_s : fallback;
+  o.phantom_outer_opt_s = d.outer_opt_s;
+  return o;
+}
+
+JsonObject RunFile::to_json() const {
   JsonObject run_j;
   run_j.add("name", run.name)
       .add("seed", run.seed)
       .add("mode", run.mode)
       .add("outer_steps", outer_steps())
       .add("inner_steps", run.inner_steps)
+      .add("nodes", run.nodes)
       .add("driver", run.driver);
   JsonObject model_j;
   model_j.add("layers", model.layers)
@@ -745,12 +810,12 @@ JsonObject Scenario::to_json() const {
       .add("vocab", model.vocab)
       .add("seq_len", model.seq_len)
       .add("tied_embeddings", model.tied_embeddings);
+  if (!model.config.empty()) model_j.add("config", model.config).add("name", model.name);
   JsonObject hw;
   hw.add("gpus_per_node", hardware.gpus_per_node)
       .add("peak_flops_per_gpu", hardware.peak_flops_per_gpu)
       .add("mfu", hardware.mfu)
       .add("step_time_s", hardware.step_time_s)
-      .add("batch_sequences", hardware.batch_sequences)
       .add("inner_step_s", inner_step_s());
   JsonObject net;
   net.add("model", network.model)
@@ -839,8 +904,18 @@ JsonObject Scenario::to_json() const {
       .add("checkpoint_s", diloco.checkpoint_s)
       .add("dead_after_s", diloco.dead_after_s)
       .add("heartbeat_s", diloco.heartbeat_s)
-      .add("state_copies", diloco.state_copies)
-      .add("recovery_chunk_bytes", diloco.recovery_chunk_bytes);
+      .add("outer_lr", diloco.outer_lr)
+      .add("outer_momentum", diloco.outer_momentum)
+      .add("admission_timeout_s", diloco.admission_timeout_s)
+      .add("round_timeout_s", diloco.round_timeout_s);
+  JsonObject rec;
+  rec.add("timeout_s", recovery.timeout_s)
+      .add("chunk_bytes", recovery.chunk_bytes)
+      .add("max_sources", recovery.max_sources)
+      .add("blocking", recovery.blocking)
+      .add("state_copies", recovery.state_copies);
+  JsonObject tr;
+  tr.add("batch", train.batch);
   JsonObject churn;
   churn.add("trace", churn_trace);
   JsonObject out;
@@ -852,10 +927,12 @@ JsonObject Scenario::to_json() const {
       .add("model", model_j)
       .add("hardware", hw)
       .add("network", net)
+      .add("train", tr)
       .add("diloco", dl)
+      .add("recovery", rec)
       .add("churn", churn)
       .add("output", out);
   return all;
 }
 
-}  // namespace meridian::netsim
+}  // namespace meridian::config
