@@ -562,8 +562,6 @@ void parse_worker(Reader& r, const YAML::Node& root, Scenario& sc) {
   if (c["hardware"] && c["hardware"].IsMap() && c["hardware"]["batch_sequences"])
     r.fail("hardware.batch_sequences",
            "no value with worker: torch (the batch is trainer.data.batch)");
-  if (sc.run.driver != "engine")
-    r.fail("run.driver", "engine with worker: torch (the model driver has no real parameters)");
 }
 
 // network.sites_from: FILE (relative to the scenario) supplies network.sites, rtt, paths and
@@ -626,10 +624,11 @@ Scenario parse_root(YAML::Node root, Origin origin, const std::string& base_dir)
     run.scalar<int>("outer_steps", sc.run.outer_steps, "a positive integer", positive<int>());
     run.scalar<std::int64_t>("inner_steps", sc.run.inner_steps,
                              "an integer >= 0 (0: use outer_steps)", non_negative<std::int64_t>());
-    run.scalar<std::string>("driver", sc.run.driver, "engine or model", [](const std::string& v) {
-      return v == "engine" || v == "model" || v == "netsim";
-    });
-    if (sc.run.driver == "netsim") sc.run.driver = "model";  // the former name
+    run.scalar<std::string>(
+        "driver", sc.run.driver,
+        "engine (the model driver, formerly netsim, was removed: the engine driver is the only "
+        "one; delete the key or write engine)",
+        [](const std::string& v) { return v == "engine"; });
     run.finish();
   }
   parse_model(r.child("model"), sc.model);

@@ -148,9 +148,9 @@ struct RunSpec {
   std::string mode = "simulate";
   int outer_steps = 20;  // or inner_steps / H when inner_steps is given
   std::int64_t inner_steps = 0;
-  // Who runs the nodes: "engine" (the engine's DilocoNode: its ElasticMesh with real heartbeats
-  // through the simulated store, its live recovery and ring all-reduce) or "model" (this
-  // library's analytic timeline of the same protocol, faster; "netsim" is accepted for it).
+  // Who runs the nodes: "engine" only (the engine's DilocoNode: its ElasticMesh with real
+  // heartbeats through the simulated store, its live recovery and ring all-reduce); the former
+  // "model" driver was removed and is a ConfigError.
   std::string driver = "engine";
 };
 
