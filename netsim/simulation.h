@@ -1,8 +1,8 @@
 // The simulated run: builds the platform, the SimGrid backends, one actor per node running the
-// DiLoCo timeline (membership at outer-step boundaries, live recovery of joiners, H modelled inner
-// steps, per-bucket ring all-reduces on L parallel rings, retries, outer step, checkpoint), the
+// engine's DilocoNode (ElasticMesh membership through the simulated store, live recovery of
+// joiners, H modelled inner steps, the ring all-reduce, retries, outer step, checkpoint), the
 // store on a coordinator host and the churn replay; writes events. One run per process (SimGrid's
-// engine is a process-wide singleton). Not the engine's mesh: see README.md, "Limits".
+// engine is a process-wide singleton).
 #pragma once
 
 #include <cstdint>
@@ -22,9 +22,8 @@ struct SimOptions {
   // SimGrid's own log threshold (critical, error, warning, info, debug): info lists the blocked
   // actors if the simulation ever deadlocks.
   std::string simgrid_log = "critical";
-  // Called at every outer-step boundary (model driver) or as simulated time advances (engine
-  // driver, every few hundred clock advances) with simulated seconds and outer steps done. The
-  // caller throttles its drawing.
+  // Called as simulated time advances (every few hundred clock advances) with simulated seconds
+  // and outer steps done. The caller throttles its drawing.
   std::function<void(double simulated_s, int outer_done, int outer_total)> on_progress;
   // Polled as simulated time advances: a non-empty answer (the reason, e.g. "SIGINT") stops the
   // run at once; it then ends with `run_interrupted` instead of `run_finished`.
@@ -35,7 +34,7 @@ struct SimOptions {
   // Builds each simulated node on the parts its host provides (cli/compose: compose::make_node,
   // or compose::simulation_options for all of the above). Required.
   NodeFactory make_node;
-  // Engine driver: every lease keepalive is a simulated store call (the message-level reference)
+  // Every lease keepalive is a simulated store call (the message-level reference)
   // instead of being accounted for analytically (netsim/README.md, "Heartbeats"). Events and
   // detection times agree within the tolerance tests/netsim/keepalive_test.cc states.
   bool message_level_keepalives = false;

@@ -528,8 +528,6 @@ void parse_worker(Reader& r, RunFile& f) {
                         [](const std::string& v) { return v == "modeled" || v == "torch"; });
   r.moved("trainer", "the trainer section became the top-level model (model.config: NAME), "
                      "train and data sections, and outer_lr / outer_momentum moved to diloco");
-  if (f.worker == "torch" && f.run.driver != "engine")
-    r.fail("run.driver", "engine with worker: torch (the model driver has no real parameters)");
 }
 
 // network.sites_from: FILE (relative to the scenario) supplies network.sites, rtt, paths and
@@ -607,10 +605,11 @@ RunFile parse_root(Document& doc) {
                              "an integer >= 0 (0: use outer_steps)", non_negative<std::int64_t>());
     run.scalar<int>("nodes", f.run.nodes, "a positive integer (or 0: network.nodes' count)",
                     non_negative<int>());
-    run.scalar<std::string>("driver", f.run.driver, "engine or model", [](const std::string& v) {
-      return v == "engine" || v == "model" || v == "netsim";
-    });
-    if (f.run.driver == "netsim") f.run.driver = "model";  // the former name
+    run.scalar<std::string>(
+        "driver", f.run.driver,
+        "engine (the model driver, formerly netsim, was removed: the engine driver is the only "
+        "one; delete the key or write engine)",
+        [](const std::string& v) { return v == "engine"; });
     run.finish();
   }
   parse_model_and_train(r, root, f.model, f.train);

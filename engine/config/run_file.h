@@ -229,9 +229,9 @@ struct RunSpec {
   // Real runs: round 0 forms once this many nodes are queued (0 = the starting nodes of
   // network.nodes, else 1).
   int nodes = 0;
-  // Who runs the nodes: "engine" (the engine's DilocoNode: its ElasticMesh with real heartbeats
-  // through the simulated store, its live recovery and ring all-reduce) or "model" (this
-  // library's analytic timeline of the same protocol, faster; "netsim" is accepted for it).
+  // Who runs the nodes: "engine" only (the engine's DilocoNode: its ElasticMesh with real
+  // heartbeats through the simulated store, its live recovery and ring all-reduce); the former
+  // "model" driver was removed and is a ConfigError.
   std::string driver = "engine";
 };
 

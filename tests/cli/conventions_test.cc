@@ -76,7 +76,7 @@ class CliTest : public testing::TempDirTest {
 
   // A scenario that simulates in well under a second: 2 nodes, a small model, one outer step.
   void write_tiny_scenario(const fs::path& path) {
-    std::ofstream(path) << "run: {name: tiny, outer_steps: 1, driver: model}\n"
+    std::ofstream(path) << "run: {name: tiny, outer_steps: 1}\n"
                            "model: {layers: 2, hidden: 64, heads: 4, kv_heads: 4, ffn: 128,\n"
                            "        vocab: 256, seq_len: 16}\n"
                            "hardware: {step_time_s: 1}\n"

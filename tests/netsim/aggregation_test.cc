@@ -1,5 +1,4 @@
-// Aggregated local ranks against the message-level rings (issue 23), under the engine driver and
-// the WAN model: `diloco.aggregate: true` simulates a node's L identical rings as one ring of
+// Aggregated local ranks against the message-level rings (issue 23), under the WAN model: `diloco.aggregate: true` simulates a node's L identical rings as one ring of
 // L× bytes, window and per-flow bound; `false` runs the L rings, one SimGrid flow per message
 // and lane, each lane its own TCP connection (own slow start and idle restart). The two must
 // give the same all-reduce times and utilization within 1 %, at 14 and 56 nodes on
@@ -44,7 +43,7 @@ SimResult simulate(int k, bool aggregate) {
           "}, {site: us-nw, count: " + n(2) + "}, {site: eu-west, count: " + n(3) +
           "}, {site: eu-cent, count: " + n(2) + "}, {site: ap-tokyo, count: " + n(1) +
           "}, {site: ap-seoul, count: " + n(1) + "}]",
-      "run.outer_steps=2", "run.driver=engine", "diloco.buckets=8",
+      "run.outer_steps=2", "diloco.buckets=8",
       std::string("diloco.aggregate=") + (aggregate ? "true" : "false")};
   const int rc = testing::run_in_child([&] {
     Scenario sc = load_scenario(

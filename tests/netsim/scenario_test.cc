@@ -220,6 +220,28 @@ TEST(Scenario, BadValueNamesExpectation) {
   EXPECT_NE(t.find("'diloco.H': expected a positive integer, got 'many'"), std::string::npos) << t;
 }
 
+// The analytic `model` driver (formerly `netsim`) was removed (issue 20): naming it, in the file
+// or by --set, is an error that says so; `engine` is still accepted.
+TEST(Scenario, TheRemovedModelDriverIsAnErrorThatSaysSo) {
+  for (const char* driver : {"model", "netsim"}) {
+    const std::string e = error_of(std::string(kMinimal) + "run: {driver: " + driver + "}\n");
+    EXPECT_NE(e.find("key 'run.driver'"), std::string::npos) << e;
+    EXPECT_NE(e.find("the model driver, formerly netsim, was removed"), std::string::npos) << e;
+    EXPECT_NE(e.find(std::string("got '") + driver + "'"), std::string::npos) << e;
+  }
+  EXPECT_EQ(parse_scenario(std::string(kMinimal) + "run: {driver: engine}\n", "e.yaml").run.driver,
+            "engine");
+  try {
+    load_scenario(std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-usa.yaml",
+                  {"run.driver=model"});
+    ADD_FAILURE() << "run.driver=model was accepted";
+  } catch (const ConfigError& err) {
+    const std::string e = err.what();
+    EXPECT_NE(e.find("--set"), std::string::npos) << e;
+    EXPECT_NE(e.find("was removed"), std::string::npos) << e;
+  }
+}
+
 TEST(Scenario, MissingRttPairIsAnError) {
   const std::string e = error_of(
       "network:\n  sites: [{name: a}, {name: b}, {name: c}]\n"
@@ -358,8 +380,8 @@ TEST(Scenario, WorkerTorchTrainsTheRunFilesModelAndRefusesTheOldTrainerSection) 
   EXPECT_NE(e.find("key 'hardware.batch_sequences' is from an older form"), std::string::npos)
       << e;
   EXPECT_NE(e.find("train.batch"), std::string::npos) << e;
-  e = error_of(std::string(kMinimal) + "worker: torch\nrun: {driver: model}\n");
-  EXPECT_NE(e.find("key 'run.driver'"), std::string::npos) << e;
+  e = error_of(std::string(kMinimal) + "run: {driver: model}\n");
+  EXPECT_NE(e.find("key 'run.driver': expected engine (the model driver"), std::string::npos) << e;
   e = error_of(std::string(kMinimal) + "worker: jax\n");
   EXPECT_NE(e.find("key 'worker': expected modeled or torch, got 'jax'"), std::string::npos) << e;
   e = error_of(std::string(kMinimal) + "model: nosuch\n");
