@@ -12,7 +12,6 @@
 #endif
 
 namespace meridian::compose {
-namespace {
 
 std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
   const auto colon = s.rfind(':');
@@ -21,8 +20,6 @@ std::pair<std::string, std::uint16_t> split_host_port(const std::string& s) {
   return {s.substr(0, colon), static_cast<std::uint16_t>(
                                   cli::opt::integer_in("--store port", s.substr(colon + 1), 1, 65535))};
 }
-
-}  // namespace
 
 RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
   if (c.store.empty() && a.store.empty() && a.serve_port < 0)
@@ -62,6 +59,8 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
     co.client_id = client_id;
     co.identity = a.identity;
     co.connect_timeout_s = 30.0;
+    // Unreachable for a lease's length, the store has ended every lease: the node is out.
+    co.reconnect_timeout_s = std::max(2.0, c.diloco.mesh.dead_after_s);
     co.io_timeout_s = io_timeout_s;
     store_ = std::make_unique<TcpStore>(co);  // a refusal (secret, version, configuration) throws
   }

@@ -31,6 +31,9 @@ struct RealNodeArgs {
   std::function<void(const std::string&)> log;  // one line per event worth telling (stderr)
 };
 
+// "HOST:PORT" of --store; a ConfigError naming --store otherwise.
+std::pair<std::string, std::uint16_t> split_host_port(const std::string& s);
+
 // Builds everything in the constructor, in dependency order; ConfigError when the run file and
 // the command line disagree (an etcd run given --store, no store at all, NCCL not built).
 class RealNode {

@@ -30,7 +30,9 @@
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "engine/fault/fault_point.h"
 #include "engine/store/tcp_store.h"
+#include "engine/store/tcp_store_wire.h"
 #include "engine/util/crc32c.h"
 #include "trainer/run_checkpoint.h"
 #include "trainer/run_config.h"
@@ -71,6 +73,11 @@ constexpr char kUsage[] =
     "  --fault-exit-in-checkpoint-write K\n"
     "                        fault injection for tests: the process exits (status 3) after the\n"
     "                        K-th durable step of its checkpoint writes (a file, a rename)\n"
+    "  --fault-kill=POINT    fault injection for tests: the process SIGKILLs itself at POINT of\n"
+    "                        its own activity: inner:N (in its N-th outer step's inner steps),\n"
+    "                        reduce-scatter:N[:A], all-gather:N[:A] (its first message of that\n"
+    "                        phase in outer step N, attempt A, default 0), recovery:K (its K-th\n"
+    "                        outgoing live-recovery message, serving a joiner)\n"
     "\n"
     "A node whose store has no round yet starts the run (round 0 forms once run.nodes nodes are\n"
     "queued); otherwise it joins the running one through live recovery. Writes\n"
@@ -92,6 +99,7 @@ struct NodeArgs {
   std::string fault_marker;
   bool resume = false;
   std::uint64_t exit_in_checkpoint_write = 0;  // 0 = never
+  FaultPoint kill_at;                          // n = 0: never
 };
 
 NodeArgs parse_args(const std::vector<std::string>& args) {
@@ -140,6 +148,8 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       a.fault_marker = v;
     } else if (f == "--fault-exit-in-checkpoint-write") {
       a.exit_in_checkpoint_write = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
+    } else if (f == "--fault-kill") {
+      a.kill_at = parse_fault_point(v, f);
     } else {
       throw ConfigError("unknown option '" + f + "'");
     }
@@ -269,6 +279,28 @@ JsonObject checkpoint_event(const trainer::CheckpointWriteResult& r) {
   return f;
 }
 
+// A node that lost the run because another process's embedded TCP store (or `meridian store`)
+// ended says so in words: the errors it saw name a socket, not the cause.
+void say_if_store_gone(const NodeArgs& a, const std::string& host, std::uint16_t port) {
+  try {
+    ::close(store_wire::dial_once(host, port, store_wire::now_s() + 2.0));
+  } catch (const Error& e) {
+    const std::string where = host + ":" + std::to_string(port);
+    if (std::string(e.what()).find("refused") == std::string::npos) {
+      std::cerr << "node " << a.node_id << ": the run's store at " << where
+                << " is unreachable from this node (" << e.what()
+                << "): cut off from the run (a network partition?)" << std::endl;
+      return;
+    }
+    std::cerr << "node " << a.node_id << ": the run's store at " << where
+              << " is gone (the node that embedded it with --serve-store, or `meridian store`, "
+                 "has ended): the run cannot go on without it. A store that outlives any node: "
+                 "`store: {address: etcd://...}` in the run file; a restart from the last checkpoint: "
+                 "`checkpoint:` and --resume (cli/train/README.md)"
+              << std::endl;
+  }
+}
+
 int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   trainer::RunConfig c = trainer::load_run_config(a.run_yaml, a.overrides);
   for (const std::string& note : c.file.notes_for(config::Mode::kReal))
@@ -337,6 +369,12 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   trainer::TorchWorker& torch = real.worker();
   ProgressWorker worker(torch);
   PausingFactory transports(real.transports(), a.pause_at_message, a.fault_marker);
+  FaultTrigger kill_point(a.kill_at, [](const std::string& what) {
+    std::cerr << "fault: SIGKILL in " << what << std::endl;
+    ::raise(SIGKILL);
+  });
+  FaultTrigger::Worker node_worker(worker, kill_point);
+  FaultTrigger::Factory node_transports(transports, kill_point);
 
   DilocoOptions d = c.diloco;
   if (a.resume && !initial && store.list(d.mesh.prefix + "hb/").empty()) {
@@ -428,7 +466,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     last_tokens = tokens;
   };
   const std::unique_ptr<DilocoNode> node_owner =
-      compose::make_node({worker, store, transports, runtime, events}, d);
+      compose::make_node({node_worker, store, node_transports, runtime, events}, d);
   DilocoNode& node = *node_owner;
   d.initial_momentum = {};
 
@@ -456,6 +494,10 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
             << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
             << std::endl;
+  if (r.exit == NodeExit::kLost && !a.store.empty()) {
+    const auto [host, port] = compose::split_host_port(a.store);
+    say_if_store_gone(a, host, port);
+  }
   // The embedded store must outlive every node that uses it: peers finishing their last round,
   // and nodes still queued or recovering when the run ended (they learn so from the store and
   // leave). So the serving node waits until no node holds a liveness lease any more (the mesh's

@@ -536,4 +536,6 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
   return stats;
 }
 
+bool ring_tag_is_all_gather(Tag tag) { return ((tag >> 31) & 1) == kAllGather; }
+
 }  // namespace meridian

@@ -16,6 +16,11 @@
 
 namespace meridian {
 
+// Whether a ring all-reduce message's tag (TagKind::kCollective) is one of the all-gather phase
+// (otherwise of the reduce-scatter), for tools that act on a phase (engine/fault/fault_point.h)
+// without knowing the tag layout.
+bool ring_tag_is_all_gather(Tag tag);
+
 struct RingOptions {
   // Upper bound on one message's encoded payload; larger rank shares are cut into pieces.
   std::size_t max_chunk_bytes = std::size_t{4} << 20;

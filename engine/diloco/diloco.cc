@@ -112,14 +112,16 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       // Serve joiners before connecting the round's epoch: a transport whose connect waits for
       // every member (Gloo) would otherwise wait for a joiner that waits for its state.
       serve_joiners(r);
-      ensure_epoch(r);
+      const bool connected = connect_epoch(r);
       if (r.attempt == 0) inner_steps(r);
       // A node whose pseudo-gradient was not finite sits out: it sends nothing this attempt
       // and asks for a retry in which the others average without it (`abstain`).
       const bool sit_out = non_finite_ && !r.abstains(id_);
       bool ok;
       std::vector<std::int64_t> blamed;
-      if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
+      if (!connected) {
+        ok = false;  // a member never connected (it died after the record): retry without it
+      } else if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
         ok = false;  // a member is gone: fail the round without starting the ring
         for (auto& t : rings_) t->abort();  // peers that passed the barrier fail fast
       } else if (sit_out) {
@@ -168,6 +170,17 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
                                                      result.exit == NodeExit::kLeft));
   mesh_->leave();  // deathrattle (best effort: a lost node's store may be unreachable)
   return result;
+}
+
+bool DilocoNode::connect_epoch(const RoundRecord& r) {
+  try {
+    ensure_epoch(r);
+    return true;
+  } catch (const PeerLostError&) {
+  } catch (const TimeoutError&) {
+  }
+  rings_.clear();  // connected again in the next round's epoch
+  return false;
 }
 
 void DilocoNode::ensure_epoch(const RoundRecord& r) {

@@ -119,6 +119,10 @@ class DilocoNode {
   void serve_joiners(const RoundRecord& r);
   void join_servers();
   void ensure_epoch(const RoundRecord& r);
+  // ensure_epoch; false when a member could not be connected (a transport whose connect waits
+  // for every member, Gloo, fails once one died after the record was written): a failed round
+  // for this node, as a ring failure is, not the node's end (its own death shows at its report).
+  bool connect_epoch(const RoundRecord& r);
   void inner_steps(const RoundRecord& r);
   // The non-finite guard, before anything is sent: a pseudo-gradient with NaN or Inf is a
   // fault of this node. It is reported (event `nonfinite`), zeroed, and this node sits out.

@@ -55,6 +55,12 @@ std::vector<std::int64_t> blamed_in_report(const std::string& report) {
   return ids;
 }
 
+// A report of a member that announced its leave ("ok;leave", "fail;abstain;leave;blame=[..]").
+bool report_says_leave(const std::string& report) {
+  const std::string flags = report.substr(0, report.find(";blame="));
+  return flags.find(";leave") != std::string::npos;
+}
+
 }  // namespace
 
 ElasticMesh::ElasticMesh(Store& store, Runtime& runtime, EventSink& events, MeshOptions options)
@@ -257,6 +263,13 @@ bool ElasticMesh::hold_leadership() {
   const std::string key = options_.prefix + "leader";
   const std::string mine = std::to_string(id_);
   bool leader = false;
+  {
+    LockGuard lock(*mu_);
+    if (left_) {  // a node that announced its leave hands the role over (see resolve_once)
+      leader_ = false;
+      return false;
+    }
+  }
   if (const auto current = store_.try_get(key); !current) {
     leader = store_.compare_set_leased(key, std::nullopt, mine, lease_) == mine;
   } else if (*current == mine) {
@@ -284,8 +297,8 @@ ElasticMesh::Liveness ElasticMesh::observe() {
 
 bool ElasticMesh::is_dead(const Liveness& live, std::int64_t id) {
   if (id == id_) {
-    // A node never sees itself silent, but a leaving coordinator must resolve its last round
-    // as the others would: without itself (it announced the leave before its report).
+    // A node never sees itself silent; once it announced its leave it counts itself gone (and
+    // resolves no round after that: resolve_once).
     LockGuard lock(*mu_);
     return left_;
   }
@@ -439,9 +452,9 @@ bool ElasticMesh::resolve_once() {
   for (std::size_t i = 0; i < cur.members.size(); ++i) {
     const std::int64_t m = cur.members[i];
     const auto rep = store_.try_get(key_report(r, m));
-    const bool dead = is_dead(live, m);
+    const bool dead = is_dead(live, m) || (rep && report_says_leave(*rep));
     if (rep) {
-      any_fail = any_fail || *rep != "ok";
+      any_fail = any_fail || rep->substr(0, rep->find(';')) != "ok";
       if (rep->find(";abstain") != std::string::npos) abstain.push_back(m);
       // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
       // anybody else is ignored, so one faulty node can cost at most its predecessor's place.
@@ -508,6 +521,15 @@ bool ElasticMesh::resolve_once() {
   }
   if (!admitted.empty()) next.sources = survivors;
   next.epoch = (changed || any_fail) ? cur.epoch + 1 : cur.epoch;
+  {
+    // A node that announced its leave writes no record: the others take the role when they see
+    // its deathrattle, and a record that it and its taker both wrote would be the same text, so
+    // both would count themselves its writer (`fail_detected` twice). The check comes after the
+    // reads: a leaver's last round resolves only with its report or with it dead by is_dead(),
+    // and both follow left_.
+    LockGuard lock(*mu_);
+    if (left_) return false;
+  }
   return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed);
 }
 
@@ -578,6 +600,13 @@ void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::i
                          bool abstain) {
   std::string value = ok && !abstain ? "ok" : "fail";
   if (abstain) value += ";abstain";
+  {
+    // The leave travels in the report itself: the coordinator may have looked at left/ before
+    // the deathrattle was written and read this report after, and must not place a leaver in
+    // the next round (it would leave that round failed, costing a retry).
+    LockGuard lock(*mu_);
+    if (left_) value += ";leave";
+  }
   if (!ok && !blamed.empty()) value += ";blame=" + ids_text(blamed);
   store_.set(key_report(r.round, id_), value);
 }

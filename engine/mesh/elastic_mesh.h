@@ -76,7 +76,8 @@ class ElasticMesh {
   // The record that follows `r` (TimeoutError after round_timeout_s).
   RoundRecord next_round(const RoundRecord& r);
   // Announces a graceful exit before the node's last report, so the coordinator never places
-  // the node in another round (a leave costs no retry).
+  // the node in another round (a leave costs no retry): the deathrattle is written, and that
+  // report says `;leave` (the coordinator may have read left/ before the deathrattle existed).
   void announce_leave();
   // Graceful exit: writes the deathrattle so the coordinator drops this node at once, then stops.
   void leave();

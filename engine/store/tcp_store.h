@@ -109,6 +109,10 @@ struct TcpStoreClientOptions {
   std::string client_id;  // names this node in the server's log
   StoreIdentity identity;
   double connect_timeout_s = 10.0;  // connecting (retried while refused) and joining
+  // The same bound for the connections dialled after the join at construction (empty: the
+  // connect_timeout_s). A store that was up and now refuses for longer has ended (its state with
+  // it): `meridian train` gives up after a liveness lease rather than a start-up's patience.
+  std::optional<double> reconnect_timeout_s;
   double io_timeout_s = 30.0;       // a request that does not wait (waits add their own timeout)
   StoreLimits limits;
 };
@@ -159,6 +163,7 @@ class TcpStore final : public Store {
   std::string round_trip(const std::string& request, double wait_s);
 
   TcpStoreClientOptions options_;
+  bool joined_ = false;  // the join at construction succeeded (set before any other call)
   std::mutex mutex_;  // guards idle_
   std::vector<int> idle_;
 };

@@ -31,6 +31,7 @@ TcpStore::TcpStore(TcpStoreClientOptions options) : options_(std::move(options))
     throw ConfigError("store client: the shared secret is empty (give a non-empty secret file)");
   }
   give_back(take_connection());
+  joined_ = true;
 }
 
 TcpStore::~TcpStore() {
@@ -49,7 +50,10 @@ int TcpStore::take_connection() {
   // Retried until the deadline: while the server is not up yet (refused or unreachable; nodes
   // may start before the store's process, in any order), and when a store shedding load
   // (StoreAdmissionLimits) closes the connection before its welcome.
-  const double deadline_s = store_wire::now_s() + options_.connect_timeout_s;
+  const double deadline_s =
+      store_wire::now_s() + (joined_ ? options_.reconnect_timeout_s.value_or(
+                                            options_.connect_timeout_s)
+                                      : options_.connect_timeout_s);
   return store_wire::dial(options_.host, options_.port, deadline_s,
                           [&](int fd) { join(fd, deadline_s); });
 }

@@ -23,6 +23,7 @@
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
 #include "engine/fault/cuttable_store.h"
+#include "engine/fault/fault_point.h"
 #include "engine/runtime/thread_runtime.h"
 #include "engine/store/memory_store.h"
 #include "engine/transport/inproc/inproc_transport.h"
@@ -185,6 +186,16 @@ struct ClusterOptions {
   // `resume_momentum` (when set) gives each node's outer momentum to start from.
   std::int64_t first_outer_step = 0;
   std::function<std::vector<float>(std::int64_t id)> resume_momentum;
+  // Another worker than the synthetic one (a TorchWorker: the thread-level reference of a
+  // multi-process schedule, tests/gloo/process_fault_matrix_test.cc). Then worker(), on_launch
+  // and `params`, `boundaries`, `inner_step_s`, `phantom` do not apply.
+  std::function<std::unique_ptr<InnerWorker>(std::int64_t id)> make_worker;
+  // Adjusts every node's DilocoOptions once the harness has set them (codec, outer optimizer,
+  // chunk sizes of a run file).
+  std::function<void(DilocoOptions&)> configure;
+  // Node id -> the point of its own activity where it is killed (engine/fault/fault_point.h),
+  // counted as `meridian train --fault-kill` counts it.
+  std::map<std::int64_t, FaultPoint> kill_at;
 };
 
 // One applied outer step as a node saw it.
@@ -269,7 +280,11 @@ class Cluster {
     std::lock_guard<std::mutex> lock(mu_);
     corrupting_.insert(id);
   }
-  SyntheticWorker& worker(std::int64_t id) { return *node(id)->worker; }
+  SyntheticWorker& worker(std::int64_t id) {
+    Node* n = node(id);
+    MERIDIAN_CHECK(n->worker != nullptr);  // not with ClusterOptions::make_worker
+    return *n->worker;
+  }
 
   void join() {
     for (;;) {
@@ -381,7 +396,11 @@ class Cluster {
     Node(Store& shared) : store(shared) {}
     NodeStore store;
     NodeSink sink;
-    std::unique_ptr<SyntheticWorker> worker;
+    std::unique_ptr<InnerWorker> owned_worker;
+    SyntheticWorker* worker = nullptr;  // when the worker is the synthetic one
+    std::unique_ptr<FaultTrigger> trigger;
+    std::unique_ptr<FaultTrigger::Worker> trigger_worker;
+    std::unique_ptr<FaultTrigger::Factory> trigger_factory;
     std::unique_ptr<DilocoNode> diloco;
     NodeResult result;
     std::unique_ptr<std::thread> thread;
@@ -463,9 +482,25 @@ class Cluster {
 
   void launch_locked(std::int64_t id, bool initial) {
     auto n = std::make_unique<Node>(store_);
-    n->worker = std::make_unique<SyntheticWorker>(id, o_.params, o_.boundaries, runtime_,
-                                                  o_.inner_step_s, o_.phantom);
-    if (o_.on_launch) o_.on_launch(id, *n->worker);
+    if (o_.make_worker) {
+      n->owned_worker = o_.make_worker(id);
+    } else {
+      auto w = std::make_unique<SyntheticWorker>(id, o_.params, o_.boundaries, runtime_,
+                                                 o_.inner_step_s, o_.phantom);
+      n->worker = w.get();
+      n->owned_worker = std::move(w);
+      if (o_.on_launch) o_.on_launch(id, *n->worker);
+    }
+    InnerWorker* worker = n->owned_worker.get();
+    TransportFactory* transports = &faults_;
+    if (const auto it = o_.kill_at.find(id); it != o_.kill_at.end()) {
+      n->trigger = std::make_unique<FaultTrigger>(it->second,
+                                                  [this, id](const std::string&) { kill(id); });
+      n->trigger_worker = std::make_unique<FaultTrigger::Worker>(*worker, *n->trigger);
+      n->trigger_factory = std::make_unique<FaultTrigger::Factory>(faults_, *n->trigger);
+      worker = n->trigger_worker.get();
+      transports = n->trigger_factory.get();
+    }
     DilocoOptions d;
     d.inner_steps = o_.inner_steps;
     d.outer_steps = o_.outer_steps;
@@ -487,8 +522,9 @@ class Cluster {
     d.mesh.round_timeout_s = 20.0;
     d.first_outer_step = o_.first_outer_step;
     if (o_.resume_momentum) d.initial_momentum = o_.resume_momentum(id);
+    if (o_.configure) o_.configure(d);
     d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
-    n->diloco = std::make_unique<DilocoNode>(*n->worker, n->store, faults_, runtime_, n->sink, d);
+    n->diloco = std::make_unique<DilocoNode>(*worker, n->store, *transports, runtime_, n->sink, d);
     Node* raw = n.get();
     nodes_[id] = std::move(n);
     raw->thread = std::make_unique<std::thread>([raw, id, initial] {
