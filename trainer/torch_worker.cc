@@ -48,7 +48,7 @@ struct TorchWorker::Impl {
       };
     }
     validation = validation_sequences(*corpus.validation, options.config.model.seq_len,
-                                      options.validation_sequences);
+                                      options.validation_sequences, corpus.corpus != "fortunes");
   }
 
   // Tokens [rows, T + 1] as a tensor over `ids` (no copy): inputs and shifted targets.
