@@ -4,6 +4,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -76,6 +77,9 @@ struct DataKeys {
 void read_data_keys(Section& data, DataOptions& options, DataKeys& k) {
   options.cache_dir = ".cache/meridian-trainer";
   data.read("cache_dir", options.cache_dir);
+  data.read("corpus", options.corpus);
+  if (options.corpus != "fortunes" && options.corpus != "debian-docs")
+    data.fail("corpus", "expected fortunes or debian-docs, got '" + options.corpus + "'");
   data.read("corpus_dir", options.corpus_dir);
   data.read("files", options.files);
   data.read("batch", k.batch);
@@ -225,6 +229,9 @@ TrainerSection parse_trainer_section(const std::string& yaml_text, const std::st
   DataKeys keys;
   Section top(root, file, "trainer");
   top.read("model", t.model);
+  top.read("target_loss", t.target_loss);
+  if (!(t.target_loss >= 0) || !std::isfinite(t.target_loss))
+    top.fail("target_loss", "expected a positive validation loss in nats/token");
   read_outer(top, t.outer);
   for (const char* s : {"data", "train"}) {
     YAML::Node ignored;
@@ -265,10 +272,12 @@ JsonObject trainer_section_json(const TrainerSection& t) {
   train.add("warmup_steps", tr.optim.warmup_steps);
   train.add("decay_start_step", tr.optim.decay_start_step);
   train.add("total_steps", tr.optim.total_steps).add("z_loss_weight", tr.optim.z_loss_weight);
-  data.add("cache_dir", t.data.cache_dir).add("corpus_dir", t.data.corpus_dir);
+  data.add("cache_dir", t.data.cache_dir).add("corpus", t.data.corpus);
+  data.add("corpus_dir", t.data.corpus_dir);
   data.add("files", t.data.files).add("validation_sequences", t.validation_sequences);
   JsonObject out;
   out.add("model", model).add("train", train).add("data", data);
+  if (t.target_loss > 0) out.add("target_loss", t.target_loss);
   out.add("outer_lr", static_cast<double>(t.outer.lr));
   out.add("outer_momentum", static_cast<double>(t.outer.momentum));
   return out;
@@ -282,7 +291,7 @@ JsonObject run_config_json(const RunConfig& c) {
   model.add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn);
   model.add("vocab", m.vocab).add("seq_len", m.seq_len);
   model.add("batch", c.trainer.train.batch).add("lr", c.trainer.train.optim.lr);
-  data.add("shards", c.shards).add("corpus_dir", c.data.corpus_dir).add("files", c.data.files);
+  data.add("shards", c.shards).add("corpus", c.data.corpus).add("corpus_dir", c.data.corpus_dir).add("files", c.data.files);
   data.add("validation_sequences", c.validation_sequences);
   diloco.add("inner_steps", d.inner_steps).add("codec", std::string(codec_name(d.codec)));
   diloco.add("outer_lr", static_cast<double>(d.outer.lr));

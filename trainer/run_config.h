@@ -50,13 +50,16 @@ RunConfig load_run_config(const std::string& path);
 // The `trainer:` section of a simulator scenario with `worker: torch` (netsim/README.md), read
 // with the same readers as RUN.yaml: `model` (a config name or a .yaml path), `data` (RUN.yaml's
 // data keys but `shards`: one shard per host slot), `train` (overrides of the model config's
-// train section: lr, schedule, ...), `outer_lr`, `outer_momentum`.
+// train section: lr, schedule, ...), `outer_lr`, `outer_momentum`, `target_loss`.
 struct TrainerSection {
   std::string model = "tiny";
   TrainerConfig trainer;  // the model config with data.batch/seq_len and `train` applied
   DataOptions data;       // vocab set from the model
   int validation_sequences = 16;
   OuterOptimizerOptions outer;
+  // `target_loss`: the validation loss (nats/token) whose first crossing the run's summary
+  // times (summary.json `target`: modelled seconds and tokens to reach it); 0 = none.
+  double target_loss = 0;
 };
 
 // `yaml_text` is the section's content; errors name `file` and the key ("trainer.data.batch").
