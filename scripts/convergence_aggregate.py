@@ -15,8 +15,9 @@
   convergence_aggregate.py report MERIDIAN OUT RESULTS [TARGET]
       Per setting (N, codec, H; DP; churn): final validation loss over the seeds (mean, sample
       standard deviation, min..max), modelled time and tokens to the target validation loss
-      (default: the runs' trainer.target_loss) on each network; study.md (the table),
-      curves.dat, the figures (gnuplot, SVG), and each run's summary.json into RESULTS.
+      (default: the runs' trainer.target_loss) on each network: the table on stdout and in
+      OUT/study.md, the seed-mean curves in OUT/curves.dat; the figures (gnuplot, SVG) and
+      each run's summary.json (RESULTS/runs/) into RESULTS.
 """
 import json
 import math
@@ -218,7 +219,7 @@ def report(meridian, out, results, target=None):
                  statistics.mean(c[i][2] for c in per_seed)) for i in range(m)]))
         rows.append(row)
         # The re-timing check on usa: the emulated run's own end time against the re-timed one.
-        if key[2] != "int8churn" and row["usa"]:
+        if key[0] != "dp" and key[2] != "int8churn" and row["usa"]:
             emulated = statistics.mean(s["val_curve"][-1]["t_s"] for s in seeds.values())
             print(f"re-timing check {label(key)}: emulated end {emulated:.1f} s, "
                   f"re-timed {row['usa']['end']:.1f} s", file=sys.stderr)
@@ -246,7 +247,7 @@ def report(meridian, out, results, target=None):
                      f"{r['mean']:.3f} ± {r['sd']:.3f} [{r['min']:.3f}, {r['max']:.3f}] | "
                      + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
-    with open(os.path.join(results, "study.md"), "w") as f:
+    with open(os.path.join(out, "study.md"), "w") as f:
         f.write(table)
     print(table)
 
