@@ -10,7 +10,8 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libgtest-dev libgmock-dev libbenchmark-dev libboost-dev libboost-graph-dev \
   libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
   libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp libdnnl-dev \
-  libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes \
+  libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes zlib1g-dev \
+  linux-doc-6.1 python3.11-doc perl-doc git-doc \
   iproute2 ethtool chromium nodejs libns3-dev etcd-server etcd-client libssl-dev \
   clang-14 libclang-rt-14-dev
 

@@ -91,8 +91,12 @@ const char* caption(const std::string& name) {
   if (name == "bytes")
     return "All-reduce bytes per node over the run, and the send bandwidth "
            "while in all-reduce.";
-  if (name == "loss_vs_tokens") return "Loss and perplexity (mean over nodes) against tokens.";
-  if (name == "loss_vs_time") return "Loss and perplexity against wall-clock time.";
+  if (name == "loss_vs_tokens")
+    return "Training and (emulation) validation loss and perplexity, mean over nodes, against "
+           "all nodes' tokens.";
+  if (name == "loss_vs_time")
+    return "The same against time: the modelled cluster's clock in an emulation, wall-clock time "
+           "in a real run.";
   if (name == "ensemble_box")
     return "Across the seeds (one draw of the access bandwidths each): compute utilization, MFU "
            "and each run's median all-reduce time per outer step. Box: p25 to p75, black line: "
@@ -237,6 +241,16 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
     row("final loss", fmt(*s.loss, "%.4f"), "mean over nodes, last outer step with a loss");
     row("final perplexity", fmt(*s.perplexity, "%.4g"), "exp(loss)");
   }
+  if (s.val_loss)
+    row("final validation loss", fmt(*s.val_loss, "%.4f"),
+        "mean over the last outer step's evaluation records (held-out split)");
+  if (s.target_loss)
+    row("time to validation loss " + fmt(*s.target_loss, "%.3g"),
+        s.target_reached ? fmt(s.target_reached->t_s, "%.1f") + " s, " +
+                               fmt(s.target_reached->tokens, "%.3g") + " tokens"
+                         : std::string("not reached"),
+        "first evaluation at or below train.target_loss: time on the run's clock from its "
+        "start, all nodes' tokens");
   h << "</table>\n";
 
   // The host column only where the run names hosts (simulated runs); real runs have ids.

@@ -376,16 +376,33 @@ Summary summarize(const std::vector<EventRecord>& events) {
 
   for (auto& [id, n] : nodes) s.per_node.push_back(n);
   std::map<std::int64_t, std::pair<double, int>> val;  // outer step -> (Σ val_loss, count)
+  std::map<std::int64_t, double> val_t;                 // outer step -> last evaluation's t
   for (const auto& e : events)
     if (const auto* r = e.as<EvaluationRecord>(); r && r->val_loss) {
       auto& v = val[r->outer_step];
       v.first += *r->val_loss;
       ++v.second;
+      auto [it, fresh] = val_t.emplace(r->outer_step, e.t_s);
+      if (!fresh) it->second = std::max(it->second, e.t_s);
     }
   if (!val.empty()) s.val_loss = val.rbegin()->second.first / val.rbegin()->second.second;
   for (OuterStepStats& st : s.steps)
-    if (auto it = val.find(st.outer_step); it != val.end())
+    if (auto it = val.find(st.outer_step); it != val.end()) {
       st.val_loss = it->second.first / it->second.second;
+      s.val_curve.push_back(
+          {st.outer_step, val_t[st.outer_step] - s.run_start_s, st.cumulative_tokens, *st.val_loss});
+    }
+  if (s.config.is_object() && s.config.contains("trainer") && s.config["trainer"].is_object() &&
+      s.config["trainer"].contains("target_loss") &&
+      s.config["trainer"]["target_loss"].is_number()) {
+    const double target = s.config["trainer"]["target_loss"].get<double>();
+    s.target_loss = target;
+    for (const Summary::ValPoint& p : s.val_curve)
+      if (p.val_loss <= target) {
+        s.target_reached = p;
+        break;
+      }
+  }
   return s;
 }
 
@@ -462,6 +479,23 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["loss"] = num(s.loss);
   j["perplexity"] = num(s.perplexity);
   j["val_loss"] = num(s.val_loss);
+  if (!s.val_curve.empty()) {
+    J curve = J::array();
+    for (const Summary::ValPoint& p : s.val_curve)
+      curve.push_back({{"outer_step", p.outer_step},
+                       {"t_s", num(p.t_s)},
+                       {"tokens", num(p.tokens)},
+                       {"val_loss", num(p.val_loss)}});
+    j["val_curve"] = curve;
+  }
+  if (s.target_loss) {
+    const auto& r = s.target_reached;
+    j["target"] = {{"val_loss", num(*s.target_loss)},
+                   {"reached", r.has_value()},
+                   {"outer_step", r ? J(r->outer_step) : J(nullptr)},
+                   {"time_s", r ? num(r->t_s) : J(nullptr)},
+                   {"tokens", r ? num(r->tokens) : J(nullptr)}};
+  }
   J nodes = J::array();
   for (const NodeStats& n : s.per_node) {
     nodes.push_back({{"node", n.node},
@@ -558,6 +592,14 @@ std::string summary_table(const Summary& s) {
   for (const std::string& line : s.non_finite) row("non-finite pseudo-gradient", line);
   if (s.loss) row("final loss (train, mean over nodes)", num(*s.loss, "%.4f"));
   if (s.val_loss) row("final validation loss", num(*s.val_loss, "%.4f"));
+  if (s.target_loss) {
+    const std::string label = "time to validation loss " + num(*s.target_loss, "%.3g");
+    row(label.c_str(),
+        s.target_reached ? num(s.target_reached->t_s, "%.1f") + " s (modelled), " +
+                               scaled(s.target_reached->tokens, "", "B") + " tokens, outer step " +
+                               std::to_string(s.target_reached->outer_step)
+                         : std::string("not reached"));
+  }
   return os.str();
 }
 

@@ -114,6 +114,18 @@ struct Summary {
   std::optional<double> perplexity;  // exp(loss)
   std::optional<double> val_loss;    // mean of the last outer step's `evaluation` records
 
+  // Validation loss against the modelled clock and tokens (emulation): one point per outer
+  // step with `evaluation` records. t_s: the step's last evaluation, from the run's start;
+  // tokens: all nodes' tokens to the end of that step (cumulative_tokens).
+  struct ValPoint {
+    std::int64_t outer_step = 0;
+    double t_s = 0, tokens = 0, val_loss = 0;
+  };
+  std::vector<ValPoint> val_curve;
+  // The run file's train.target_loss (echoed as config.trainer.target_loss) (absent: none) and the first point at or below it.
+  std::optional<double> target_loss;
+  std::optional<ValPoint> target_reached;
+
   std::vector<NodeStats> per_node;    // by node id
   std::vector<OuterStepStats> steps;  // by outer step
   // Alive-node count as a step function: (time, count from that time on), starting at

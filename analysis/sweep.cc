@@ -122,6 +122,11 @@ const std::vector<Column>& metric_columns() {
        [](const Summary& s) { return static_cast<double>(s.outer_steps); }},
       {"nodes_mean", Unit::kMean, [](const Summary& s) { return s.nodes.mean; }},
       {"loss", Unit::kPlain, [](const Summary& s) { return s.loss.value_or(NAN); }},
+      {"val_loss", Unit::kPlain, [](const Summary& s) { return s.val_loss.value_or(NAN); }},
+      {"time_to_target_s", Unit::kSeconds,
+       [](const Summary& s) { return s.target_reached ? s.target_reached->t_s : NAN; }},
+      {"tokens_to_target", Unit::kCount,
+       [](const Summary& s) { return s.target_reached ? s.target_reached->tokens : NAN; }},
   };
   return columns;
 }
@@ -249,6 +254,55 @@ void write_sweep_tables(const SweepResult& result, const std::string& out_dir,
   files.push_back(md_path.string());
 }
 
+namespace {
+
+// Emulation sweeps: every point's validation loss against the modelled clock and against
+// tokens, side by side (one line per point), with the run file's target loss when it has one.
+void plot_val_curves(const SweepResult& result, const fs::path& dir, std::ostream& script,
+                     const PlotOptions& options, std::vector<std::string>& drawn) {
+  std::vector<const SweepPointResult*> with_curve;
+  std::optional<double> target;
+  for (const SweepPointResult& p : result.points)
+    if (p.summary && !p.summary->val_curve.empty()) {
+      with_curve.push_back(&p);
+      if (p.summary->target_loss) target = p.summary->target_loss;
+    }
+  if (with_curve.empty()) return;
+  const std::string data_ref = "data/val_loss_curves.dat";
+  std::ofstream out(dir / "plots" / data_ref);
+  out << "# t_s tokens val_loss (one block per point, modelled clock from the run's start)\n";
+  std::ostringstream time, tokens;
+  for (std::size_t i = 0; i < with_curve.size(); ++i) {
+    const SweepPointResult& p = *with_curve[i];
+    out << (i ? "\n\n" : "") << "# " << p.point.name << "\n";
+    for (const Summary::ValPoint& v : p.summary->val_curve)
+      out << v.t_s << " " << v.tokens << " " << v.val_loss << "\n";
+    const std::string f = gp_quote(data_ref) + " index " + std::to_string(i);
+    const std::string style = " with linespoints pt 7 ps 0.5 lw 2 lc rgb '" +
+                              std::string(series_color(i)) + "' title " + gp_quote(p.point.name);
+    time << (i ? ", " : "plot ") << f << " using 1:3" << style;
+    tokens << (i ? ", " : "plot ") << f << " using 2:3" << style;
+  }
+  if (target) {
+    char t[64];
+    std::snprintf(t, sizeof t, ", %g with lines dt 2 lc rgb '#808080' title 'target %g'", *target,
+                  *target);
+    time << t;
+    tokens << t;
+  }
+  std::ostringstream body;
+  body << "set grid\n" << kKeyOutside << "\nset ylabel 'validation loss [nats/token]'\n"
+       << "set title 'Validation loss vs modelled time'\nset xlabel 'modelled time [s]'\n"
+       << time.str() << "\n"
+       << "set title 'Validation loss vs tokens'\nset xlabel 'tokens (all nodes)'\n"
+       << "set format x '%.0s%c'\n"
+       << tokens.str() << "\n";
+  gp_figure(script, (dir / "plots").string(), "val_loss_curves", body.str(), options,
+            options.height_px, drawn, 2);
+}
+
+}  // namespace
+
 void plot_sweep(const SweepResult& result, const std::string& out_dir, const PlotOptions& options,
                 std::vector<std::string>& files) {
   const fs::path dir = fs::absolute(out_dir);
@@ -348,6 +402,7 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
     gp_figure(script, (dir / "plots").string(), name, body.str(), options, options.height_px, drawn,
               2);
   }
+  plot_val_curves(result, dir, script, options, drawn);
   if (drawn.empty()) return;
   const fs::path script_path = dir / "plots" / "sweep.gp";
   {

@@ -89,7 +89,9 @@ void write_sweep_tables(const SweepResult& result, const std::string& out_dir,
 
 // One figure per axis with two or more values: utilization (both forms) and MFU against the
 // axis value, one series per combination of the other axes: lines over a numeric axis, dots
-// side by side over a categorical one (fp32, int8: no line joins categories).
+// side by side over a categorical one (fp32, int8: no line joins categories). Emulation points
+// (summaries with a `val_curve`) also give `val_loss_curves`: each point's validation loss
+// against the modelled clock and against tokens, side by side, with the target loss.
 void plot_sweep(const SweepResult& result, const std::string& out_dir, const PlotOptions& options,
                 std::vector<std::string>& files);
 

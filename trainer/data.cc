@@ -17,6 +17,7 @@
 #include "engine/error.h"
 #include "engine/util/crc32c.h"
 #include "engine/util/splitmix64.h"
+#include "trainer/docs_corpus.h"
 
 #ifndef MERIDIAN_SPM_TRAIN
 #define MERIDIAN_SPM_TRAIN "spm_train"
@@ -123,7 +124,51 @@ std::vector<std::int32_t> parse_ids(const std::string& text, int eos_id, int voc
 }
 
 
+std::function<void(const std::string&)> slow_step_of(const DataOptions& options) {
+  return [&options](const std::string& step) {
+    if (options.on_slow_step) options.on_slow_step(step);
+  };
+}
+
+std::string tokenizer_sample(const std::vector<std::string>& docs, const DataOptions& options) {
+  std::string out;
+  std::size_t train_index = 0;
+  for (std::size_t i = 0; i < docs.size(); ++i) {
+    if (i % options.validation_every == 0) continue;  // held out
+    if (train_index++ % 8 != 0) continue;
+    const std::string& d = docs[i];
+    for (std::size_t b = 0; b < d.size();) {
+      std::size_t e = std::min(d.size(), b + 4000);
+      if (e < d.size()) {
+        const std::size_t sp = d.rfind(' ', e);
+        if (sp != std::string::npos && sp > b) e = sp;
+      }
+      out.append(d, b, e - b).push_back('\n');
+      b = e + (e < d.size() && d[e] == ' ' ? 1 : 0);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+void append_collapsed(std::string& doc, const std::string& line) {
+  for (char c : line) {
+    const bool space = c == ' ' || c == '\t' || c == '\r';
+    if (space) {
+      if (!doc.empty() && doc.back() != ' ') doc.push_back(' ');
+    } else {
+      doc.push_back(c);
+    }
+  }
+  if (!doc.empty() && doc.back() != ' ') doc.push_back(' ');
+}
+
+void trim_and_drop_empty(std::vector<std::string>& docs) {
+  for (auto& d : docs)
+    while (!d.empty() && d.back() == ' ') d.pop_back();
+  std::erase_if(docs, [](const std::string& d) { return d.empty(); });
+}
 
 std::vector<std::string> read_fortune_documents(const DataOptions& options) {
   const fs::path dir(options.corpus_dir);
@@ -152,22 +197,11 @@ std::vector<std::string> read_fortune_documents(const DataOptions& options) {
         flush();
         continue;
       }
-      // Collapse whitespace: SentencePiece treats a line as a sentence.
-      for (char c : line) {
-        const bool space = c == ' ' || c == '\t' || c == '\r';
-        if (space) {
-          if (!doc.empty() && doc.back() != ' ') doc.push_back(' ');
-        } else {
-          doc.push_back(c);
-        }
-      }
-      if (!doc.empty() && doc.back() != ' ') doc.push_back(' ');
+      append_collapsed(doc, line);  // SentencePiece treats a line as a sentence
     }
     flush();
   }
-  for (auto& d : docs)
-    while (!d.empty() && d.back() == ' ') d.pop_back();
-  std::erase_if(docs, [](const std::string& d) { return d.empty(); });
+  trim_and_drop_empty(docs);
   if (docs.empty()) throw ConfigError("data: no documents in " + options.corpus_dir);
   return docs;
 }
@@ -176,9 +210,16 @@ TokenizedCorpus prepare_corpus(const DataOptions& options) {
   if (options.cache_dir.empty()) throw ConfigError("data.cache_dir: required");
   if (options.vocab < 64) throw ConfigError("data.vocab: expected >= 64");
   if (options.validation_every < 2) throw ConfigError("data.validation_every: expected >= 2");
-  const auto docs = read_fortune_documents(options);
+  const bool fortunes = options.corpus == "fortunes";
+  if (!fortunes && options.corpus != "debian-docs")
+    throw ConfigError("data.corpus: '" + options.corpus +
+                      "' is not a corpus (expected fortunes or debian-docs)");
+  if (!fortunes) slow_step_of(options)("reading the Debian documentation sources");
+  const auto docs =
+      fortunes ? read_fortune_documents(options) : read_debian_docs_documents(options.docs_root);
   std::string train_text, val_text;
   TokenizedCorpus c;
+  c.corpus = options.corpus;
   for (std::size_t i = 0; i < docs.size(); ++i) {
     const bool held_out = i % options.validation_every == 0;
     (held_out ? val_text : train_text) += docs[i] + "\n";
@@ -188,20 +229,26 @@ TokenizedCorpus prepare_corpus(const DataOptions& options) {
   c.corpus_checksum = hex8(crc_of(train_text) ^ (crc_of(val_text) * 31u));
   const fs::path cache(options.cache_dir);
   fs::create_directories(cache);
-  const std::string key = "fortunes_" + c.corpus_checksum + "_v" + std::to_string(options.vocab);
+  const std::string key = (fortunes ? "fortunes_" : "debian-docs_") + c.corpus_checksum + "_v" + std::to_string(options.vocab);
   const fs::path train_txt = cache / (key + ".train.txt"), val_txt = cache / (key + ".val.txt");
   const fs::path model = cache / (key + ".model");
   if (!fs::exists(train_txt)) write_atomically(train_txt, train_text);
   if (!fs::exists(val_txt)) write_atomically(val_txt, val_text);
   const std::string tag = ".tmp" + std::to_string(::getpid());
-  const auto slow_step = [&](const std::string& step) {
-    if (options.on_slow_step) options.on_slow_step(step);
-  };
+  const auto slow_step = slow_step_of(options);
+  // The tokenizer's input: the fortunes' training text; for the large corpus a deterministic
+  // sample (every 8th training document, cut into lines of at most 4,000 characters at
+  // spaces), which spm_train reads whole in a few minutes.
+  fs::path spm_input = train_txt;
+  if (!fortunes && !fs::exists(model)) {
+    spm_input = cache / (key + ".spm.txt");
+    if (!fs::exists(spm_input)) write_atomically(spm_input, tokenizer_sample(docs, options));
+  }
   if (!fs::exists(model)) {
     slow_step("training the SentencePiece tokenizer on " + std::to_string(c.train_documents) +
               " documents (first run only; cached in " + cache.string() + ")");
     const fs::path prefix = cache / (key + tag);
-    run_tool({MERIDIAN_SPM_TRAIN, "--input=" + train_txt.string(),
+    run_tool({MERIDIAN_SPM_TRAIN, "--input=" + spm_input.string(),
               "--model_prefix=" + prefix.string(), "--vocab_size=" + std::to_string(options.vocab),
               "--model_type=unigram", "--character_coverage=1.0", "--num_threads=1",
               "--input_sentence_size=0", "--shuffle_input_sentence=false",
@@ -210,6 +257,7 @@ TokenizedCorpus prepare_corpus(const DataOptions& options) {
              "", "", cache / (key + ".train.log"));
     fs::rename(prefix.string() + ".model", model);
     fs::remove(prefix.string() + ".vocab");
+    if (spm_input != train_txt) fs::remove(spm_input);
   }
   c.tokenizer_model = model.string();
   auto encode = [&](const fs::path& text, const char* split, std::int64_t ndocs) {
@@ -295,7 +343,7 @@ void ShardReader::next_batch(int batch, std::vector<std::int64_t>& out) {
 }
 
 std::vector<std::int64_t> validation_sequences(const std::vector<std::int32_t>& tokens,
-                                               int seq_len, int count) {
+                                               int seq_len, int count, bool spread) {
   const std::int64_t available =
       tokens.size() > static_cast<std::size_t>(seq_len) ? (tokens.size() - 1) / seq_len : 0;
   if (available < count)
@@ -304,8 +352,10 @@ std::vector<std::int64_t> validation_sequences(const std::vector<std::int32_t>& 
                       std::to_string(count));
   std::vector<std::int64_t> out;
   out.reserve(static_cast<std::size_t>(count) * (seq_len + 1));
-  for (int j = 0; j < count; ++j)
-    out.insert(out.end(), tokens.begin() + j * seq_len, tokens.begin() + j * seq_len + seq_len + 1);
+  for (int j = 0; j < count; ++j) {
+    const std::int64_t k = spread ? j * available / count : j;
+    out.insert(out.end(), tokens.begin() + k * seq_len, tokens.begin() + k * seq_len + seq_len + 1);
+  }
   return out;
 }
 

@@ -13,6 +13,10 @@
 namespace meridian::trainer {
 
 struct DataOptions {
+  // Which corpus: "fortunes" (the tests' corpus: corpus_dir and files below) or "debian-docs"
+  // (trainer/docs_corpus.h: 20 M+ tokens of the packages' documentation under docs_root).
+  std::string corpus = "fortunes";
+  std::string docs_root = "/usr/share";
   // Fortune files: every regular file in corpus_dir without an extension, in name order,
   // unless `files` names some of them.
   std::string corpus_dir = "/usr/share/games/fortunes";
@@ -35,11 +39,18 @@ struct TokenizedCorpus {
   std::int64_t validation_documents = 0;
   std::string tokenizer_model;  // path of the SentencePiece model used
   std::string corpus_checksum;  // CRC-32C of the training text (8 hex digits)
+  std::string corpus;           // DataOptions::corpus
 };
 
 // Splits fortune files into documents (entries separated by a line "%"), whitespace
 // collapsed. Throws ConfigError when the directory or a named file is missing or empty.
 std::vector<std::string> read_fortune_documents(const DataOptions& options);
+
+// Appends `line` to `doc` with every run of spaces, tabs and CRs as one space, and one space
+// after it (so the next line's text is separated). The corpora's documents are single lines.
+void append_collapsed(std::string& doc, const std::string& line);
+// Trailing spaces off every document, empty ones dropped.
+void trim_and_drop_empty(std::vector<std::string>& docs);
 
 // Trains the tokenizer on the training documents (spm_train, one thread, deterministic;
 // cached in cache_dir) and encodes both splits (spm_encode; cached). Safe to call from several
@@ -83,9 +94,10 @@ class ShardReader {
   DataPosition pos_;
 };
 
-// The first `count` sequences of `tokens` (in order, no shuffling) as count * (seq_len + 1)
-// ids: the fixed validation set every node evaluates identically.
+// `count` sequences of `tokens` as count * (seq_len + 1) ids: the fixed validation set every
+// node evaluates identically. The first `count` in order, or with `spread` evenly spaced over
+// the whole split (a large corpus's first sequences would all come from one document).
 std::vector<std::int64_t> validation_sequences(const std::vector<std::int32_t>& tokens,
-                                               int seq_len, int count);
+                                               int seq_len, int count, bool spread = false);
 
 }  // namespace meridian::trainer

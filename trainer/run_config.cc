@@ -53,6 +53,7 @@ TrainerConfig trainer_config(const config::RunFile& f) {
 DataOptions data_options(const config::DataSpec& d, int vocab) {
   DataOptions o;
   o.cache_dir = d.cache_dir;
+  o.corpus = d.corpus;
   if (!d.corpus_dir.empty()) o.corpus_dir = d.corpus_dir;
   o.files = d.files;
   o.vocab = vocab;
@@ -83,7 +84,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   return resolve_run_config(f);
 }
 
-JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& d) {
+JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& d,
+                               double target_loss) {
   const ModelConfig& m = t.model;
   const TrainConfig& tr = t.train;
   JsonObject model, train, data;
@@ -101,10 +103,12 @@ JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& d
   train.add("warmup_steps", tr.optim.warmup_steps);
   train.add("decay_start_step", tr.optim.decay_start_step);
   train.add("total_steps", tr.optim.total_steps).add("z_loss_weight", tr.optim.z_loss_weight);
-  data.add("cache_dir", d.cache_dir).add("corpus_dir", d.corpus_dir);
+  data.add("corpus", d.corpus).add("cache_dir", d.cache_dir).add("corpus_dir", d.corpus_dir);
   data.add("files", d.files).add("validation_sequences", d.validation_sequences);
   JsonObject out;
   out.add("model", model).add("train", train).add("data", data);
+  // The summary times the first evaluation at or below it (analysis/summary.cc).
+  if (target_loss > 0) out.add("target_loss", target_loss);
   return out;
 }
 
@@ -116,7 +120,8 @@ JsonObject run_config_json(const RunConfig& c) {
   model.add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn);
   model.add("vocab", m.vocab).add("seq_len", m.seq_len);
   model.add("batch", c.trainer.train.batch).add("lr", c.trainer.train.optim.lr);
-  data.add("shards", c.shards).add("corpus_dir", c.data.corpus_dir).add("files", c.data.files);
+  data.add("shards", c.shards).add("corpus", c.data.corpus).add("corpus_dir", c.data.corpus_dir);
+  data.add("files", c.data.files);
   data.add("validation_sequences", c.validation_sequences);
   diloco.add("H", d.inner_steps).add("codec", std::string(codec_name(d.codec)));
   diloco.add("outer_lr", static_cast<double>(d.outer.lr));

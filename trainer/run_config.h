@@ -48,8 +48,10 @@ ModelConfig model_config(const config::ModelSpec& m, const std::string& where);
 TrainConfig train_config(const config::TrainSpec& t);
 DataOptions data_options(const config::DataSpec& d, int vocab);
 
-// The trainer part of a `config` event (model, train, data), as emulation and real runs write it.
-JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& data);
+// The trainer part of a `config` event (model, train, data, and train.target_loss when > 0), as
+// emulation writes it.
+JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& data,
+                               double target_loss = 0);
 
 // The resolved configuration as a JSON object text (the `config` event's `config` field and the
 // text hashed for the store's configuration check).

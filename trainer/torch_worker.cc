@@ -47,8 +47,11 @@ struct TorchWorker::Impl {
             .count();
       };
     }
+    // Spread over the large corpus's held-out split; the fortunes' and the post-training
+    // domain corpora keep their first sequences.
+    const bool spread = corpus.corpus == "debian-docs";
     validation = validation_sequences(*corpus.validation, options.config.model.seq_len,
-                                      options.validation_sequences);
+                                      options.validation_sequences, spread);
   }
 
   // Tokens [rows, T + 1] as a tensor over `ids` (no copy): inputs and shifted targets.

@@ -130,6 +130,8 @@ void parse_train(Reader r, TrainSpec& t) {
   r.scalar<std::int64_t>("total_steps", t.total_steps, "an integer >= 0",
                          non_negative<std::int64_t>());
   r.scalar<double>("z_loss_weight", t.z_loss_weight, "a value >= 0", non_negative<double>());
+  r.scalar<double>("target_loss", t.target_loss, "a validation loss > 0 (or 0: none)",
+                   non_negative<double>());
   r.finish();
   if (t.decay_start_step >= 0 && t.total_steps <= t.decay_start_step)
     r.fail(r.key_path("total_steps"), "a step after train.decay_start_step when decay is on");
@@ -193,6 +195,9 @@ void parse_data(Reader r, DataSpec& d) {
   r.moved("seq_len", "the sequence length is model.seq_len");
   r.scalar<int>("shards", d.shards, "a positive integer (or 0: one per node)",
                 non_negative<int>());
+  r.scalar<std::string>("corpus", d.corpus, "fortunes or debian-docs", [](const std::string& v) {
+    return v == "fortunes" || v == "debian-docs";
+  });
   r.path_value("cache_dir", d.cache_dir, "a directory path");
   r.path_value("corpus_dir", d.corpus_dir, "a directory path");
   r.string_list("files", d.files, "a corpus file name or a list of them");

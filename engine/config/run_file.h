@@ -76,11 +76,17 @@ struct TrainSpec {
   std::int64_t decay_start_step = -1;  // -1: no decay
   std::int64_t total_steps = 0;
   double z_loss_weight = 0.0;
+  // The validation loss (nats/token) whose first crossing the run's summary times
+  // (summary.json `target`: modelled seconds and tokens to reach it); 0 = none. Emulation.
+  double target_loss = 0.0;
 };
 
 // `data:` what real and emulated nodes train on (trainer/data.h).
 struct DataSpec {
   int shards = 0;  // 0: one per node of the run (run.nodes)
+  // "fortunes" (the tests' corpus: corpus_dir and files) or "debian-docs" (trainer/docs_corpus.h:
+  // 20 M+ tokens of Debian's documentation packages).
+  std::string corpus = "fortunes";
   std::string cache_dir = ".cache/meridian-trainer";  // relative to the working directory
   std::string corpus_dir;                             // "" = Debian's fortunes
   std::vector<std::string> files;                     // corpus files ("" = all)

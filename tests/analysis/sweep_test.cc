@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/error.h"
 #include "tests/analysis/synthetic_run.h"
 
@@ -287,6 +289,69 @@ TEST(Sweep, PlotsAgainstEachSweptValue) {
   ASSERT_EQ(r.files.size(), 3u);  // csv, md, one plot
   EXPECT_EQ(fs::path(r.files[2]).filename(), "sweep_diloco_H.png");
   EXPECT_GT(fs::file_size(r.files[2]), 5000u);
+}
+
+// An emulation sweep: each point's validation loss against the modelled clock and tokens, side
+// by side, and the table's validation and time-to-target columns. The fake runner adds an
+// `evaluation` record after every outer_step record of the synthetic run (val_loss falling by
+// 0.5 per outer step from 6, faster with a larger H) and the run file's target loss.
+TEST(Sweep, EmulationSweepsDrawTheValidationCurvesSideBySide) {
+  try {
+    find_gnuplot("gnuplot");
+  } catch (const ConfigError&) {
+    GTEST_SKIP() << "gnuplot not installed";
+  }
+  SweepRunner fake = [](const std::vector<std::string>& args, const std::string&) {
+    testing::SyntheticOptions o;
+    o.outer_steps = 6;
+    o.H = std::stoi(args[args.size() - 1].substr(9));
+    testing::write_synthetic_run(args[3], o);
+    const fs::path events = fs::path(args[3]) / "events.jsonl";
+    std::ostringstream out;
+    for (const std::string& line : lines_of(events.string())) {
+      nlohmann::json e = nlohmann::json::parse(line);
+      if (e["type"] == "config") e["config"]["trainer"]["target_loss"] = 4.6;
+      out << e.dump() << "\n";
+      if (e["type"] == "outer_step" && e["node"] == 0) {
+        const double loss = 6.0 - 0.5 * e["outer_step"].get<double>() * (o.H == 100 ? 1.5 : 1.0);
+        out << nlohmann::json{{"t", e["t"]}, {"node", 0}, {"type", "evaluation"},
+                              {"outer_step", e["outer_step"]}, {"val_loss", loss}}
+                   .dump()
+            << "\n";
+      }
+    }
+    std::ofstream(events) << out.str();
+    return 0;
+  };
+  SweepOptions options = fresh_sweep("meridian_sweep_val_curves_test");
+  options.plot.svg = true;
+  std::ostringstream progress;
+  const SweepResult r = run_sweep(options, {parse_sweep_axis("diloco.H=50,100")}, fake, progress);
+  ASSERT_EQ(r.failed(), 0);
+  const fs::path out = options.out_dir;
+  ASSERT_TRUE(fs::exists(out / "plots" / "val_loss_curves.svg"));
+  const auto data = lines_of((out / "plots" / "data" / "val_loss_curves.dat").string());
+  int points = 0, blocks = 0;
+  for (const std::string& l : data) {
+    blocks += l.rfind("# diloco.H=", 0) == 0;
+    points += !l.empty() && l[0] != '#';
+  }
+  EXPECT_EQ(blocks, 2);
+  EXPECT_EQ(points, 12);  // 6 outer steps per point
+  std::ifstream in(out / "plots" / "sweep.gp");
+  std::stringstream script;
+  script << in.rdbuf();
+  EXPECT_NE(script.str().find("Validation loss vs modelled time"), std::string::npos);
+  EXPECT_NE(script.str().find("target 4.6"), std::string::npos);
+  // H = 50 first reaches 4.6 at outer step 3 (6 - 0.5 * 3 = 4.5), H = 100 at 2 (6 - 0.75 * 2).
+  ASSERT_EQ(r.points.size(), 2u);
+  ASSERT_TRUE(r.points[0].summary->target_reached.has_value());
+  EXPECT_EQ(r.points[0].summary->target_reached->outer_step, 3);
+  ASSERT_TRUE(r.points[1].summary->target_reached.has_value());
+  EXPECT_EQ(r.points[1].summary->target_reached->outer_step, 2);
+  const auto csv = lines_of((out / "sweep.csv").string());
+  EXPECT_NE(csv[0].find(",val_loss,time_to_target_s,tokens_to_target"), std::string::npos)
+      << csv[0];
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -120,6 +121,80 @@ TEST_F(EmulateTiny, ThreeNodesTrainTinyAndTheLossFalls) {
   EXPECT_EQ(s.outer_steps, 6);
   ASSERT_TRUE(s.loss.has_value());
   EXPECT_TRUE(std::isfinite(*s.loss));
+}
+
+// summary.json's validation curve and time-to-target, recomputed here from the raw events:
+// per outer step the mean `val_loss` of its `evaluation` records, at the last record's modelled
+// time, with all nodes' tokens to the end of that step (Σ outer_step.tokens).
+TEST_F(EmulateTiny, TimeToTargetLossInTheSummaryMatchesTheEvents) {
+  std::map<std::int64_t, std::pair<double, int>> val;
+  std::map<std::int64_t, double> val_t, step_tokens;
+  for (const auto& e : nt::of_type(events(), "evaluation")) {
+    const auto k = e["outer_step"].get<std::int64_t>();
+    val[k].first += e["val_loss"].get<double>();
+    ++val[k].second;
+    val_t[k] = std::max(val_t[k], e["t"].get<double>());
+    ASSERT_TRUE(e["tokens"].is_number_integer()) << e;
+  }
+  for (const auto& e : nt::of_type(events(), "outer_step"))
+    step_tokens[e["outer_step"].get<std::int64_t>()] += e["tokens"].get<double>();
+  ASSERT_GE(val.size(), 4u);
+  // A target between the second and the third step's loss: reached at a middle step.
+  auto it = val.begin();
+  const double second = std::next(it, 1)->second.first / std::next(it, 1)->second.second;
+  const double third = std::next(it, 2)->second.first / std::next(it, 2)->second.second;
+  ASSERT_LT(third, second);
+  const double target = (second + third) / 2;
+  std::int64_t expected_step = -1;
+  double tokens = 0;
+  for (const auto& [k, v] : val) {
+    tokens += step_tokens[k];
+    if (v.first / v.second <= target) {
+      expected_step = k;
+      break;
+    }
+  }
+  ASSERT_GE(expected_step, 0);
+
+  // The same events with the run file's train.target_loss in the config record (config.trainer).
+  const auto with_target = [&](double t) {
+    const std::string file = nt::temp_path("target.jsonl");
+    {
+      std::ofstream out(file);
+      for (json e : events()) {
+        if (e["type"] == "config") e["config"]["trainer"]["target_loss"] = t;
+        out << e.dump() << "\n";
+      }
+    }
+    auto summary = analysis::summarize(analysis::read_events_file(file));
+    std::remove(file.c_str());
+    return summary;
+  };
+  const auto s = with_target(target);
+  ASSERT_EQ(s.val_curve.size(), val.size());
+  for (const auto& p : s.val_curve) {
+    EXPECT_DOUBLE_EQ(p.val_loss, val[p.outer_step].first / val[p.outer_step].second);
+    EXPECT_DOUBLE_EQ(p.t_s, val_t[p.outer_step] - s.run_start_s);
+  }
+  ASSERT_TRUE(s.target_loss.has_value());
+  EXPECT_DOUBLE_EQ(*s.target_loss, target);
+  ASSERT_TRUE(s.target_reached.has_value());
+  EXPECT_EQ(s.target_reached->outer_step, expected_step);
+  EXPECT_DOUBLE_EQ(s.target_reached->t_s, val_t[expected_step] - s.run_start_s);
+  EXPECT_DOUBLE_EQ(s.target_reached->tokens, tokens);
+  const auto j = analysis::to_json(s);
+  EXPECT_EQ(j["target"]["reached"], true);
+  EXPECT_EQ(j["target"]["outer_step"], expected_step);
+  EXPECT_DOUBLE_EQ(j["target"]["time_s"].get<double>(), val_t[expected_step] - s.run_start_s);
+  EXPECT_EQ(j["val_curve"].size(), val.size());
+
+  // A target below every loss: not reached, and said so; without one: no `target` key.
+  const auto unreached = analysis::to_json(with_target(0.5));
+  EXPECT_EQ(unreached["target"]["reached"], false);
+  EXPECT_TRUE(unreached["target"]["time_s"].is_null());
+  const auto none = analysis::summarize(analysis::read_events_file(*first_));
+  EXPECT_FALSE(none.target_loss.has_value());  // emulate-tiny.yaml sets none
+  EXPECT_FALSE(analysis::to_json(none).contains("target"));
 }
 
 TEST_F(EmulateTiny, RejoinedHostRecoversRealStateAndMatchesItsPeersBitForBit) {
@@ -269,6 +344,13 @@ TEST(EmulateConfig, SectionErrorsNameFileAndKey) {
       << e;
   e = plugin_error("model: {config: tiny, tied_embeddings: true}");
   EXPECT_NE(e.find("model.tied_embeddings: expected false"), std::string::npos) << e;
+  e = plugin_error("model: tiny\ntrain: {target_loss: -2}");
+  EXPECT_NE(e.find("key 'train.target_loss': expected a validation loss > 0"), std::string::npos)
+      << e;
+  e = plugin_error("model: tiny\ndata: {corpus: wikipedia}");
+  EXPECT_NE(e.find("key 'data.corpus': expected fortunes or debian-docs, got 'wikipedia'"),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "engine/error.h"
 #include "trainer/data.h"
+#include "trainer/docs_corpus.h"
 
 namespace meridian::trainer {
 namespace {
@@ -97,6 +98,78 @@ TEST(Data, BadInputIsRefusedWithTheReason) {
   auto tiny = std::make_shared<std::vector<std::int32_t>>(5);
   EXPECT_THROW(ShardReader(tiny, 8, 0, 1, 0), ConfigError);
   EXPECT_THROW(ShardReader(tiny, 2, 2, 2, 0), ConfigError);
+}
+
+// The debian-docs cleaning: markup goes, the prose stays, one paragraph per blank-line block.
+TEST(DocsCorpus, CleaningKeepsTheProseAndDropsTheMarkup) {
+  const auto rst = clean_paragraphs(
+      ".. SPDX-License-Identifier: GPL-2.0\n\nBoot Interrupts\n===============\n\n"
+      "See :ref:`the  guide <g>` and\n:c:func:`kmalloc` for details.\n\n.. note::\n\n"
+      "   Indented body stays.\n",
+      "rst");
+  ASSERT_EQ(rst.size(), 3u);
+  EXPECT_EQ(rst[0], "Boot Interrupts");
+  EXPECT_EQ(rst[1], "See `the guide <g>` and `kmalloc` for details.");
+  EXPECT_EQ(rst[2], "Indented body stays.");
+
+  // POD commands keep their argument as text (=head1 NAME -> NAME; also =over 4 -> 4 and
+  // =item * -> *, a few tokens of noise per page that the study's corpus f558c989 contains).
+  const auto pod = clean_paragraphs(
+      "=head1 NAME\n\nperlfunc - functions\n\n=item chomp\n\n=back\n\n=cut\n", "pod");
+  ASSERT_EQ(pod.size(), 3u);
+  EXPECT_EQ(pod[0], "NAME");
+  EXPECT_EQ(pod[1], "perlfunc - functions");
+  EXPECT_EQ(pod[2], "chomp");
+
+  struct Case {
+    const char* kind;
+    std::string text;
+    std::vector<std::string> paragraphs;
+  };
+  const Case cases[] = {
+      {"html",
+       "<html><head><title>T</title></head><body><div class=\"navheader\">Prev Next</div>"
+       "<p>A &lt;b&gt; &amp; c</p><p>second</p></body></html>",
+       {"A <b> & c", "second"}},
+      {"man",
+       ".\\\" comment\n.TH OPEN 2\n.SH NAME\nopen \\- open a file\n.PP\n"
+       "The \\fBopen\\fP() call\n.BR close (2)\n",
+       {"NAME", "open - open a file", "The open() call close (2)"}},
+  };
+  for (const Case& c : cases) EXPECT_EQ(clean_paragraphs(c.text, c.kind), c.paragraphs) << c.kind;
+  EXPECT_THROW(clean_paragraphs("x", "latex"), ConfigError);
+}
+
+TEST(DocsCorpus, MissingPackagesAndUnknownCorporaAreNamed) {
+  try {
+    read_debian_docs_documents("/nonexistent/share");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("apt-get install -y linux-doc-6.1"), std::string::npos)
+        << e.what();
+  }
+  DataOptions o = min_corpus(MERIDIAN_TRAINER_CACHE_DIR);
+  o.corpus = "wikipedia";
+  try {
+    prepare_corpus(o);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.corpus: 'wikipedia'"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Spread validation sequences: evenly over the split, the first one first.
+TEST(Data, SpreadValidationSequencesCoverTheSplit) {
+  std::vector<std::int32_t> tokens(1001);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::int32_t>(i);
+  const auto first = validation_sequences(tokens, 10, 4);
+  const auto spread = validation_sequences(tokens, 10, 4, true);
+  ASSERT_EQ(spread.size(), 44u);
+  EXPECT_EQ(first[11], 10);  // second sequence starts at token 10
+  EXPECT_EQ(spread[0], 0);
+  EXPECT_EQ(spread[11], 250);  // 100 sequences, every 25th
+  EXPECT_EQ(spread[33], 750);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ class SimTorchWorker final : public InnerWorker {
     runtime_.compute_s(steps * step_s_ / *speed_factor_);
     InnerStepsResult r = torch_.run_inner_steps(steps);
     r.compute_s = runtime_.now_s() - t0;
+    tokens_ += r.tokens;
     return r;
   }
   std::uint64_t parameter_count() const override { return torch_.parameter_count(); }
@@ -43,12 +44,15 @@ class SimTorchWorker final : public InnerWorker {
   void restore_progress(const std::string& p) override { torch_.restore_progress(p); }
 
   TorchWorker& torch() { return torch_; }
+  // Tokens this node's inner steps consumed (a node that joined counts from its start).
+  std::int64_t tokens() const { return tokens_; }
 
  private:
   TorchWorker torch_;
   Runtime& runtime_;
   const double step_s_;
   std::shared_ptr<const double> speed_factor_;
+  std::int64_t tokens_ = 0;
 };
 
 }  // namespace
@@ -74,7 +78,7 @@ netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc,
 
   netsim::WorkerPlugin p;
   p.mode = "emulate";
-  p.config = trainer_config_json(trainer, sc.data);
+  p.config = trainer_config_json(trainer, sc.data, sc.train.target_loss);
   p.config.add("tokenizer_model", corpus->tokenizer_model)
       .add("corpus", corpus->corpus_checksum)
       .add("train_tokens", static_cast<std::uint64_t>(corpus->train->size()))
@@ -99,6 +103,7 @@ netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc,
     e.fields.add("outer_step", v.outer_step)
         .add("val_loss", w.torch().evaluate())
         .add("sequences", sequences)
+        .add("tokens", w.tokens())
         .add("params_crc32c", std::string(crc));
     sink.emit(e);
   };

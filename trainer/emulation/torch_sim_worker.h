@@ -22,7 +22,9 @@ namespace meridian::trainer {
 // cluster, runs are deterministic (no wall-clock in the simulated clock), and the losses are real.
 //
 // After each applied outer step every node emits an `evaluation` event: the validation loss of
-// its outer parameters and their CRC-32C (engine/events/SCHEMA.md).
+// its outer parameters at the modelled time `t`, the tokens the node consumed so far, and the
+// parameters' CRC-32C (engine/events/SCHEMA.md). The summary puts the steps' mean validation
+// loss against the modelled clock and all nodes' tokens (summary.json `val_curve`, `target`).
 netsim::WorkerPlugin torch_worker_plugin(netsim::Scenario& sc,
                                          const netsim::SlowStepFn& on_slow_step = {});
 

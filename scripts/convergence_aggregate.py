@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""The convergence study's two last stages (scripts/convergence_study.sh runs both).
+
+  convergence_aggregate.py timing MERIDIAN OUT
+      Timing-only simulations (modelled workers with the `micro` model's shapes, its batch and
+      the emulation's step time) of every emulated setting on intellect1-usa and
+      intellect1-global: OUT/timing/<network>-<setting>/summary.json. The outer-step period
+      they give re-times an emulated trajectory on that network: for synchronous DiLoCo without
+      churn the parameters after outer step k do not depend on when the step happened, so the
+      loss at step k is the emulated one and its time is the end of step 0 plus k steady periods
+      (both from the timing run's outer_step records). The DP baseline's step is DiLoCo's
+      outer step with H = 1 in fp32 (one all-reduce of the gradients per step); it evaluates
+      every 200 steps.
+
+  convergence_aggregate.py report MERIDIAN OUT RESULTS [TARGET]
+      Per setting (N, codec, H; DP; churn): final validation loss over the seeds (mean, sample
+      standard deviation, min..max), modelled time and tokens to the target validation loss
+      (default: the runs' trainer.target_loss) on each network: the table on stdout and in
+      OUT/study.md, the seed-mean curves in OUT/curves.dat; the figures (gnuplot, SVG) and
+      each run's summary.json (RESULTS/runs/) into RESULTS.
+"""
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+NETWORKS = {
+    # nodes per N: intellect1-usa's and intellect1-global's sites (the study's N nodes).
+    "usa": {
+        1: [("us-east", 1)],
+        2: [("us-east", 1), ("us-west", 1)],
+        4: [("us-east", 2), ("us-west", 1), ("us-nw", 1)],
+        8: [("us-east", 3), ("us-west", 3), ("us-nw", 2)],
+    },
+    "global": {
+        1: [("us-east", 1)],
+        2: [("us-east", 1), ("eu-west", 1)],
+        4: [("us-east", 1), ("us-west", 1), ("eu-west", 1), ("ap-tokyo", 1)],
+        8: [("us-east", 2), ("us-west", 1), ("eu-west", 2), ("eu-cent", 1), ("ap-tokyo", 1),
+            ("ap-seoul", 1)],
+    },
+}
+RUN = re.compile(r"^(?:n(?P<n>\d+)-(?P<codec>fp32|int8|int8churn)-H(?P<h>\d+)|dp(?P<dpn>\d+))"
+                 r"-s(?P<seed>\d+)$")
+DP_EVAL_EVERY = 200  # the DP runs evaluate every 200 steps (H = 200 with the identity outer step)
+
+
+def runs(out):
+    """{setting: {seed: summary}} of the complete runs in OUT."""
+    found = {}
+    for name in sorted(os.listdir(out)):
+        m = RUN.match(name)
+        path = os.path.join(out, name, "summary.json")
+        if not m or not os.path.isfile(path):
+            continue
+        s = json.load(open(path))
+        if not s.get("complete") or not s.get("val_curve"):
+            continue
+        if m["dpn"]:
+            key = ("dp", int(m["dpn"]), "fp32", 1)
+        else:
+            key = ("diloco", int(m["n"]), m["codec"], int(m["h"]))
+        found.setdefault(key, {})[int(m["seed"])] = s
+    return found
+
+
+def modelled_scenario(out, network, n, params):
+    """A timing-only scenario: convergence-usa.yaml's network keys, the micro model's shapes."""
+    nodes = "\n".join(f"    - {{site: {s}, count: {c}}}" for s, c in NETWORKS[network][n])
+    return f"""run: {{name: timing-{network}-n{n}, seed: 0, outer_steps: 10}}
+model: {{layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 192, vocab: 1024, seq_len: 64,
+        tied_embeddings: false}}
+hardware: {{step_time_s: 0.008, batch_sequences: 4}}
+network:
+  model: CM02
+  tcp_gamma_bytes: 4194304
+  crosstraffic: false
+  tcp: {{cc: cubic, per_flow_cap_gbps: 5}}
+  access_bandwidth_gbps: [0.5, 4.0]
+  intra_site_rtt_ms: 1.0
+  sites_from: intellect1-sites.yaml
+  nodes:
+{nodes}
+diloco: {{H: 50, codec: int8, buckets: layers, local_ranks: 1, checkpoint_s: 0, timeout_s: 60,
+         dead_after_s: 6}}
+"""
+
+
+def timing_dir(out, network, n, codec, h):
+    return os.path.join(out, "timing", f"{network}-n{n}-{codec}-H{h}")
+
+
+def timing(meridian, out):
+    sdir = os.path.join(out, "timing", "scenarios")
+    os.makedirs(sdir, exist_ok=True)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "scenarios", "intellect1-sites.yaml"),
+                sdir)
+    wanted = set()
+    for kind, n, codec, h in runs(out):
+        if kind == "dp":
+            wanted.add((n, "fp32", 1))
+        elif codec != "int8churn":
+            wanted.add((n, codec, h))
+    for network in NETWORKS:
+        for n, codec, h in sorted(wanted):
+            d = timing_dir(out, network, n, codec, h)
+            if os.path.isfile(os.path.join(d, "summary.json")):
+                continue
+            sc = os.path.join(sdir, f"{network}-n{n}.yaml")
+            with open(sc, "w") as f:
+                f.write(modelled_scenario(out, network, n, None))
+            steps = 200 if h == 1 else 10
+            subprocess.run(["nice", "-n", "10", meridian, "sim", sc, "--out", d,
+                            "--set", f"diloco.H={h}", "--set", f"diloco.codec={codec}",
+                            "--set", f"run.outer_steps={steps}"],
+                           check=True, stdout=subprocess.DEVNULL)
+
+
+def period(out, network, n, codec, h):
+    """(offset, period): the modelled time from the run's start to the end of outer step 0 and
+    the steady seconds per outer step after it, from the timing simulation's outer_step
+    records (None if not simulated)."""
+    path = os.path.join(timing_dir(out, network, n, codec, h), "events.jsonl")
+    if not os.path.isfile(path):
+        return None
+    ends = {}
+    for line in open(path):
+        e = json.loads(line)
+        if e.get("type") == "outer_step":
+            ends[e["outer_step"]] = max(ends.get(e["outer_step"], 0.0), e["t"])
+    last = max(ends)
+    return ends[0], (ends[last] - ends[0]) / last
+
+
+def curve_on(out, key, summary, network):
+    """[(t_s, tokens, val_loss)] of one run on the network: emulated times on usa for churn
+    runs; re-timed (end of step 0 + k periods) otherwise. None when it cannot be re-timed (churn, global)."""
+    kind, n, codec, h = key
+    pts = summary["val_curve"]
+    if codec == "int8churn":
+        if network != "usa":
+            return None
+        return [(p["t_s"], p["tokens"], p["val_loss"]) for p in pts]
+    timing = period(out, network, n, "fp32", 1) if kind == "dp" else period(out, network, n, codec, h)
+    if timing is None:
+        return None
+    offset, per = timing
+    # DP: one evaluation every DP_EVAL_EVERY steps, each step an H = 1 outer step.
+    steps_per_point = DP_EVAL_EVERY if kind == "dp" else 1
+    return [(offset + ((p["outer_step"] + 1) * steps_per_point - 1) * per, p["tokens"], p["val_loss"])
+            for p in pts]
+
+
+def label(key):
+    kind, n, codec, h = key
+    if kind == "dp":
+        return f"DP N={n} (batch {4 * n})"
+    if codec == "int8churn":
+        return f"DiLoCo N={n} H={h} int8 + churn"
+    return f"DiLoCo N={n} H={h} {codec}"
+
+
+def first_crossing(curve, target):
+    for t, tokens, loss in curve:
+        if loss <= target:
+            return t, tokens
+    return None
+
+
+def fmt_time(t):
+    if t is None:
+        return "not reached"
+    if t >= 3600:
+        return f"{t / 3600:.2f} h"
+    if t >= 120:
+        return f"{t / 60:.1f} min"
+    return f"{t:.0f} s"
+
+
+def report(meridian, out, results, target=None):
+    found = runs(out)
+    if not found:
+        sys.exit(f"convergence_aggregate: no complete runs in {out}")
+    if target is None:
+        target = next(iter(next(iter(found.values())).values()))["target"]["val_loss"]
+    os.makedirs(results, exist_ok=True)
+    rdir = os.path.join(results, "runs")
+    os.makedirs(rdir, exist_ok=True)
+    order = sorted(found, key=lambda k: (k[1], k[0] != "dp", k[2], k[3]))
+    rows, curves = [], []
+    for key in order:
+        seeds = found[key]
+        finals = [s["val_loss"] for s in seeds.values()]
+        row = {"setting": label(key), "seeds": len(seeds), "mean": statistics.mean(finals),
+               "sd": statistics.stdev(finals) if len(finals) > 1 else float("nan"),
+               "min": min(finals), "max": max(finals),
+               "tokens": statistics.mean(s["tokens"] for s in seeds.values())}
+        for network in NETWORKS:
+            per_seed = [curve_on(out, key, s, network) for s in seeds.values()]
+            if any(c is None for c in per_seed):
+                row[network] = None
+                continue
+            hits = [first_crossing(c, target) for c in per_seed]
+            reached = [h for h in hits if h]
+            row[network] = {
+                "time": statistics.mean(h[0] for h in reached) if len(reached) == len(hits) else None,
+                "tokens": statistics.mean(h[1] for h in reached) if len(reached) == len(hits) else None,
+                "reached": f"{len(reached)}/{len(hits)}",
+                "end": statistics.mean(c[-1][0] for c in per_seed),
+            }
+            # The seeds' mean curve (all seeds evaluate at the same outer steps).
+            m = min(len(c) for c in per_seed)
+            curves.append((network, label(key), [
+                (statistics.mean(c[i][0] for c in per_seed), statistics.mean(c[i][1] for c in per_seed),
+                 statistics.mean(c[i][2] for c in per_seed)) for i in range(m)]))
+        rows.append(row)
+        # The re-timing check on usa: the emulated run's own end time against the re-timed one.
+        if key[0] != "dp" and key[2] != "int8churn" and row["usa"]:
+            emulated = statistics.mean(s["val_curve"][-1]["t_s"] for s in seeds.values())
+            print(f"re-timing check {label(key)}: emulated end {emulated:.1f} s, "
+                  f"re-timed {row['usa']['end']:.1f} s", file=sys.stderr)
+    # Copy every run's summary.json (results/ keeps summaries, not events).
+    for d in sorted(os.listdir(out)):
+        p = os.path.join(out, d, "summary.json")
+        if RUN.match(d) and os.path.isfile(p):
+            shutil.copy(p, os.path.join(rdir, f"{d}.summary.json"))
+
+    lines = [f"Target validation loss: {target} nats/token. Final loss: mean ± sample standard "
+             "deviation over the seeds [min, max]. Time to target: mean over seeds of the first "
+             "evaluation at or below it, on the modelled clock (usa: intellect1-usa's network; "
+             "global: intellect1-global's); end: the run's last evaluation.", "",
+             "| setting | seeds | tokens | final val loss | usa: to target | usa: end | "
+             "global: to target | global: end |", "|---|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in rows:
+        cells = []
+        for network in NETWORKS:
+            x = r[network]
+            if x is None:
+                cells += ["not simulated", ""]
+            else:
+                cells += [f"{fmt_time(x['time'])} ({x['reached']})", fmt_time(x["end"])]
+        lines.append(f"| {r['setting']} | {r['seeds']} | {r['tokens'] / 1e6:.1f} M | "
+                     f"{r['mean']:.3f} ± {r['sd']:.3f} [{r['min']:.3f}, {r['max']:.3f}] | "
+                     + " | ".join(cells) + " |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "study.md"), "w") as f:
+        f.write(table)
+    print(table)
+
+    # Figures: validation loss vs tokens (usa curves; tokens do not depend on the network) and
+    # vs modelled time on each network.
+    data = os.path.join(out, "curves.dat")
+    index = {}
+    with open(data, "w") as f:
+        f.write("# t_s tokens val_loss (seed means), one block per network and setting\n")
+        for i, (network, name, pts) in enumerate(curves):
+            f.write(("\n\n" if i else "") + f"# {network} {name}\n")
+            for t, tokens, loss in pts:
+                f.write(f"{t:.6g} {tokens:.6g} {loss:.6g}\n")
+            index[(network, name)] = i
+    names = [label(k) for k in order]
+    colors = ["#000000", "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00",
+              "#f0e442", "#999999", "#882255"]
+
+    def plot(network, x, xlabel, extra=""):
+        parts = []
+        for j, name in enumerate(names):
+            if (network, name) in index:
+                dash = "dt 2" if "int8" in name else "dt 1"
+                parts.append(f"'{data}' index {index[(network, name)]} using {x}:3 with lines lw 2 "
+                             f"{dash} lc rgb '{colors[j % len(colors)]}' title '{name}'")
+        parts.append(f"{target} with lines dt 3 lc rgb '#808080' title 'target {target}'")
+        return (f"set xlabel '{xlabel}'\n{extra}set ylabel 'validation loss [nats/token]'\n"
+                "plot " + ", ".join(parts) + "\n")
+
+    script = ("set terminal svg size 900,560 dynamic font 'sans,11'\nset grid\n"
+              "set key outside right top\nset yrange [*:6.5]\n")
+    script += f"set output '{results}/loss_vs_tokens.svg'\nset title 'Validation loss vs tokens'\n"
+    script += plot("usa", 2, "tokens (all nodes)", "set format x '%.0s%c'\n")
+    script += "set format x '%g'\nset logscale x\n"
+    for network in NETWORKS:
+        script += (f"set output '{results}/loss_vs_time_{network}.svg'\n"
+                   f"set title 'Validation loss vs modelled time: intellect1-{network} network'\n")
+        script += plot(network, 1, "modelled time [s] (log scale)")
+    subprocess.run(["gnuplot"], input=script.encode(), check=True)
+
+
+def main():
+    if len(sys.argv) >= 4 and sys.argv[1] == "timing":
+        timing(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 5 and sys.argv[1] == "report":
+        report(sys.argv[2], sys.argv[3], sys.argv[4],
+               float(sys.argv[5]) if len(sys.argv) > 5 else None)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
