@@ -17,7 +17,7 @@
       standard deviation, min..max), modelled time and tokens to the target validation loss
       (default: the runs' trainer.target_loss) on each network: the table on stdout and in
       OUT/study.md, the seed-mean curves in OUT/curves.dat; the figures (gnuplot, SVG) and
-      each run's summary.json (RESULTS/runs/) into RESULTS.
+      every run's figures and loss curve into RESULTS/summary.json.
 """
 import json
 import math
@@ -74,7 +74,8 @@ def modelled_scenario(out, network, n, params):
     return f"""run: {{name: timing-{network}-n{n}, seed: 0, outer_steps: 10}}
 model: {{layers: 2, hidden: 64, heads: 4, kv_heads: 2, ffn: 192, vocab: 1024, seq_len: 64,
         tied_embeddings: false}}
-hardware: {{step_time_s: 0.008, batch_sequences: 4}}
+hardware: {{step_time_s: 0.008}}
+train: {{batch: 4}}
 network:
   model: CM02
   tcp_gamma_bytes: 4194304
@@ -223,11 +224,21 @@ def report(meridian, out, results, target=None):
             emulated = statistics.mean(s["val_curve"][-1]["t_s"] for s in seeds.values())
             print(f"re-timing check {label(key)}: emulated end {emulated:.1f} s, "
                   f"re-timed {row['usa']['end']:.1f} s", file=sys.stderr)
-    # Copy every run's summary.json (results/ keeps summaries, not events).
+    # One summary.json for the study: every run's figures and its loss curve (results/ keeps
+    # summaries, not events; the runs' own folders are rebuilt by scripts/convergence_study.sh).
+    keep = ["mode", "seed", "scenario", "simulated_s", "outer_steps", "complete", "tokens",
+            "compute_utilization", "loss", "val_loss", "target", "val_curve", "retries",
+            "fallbacks", "failures", "joins"]
+    runs = {}
     for d in sorted(os.listdir(out)):
         p = os.path.join(out, d, "summary.json")
         if RUN.match(d) and os.path.isfile(p):
-            shutil.copy(p, os.path.join(rdir, f"{d}.summary.json"))
+            with open(p) as f:
+                s = json.load(f)
+            runs[d] = {k: s.get(k) for k in keep}
+    with open(os.path.join(rdir, "summary.json"), "w") as f:
+        json.dump({"study": "results/convergence/README.md",
+                   "runs": runs}, f, indent=1, sort_keys=True)
 
     lines = [f"Target validation loss: {target} nats/token. Final loss: mean ± sample standard "
              "deviation over the seeds [min, max]. Time to target: mean over seeds of the first "
