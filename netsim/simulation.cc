@@ -101,7 +101,7 @@ struct World {
   std::vector<std::uint64_t> buckets;
   int lanes = 1;       // simulated ring flows per node
   int lane_scale = 1;  // local ranks folded into one flow
-  CodecId codec = CodecId::kInt8Prime;
+  DilocoOptions options;      // the run file's, before what each node adds (engine_node_main)
   std::exception_ptr error;  // first unexpected error of any actor
   int initial_world = 0;     // nodes running at t = 0
   WorkerPlugin plugin;       // makes the nodes' workers (default: ModeledWorker)
@@ -135,10 +135,9 @@ void node_main(World& w, std::int64_t me, int slot, bool initial, int initial_wo
                            : std::make_unique<ModeledWorker>(w.sc, rt, w.speed[slot]);
   InnerWorker& worker = *owned_worker;
   auto store = w.store->client(w.pf.hosts[slot]);
-  DilocoOptions o = config::diloco_options(w.sc, config::Mode::kSimulate);
-  // What only the simulator knows: the wire codec it resolved, the L local ranks folded into
-  // one ring when aggregated (L× chunks), the host's name for node_started, the initial world.
-  o.codec = w.codec;
+  DilocoOptions o = w.options;
+  // What only the simulator knows: the L local ranks folded into one ring when aggregated (L×
+  // chunks), the host's name for node_started, the initial world.
   o.local_ranks = w.lanes;
   o.max_chunk_bytes *= w.lane_scale;
   o.recovery.chunk_bytes *= w.lane_scale;
@@ -240,7 +239,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   ChurnTrace trace;
   // churn.trace is resolved against the run file's folder by its reader.
   if (!sc.churn_trace.empty()) trace = load_churn(sc.churn_trace, slots, running);
-  const CodecId codec = parse_codec(sc.diloco.codec);
+  // Once, before SimGrid starts: the run file's options for every node (an error is the file's).
+  const DilocoOptions options_of_file = config::diloco_options(sc, config::Mode::kSimulate);
   if (sc.worker != options.worker.kind)
     throw ConfigError(sc.file + ": key 'worker': '" + sc.worker +
                       "' needs its worker plugin (netsim::resolve_worker), got '" +
@@ -268,7 +268,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1, L);
   wan->install(e);
   w.net.set_wan(wan);
-  w.codec = codec;
+  w.options = options_of_file;
   w.plugin = options.worker;
   w.make_node = options.make_node;
   start_notifier(w.pf.coordinator);

@@ -37,14 +37,13 @@ TrainerConfig load_trainer_config(const std::string& path) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error))
     throw ConfigError(path + ": cannot open the trainer config file (not a regular file)");
-  return load_named_config(path.find('/') == std::string::npos ? "./" + path : path);
+  return trainer_config(config::load_model_config_file(path));
 }
 
 std::string config_dir() { return config::model_config_dir(); }
 
 TrainerConfig load_named_config(const std::string& name_or_path) {
-  const config::ModelConfigFile f = config::load_model_config(name_or_path);
-  return TrainerConfig{model_config(f.model, f.path), train_config(f.train)};
+  return trainer_config(config::load_model_config(name_or_path));
 }
 
 std::vector<ParamSpec> parameter_layout(const ModelConfig& m) {

@@ -50,6 +50,10 @@ TrainerConfig trainer_config(const config::RunFile& f) {
   return TrainerConfig{model_config(f.model, f.file), train_config(f.train)};
 }
 
+TrainerConfig trainer_config(const config::ModelConfigFile& f) {
+  return TrainerConfig{model_config(f.model, f.path), train_config(f.train)};
+}
+
 DataOptions data_options(const config::DataSpec& d, int vocab) {
   DataOptions o;
   o.cache_dir = d.cache_dir;

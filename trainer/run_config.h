@@ -44,6 +44,7 @@ RunConfig resolve_run_config(const config::RunFile& f);
 
 // The conversions from the run file's sections; errors name the file and the key.
 TrainerConfig trainer_config(const config::RunFile& f);
+TrainerConfig trainer_config(const config::ModelConfigFile& f);
 ModelConfig model_config(const config::ModelSpec& m, const std::string& where);
 TrainConfig train_config(const config::TrainSpec& t);
 DataOptions data_options(const config::DataSpec& d, int vocab);

@@ -41,7 +41,7 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
     std::string host;
     std::uint16_t port = 0;
     if (a.serve_port >= 0) {
-      const std::string bind = a.bind.empty() ? c.store_bind : a.bind;
+      const std::string& bind = served_bind_ = a.bind.empty() ? c.store_bind : a.bind;
       TcpStoreServerOptions so;
       so.bind_host = bind;
       so.port = static_cast<std::uint16_t>(a.serve_port);

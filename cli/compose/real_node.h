@@ -48,6 +48,8 @@ class RealNode {
   TransportFactory& transports() { return *transports_; }
   trainer::TorchWorker& worker() { return *worker_; }
   TcpStoreServer* server() { return server_.get(); }  // null unless this node serves the store
+  // Where the store this node serves listens ("" and 0 unless it serves one).
+  const std::string& served_bind() const { return served_bind_; }
   std::uint16_t served_port() const { return served_port_; }
   int shard() const { return shard_; }
   // Made by a second step, once the caller has checked the store (a resume reads it first).
@@ -56,6 +58,7 @@ class RealNode {
  private:
   ThreadRuntime runtime_;
   std::unique_ptr<TcpStoreServer> server_;
+  std::string served_bind_;
   std::uint16_t served_port_ = 0;
   std::unique_ptr<Store> store_;
   std::unique_ptr<TransportFactory> transports_;

@@ -31,6 +31,7 @@
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
 #include "engine/fault/fault_point.h"
+#include "engine/fault/watched_transport.h"
 #include "engine/store/tcp_store.h"
 #include "engine/store/tcp_store_wire.h"
 #include "engine/util/crc32c.h"
@@ -205,28 +206,10 @@ class PausingFactory final : public TransportFactory {
   std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
     auto t = inner_.connect(spec);
     if (at_ == 0 || is_recovery_epoch(spec.epoch)) return t;
-    return std::make_unique<Pausing>(std::move(t), *this);
+    return std::make_unique<WatchedTransport>(std::move(t), [this](Tag) { count(); });
   }
 
  private:
-  class Pausing final : public ForwardingTransport {
-   public:
-    Pausing(std::unique_ptr<Transport> t, PausingFactory& f)
-        : ForwardingTransport(std::move(t)), f_(f) {}
-    void send(int to, Tag tag, Payload msg, double timeout_s) override {
-      f_.count();
-      ForwardingTransport::send(to, tag, msg, timeout_s);
-    }
-    std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
-                                                    std::span<std::byte> into, Tag tag) override {
-      f_.count();
-      return ForwardingTransport::start_exchange(to, out, from, into, tag);
-    }
-
-   private:
-    PausingFactory& f_;
-  };
-
   void count() {
     if (++sent_ != at_) return;
     write_atomically(marker_, std::to_string(at_) + "\n");
@@ -334,8 +317,8 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   ra.log = [](const std::string& line) { std::cerr << line << std::endl; };
   compose::RealNode real(c, ra);
   if (real.server()) {
-    const std::string bind = a.bind.empty() ? c.store_bind : a.bind;
-    std::cout << "store listening on " << bind << ":" << real.served_port() << std::endl;
+    std::cout << "store listening on " << real.served_bind() << ":" << real.served_port()
+              << std::endl;
     if (!a.port_file.empty())
       write_atomically(a.port_file, std::to_string(real.served_port()) + "\n");
   }

@@ -155,7 +155,7 @@ void read_model_config(const std::string& path, ModelSpec& m, TrainSpec& t) {
 
 // `model:` and `train:`; `model: NAME` is `model: {config: NAME}`. The config's model and train
 // sections are the base the run file's keys override.
-void parse_model_and_train(Reader& top, const YAML::Node& root, ModelSpec& m, TrainSpec& t) {
+void parse_model_and_train(Reader& top, ModelSpec& m, TrainSpec& t) {
   YAML::Node model = top.get("model");
   const bool named = model && model.IsScalar();
   Reader r = named ? Reader(YAML::Node(), top.origin(), "model") : top.child("model");
@@ -186,7 +186,6 @@ void parse_model_and_train(Reader& top, const YAML::Node& root, ModelSpec& m, Tr
   }
   if (m.hidden % m.heads != 0) r.fail(r.key_path("heads"), "a divisor of model.hidden");
   if (m.heads % m.kv_heads != 0) r.fail(r.key_path("kv_heads"), "a divisor of model.heads");
-  (void)root;
   parse_train(top.child("train"), t);
 }
 
@@ -617,7 +616,7 @@ RunFile parse_root(Document& doc) {
         [](const std::string& v) { return v == "engine"; });
     run.finish();
   }
-  parse_model_and_train(r, root, f.model, f.train);
+  parse_model_and_train(r, f.model, f.train);
   parse_hardware(r.child("hardware"), f.hardware);
   // No network section: a file for real runs only (a simulation refuses it, validate_for).
   if (r.present("network"))
@@ -708,8 +707,12 @@ std::string model_config_path(const std::string& name_or_path, const std::string
 }
 
 ModelConfigFile load_model_config(const std::string& name_or_path) {
+  return load_model_config_file(model_config_path(name_or_path, ""));
+}
+
+ModelConfigFile load_model_config_file(const std::string& path) {
   ModelConfigFile c;
-  c.path = model_config_path(name_or_path, "");
+  c.path = path;
   read_model_config(c.path, c.model, c.train);
   if (c.model.name.empty()) c.model.name = std::filesystem::path(c.path).stem().string();
   return c;
@@ -763,14 +766,12 @@ void check_for(const RunFile& f, Mode mode) {
                                "or platform_xml and nodes; netsim/README.md)");
 }
 
-CodecId codec_id(const std::string& name) { return parse_codec(name); }
-
 DilocoOptions diloco_options(const RunFile& f, Mode mode) {
   DilocoOptions o;
   const DilocoSpec& d = f.diloco;
   o.inner_steps = d.H;
   o.outer_steps = f.outer_steps();
-  o.codec = codec_id(d.codec);
+  o.codec = parse_codec(d.codec);
   o.outer.lr = static_cast<float>(d.outer_lr);
   o.outer.momentum = static_cast<float>(d.outer_momentum);
   o.local_ranks = d.local_ranks;

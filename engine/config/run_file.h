@@ -300,6 +300,7 @@ struct ModelConfigFile {
   std::string path;
 };
 ModelConfigFile load_model_config(const std::string& name_or_path);
+ModelConfigFile load_model_config_file(const std::string& path);  // that file, by its path
 // The file a model config name or path stands for (relative paths against `base_dir`); a
 // ConfigError listing the shipped configs when there is none.
 std::string model_config_path(const std::string& name_or_path, const std::string& base_dir);
@@ -307,8 +308,5 @@ std::string model_config_dir();  // trainer/configs
 
 // What a mode cannot do without: a simulation needs `network:` (sites and nodes).
 void check_for(const RunFile& f, Mode mode);
-
-// The codec named by diloco.codec.
-CodecId codec_id(const std::string& name);
 
 }  // namespace meridian::config

@@ -6,6 +6,7 @@
 
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
+#include "engine/fault/watched_transport.h"
 
 namespace meridian {
 namespace {
@@ -110,26 +111,6 @@ InnerStepsResult FaultTrigger::Worker::run_inner_steps(int steps) {
   return a;
 }
 
-// A transport that reports each outgoing message to the trigger before sending it.
-class FaultTrigger::Watched final : public ForwardingTransport {
- public:
-  Watched(std::unique_ptr<Transport> inner, FaultTrigger& t, bool recovery)
-      : ForwardingTransport(std::move(inner)), t_(t), recovery_(recovery) {}
-  void send(int to, Tag tag, Payload msg, double timeout_s) override {
-    t_.on_send(recovery_, tag);
-    ForwardingTransport::send(to, tag, msg, timeout_s);
-  }
-  std::unique_ptr<PendingExchange> start_exchange(int to, Payload out, int from,
-                                                  std::span<std::byte> into, Tag tag) override {
-    t_.on_send(recovery_, tag);
-    return ForwardingTransport::start_exchange(to, out, from, into, tag);
-  }
-
- private:
-  FaultTrigger& t_;
-  bool recovery_;
-};
-
 std::unique_ptr<Transport> FaultTrigger::Factory::connect(const EpochSpec& spec) {
   const bool recovery = is_recovery_epoch(spec.epoch);
   if (!recovery && ring_shard_of(spec.epoch) == 0) {
@@ -138,7 +119,8 @@ std::unique_ptr<Transport> FaultTrigger::Factory::connect(const EpochSpec& spec)
     // after them.
     if (t_.outer_ > 0) ++t_.attempt_;
   }
-  return std::make_unique<Watched>(inner_.connect(spec), t_, recovery);
+  return std::make_unique<WatchedTransport>(
+      inner_.connect(spec), [&t = t_, recovery](Tag tag) { t.on_send(recovery, tag); });
 }
 
 void FaultTrigger::on_send(bool recovery, Tag tag) {

@@ -65,7 +65,6 @@ class FaultTrigger {
   };
 
  private:
-  class Watched;
   // Fires when this message (collective with its tag, or recovery) is the point.
   void on_send(bool recovery, Tag tag);
   void fire();
