@@ -17,7 +17,7 @@
       standard deviation, min..max), modelled time and tokens to the target validation loss
       (default: the runs' trainer.target_loss) on each network: the table on stdout and in
       OUT/study.md, the seed-mean curves in OUT/curves.dat; the figures (gnuplot, SVG) and
-      every run's figures and loss curve into RESULTS/summary.json.
+      every run's figures into RESULTS/summary.json.
 """
 import json
 import math
@@ -224,11 +224,12 @@ def report(meridian, out, results, target=None):
             emulated = statistics.mean(s["val_curve"][-1]["t_s"] for s in seeds.values())
             print(f"re-timing check {label(key)}: emulated end {emulated:.1f} s, "
                   f"re-timed {row['usa']['end']:.1f} s", file=sys.stderr)
-    # One summary.json for the study: every run's figures and its loss curve (results/ keeps
-    # summaries, not events; the runs' own folders are rebuilt by scripts/convergence_study.sh).
+    # One summary.json for the study: every run's figures (results/ keeps summaries; the loss
+    # curves behind the figures are in the runs' own folders, rebuilt by
+    # scripts/convergence_study.sh).
     keep = ["mode", "seed", "scenario", "simulated_s", "outer_steps", "complete", "tokens",
-            "compute_utilization", "loss", "val_loss", "target", "val_curve", "retries",
-            "fallbacks", "failures", "joins"]
+            "compute_utilization", "loss", "val_loss", "target", "retries", "fallbacks",
+            "failures", "joins"]
     runs = {}
     for d in sorted(os.listdir(out)):
         p = os.path.join(out, d, "summary.json")
