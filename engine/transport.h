@@ -69,6 +69,26 @@ class PendingExchange {
   virtual Received wait(double timeout_s) = 0;
 };
 
+// A phantom ring round as this rank runs it (Transport::run_phantom_rings): `transfers`
+// exchanges, each sending to rank + 1 while receiving from rank - 1, one at a time (transfer t
+// starts once t - 1 has completed both ways).
+struct PhantomRing {
+  // The round, the same on every rank: the outer step and the ring's tag of its first transfer.
+  std::uint64_t outer_step = 0;
+  Tag tag = 0;
+  std::uint64_t transfers = 0;
+  std::uint64_t send_bytes = 0;        // wire bytes this rank sends, over all its transfers
+  std::uint64_t recv_bytes = 0;        // wire bytes it expects from its predecessor
+  std::uint64_t first_send_bytes = 0;  // of its first message
+  double timeout_s = 30.0;             // bound on each transfer's wait, as message by message
+};
+
+// When a phantom round began and ended on this rank (Runtime clock).
+struct PhantomRingTimes {
+  double start_s = 0;
+  double end_s = 0;
+};
+
 // Error contract, for every implementation and every call:
 //  - a dead, closed or aborted peer -> PeerLostError (promptly when the transport can tell);
 //  - nothing within timeout_s -> TimeoutError; no call blocks longer than its timeout;
@@ -101,7 +121,22 @@ class Transport {
   // peers that involve this rank fail with PeerLostError instead of waiting for their timeout.
   // Idempotent. The object stays valid until destroyed.
   virtual void abort() = 0;
+
+  // Rounds of a ring all-reduce over phantom buffers (no content: a timing-only simulation),
+  // run back to back (round i + 1 starts on a rank when its round i ends), for a transport that
+  // can time them without a message per transfer. Returns false when it cannot (the default: the
+  // ring then runs message by message); true once the last round is over on this rank, at the
+  // time the message-level rounds would end, with each round's times in `times` (same size as
+  // `rounds`). Errors as for start_exchange / wait. Decorators (ForwardingTransport) do not
+  // forward it: one that watches messages gets every message.
+  virtual bool run_phantom_rings(std::span<const PhantomRing> rounds,
+                                 std::span<PhantomRingTimes> times);
 };
+
+inline bool Transport::run_phantom_rings(std::span<const PhantomRing>,
+                                         std::span<PhantomRingTimes>) {
+  return false;
+}
 
 // Passes every call to another Transport. Decorators (fault injection, counting, tests) derive
 // from it and override only what they change. Owns the inner transport when given it by
@@ -138,9 +173,9 @@ class ForwardingTransport : public Transport {
 // What a node needs to join the Transport of one epoch.
 struct EpochSpec {
   std::uint64_t epoch = 0;
-  int rank = 0;                         // this node's rank = its index in `members`
-  std::vector<std::int64_t> members;    // unique node ids in ring order
-  double timeout_s = 30.0;              // bound on establishing the epoch's connections
+  int rank = 0;                       // this node's rank = its index in `members`
+  std::vector<std::int64_t> members;  // unique node ids in ring order
+  double timeout_s = 30.0;            // bound on establishing the epoch's connections
 };
 
 // Builds the Transport of an epoch (in-process hub, SimGrid mailboxes, Gloo context, NCCL

@@ -10,6 +10,7 @@
 #include <simgrid/s4u.hpp>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "engine/diloco/diloco.h"
@@ -34,6 +35,32 @@ struct Inbox {
   std::map<std::pair<int, Tag>, std::deque<Message>> queues;
 };
 
+// Phantom ring rounds being timed whole (SimTransport::run_phantom_rings): what each rank brought
+// to them, and once every rank's sends are timed, when each rank's rounds start and end.
+// Per round b and rank r, index b * n + r.
+struct PhantomRounds {
+  PhantomRounds(int n, std::size_t rounds)
+      : n(n),
+        rounds(rounds),
+        entry_s(n),
+        span_s(rounds * n),
+        transfers(rounds * n),
+        send_bytes(rounds * n),
+        recv_bytes(rounds * n),
+        flows(n) {}
+  int n;
+  std::size_t rounds;
+  int entered = 0;              // ranks that entered
+  int timed = 0;                // ranks whose sends are timed
+  int left = 0;                 // ranks that returned (or gave up)
+  std::vector<double> entry_s;  // when each rank entered
+  std::vector<double> span_s;   // the time a rank's sends of a round take, in all
+  std::vector<std::uint64_t> transfers, send_bytes, recv_bytes;
+  std::vector<double> start_s, end_s;  // each round's, per rank (empty until all are timed)
+  std::vector<sg4::CommPtr> flows;     // each rank's flow in progress, if any
+  WaitList waiters;
+};
+
 struct EpochState {
   std::uint64_t epoch = 0;
   int lane = 0;  // which of a node's parallel rings: its TCP connections are its own
@@ -44,10 +71,23 @@ struct EpochState {
   // Rendezvous only: when each receive was posted, per (receiver, sender, tag), oldest first.
   std::map<std::tuple<int, int, Tag>, std::deque<double>> posted;
   WaitList posts;  // senders waiting for a receive to be posted
+  // Phantom ring rounds in progress, by (outer step, first round's tag).
+  std::map<std::pair<std::uint64_t, Tag>, std::shared_ptr<PhantomRounds>> rounds;
+  int lost = -1;  // the first rank found dead or aborted (-1: none)
 
   void notify_all() {
     for (auto& in : inboxes) in->waiters.notify_all();
     posts.notify_all();
+    for (auto& [key, round] : rounds) round->waiters.notify_all();
+  }
+  // A rank is dead or gave up: every rank fails the epoch's rounds now, as message by message
+  // it would at its next message (phantom rounds' flows stop where they are).
+  void mark_lost(int rank) {
+    if (lost >= 0) return;
+    lost = rank;
+    for (auto& [key, p] : rounds)
+      for (sg4::CommPtr& flow : p->flows)
+        if (flow) std::exchange(flow, nullptr)->cancel();
   }
 };
 
@@ -60,12 +100,23 @@ struct SimNetwork::State {
   std::uint64_t messages = 0;
   std::uint64_t wire_bytes = 0;
   int rendezvous_trips = 0;
+  bool merge_phantom_rings = false;
+  std::uint64_t phantom_segments = 1;  // flows per rank and round when merged
   std::shared_ptr<WanModel> wan;
   std::map<std::pair<sg4::Host*, sg4::Host*>, double> latency_s;  // one way, per route
 
   // Starts a transfer; ended() must follow it, whatever becomes of it.
-  sg4::CommPtr start_flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes, int lane) {
-    return wan ? wan->start(from, to, bytes, lane) : sg4::Comm::sendto_async(from, to, bytes);
+  // A flow may stand for `messages` messages sent back to back: the WAN model charges their
+  // latencies in the flow (WanModel::start); without it the caller first waits
+  // unpaid_latency_s(), the latency of all but one.
+  sg4::CommPtr start_flow(sg4::Host* from, sg4::Host* to, std::uint64_t bytes, int lane,
+                          std::uint64_t messages = 1, std::uint64_t first_message_bytes = 0) {
+    return wan ? wan->start(from, to, bytes, lane, messages, first_message_bytes)
+               : sg4::Comm::sendto_async(from, to, bytes);
+  }
+  double unpaid_latency_s(sg4::Host* from, sg4::Host* to, std::uint64_t messages) {
+    return wan || messages <= 1 ? 0
+                                : static_cast<double>(messages - 1) * one_way_latency_s(from, to);
   }
   void ended(sg4::Host* from, sg4::Host* to, int lane) {
     if (wan) wan->ended(from, to, lane);
@@ -164,9 +215,8 @@ void rendezvous(SimNetwork::State& net, EpochState& ep, int me, int to, Tag tag,
   const double recv_s = it->second.front();
   it->second.pop_front();
   if (it->second.empty()) ep.posted.erase(it);
-  const double start_s =
-      std::max(sent_s, recv_s + net.rendezvous_trips *
-                                    net.one_way_latency_s(ep.hosts[me], ep.hosts[to]));
+  const double start_s = std::max(
+      sent_s, recv_s + net.rendezvous_trips * net.one_way_latency_s(ep.hosts[me], ep.hosts[to]));
   const double now_s = sg4::Engine::get_clock();
   if (start_s > deadline_s)
     throw TimeoutError("netsim: send to rank " + std::to_string(to) + " of epoch " +
@@ -185,8 +235,8 @@ Received receive(SimNetwork::State& net, EpochState& ep, int me, int from, Tag t
       if (it->second.empty()) in.queues.erase(it);
       if (m.content.size() > into.size())
         throw ProtocolError("netsim: message of " + std::to_string(m.content.size()) +
-                            " bytes from rank " + std::to_string(from) + " exceeds the " +
-                            std::to_string(into.size()) + "-byte receive buffer",
+                                " bytes from rank " + std::to_string(from) + " exceeds the " +
+                                std::to_string(into.size()) + "-byte receive buffer",
                             from);
       if (!m.content.empty()) std::memcpy(into.data(), m.content.data(), m.content.size());
       return {m.content.size(), m.wire_bytes};
@@ -294,10 +344,18 @@ class SimTransport final : public Transport {
     return std::make_unique<SimExchange>(net_, ep_, rank_, to, out, from, into, tag);
   }
 
+  bool run_phantom_rings(std::span<const PhantomRing> rounds,
+                         std::span<PhantomRingTimes> times) override;
+
   void abort() override {
+    // An actor killed with its host unwinds through the ring's abort: it must not wake anyone
+    // (its simcalls may not happen, and the waiters it took off the lists would never wake);
+    // node_failed() tells the others.
+    if (!sg4::this_actor::get_host()->is_on()) return;
     pay_deferred_time();
     if (ep_->aborted[rank_]) return;
     ep_->aborted[rank_] = true;
+    ep_->mark_lost(rank_);
     ep_->notify_all();
   }
 
@@ -312,6 +370,195 @@ class SimTransport final : public Transport {
   std::shared_ptr<EpochState> ep_;
   int rank_;
 };
+
+// When each rank's phantom ring rounds start and end, message by message
+// (engine/collective/ring_allreduce.cc with one piece per share): within a round, rank r's
+// transfer t + 1 starts once its transfer t has completed both ways, so with d_r the time one of
+// rank r's sends takes and T_r(0) the round's start, T_r(t + 1) = max(T_r(t) + d_r,
+// T_{r-1}(t) + d_{r-1}) and the round ends at T_r(transfers); the next round starts then. d_r is
+// rank r's sends of the round timed together, divided by the transfers (they cross the same
+// route back to back).
+void ring_schedule(PhantomRounds& p) {
+  const std::size_t n = static_cast<std::size_t>(p.n);
+  p.start_s.assign(p.rounds * n, 0);
+  p.end_s.assign(p.rounds * n, 0);
+  std::vector<double> d(n), t(p.entry_s), next(n);
+  for (std::size_t b = 0; b < p.rounds; ++b) {
+    const std::size_t base = b * n;
+    std::copy(t.begin(), t.end(), p.start_s.begin() + static_cast<std::ptrdiff_t>(base));
+    for (std::size_t i = 0; i < n; ++i)
+      d[i] = p.span_s[base + i] / static_cast<double>(p.transfers[base + i]);
+    for (std::uint64_t k = 0; k < p.transfers[base]; ++k) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t prev = i == 0 ? n - 1 : i - 1;
+        next[i] = std::max(t[i] + d[i], t[prev] + d[prev]);
+      }
+      t.swap(next);
+    }
+    std::copy(t.begin(), t.end(), p.end_s.begin() + static_cast<std::ptrdiff_t>(base));
+  }
+}
+
+// The rounds are timed whole: each rank sends each round's bytes to its successor as one flow,
+// or a few back to back (SimNetwork::set_merge_phantom_rings: each standing for a run of
+// consecutive messages), with the messages' latencies stepped along the path's changes and the
+// WAN model's slow start on the first message only (message by message the window is open from
+// the second on), and goes on to the next round's at once: its sends sample the network as the
+// critical rank's do message by message (it never waits). Once every rank's sends are timed, the
+// message-level schedule (ring_schedule) gives when each rank's rounds start and end; each
+// returns at its last round's end. Exact when the network does not change within a round and the
+// ring's flows share no link (each node's split-duplex access link carries its send one way and
+// its receive the other): a message-level send then takes the same time at every transfer.
+// Measured against message level: netsim/README.md, "Aggregation".
+bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
+                                     std::span<PhantomRingTimes> times) {
+  MERIDIAN_CHECK_EQ(rounds.size(), times.size());
+  if (!net_->merge_phantom_rings || net_->rendezvous_trips > 0 || rounds.empty()) return false;
+  for (const PhantomRing& round : rounds)
+    if (round.transfers == 0) return false;
+  pay_deferred_time();
+  EpochState& ep = *ep_;
+  const int n = size(), to = (rank_ + 1) % n, from = (rank_ + n - 1) % n;
+  const std::size_t count = rounds.size();
+  const double entry_s = sg4::Engine::get_clock();
+  const std::string what = "netsim: ring rounds of epoch " + std::to_string(ep.epoch) + ": ";
+  auto lost_error = [&](int who, const std::string& why) {
+    return PeerLostError(who, "netsim: rank " + std::to_string(who) + " (node " +
+                                  std::to_string(ep.members[who]) + ") of epoch " +
+                                  std::to_string(ep.epoch) + " " + why);
+  };
+  auto gone = [&] { return ep.lost >= 0; };
+  for (int peer : {to, from})
+    if (net_->dead.count(ep.members[peer]) || ep.aborted[peer]) ep.mark_lost(peer);
+  if (gone()) throw lost_error(ep.lost, "is lost");
+
+  const std::pair<std::uint64_t, Tag> key{rounds[0].outer_step, rounds[0].tag};
+  auto& slot = ep.rounds[key];
+  if (!slot) slot = std::make_shared<PhantomRounds>(n, count);
+  const std::shared_ptr<PhantomRounds> p = slot;
+  struct Leave {  // the rounds are forgotten once every rank has left them, however
+    EpochState& ep;
+    std::pair<std::uint64_t, Tag> key;
+    PhantomRounds& p;
+    ~Leave() {
+      if (++p.left == p.n) ep.rounds.erase(key);
+    }
+  } leave{ep, key, *p};
+  if (p->rounds != count)
+    throw ProtocolError(what + "rank " + std::to_string(rank_) + " brings " +
+                            std::to_string(count) + " rounds, another rank " +
+                            std::to_string(p->rounds),
+                        rank_);
+  p->entry_s[rank_] = entry_s;
+  double bound_s = 0;  // every transfer within its timeout
+  for (std::size_t b = 0; b < count; ++b) {
+    const std::size_t i = b * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_);
+    p->transfers[i] = rounds[b].transfers;
+    p->send_bytes[i] = rounds[b].send_bytes;
+    p->recv_bytes[i] = rounds[b].recv_bytes;
+    bound_s += static_cast<double>(rounds[b].transfers) * rounds[b].timeout_s;
+  }
+  if (++p->entered == n) p->waiters.notify_all();
+
+  sg4::Host* me = ep.hosts[rank_];
+  sg4::Host* next = ep.hosts[to];
+  struct Connection {  // busy until this rank's last message would have ended
+    SimNetwork::State& net;
+    sg4::Host *from, *to;
+    int lane;
+    sg4::CommPtr& flow;  // in flight, if any (EpochState::mark_lost may cancel it)
+    ~Connection() {
+      if (flow) std::exchange(flow, nullptr)->cancel();
+      net.ended(from, to, lane);
+    }
+  } conn{*net_, me, next, ep.lane, p->flows[rank_]};
+  bool first = true;
+  for (std::size_t b = 0; b < count; ++b) {
+    const PhantomRing& round = rounds[b];
+    const double round_start_s = sg4::Engine::get_clock();
+    const std::uint64_t k = round.transfers,
+                        segments = std::min<std::uint64_t>(k, net_->phantom_segments);
+    const auto bytes_to = [&](std::uint64_t m) {  // the bytes of messages [0, m)
+      return static_cast<std::uint64_t>(static_cast<long double>(round.send_bytes) * m / k);
+    };
+    for (std::uint64_t j = 0; j < segments; ++j) {
+      const std::uint64_t m0 = k * j / segments, m1 = k * (j + 1) / segments;
+      if (!first) net_->ended(me, next, ep.lane);  // the next message leaves at once
+      if (const double wait_s = net_->unpaid_latency_s(me, next, m1 - m0); wait_s > 0) {
+        const double until_s = sg4::Engine::get_clock() + wait_s;
+        p->waiters.wait_until(until_s, gone);
+        if (gone()) throw lost_error(ep.lost, "is lost");
+      }
+      const sg4::CommPtr flow = net_->start_flow(me, next, bytes_to(m1) - bytes_to(m0), ep.lane,
+                                                 m1 - m0, first ? round.first_send_bytes : 0);
+      conn.flow = flow;
+      first = false;
+      try {
+        flow->wait_for(std::max(0.0, entry_s + bound_s - sg4::Engine::get_clock()));
+        conn.flow = nullptr;
+      } catch (const simgrid::TimeoutException&) {
+        throw TimeoutError(what + "rank " + std::to_string(rank_) + "'s sends to rank " +
+                           std::to_string(to) + " took longer than " + std::to_string(bound_s) +
+                           " s");
+      } catch (const simgrid::CancelException&) {  // another rank was lost (mark_lost)
+        conn.flow = nullptr;
+      } catch (const simgrid::NetworkFailureException&) {
+        conn.flow = nullptr;
+        ep.mark_lost(to);
+        throw lost_error(to, "became unreachable during a send");
+      } catch (const simgrid::HostFailureException&) {
+        conn.flow = nullptr;
+        ep.mark_lost(to);
+        throw lost_error(to, "failed during a send");
+      }
+      if (gone()) throw lost_error(ep.lost, "is lost");
+    }
+    p->span_s[b * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_)] =
+        sg4::Engine::get_clock() - round_start_s;
+  }
+  if (++p->timed == n) {
+    for (std::size_t b = 0; b < count; ++b)
+      for (int r = 0; r < n; ++r)
+        if (const std::size_t i = b * static_cast<std::size_t>(n);
+            p->transfers[i + r] != p->transfers[i])
+          throw ProtocolError(what + "round " + std::to_string(b) + ": rank " + std::to_string(r) +
+                                  " runs " + std::to_string(p->transfers[i + r]) +
+                                  " transfers, rank 0 " + std::to_string(p->transfers[i]),
+                              r);
+    ring_schedule(*p);
+    p->waiters.notify_all();
+  }
+  // Everyone enters within a transfer's timeout of this rank, as every message-level wait must
+  // see its message; then the others' sends are bounded like this rank's.
+  if (!p->waiters.wait_until(entry_s + rounds[0].timeout_s,
+                             [&] { return p->entered == n || gone(); }))
+    throw TimeoutError(what + std::to_string(n - p->entered) + " of " + std::to_string(n) +
+                       " ranks did not join within " + std::to_string(rounds[0].timeout_s) + " s");
+  if (gone()) throw lost_error(ep.lost, "is lost");
+  const double last_entry_s = *std::max_element(p->entry_s.begin(), p->entry_s.end());
+  if (!p->waiters.wait_until(last_entry_s + bound_s, [&] { return !p->end_s.empty() || gone(); }))
+    throw TimeoutError(what + "the other ranks' sends took longer than " + std::to_string(bound_s) +
+                       " s");
+  if (gone()) throw lost_error(ep.lost, "is lost");
+  const std::size_t last =
+      (count - 1) * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_);
+  const double wait_s = p->end_s[last] - sg4::Engine::get_clock();
+  if (wait_s > 0) sg4::this_actor::sleep_for(wait_s);
+  if (gone()) throw lost_error(ep.lost, "is lost");
+  for (std::size_t b = 0; b < count; ++b) {
+    const std::size_t base = b * static_cast<std::size_t>(n);
+    if (p->send_bytes[base + from] != rounds[b].recv_bytes)
+      throw ProtocolError(what + "round " + std::to_string(b) + ": rank " + std::to_string(from) +
+                              " sent " + std::to_string(p->send_bytes[base + from]) +
+                              " wire bytes, rank " + std::to_string(rank_) + " expected " +
+                              std::to_string(rounds[b].recv_bytes),
+                          from);
+    times[b] = {p->start_s[base + rank_], p->end_s[base + rank_]};
+    net_->messages += rounds[b].transfers;
+    net_->wire_bytes += rounds[b].send_bytes;
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -358,6 +605,12 @@ std::unique_ptr<Transport> SimNetwork::connect(const EpochSpec& spec) {
 
 void SimNetwork::node_failed(std::int64_t node) {
   state_->dead.insert(node);
+  for (auto& [id, weak] : state_->epochs) {
+    if (auto ep = weak.lock()) {
+      auto it = std::find(ep->members.begin(), ep->members.end(), node);
+      if (it != ep->members.end()) ep->mark_lost(static_cast<int>(it - ep->members.begin()));
+    }
+  }
   state_->notify_epochs();
 }
 
@@ -368,6 +621,11 @@ void SimNetwork::set_rendezvous_trips(int trips) {
   state_->rendezvous_trips = trips;
 }
 void SimNetwork::set_wan(std::shared_ptr<WanModel> wan) { state_->wan = std::move(wan); }
+void SimNetwork::set_merge_phantom_rings(bool on, int segments) {
+  MERIDIAN_CHECK(segments >= 1);
+  state_->merge_phantom_rings = on;
+  state_->phantom_segments = static_cast<std::uint64_t>(segments);
+}
 std::uint64_t SimNetwork::messages() const { return state_->messages; }
 std::uint64_t SimNetwork::wire_bytes() const { return state_->wire_bytes; }
 

@@ -50,6 +50,13 @@ class SimNetwork final : public TransportFactory {
   // posted ahead of time does its handshake ahead of time, but its transfer starts at the wait).
   void set_rendezvous_trips(int trips);
 
+  // Phantom ring rounds (a timing-only all-reduce's buckets) timed whole, `segments` flows per
+  // rank and round, instead of a flow per message (Transport::run_phantom_rings;
+  // netsim/README.md, "Aggregation"): one follows the paths' latency changes message by
+  // message; more sample a link's bandwidth or loss process at more points of the round. Off:
+  // every message is its own flow (the message-level reference). Default off.
+  void set_merge_phantom_rings(bool on, int segments = 1);
+
   // Per-connection TCP bounds and slow start for every transfer (netsim/wan.h); without one, a
   // transfer is a plain SimGrid flow.
   void set_wan(std::shared_ptr<WanModel> wan);

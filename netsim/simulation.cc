@@ -23,8 +23,8 @@
 #include "netsim/sim_runtime.h"
 #include "netsim/sim_store.h"
 #include "netsim/sim_transport.h"
-#include "netsim/wan.h"
 #include "netsim/wait_list.h"
+#include "netsim/wan.h"
 
 namespace meridian::netsim {
 namespace sg4 = simgrid::s4u;
@@ -99,9 +99,9 @@ struct World {
   std::map<int, std::int64_t> node_on_slot;    // running node id per slot
   std::int64_t next_node_id = 0;
   std::vector<std::uint64_t> buckets;
-  int lanes = 1;       // simulated ring flows per node
-  int lane_scale = 1;  // local ranks folded into one flow
-  DilocoOptions options;      // the run file's, before what each node adds (engine_node_main)
+  int lanes = 1;             // simulated ring flows per node
+  int lane_scale = 1;        // local ranks folded into one flow
+  DilocoOptions options;     // the run file's, before what each node adds (engine_node_main)
   std::exception_ptr error;  // first unexpected error of any actor
   int initial_world = 0;     // nodes running at t = 0
   WorkerPlugin plugin;       // makes the nodes' workers (default: ModeledWorker)
@@ -246,8 +246,9 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
                       "' needs its worker plugin (netsim::resolve_worker), got '" +
                       options.worker.kind + "'");
   if (!options.make_node)
-    throw Error("netsim::run_simulation: SimOptions::make_node is not set "
-                "(compose::simulation_options sets it)");
+    throw Error(
+        "netsim::run_simulation: SimOptions::make_node is not set "
+        "(compose::simulation_options sets it)");
 
   int argc = 2;
   std::string log_arg = "--log=root.thresh:" + options.simgrid_log;
@@ -268,6 +269,11 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1, L);
   wan->install(e);
   w.net.set_wan(wan);
+  // A round's flows follow path changes message by message; a bandwidth or loss process is
+  // sampled at 8 points of each round (netsim/README.md, "Aggregation").
+  const VariationSpec& variation = sc.network.variation;
+  w.net.set_merge_phantom_rings(sc.diloco.aggregate,
+                                variation.bandwidth_varies() || variation.loss_episodes() ? 8 : 1);
   w.options = options_of_file;
   w.plugin = options.worker;
   w.make_node = options.make_node;
@@ -347,8 +353,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   time_advance_hook() = [&] {
     if (++advances % 256 != 0) return;
     if (options.on_progress)
-      options.on_progress(sg4::Engine::get_clock(),
-                          counting.outer_steps(), planned);
+      options.on_progress(sg4::Engine::get_clock(), counting.outer_steps(), planned);
     if (interrupted.empty() && options.interrupt_reason) {
       interrupted = options.interrupt_reason();
       if (!interrupted.empty()) stop->release();
@@ -368,8 +373,13 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   f.add("simulated_s", end).add("outer_steps", outer_done).add("outer_steps_planned", planned);
   if (!interrupted.empty()) f.add("reason", interrupted);
   sink.emit(Event{end, -1, interrupted.empty() ? "run_finished" : "run_interrupted", f});
-  SimOutcome out{end,      outer_done,         planned, interrupted, w.net.messages(),
-                 w.net.wire_bytes(), w.store->calls()};
+  SimOutcome out{end,
+                 outer_done,
+                 planned,
+                 interrupted,
+                 w.net.messages(),
+                 w.net.wire_bytes(),
+                 w.store->calls()};
   return out;
 }
 

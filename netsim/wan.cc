@@ -131,9 +131,8 @@ WanModel::WanModel(const Scenario& sc, const Platform& pf, int connections_per_f
 void WanModel::install(sg4::Engine& e) {
   e.get_netzone_root()->get_network_model()->set_lat_factor_cb(
       [this](double size, const sg4::Host* src, const sg4::Host* dst,
-             const std::vector<sg4::Link*>&, const std::unordered_set<sg4::NetZone*>&) {
-        return latency_factor(size, src, dst);
-      });
+             const std::vector<sg4::Link*>&,
+             const std::unordered_set<sg4::NetZone*>&) { return latency_factor(size, src, dst); });
 }
 
 WanModel::Connection& WanModel::connection(const sg4::Host* src, const sg4::Host* dst, int lane) {
@@ -170,13 +169,19 @@ double WanModel::rate_bound(const sg4::Host* src, const sg4::Host* dst, double t
   return connection_bound(cc_, tcp_, rtt_s(src, dst), loss(c, t_s)) * connections_;
 }
 
-sg4::CommPtr WanModel::start(sg4::Host* src, sg4::Host* dst, std::uint64_t bytes, int lane) {
+sg4::CommPtr WanModel::start(sg4::Host* src, sg4::Host* dst, std::uint64_t bytes, int lane,
+                             std::uint64_t messages, std::uint64_t first_message_bytes) {
+  MERIDIAN_CHECK(messages >= 1);
   // The latency callback runs as the transfer starts (within sendto_async) and sees the
   // connection as it was before.
   Connection& c = connection(src, dst, lane);
   starting_ = &c;
+  starting_messages_ = static_cast<double>(messages);
+  starting_first_bytes_ = static_cast<double>(first_message_bytes);
   auto comm = sg4::Comm::sendto_async(src, dst, bytes);
   starting_ = nullptr;
+  starting_messages_ = 1;
+  starting_first_bytes_ = 0;
   c.in_flight++;
   return comm;
 }
@@ -196,9 +201,6 @@ double WanModel::latency_factor(double bytes, const sg4::Host* src, const sg4::H
   const double now = sg4::Engine::get_clock();
   const double one_way = built + path_change_s(c, now);
   const double rtt = 2 * one_way;
-  auto factor = [&](double slow_start_s) { return (one_way + slow_start_s) / built; };
-  if (c.in_flight > 0) return factor(0);  // the window is open: data is already flowing
-  if (c.last_end_s >= 0 && !tcp_.slow_start_after_idle) return factor(0);
   // One connection's steady rate: its window over the RTT, and on every link of its route its
   // share: a fat pipe (the per-flow bound) bounds each simulated flow alone, so a connection
   // gets 1/connections_per_flow of it; a shared link (the access links) carries the node's
@@ -210,12 +212,29 @@ double WanModel::latency_factor(double bytes, const sg4::Host* src, const sg4::H
         rate,
         l->get_bandwidth() /
             (l->get_sharing_policy() == sg4::Link::SharingPolicy::FATPIPE ? connections_ : lanes_));
+  // A flow standing for several messages sent back to back pays each one's one-way latency at
+  // the time it would leave: the path's latency steps as the messages go, so a long stretch on a
+  // slow path holds fewer messages than on a fast one, as message by message.
+  double latency = one_way;
+  if (const double messages = starting_ ? starting_messages_ : 1; messages > 1) {
+    const double gap = bytes / messages / (rate * connections_);  // one message at the rate
+    double t = now + one_way + gap;
+    for (double m = 1; m < messages; ++m) {
+      const double next = built + path_change_s(c, t);
+      latency += next;
+      t += next + gap;
+    }
+  }
+  auto factor = [&](double slow_start_s) { return (latency + slow_start_s) / built; };
+  if (c.in_flight > 0) return factor(0);  // the window is open: data is already flowing
+  if (c.last_end_s >= 0 && !tcp_.slow_start_after_idle) return factor(0);
   const double initial = tcp_.initial_window_segments * tcp_.mss_bytes;
   const double cwnd0 = c.last_end_s < 0
                            ? initial
                            : window_after_idle(rate * rtt, now - c.last_end_s,
                                                stable_rto(rtt, tcp_.rto_min_ms * 1e-3), initial);
-  return factor(slow_start_penalty(bytes / connections_, rate, rtt, cwnd0));
+  const double ramped = starting_ && starting_first_bytes_ > 0 ? starting_first_bytes_ : bytes;
+  return factor(slow_start_penalty(ramped / connections_, rate, rtt, cwnd0));
 }
 
 JsonObject WanModel::to_json() const {
@@ -224,8 +243,9 @@ JsonObject WanModel::to_json() const {
       .add("connections_per_flow", connections_)
       .add("lanes", lanes_)
       .add("window_bytes_per_connection", gamma_bytes_)
-      .add("rate_bound", "per connection: min(loss-limited rate of cc, per_flow_cap), a fat pipe "
-                         "per site pair")
+      .add("rate_bound",
+           "per connection: min(loss-limited rate of cc, per_flow_cap), a fat pipe "
+           "per site pair")
       .add("slow_start", tcp_.slow_start_after_idle ? "on a new connection and after idle > RTO"
                                                     : "on a new connection only");
   return j;

@@ -88,8 +88,12 @@ class WanModel {
   // its own TCP connection, with its own window and idle time); call ended() with the same hosts
   // and lane when it completes, fails or is cancelled (the connection's idle time counts from
   // then). A flow SimGrid starts otherwise (the store's) is lane 0's.
+  // A flow may stand for `messages` messages sent back to back on the connection: each pays the
+  // path's one-way latency, and a slow start ramps during the first, of `first_message_bytes`
+  // (0: all of `bytes`); from the second on the window is open, as it is message by message.
   simgrid::s4u::CommPtr start(simgrid::s4u::Host* src, simgrid::s4u::Host* dst, std::uint64_t bytes,
-                              int lane = 0);
+                              int lane = 0, std::uint64_t messages = 1,
+                              std::uint64_t first_message_bytes = 0);
   void ended(simgrid::s4u::Host* src, simgrid::s4u::Host* dst, int lane = 0);
 
   double rtt_s(const simgrid::s4u::Host* src, const simgrid::s4u::Host* dst);
@@ -122,6 +126,8 @@ class WanModel {
   std::map<std::tuple<const simgrid::s4u::Host*, const simgrid::s4u::Host*, int>, Connection>
       conns_;
   Connection* starting_ = nullptr;  // the connection of the transfer start() is starting
+  double starting_messages_ = 1;        // the messages it stands for
+  double starting_first_bytes_ = 0;     // its first message's bytes (0: the flow's size)
 };
 
 }  // namespace meridian::netsim

@@ -210,6 +210,26 @@ class RingPass {
     consume_through(transfers_);
   }
 
+  // The pass as a phantom round the transport may time whole (Transport::run_phantom_rings):
+  // only with one piece per share (one transfer in flight, which is what it times), else
+  // nothing (it runs message by message).
+  std::optional<PhantomRing> phantom_round() const {
+    if (pieces_ != 1 || transfers_ == 0) return std::nullopt;
+    PhantomRing round;
+    round.outer_step = options_.outer_step;
+    round.tag = ring_tag(options_.bucket, pass_, kReduceScatter, 0, 0, kHeader);
+    round.transfers = transfers_;
+    round.timeout_s = options_.timeout_s;
+    for (std::size_t t = 0; t < transfers_; ++t) {
+      const Where w = locate(t);
+      const std::size_t out = chunk_message_bytes(codec_, piece_range(w.send_share, 0).count);
+      if (t == 0) round.first_send_bytes = out;
+      round.send_bytes += out;
+      round.recv_bytes += chunk_message_bytes(codec_, piece_range(w.recv_share, 0).count);
+    }
+    return round;
+  }
+
   // Puts back every piece of `work` that the pass changed (from `backup`).
   void restore() const {
     if (work_.empty()) return;  // phantom, or never ran
@@ -474,7 +494,52 @@ double relative_error(std::span<const float> result, std::span<const float> exac
   return std::sqrt(diff / norm);
 }
 
+void check_options(const Transport& transport, const RingOptions& options) {
+  if (options.max_chunk_bytes == 0)
+    throw ConfigError("ring all-reduce: max_chunk_bytes must be positive");
+  if (!(options.timeout_s > 0))
+    throw ConfigError("ring all-reduce: timeout_s must be positive, got " +
+                      std::to_string(options.timeout_s));
+  if (options.bucket > kMaxBucket)
+    throw ConfigError("ring all-reduce: bucket " + std::to_string(options.bucket) +
+                      " exceeds the tag space (at most " + std::to_string(kMaxBucket) + ")");
+  if (transport.size() > kMaxWorld)
+    throw ConfigError("ring all-reduce: world " + std::to_string(transport.size()) +
+                      " exceeds the tag space (at most " + std::to_string(kMaxWorld) + ")");
+}
+
 }  // namespace
+
+std::vector<PhantomRoundStats> phantom_ring_rounds(Transport& transport, Runtime& runtime,
+                                                   const Codec& codec,
+                                                   std::span<const std::size_t> counts,
+                                                   std::span<const RingOptions> options) {
+  MERIDIAN_CHECK_EQ(counts.size(), options.size());
+  std::vector<PhantomRing> rounds;  // the leading rounds with one piece per share
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    check_options(transport, options[i]);
+    std::optional<PhantomRing> round =
+        RingPass(transport, runtime, codec, options[i], counts[i], kCodecPass).phantom_round();
+    if (!round) break;
+    rounds.push_back(*round);
+  }
+  std::vector<PhantomRingTimes> times(rounds.size());
+  try {
+    if (rounds.empty() || !transport.run_phantom_rings(rounds, times)) return {};
+  } catch (...) {
+    transport.abort();
+    throw;
+  }
+  std::vector<PhantomRoundStats> out(rounds.size());
+  for (std::size_t i = 0; i < rounds.size(); ++i) {
+    out[i].start_s = times[i].start_s;
+    out[i].stats.participants = transport.size();
+    out[i].stats.bytes_sent = rounds[i].send_bytes;
+    out[i].stats.bytes_received = rounds[i].recv_bytes;
+    out[i].stats.elapsed_s = times[i].end_s - times[i].start_s;
+  }
+  return out;
+}
 
 RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& codec,
                           ReduceBuffer buf, const RingOptions& options, RingWorkspace* workspace) {
@@ -489,17 +554,7 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
     if (!phantom && buf.count != buf.data.size())
       throw ConfigError("ring all-reduce: buffer count " + std::to_string(buf.count) +
                         " does not match its data size " + std::to_string(buf.data.size()));
-    if (options.max_chunk_bytes == 0)
-      throw ConfigError("ring all-reduce: max_chunk_bytes must be positive");
-    if (!(options.timeout_s > 0))
-      throw ConfigError("ring all-reduce: timeout_s must be positive, got " +
-                        std::to_string(options.timeout_s));
-    if (options.bucket > kMaxBucket)
-      throw ConfigError("ring all-reduce: bucket " + std::to_string(options.bucket) +
-                        " exceeds the tag space (at most " + std::to_string(kMaxBucket) + ")");
-    if (transport.size() > kMaxWorld)
-      throw ConfigError("ring all-reduce: world " + std::to_string(transport.size()) +
-                        " exceeds the tag space (at most " + std::to_string(kMaxWorld) + ")");
+    check_options(transport, options);
 
     // Work in place on `buf`; each piece is copied to ws.work just before it first changes
     // (inside the pass that changes it), so `buf` can be restored if the round fails. The

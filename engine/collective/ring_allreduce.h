@@ -86,4 +86,19 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
                           ReduceBuffer buf, const RingOptions& options,
                           RingWorkspace* workspace = nullptr);
 
+// Phantom buffers of `counts[i]` values all-reduced one after another with `options[i]` (the
+// buckets of a timing-only simulation), handed to the transport whole when it can time them so
+// (Transport::run_phantom_rings): the leading rounds that have one piece per share, each with
+// its stats and start time on the Runtime clock; empty when the first has more, or the
+// transport cannot. The caller runs the rest with ring_all_reduce (and may try again after).
+// On an error the transport is aborted, as by ring_all_reduce.
+struct PhantomRoundStats {
+  RingStats stats;
+  double start_s = 0;
+};
+std::vector<PhantomRoundStats> phantom_ring_rounds(Transport& transport, Runtime& runtime,
+                                                   const Codec& codec,
+                                                   std::span<const std::size_t> counts,
+                                                   std::span<const RingOptions> options);
+
 }  // namespace meridian

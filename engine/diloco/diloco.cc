@@ -268,37 +268,62 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
 
 void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
   Transport& t = *rings_[shard];
+  auto options_for = [&](const Bucket& b) {
+    RingOptions ro;
+    ro.max_chunk_bytes = options_.max_chunk_bytes;
+    ro.timeout_s = options_.allreduce_timeout_s;
+    ro.outer_step = static_cast<std::uint64_t>(r.outer_step);
+    ro.bucket = b.index;
+    ro.measure_error = options_.measure_error;
+    // all_reduce() rebuilds reduced_ from delta_ before every attempt (divided by that
+    // epoch's world), so the ring need not keep a copy to restore it.
+    ro.restore_on_failure = false;
+    return ro;
+  };
+  auto report = [&](const Bucket& b, const RingStats& st, double start_s) {
+    JsonObject f;
+    f.add("outer_step", r.outer_step)
+        .add("bucket", static_cast<std::int64_t>(b.index))
+        .add("epoch", r.epoch)
+        .add("attempt", r.attempt)
+        .add("codec", codec_name(options_.codec))
+        .add("elements", b.count)
+        .add("participants", st.participants)
+        .add("bytes_sent", st.bytes_sent)
+        .add("bytes_received", st.bytes_received)
+        .add("start_s", start_s)
+        .add("elapsed_s", st.elapsed_s)
+        .add("relative_error", st.relative_error)
+        .add("local_rank", shard);
+    emit("allreduce", std::move(f));
+  };
+  const std::vector<Bucket>& buckets = shards_[shard];
   try {
-    for (const Bucket& b : shards_[shard]) {
-      RingOptions ro;
-      ro.max_chunk_bytes = options_.max_chunk_bytes;
-      ro.timeout_s = options_.allreduce_timeout_s;
-      ro.outer_step = static_cast<std::uint64_t>(r.outer_step);
-      ro.bucket = b.index;
-      ro.measure_error = options_.measure_error;
-      // all_reduce() rebuilds reduced_ from delta_ before every attempt (divided by that
-      // epoch's world), so the ring need not keep a copy to restore it.
-      ro.restore_on_failure = false;
+    // A timing-only simulation hands runs of the buckets' rounds to the transport whole when it
+    // can time them so (netsim/README.md, "Aggregation"); otherwise, and with content, bucket by
+    // bucket, message by message.
+    std::vector<std::size_t> counts;
+    std::vector<RingOptions> options;
+    if (phantom_)
+      for (const Bucket& b : buckets) {
+        counts.push_back(b.count);
+        options.push_back(options_for(b));
+      }
+    for (std::size_t i = 0; i < buckets.size();) {
+      if (phantom_) {
+        const std::vector<PhantomRoundStats> whole = phantom_ring_rounds(
+            t, runtime_, *codec_, std::span(counts).subspan(i), std::span(options).subspan(i));
+        for (const PhantomRoundStats& w : whole) report(buckets[i++], w.stats, w.start_s);
+        if (!whole.empty()) continue;
+      }
+      const Bucket& b = buckets[i++];
       const ReduceBuffer buf =
           phantom_ ? ReduceBuffer::phantom(b.count)
                    : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
       const double start_s = runtime_.now_s();
-      const RingStats st = ring_all_reduce(t, runtime_, *codec_, buf, ro, &ring_workspaces_[shard]);
-      JsonObject f;
-      f.add("outer_step", r.outer_step)
-          .add("bucket", static_cast<std::int64_t>(b.index))
-          .add("epoch", r.epoch)
-          .add("attempt", r.attempt)
-          .add("codec", codec_name(options_.codec))
-          .add("elements", b.count)
-          .add("participants", st.participants)
-          .add("bytes_sent", st.bytes_sent)
-          .add("bytes_received", st.bytes_received)
-          .add("start_s", start_s)
-          .add("elapsed_s", st.elapsed_s)
-          .add("relative_error", st.relative_error)
-          .add("local_rank", shard);
-      emit("allreduce", std::move(f));
+      report(b,
+             ring_all_reduce(t, runtime_, *codec_, buf, options_for(b), &ring_workspaces_[shard]),
+             start_s);
     }
     shard_ok_[shard] = 1;
   } catch (const PeerLostError&) {

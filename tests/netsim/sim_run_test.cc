@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "analysis/summary.h"
+#include "cli/compose/simulation.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
-#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"
@@ -61,7 +61,8 @@ std::string simulate(const std::string& yaml, const std::string& tag,
 
 // summary.json of an events file, as `meridian sim` writes it.
 json summary_of(const std::string& events) {
-  return json::parse(analysis::to_json(analysis::summarize(analysis::read_events_file(events))).dump());
+  return json::parse(
+      analysis::to_json(analysis::summarize(analysis::read_events_file(events))).dump());
 }
 
 // Runs a scenario file in a child; returns its summary.json.
@@ -149,11 +150,9 @@ TEST(SimRun, AReplicatedStoresQuorumRoundTripLengthensFormingAnEpoch) {
     }
     return t;
   };
-  const Timing single = timing(
-      testing::read_events(simulate(four_nodes(trace, 2), "qsingle", {})));
-  const Timing etcd = timing(testing::read_events(
-      simulate(four_nodes(trace, 2), "qetcd",
-               {"network.store={kind: etcd, members: [us, eu, as]}"})));
+  const Timing single = timing(testing::read_events(simulate(four_nodes(trace, 2), "qsingle", {})));
+  const Timing etcd = timing(testing::read_events(simulate(
+      four_nodes(trace, 2), "qetcd", {"network.store={kind: etcd, members: [us, eu, as]}"})));
   std::cout << "node 0 from start to epoch 0: " << single.formation_s
             << " s with the single store, " << etcd.formation_s << " s with the etcd-like one"
             << std::endl;
@@ -169,8 +168,7 @@ TEST(SimRun, AReplicatedStoresQuorumRoundTripLengthensFormingAnEpoch) {
 // wait for its report longer than the engine's default round timeout).
 TEST(SimRun, EngineDriverJoinerRecoversAndIsAdmitted) {
   const std::string trace = write_temp("ejoin.csv", "time_s,node,event\n5,eu-1,join\n");
-  const auto events =
-      testing::read_events(simulate(four_nodes(trace, 4), "ejoin", {}));
+  const auto events = testing::read_events(simulate(four_nodes(trace, 4), "ejoin", {}));
   const auto rec = testing::of_type(events, "recovery_finished");
   ASSERT_EQ(rec.size(), 1u);
   EXPECT_EQ(rec[0]["node"], 4);
@@ -232,11 +230,14 @@ TEST(SimRun, TheWanProcessesVaryTheAllReduceDeterministically) {
   const std::string two = two_sites(6);
   const std::vector<std::string> wan{
       "network.paths=[{a: a, b: b, loss: 1.0e-5, capacity_gbps: 0.8, source: t}]",
-      "network.variation.bandwidth_cv=0.3", "network.variation.bandwidth_correlation_s=20",
+      "network.variation.bandwidth_cv=0.3",
+      "network.variation.bandwidth_correlation_s=20",
       "network.variation.path_change_interval_s=10",
       "network.variation.path_change_rtt_fraction=0.1",
-      "network.variation.loss_episode_interval_s=30", "network.variation.loss_episode_s=5",
-      "network.variation.loss_episode_loss=0.001", "network.variation.source=t"};
+      "network.variation.loss_episode_interval_s=30",
+      "network.variation.loss_episode_s=5",
+      "network.variation.loss_episode_loss=0.001",
+      "network.variation.source=t"};
   const std::string a = simulate(two, "wan_a", wan), b = simulate(two, "wan_b", wan);
   EXPECT_EQ(testing::read_file(a), testing::read_file(b));
   const auto events = testing::read_events(a);
@@ -246,7 +247,6 @@ TEST(SimRun, TheWanProcessesVaryTheAllReduceDeterministically) {
   EXPECT_LT(s["allreduce_s"]["p10"].get<double>(), s["allreduce_s"]["p90"].get<double>());
   EXPECT_GT(s["allreduce_s"]["mean"].get<double>(), plain["allreduce_s"]["mean"].get<double>());
 }
-
 
 TEST(SimRun, SameSeedGivesByteIdenticalEvents) {
   const std::string trace = write_temp(
@@ -263,15 +263,21 @@ TEST(SimRun, SameSeedGivesByteIdenticalEvents) {
 TEST(SimRun, AggregatedFlowsAgreeWithMessageLevelOnIntellect1Global) {
   const std::string path = std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-global.yaml";
   auto run = [&](bool aggregate) {
-    return summarize_scenario(path, aggregate ? "agg" : "msg",
-                              {"run.outer_steps=2",
-                               std::string("diloco.aggregate=") + (aggregate ? "true" : "false")});
+    return summarize_scenario(
+        path, aggregate ? "agg" : "msg",
+        {"run.outer_steps=2", std::string("diloco.aggregate=") + (aggregate ? "true" : "false")});
   };
   const json agg = run(true), msg = run(false);
-  const double a = agg["allreduce_s"]["mean"], m = msg["allreduce_s"]["mean"];
-  EXPECT_NEAR(a, m, 0.02 * m) << "aggregated " << a << " s, message-level " << m << " s";
+  // Aggregated: the local ranks as one flow, and each node's runs of layer buckets (one piece
+  // per share: all but the embeddings at 14 nodes) timed whole (netsim/README.md, "Aggregation").
+  for (const char* key : {"mean", "p50"}) {
+    const double a = agg["allreduce_s"][key], m = msg["allreduce_s"][key];
+    EXPECT_NEAR(a, m, 0.01 * m) << key << ": aggregated " << a << " s, message-level " << m << " s";
+  }
   EXPECT_NEAR(agg["simulated_s"].get<double>(), msg["simulated_s"].get<double>(),
-              0.02 * msg["simulated_s"].get<double>());
+              0.01 * msg["simulated_s"].get<double>());
+  EXPECT_NEAR(agg["compute_utilization"].get<double>(), msg["compute_utilization"].get<double>(),
+              0.01 * msg["compute_utilization"].get<double>());
   // Same payload; the message-level rings carry L times more chunk headers.
   const double wa = agg["wire_bytes_per_node_per_outer_step"],
                wm = msg["wire_bytes_per_node_per_outer_step"];
@@ -284,8 +290,7 @@ TEST(SimRun, AggregatedFlowsAgreeWithMessageLevelOnIntellect1Global) {
 TEST(SimRun, EngineDriverChargesOuterStepAndCheckpointAndReplaysStepTraces) {
   const std::string trace = write_temp("stepfail.csv", "step,node,event\n2,us-1,fail\n");
   const auto events = testing::read_events(
-      simulate(four_nodes(trace, 4), "estep",
-               {"diloco.checkpoint_s=5", "diloco.outer_opt_s=2"}));
+      simulate(four_nodes(trace, 4), "estep", {"diloco.checkpoint_s=5", "diloco.outer_opt_s=2"}));
   const auto ck = testing::of_type(events, "checkpoint");
   EXPECT_GE(ck.size(), 4u * 2 + 3u * 2 - 1);  // the failed node may not reach its second one
   for (auto& c : ck) EXPECT_NEAR(c["elapsed_s"].get<double>(), 5.0, 1e-9);
