@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Heartbeat-to-detection latency against dead_after_s (issue 23), simulated: in
-# scenarios/intellect1-scale at 16, 64 and 128 nodes, five hosts crash at t = 1000, 1900, 2800,
+# scenarios/intellect1-scale at 16, 64, 128 and 256 nodes, five hosts crash at t = 1000, 1900, 2800,
 # 3700 and 4600 s (in Sydney, Seoul, Frankfurt, Oregon and N. Virginia; the store is in
 # N. Virginia). For each crash: the time from the crash to the coordinator's `silent` event
 # (its heartbeat rule fired) and to `fail_detected` (the round that removed the node).
@@ -13,7 +13,7 @@ mkdir -p runs
 trace=$PWD/runs/detection-churn.csv
 printf 'time_s,node,event\n1000,ap-sydney-1,fail\n1900,ap-seoul-0,fail\n2800,eu-cent-1,fail\n3700,us-nw-1,fail\n4600,us-east-1,fail\n' > "$trace"
 . "$here/nodes_for.sh"
-for n in 16 64 128; do
+for n in 16 64 128 256; do
   "$build/bin/meridian" sim scenarios/intellect1-scale.yaml --out "runs/detection-$n" --force \
     --set "network.nodes=$(nodes_for "$n")" --set run.outer_steps=3 \
     --set "churn.trace=$trace" > /dev/null 2> "runs/detection-$n.log"
@@ -26,7 +26,7 @@ crash_t = {"ap-sydney-1": 1000, "ap-seoul-0": 1900, "eu-cent-1": 2800, "us-nw-1"
 out = {"command": "results/intellect1-scale/detection.sh BUILD", "heartbeat_s": 2.0,
        "dead_after_s": 6.0, "sizes": []}
 lines = ["| nodes | crashed host | silent after (s) | removed after (s), by |", "|---|---|---|---|"]
-for n in (16, 64, 128):
+for n in (16, 64, 128, 256):
     events = [json.loads(l) for l in open(f"runs/detection-{n}/events.jsonl")]
     host_of = {e["node"]: e.get("host") for e in events if e["type"] == "node_started"}
     silent, removed = {}, {}
