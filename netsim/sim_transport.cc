@@ -542,8 +542,9 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
   if (gone()) throw lost_error(ep.lost, "is lost");
   const std::size_t last =
       (count - 1) * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_);
-  const double wait_s = p->end_s[last] - sg4::Engine::get_clock();
-  if (wait_s > 0) sg4::this_actor::sleep_for(wait_s);
+  // Until this rank's last message would have arrived (a rank lost meanwhile fails it, as its
+  // messages would still be on their way round the ring).
+  p->waiters.wait_until(p->end_s[last], gone);
   if (gone()) throw lost_error(ep.lost, "is lost");
   for (std::size_t b = 0; b < count; ++b) {
     const std::size_t base = b * static_cast<std::size_t>(n);
