@@ -4,7 +4,7 @@
 # Simulate mode is deterministic (same scenario and seed, same events), so only what a README
 # reads is committed: each run's summary.json, the figures the READMEs cite, the sweep's table.
 # The events, reports and plot data are rebuilt here, under runs/ (git ignores it).
-#   results/netsim-runs.sh BUILD_DIR     (about 5 minutes here; intellect1-full takes most)
+#   results/netsim-runs.sh BUILD_DIR     (about 1.5 minutes here)
 set -euo pipefail
 build=$(cd "${1:?usage: netsim-runs.sh BUILD_DIR}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)

@@ -13,7 +13,7 @@ for s in usa useu global; do
   mkdir -p "$here/$s"
   cp "runs/ens-$s/ensemble.json" "runs/ens-$s/ensemble.md" "$here/$s/"
 done
-# intellect1-full (29 days, churn) under the same seeds: about 50 s per seed here.
+# intellect1-full (29 days, churn) under the same seeds: about 20 s of wall per seed here.
 "$build/bin/meridian" sim scenarios/intellect1-full.yaml --seeds 1-20 --out runs/ens-full --force \
   --no-plots
 mkdir -p "$here/full"
