@@ -208,7 +208,9 @@ def fmt_time(t):
 
 def kind_label(key):
     """The setting without its N: one colour in every N's panel."""
-    return re.sub(r"^(DP|DiLoCo) N=\d+ ?", r"\1 ", label(key)).replace("DP (batch", "DP (total batch")
+    if key[0] == "dp":
+        return "DP (same total batch)"
+    return re.sub(r"^DiLoCo N=\d+ ", "DiLoCo ", label(key))
 
 
 def report(meridian, out, results, target=None):
@@ -338,9 +340,10 @@ def report(meridian, out, results, target=None):
     ns = sorted({k[1] for k in main_keys})
 
     def panels(network, x, xlabel, title, extra):
-        """One panel per N, stacked."""
+        """One panel per N, stacked, aligned (the same margins; on the clock the same axis)."""
         out_ = (f"set terminal svg size 900,{360 * len(ns)} dynamic font 'sans,11'\n"
                 f"set multiplot layout {len(ns)},1 title '{title}'\n{extra}"
+                "set lmargin at screen 0.08\nset rmargin at screen 0.64\n"
                 f"set xlabel '{xlabel}'\nset ylabel 'validation loss [nats/token]'\n")
         for n in ns:
             out_ += f"set title 'N = {n} nodes'\n"
@@ -348,15 +351,16 @@ def report(meridian, out, results, target=None):
         return out_ + "unset multiplot\n"
 
     script = "set grid\nset key outside right top\nset yrange [*:6.5]\n"
+    t_end = max(p[0] for _, _, pts in curves for p in pts)
     script += f"set output '{results}/loss_vs_tokens.svg'\n"
-    script += panels("usa", 2, "tokens (all nodes)", "Validation loss vs tokens",
-                     "set format x '%.0s%c'\n")
+    script += panels("usa", "($2/1e6)", "tokens (all nodes) [millions]", "Validation loss vs tokens",
+                     "set format x '%g'\n")
     for network in NETWORKS:
         script += f"set output '{results}/loss_vs_time_{network}.svg'\n"
         script += panels(network, 1, "modelled time [s] (log scale)",
                          f"Validation loss vs modelled time: intellect1-{network} network",
-                         "set format x '%g'\nset logscale x\n")
-        script += "unset logscale x\n"
+                         f"set format x '%g'\nset logscale x\nset xrange [1:{t_end * 1.5:g}]\n")
+        script += "unset logscale x\nset xrange [*:*]\n"
     olr = [k for k in order if k[4].startswith("olr")]
     if olr:
         # The outer-lr variants beside their N's DP and fp32 settings.
@@ -364,9 +368,10 @@ def report(meridian, out, results, target=None):
         script += ("set terminal svg size 900,480 dynamic font 'sans,11'\n"
                    f"set output '{results}/loss_vs_tokens_outer_lr.svg'\n"
                    "set title 'Outer learning rate at H = 10 (fp32): validation loss vs tokens'\n"
-                   "set format x '%.0s%c'\nset xlabel 'tokens (all nodes)'\n"
+                   "set lmargin\nset rmargin\n"
+                   "set format x '%g'\nset xlabel 'tokens (all nodes) [millions]'\n"
                    "set ylabel 'validation loss [nats/token]'\n")
-        script += lines_of("usa", ref + olr, 2, name=lambda k: label(k) + (
+        script += lines_of("usa", ref + olr, "($2/1e6)", name=lambda k: label(k) + (
             "" if k[4] or k[0] == "dp" else ", outer lr 0.7"))
     # The final loss against N, per setting (mean ± sd over seeds; settings at one N only are
     # left out).
@@ -388,6 +393,7 @@ def report(meridian, out, results, target=None):
                  f"title '{kl}'" for i, kl in enumerate(plotted)]
         script += ("set terminal svg size 900,480 dynamic font 'sans,11'\n"
                    f"set output '{results}/final_loss_vs_n.svg'\nset yrange [*:*]\n"
+                   "set lmargin\nset rmargin\n"
                    "set title 'Final validation loss against the number of nodes N'\n"
                    "set logscale x 2\nset xtics (2, 4, 8)\nset format x '%g'\n"
                    "set xlabel 'N (nodes; 6,000 inner steps each)'\n"
