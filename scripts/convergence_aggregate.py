@@ -337,10 +337,11 @@ def report(meridian, out, results, target=None):
         return "plot " + ", ".join(parts) + "\n"
 
     main_keys = [k for k in order if not k[4].startswith("olr")]
-    ns = sorted({k[1] for k in main_keys})
 
     def panels(network, x, xlabel, title, extra):
-        """One panel per N, stacked, aligned (the same margins; on the clock the same axis)."""
+        """One panel per N with curves on the network, stacked, aligned (the same margins; on
+        the clock the same axis)."""
+        ns = sorted({k[1] for k in main_keys if (network, k) in index})
         out_ = (f"set terminal svg size 900,{360 * len(ns)} dynamic font 'sans,11'\n"
                 f"set multiplot layout {len(ns)},1 title '{title}'\n{extra}"
                 "set lmargin at screen 0.08\nset rmargin at screen 0.64\n"
@@ -395,7 +396,7 @@ def report(meridian, out, results, target=None):
                    f"set output '{results}/final_loss_vs_n.svg'\nset yrange [*:*]\n"
                    "set lmargin\nset rmargin\n"
                    "set title 'Final validation loss against the number of nodes N'\n"
-                   "set logscale x 2\nset xtics (2, 4, 8)\nset format x '%g'\n"
+                   "set logscale x 2\nset xrange [1.8:9]\nset xtics (2, 4, 8)\nset format x '%g'\n"
                    "set xlabel 'N (nodes; 6,000 inner steps each)'\n"
                    "set ylabel 'final validation loss [nats/token]'\n"
                    "plot " + ", ".join(parts) + "\n")
