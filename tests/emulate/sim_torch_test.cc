@@ -1,6 +1,7 @@
 // `worker: torch` end to end: scenarios/emulate-tiny.yaml (three nodes train `tiny` over the
 // simulated WAN; us-0 crashes after outer step 2 and its host rejoins after step 3) run twice
-// with the same seed, each in a forked child; and the trainer section's errors.
+// with the same seed (and once with another), each in a forked child; and the trainer
+// section's errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,6 +9,8 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "analysis/summary.h"
 #include "engine/error.h"
@@ -31,13 +34,14 @@ namespace nt = netsim::testing;
 
 const std::string kScenario = std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/emulate-tiny.yaml";
 
-// Runs emulate-tiny in a child as `meridian sim` does (resolve_worker, then run_simulation).
-std::string emulate(const std::string& tag) {
+// Runs emulate-tiny in a child as `meridian sim` does (resolve_worker, then run_simulation),
+// with `--set`-style overrides.
+std::string emulate(const std::string& tag, std::vector<std::string> overrides = {}) {
   const std::string out = nt::temp_path(tag + ".jsonl");
+  overrides.push_back(std::string("data.cache_dir=") + MERIDIAN_TRAINER_CACHE_DIR);
   const int rc = nt::run_in_child([&] {
     netsim::register_worker_kind("torch", &torch_worker_plugin);
-    netsim::Scenario sc = netsim::load_scenario(
-        kScenario, {std::string("data.cache_dir=") + MERIDIAN_TRAINER_CACHE_DIR});
+    netsim::Scenario sc = netsim::load_scenario(kScenario, overrides);
     const netsim::SimOptions options = compose::simulation_options(sc);
     std::ofstream f(out, std::ios::binary);
     JsonlEventSink sink(f);
@@ -75,6 +79,33 @@ TEST_F(EmulateTiny, SameSeedGivesIdenticalEvents) {
   const std::string a = nt::read_file(*first_), b = nt::read_file(*second_);
   ASSERT_FALSE(a.empty());
   EXPECT_EQ(a, b);
+}
+
+// Per outer step, the validation losses of its `evaluation` records (one per member).
+std::map<std::int64_t, std::vector<double>> validation_losses(const std::vector<json>& events) {
+  std::map<std::int64_t, std::vector<double>> val;
+  for (const auto& e : nt::of_type(events, "evaluation"))
+    val[e["outer_step"].get<std::int64_t>()].push_back(e["val_loss"].get<double>());
+  return val;
+}
+
+// The validation losses are the seed's: the same in both same-seed runs, step by step and
+// member by member, and different at every step with another seed (weight init and data
+// order), so the identity above is not that of a run that ignores its seed.
+TEST_F(EmulateTiny, TheSeedDecidesTheValidationLosses) {
+  const auto a = validation_losses(events());
+  const auto b = validation_losses(nt::read_events(*second_));
+  ASSERT_EQ(a.size(), 6u);
+  EXPECT_EQ(a, b);
+
+  const std::string other = emulate("seed1", {"run.seed=1"});
+  const auto c = validation_losses(nt::read_events(other));
+  std::remove(other.c_str());
+  ASSERT_EQ(c.size(), a.size());
+  for (const auto& [step, losses] : a) {
+    ASSERT_TRUE(c.count(step)) << "outer step " << step;
+    EXPECT_NE(c.at(step).front(), losses.front()) << "outer step " << step;
+  }
 }
 
 TEST_F(EmulateTiny, ThreeNodesTrainTinyAndTheLossFalls) {
