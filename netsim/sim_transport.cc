@@ -44,6 +44,7 @@ struct PhantomRounds {
         rounds(rounds),
         entry_s(n),
         span_s(rounds * n),
+        first_s(n),
         transfers(rounds * n),
         send_bytes(rounds * n),
         recv_bytes(rounds * n),
@@ -55,6 +56,7 @@ struct PhantomRounds {
   int left = 0;                 // ranks that returned (or gave up)
   std::vector<double> entry_s;  // when each rank entered
   std::vector<double> span_s;   // the time a rank's sends of a round take, in all
+  std::vector<double> first_s;  // of its first round's first message, timed alone (per rank)
   std::vector<std::uint64_t> transfers, send_bytes, recv_bytes;
   std::vector<double> start_s, end_s;  // each round's, per rank (empty until all are timed)
   std::vector<sg4::CommPtr> flows;     // each rank's flow in progress, if any
@@ -385,10 +387,17 @@ void ring_schedule(PhantomRounds& p) {
   std::vector<double> d(n), t(p.entry_s), next(n);
   for (std::size_t b = 0; b < p.rounds; ++b) {
     const std::size_t base = b * n;
+    const std::uint64_t k = p.transfers[base];
     std::copy(t.begin(), t.end(), p.start_s.begin() + static_cast<std::ptrdiff_t>(base));
-    for (std::size_t i = 0; i < n; ++i)
-      d[i] = p.span_s[base + i] / static_cast<double>(p.transfers[base + i]);
-    for (std::uint64_t k = 0; k < p.transfers[base]; ++k) {
+    for (std::uint64_t m = 0; m < k; ++m) {
+      for (std::size_t i = 0; i < n; ++i) {
+        // The first message of the first round alone (a slow start, after the outer step's
+        // idle time, makes it the longest); the others share the rest alike.
+        if (b == 0 && k > 1)
+          d[i] = m == 0 ? p.first_s[i] : (p.span_s[i] - p.first_s[i]) / static_cast<double>(k - 1);
+        else if (m == 0)
+          d[i] = p.span_s[base + i] / static_cast<double>(k);
+      }
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t prev = i == 0 ? n - 1 : i - 1;
         next[i] = std::max(t[i] + d[i], t[prev] + d[prev]);
@@ -403,12 +412,13 @@ void ring_schedule(PhantomRounds& p) {
 // or a few back to back (SimNetwork::set_merge_phantom_rings: each standing for a run of
 // consecutive messages), with the messages' latencies stepped along the path's changes and the
 // WAN model's slow start on the first message only (message by message the window is open from
-// the second on), and goes on to the next round's at once: its sends sample the network as the
-// critical rank's do message by message (it never waits). Once every rank's sends are timed, the
-// message-level schedule (ring_schedule) gives when each rank's rounds start and end; each
-// returns at its last round's end. Exact when the network does not change within a round and the
-// ring's flows share no link (each node's split-duplex access link carries its send one way and
-// its receive the other): a message-level send then takes the same time at every transfer.
+// the second on; the first round's first message is timed alone, as it carries the slow start
+// after the outer step's idle time), and goes on to the next round's at once: its sends sample the
+// network as the critical rank's do message by message (it never waits). Once every rank's sends
+// are timed, the message-level schedule (ring_schedule) gives when each rank's rounds start and
+// end; each returns at its last round's end. Exact when the network does not change within a round
+// and the ring's flows share no link (each node's split-duplex access link carries its send one way
+// and its receive the other): a message-level send then takes the same time at every transfer.
 // Measured against message level: netsim/README.md, "Aggregation".
 bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
                                      std::span<PhantomRingTimes> times) {
@@ -481,8 +491,16 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
     const auto bytes_to = [&](std::uint64_t m) {  // the bytes of messages [0, m)
       return static_cast<std::uint64_t>(static_cast<long double>(round.send_bytes) * m / k);
     };
-    for (std::uint64_t j = 0; j < segments; ++j) {
-      const std::uint64_t m0 = k * j / segments, m1 = k * (j + 1) / segments;
+    // Runs of messages [edge[j], edge[j + 1]): the first round's first message alone (its slow
+    // start), then `segments` runs of the rest.
+    std::vector<std::uint64_t> edge;
+    const std::uint64_t lone = b == 0 && k > 1 ? 1 : 0;
+    if (lone) edge.push_back(0);
+    for (std::uint64_t j = 0; j < segments; ++j) edge.push_back(lone + (k - lone) * j / segments);
+    edge.push_back(k);
+    edge.erase(std::unique(edge.begin(), edge.end()), edge.end());
+    for (std::size_t j = 0; j + 1 < edge.size(); ++j) {
+      const std::uint64_t m0 = edge[j], m1 = edge[j + 1];
       if (!first) net_->ended(me, next, ep.lane);  // the next message leaves at once
       if (const double wait_s = net_->unpaid_latency_s(me, next, m1 - m0); wait_s > 0) {
         const double until_s = sg4::Engine::get_clock() + wait_s;
@@ -512,6 +530,7 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
         throw lost_error(to, "failed during a send");
       }
       if (gone()) throw lost_error(ep.lost, "is lost");
+      if (lone && j == 0) p->first_s[rank_] = sg4::Engine::get_clock() - round_start_s;
     }
     p->span_s[b * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_)] =
         sg4::Engine::get_clock() - round_start_s;
