@@ -149,14 +149,16 @@ namespace {
 
 class SimTransport;
 
+// PeerLostError naming rank `rank` of the epoch and its node: "... `why`".
+PeerLostError peer_lost(const EpochState& ep, int rank, const std::string& why) {
+  return PeerLostError(rank, "netsim: rank " + std::to_string(rank) + " (node " +
+                                 std::to_string(ep.members[rank]) + ") of epoch " +
+                                 std::to_string(ep.epoch) + " " + why);
+}
+
 // Runs one transfer of `wire_bytes` from `from` to `to`; throws on failure or timeout.
 void transfer(SimNetwork::State& net, EpochState& ep, int from, int to, std::uint64_t wire_bytes,
               sg4::CommPtr comm, double deadline_s) {
-  auto peer_lost = [&](const char* why) {
-    return PeerLostError(to, "netsim: rank " + std::to_string(to) + " (node " +
-                                 std::to_string(ep.members[to]) + ") of epoch " +
-                                 std::to_string(ep.epoch) + " " + why);
-  };
   struct Ended {  // the connection goes idle however the transfer ends
     SimNetwork::State& net;
     sg4::Host *from, *to;
@@ -170,11 +172,12 @@ void transfer(SimNetwork::State& net, EpochState& ep, int from, int to, std::uin
     throw TimeoutError("netsim: send to rank " + std::to_string(to) + " of epoch " +
                        std::to_string(ep.epoch) + " timed out");
   } catch (const simgrid::NetworkFailureException&) {
-    throw peer_lost("became unreachable during a send");
+    throw peer_lost(ep, to, "became unreachable during a send");
   } catch (const simgrid::HostFailureException&) {
-    throw peer_lost("failed during a send");
+    throw peer_lost(ep, to, "failed during a send");
   }
-  if (net.dead.count(ep.members[to]) || ep.aborted[to]) throw peer_lost("was lost during a send");
+  if (net.dead.count(ep.members[to]) || ep.aborted[to])
+    throw peer_lost(ep, to, "was lost during a send");
   net.messages++;
   net.wire_bytes += wire_bytes;
 }
@@ -209,10 +212,7 @@ void rendezvous(SimNetwork::State& net, EpochState& ep, int me, int to, Tag tag,
   if (!posted)
     throw TimeoutError("netsim: rank " + std::to_string(to) + " of epoch " +
                        std::to_string(ep.epoch) + " did not post its receive in time");
-  if (gone())
-    throw PeerLostError(to, "netsim: rank " + std::to_string(to) + " (node " +
-                                std::to_string(ep.members[to]) + ") of epoch " +
-                                std::to_string(ep.epoch) + " was lost before a rendezvous");
+  if (gone()) throw peer_lost(ep, to, "was lost before a rendezvous");
   auto it = ep.posted.find(key);
   const double recv_s = it->second.front();
   it->second.pop_front();
@@ -244,9 +244,7 @@ Received receive(SimNetwork::State& net, EpochState& ep, int me, int from, Tag t
       return {m.content.size(), m.wire_bytes};
     }
     if (net.dead.count(ep.members[from]) || ep.aborted[from] || ep.aborted[me])
-      throw PeerLostError(from, "netsim: rank " + std::to_string(from) + " (node " +
-                                    std::to_string(ep.members[from]) + ") of epoch " +
-                                    std::to_string(ep.epoch) + " is lost");
+      throw peer_lost(ep, from, "is lost");
     const bool woken = in.waiters.wait_until(deadline_s, [&] {
       auto q = in.queues.find({from, tag});
       return (q != in.queues.end() && !q->second.empty()) || net.dead.count(ep.members[from]) ||
@@ -384,20 +382,21 @@ void ring_schedule(PhantomRounds& p) {
   const std::size_t n = static_cast<std::size_t>(p.n);
   p.start_s.assign(p.rounds * n, 0);
   p.end_s.assign(p.rounds * n, 0);
-  std::vector<double> d(n), t(p.entry_s), next(n);
+  // d_first: each rank's first message of a round, d_rest: each of its others.
+  std::vector<double> d_first(n), d_rest(n), t(p.entry_s), next(n);
   for (std::size_t b = 0; b < p.rounds; ++b) {
     const std::size_t base = b * n;
     const std::uint64_t k = p.transfers[base];
     std::copy(t.begin(), t.end(), p.start_s.begin() + static_cast<std::ptrdiff_t>(base));
+    for (std::size_t i = 0; i < n; ++i) {
+      // The first round's first message was timed alone (a slow start, after the outer step's
+      // idle time, makes it the longest); the others share the rest alike.
+      const bool lone = b == 0 && k > 1;
+      d_first[i] = lone ? p.first_s[i] : p.span_s[base + i] / static_cast<double>(k);
+      d_rest[i] = lone ? (p.span_s[i] - p.first_s[i]) / static_cast<double>(k - 1) : d_first[i];
+    }
     for (std::uint64_t m = 0; m < k; ++m) {
-      for (std::size_t i = 0; i < n; ++i) {
-        // The first message of the first round alone (a slow start, after the outer step's
-        // idle time, makes it the longest); the others share the rest alike.
-        if (b == 0 && k > 1)
-          d[i] = m == 0 ? p.first_s[i] : (p.span_s[i] - p.first_s[i]) / static_cast<double>(k - 1);
-        else if (m == 0)
-          d[i] = p.span_s[base + i] / static_cast<double>(k);
-      }
+      const std::vector<double>& d = m == 0 ? d_first : d_rest;
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t prev = i == 0 ? n - 1 : i - 1;
         next[i] = std::max(t[i] + d[i], t[prev] + d[prev]);
@@ -432,15 +431,10 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
   const std::size_t count = rounds.size();
   const double entry_s = sg4::Engine::get_clock();
   const std::string what = "netsim: ring rounds of epoch " + std::to_string(ep.epoch) + ": ";
-  auto lost_error = [&](int who, const std::string& why) {
-    return PeerLostError(who, "netsim: rank " + std::to_string(who) + " (node " +
-                                  std::to_string(ep.members[who]) + ") of epoch " +
-                                  std::to_string(ep.epoch) + " " + why);
-  };
   auto gone = [&] { return ep.lost >= 0; };
   for (int peer : {to, from})
     if (net_->dead.count(ep.members[peer]) || ep.aborted[peer]) ep.mark_lost(peer);
-  if (gone()) throw lost_error(ep.lost, "is lost");
+  if (gone()) throw peer_lost(ep, ep.lost, "is lost");
 
   const std::pair<std::uint64_t, Tag> key{rounds[0].outer_step, rounds[0].tag};
   auto& slot = ep.rounds[key];
@@ -505,7 +499,7 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
       if (const double wait_s = net_->unpaid_latency_s(me, next, m1 - m0); wait_s > 0) {
         const double until_s = sg4::Engine::get_clock() + wait_s;
         p->waiters.wait_until(until_s, gone);
-        if (gone()) throw lost_error(ep.lost, "is lost");
+        if (gone()) throw peer_lost(ep, ep.lost, "is lost");
       }
       const sg4::CommPtr flow = net_->start_flow(me, next, bytes_to(m1) - bytes_to(m0), ep.lane,
                                                  m1 - m0, first ? round.first_send_bytes : 0);
@@ -523,13 +517,13 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
       } catch (const simgrid::NetworkFailureException&) {
         conn.flow = nullptr;
         ep.mark_lost(to);
-        throw lost_error(to, "became unreachable during a send");
+        throw peer_lost(ep, to, "became unreachable during a send");
       } catch (const simgrid::HostFailureException&) {
         conn.flow = nullptr;
         ep.mark_lost(to);
-        throw lost_error(to, "failed during a send");
+        throw peer_lost(ep, to, "failed during a send");
       }
-      if (gone()) throw lost_error(ep.lost, "is lost");
+      if (gone()) throw peer_lost(ep, ep.lost, "is lost");
       if (lone && j == 0) p->first_s[rank_] = sg4::Engine::get_clock() - round_start_s;
     }
     p->span_s[b * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_)] =
@@ -553,18 +547,18 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
                              [&] { return p->entered == n || gone(); }))
     throw TimeoutError(what + std::to_string(n - p->entered) + " of " + std::to_string(n) +
                        " ranks did not join within " + std::to_string(rounds[0].timeout_s) + " s");
-  if (gone()) throw lost_error(ep.lost, "is lost");
+  if (gone()) throw peer_lost(ep, ep.lost, "is lost");
   const double last_entry_s = *std::max_element(p->entry_s.begin(), p->entry_s.end());
   if (!p->waiters.wait_until(last_entry_s + bound_s, [&] { return !p->end_s.empty() || gone(); }))
     throw TimeoutError(what + "the other ranks' sends took longer than " + std::to_string(bound_s) +
                        " s");
-  if (gone()) throw lost_error(ep.lost, "is lost");
+  if (gone()) throw peer_lost(ep, ep.lost, "is lost");
   const std::size_t last =
       (count - 1) * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_);
   // Until this rank's last message would have arrived (a rank lost meanwhile fails it, as its
   // messages would still be on their way round the ring).
   p->waiters.wait_until(p->end_s[last], gone);
-  if (gone()) throw lost_error(ep.lost, "is lost");
+  if (gone()) throw peer_lost(ep, ep.lost, "is lost");
   for (std::size_t b = 0; b < count; ++b) {
     const std::size_t base = b * static_cast<std::size_t>(n);
     if (p->send_bytes[base + from] != rounds[b].recv_bytes)

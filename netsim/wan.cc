@@ -206,18 +206,24 @@ double WanModel::latency_factor(double bytes, const sg4::Host* src, const sg4::H
   // gets 1/connections_per_flow of it; a shared link (the access links) carries the node's
   // `lanes` parallel connections to this peer. Aggregated and message-level flows thus climb
   // to the same per-connection rate.
-  double rate = gamma_bytes_ / rtt;
-  for (const sg4::Link* l : c.route)
-    rate = std::min(
-        rate,
-        l->get_bandwidth() /
-            (l->get_sharing_policy() == sg4::Link::SharingPolicy::FATPIPE ? connections_ : lanes_));
+  auto steady_rate = [&] {
+    double rate = gamma_bytes_ / rtt;
+    for (const sg4::Link* l : c.route)
+      rate = std::min(
+          rate, l->get_bandwidth() / (l->get_sharing_policy() == sg4::Link::SharingPolicy::FATPIPE
+                                          ? connections_
+                                          : lanes_));
+    return rate;
+  };
   // A flow standing for several messages sent back to back pays each one's one-way latency at
   // the time it would leave: the path's latency steps as the messages go, so a long stretch on a
   // slow path holds fewer messages than on a fast one, as message by message.
   double latency = one_way;
-  if (const double messages = starting_ ? starting_messages_ : 1; messages > 1) {
-    const double gap = bytes / messages / (rate * connections_);  // one message at the rate
+  if (const double messages = starting_ ? starting_messages_ : 1;
+      messages > 1 && (!c.path || !c.path->varies())) {
+    latency = messages * one_way;
+  } else if (messages > 1) {
+    const double gap = bytes / messages / (steady_rate() * connections_);  // one at the rate
     double t = now + one_way + gap;
     for (double m = 1; m < messages; ++m) {
       const double next = built + path_change_s(c, t);
@@ -228,6 +234,7 @@ double WanModel::latency_factor(double bytes, const sg4::Host* src, const sg4::H
   auto factor = [&](double slow_start_s) { return (latency + slow_start_s) / built; };
   if (c.in_flight > 0) return factor(0);  // the window is open: data is already flowing
   if (c.last_end_s >= 0 && !tcp_.slow_start_after_idle) return factor(0);
+  const double rate = steady_rate();
   const double initial = tcp_.initial_window_segments * tcp_.mss_bytes;
   const double cwnd0 = c.last_end_s < 0
                            ? initial
