@@ -366,17 +366,23 @@ def report(meridian, out, results, target=None):
                          f"set format x '%g'\nset logscale x\nset xrange [1:{t_end * 1.5:g}]\n")
         script += "unset logscale x\nset xrange [*:*]\n"
     olr = [k for k in order if k[4].startswith("olr")]
-    if olr:
-        # The outer-lr variants beside their N's DP and fp32 settings.
-        ref = [k for k in order if k[1] in {o[1] for o in olr} and not k[4] and k[2] == "fp32"]
-        script += ("set terminal svg size 900,480 dynamic font 'sans,11'\n"
-                   f"set output '{results}/loss_vs_tokens_outer_lr.svg'\n"
-                   "set title 'Outer learning rate at H = 10 (fp32): validation loss vs tokens'\n"
-                   "set lmargin\nset rmargin\n"
+    for h in sorted({k[3] for k in olr}):
+        # The outer-lr variants at this H beside their N's DP and fp32 settings, a panel per N.
+        olr_ns = sorted({k[1] for k in olr if k[3] == h})
+        script += (f"set terminal svg size 900,{360 * len(olr_ns)} dynamic font 'sans,11'\n"
+                   f"set output '{results}/loss_vs_tokens_outer_lr_H{h}.svg'\n"
+                   f"set multiplot layout {len(olr_ns)},1 title 'Outer learning rate at H = {h} "
+                   "(fp32): validation loss vs tokens'\n"
+                   "set lmargin at screen 0.08\nset rmargin at screen 0.64\n"
                    "set format x '%g'\nset xlabel 'tokens (all nodes) [millions]'\n"
                    "set ylabel 'validation loss [nats/token]'\n")
-        script += lines_of("usa", ref + olr, "($2/1e6)", name=lambda k: label(k) + (
-            "" if k[4] or k[0] == "dp" else ", outer lr 0.7"))
+        for n in olr_ns:
+            ref = [k for k in order if k[1] == n and not k[4] and k[2] == "fp32"]
+            script += f"set title 'N = {n} nodes'\n"
+            script += lines_of("usa", ref + [k for k in olr if k[1] == n and k[3] == h],
+                               "($2/1e6)", name=lambda k: label(k) + (
+                                   "" if k[4] or k[0] == "dp" else ", outer lr 0.7"))
+        script += "unset multiplot\n"
     # The final loss against N, per setting (mean ± sd over seeds; settings at one N only are
     # left out).
     trend = os.path.join(out, "final_vs_n.dat")

@@ -13,7 +13,8 @@
 #   n2-global-churn N = 2: int8 under churn at H = 50 emulated on intellect1-global's sites
 #                   (churn trajectories depend on timing, so they are not re-timed)
 #   n2-outer-lr     N = 2: fp32 at H = 10 with outer lr 0.3 and 0.1 (is the H = 10 penalty the
-#                   outer optimizer's?)
+#                   outer optimizer's?); OUTER_LRS (default "0.3 0.1") and OUTER_LR_H (default
+#                   10) pick other outer lrs and another H
 #   n4..., n8...: the same for N = 4 and 8
 # Every group runs seeds 0-2. Runs go to OUT_DIR (default runs/convergence; one folder per
 # run, kept if already complete, so a second call resumes), JOBS (default 2) at a time under
@@ -78,9 +79,10 @@ done
 # The runs of a group: "NAME SCENARIO H CODEC SEED [KEY=VALUE...]", seed by seed (a cut-short
 # study has every setting at the first seeds). nN: DP, fp32 at H = 50, 10, 200, int8 and int8
 # under churn at H = 50; nN-int8: int8 at H = 10 and 200; nN-global-churn: int8 under churn at
-# H = 50 on intellect1-global's sites; nN-outer-lr: fp32 at H = 10, outer lr 0.3 and 0.1.
+# H = 50 on intellect1-global's sites; nN-outer-lr: fp32 at H = OUTER_LR_H (10) and the outer lrs
+# OUTER_LRS (0.3 0.1).
 points() {
-  local group=$1 n
+  local group=$1 n h
   n=${group#n}; n=${n%%-*}
   for seed in 0 1 2; do
     case $group in
@@ -90,8 +92,10 @@ points() {
       n$n-global-churn)
         echo "n$n-int8churn-H50-global-s$seed n$n-global-churn 50 int8 $seed" ;;
       n$n-outer-lr)
-        echo "n$n-fp32-H10-olr0.3-s$seed n$n 10 fp32 $seed diloco.outer_lr=0.3"
-        echo "n$n-fp32-H10-olr0.1-s$seed n$n 10 fp32 $seed diloco.outer_lr=0.1" ;;
+        for lr in ${OUTER_LRS:-0.3 0.1}; do
+          h=${OUTER_LR_H:-10}
+          echo "n$n-fp32-H$h-olr$lr-s$seed n$n $h fp32 $seed diloco.outer_lr=$lr"
+        done ;;
       n$n)
         echo "n$n-fp32-H50-s$seed n$n 50 fp32 $seed"
         echo "n$n-fp32-H10-s$seed n$n 10 fp32 $seed"
