@@ -326,7 +326,8 @@ def report(meridian, out, results, target=None):
         if kind_label(key) not in kinds:
             kinds.append(kind_label(key))
     colors = ["#000000", "#0072b2", "#e69f00", "#009e73", "#cc79a7", "#56b4e9", "#d55e00",
-              "#f0e442", "#999999", "#882255", "#44aa99", "#aa4499"]
+              "#f0e442", "#999999", "#882255", "#44aa99", "#aa4499", "#117733", "#661100",
+              "#6699cc", "#888800"]
 
     def lines_of(network, keys, x, name=kind_label):
         parts = []
