@@ -510,10 +510,9 @@ void check_options(const Transport& transport, const RingOptions& options) {
 
 }  // namespace
 
-std::vector<PhantomRoundStats> phantom_ring_rounds(Transport& transport, Runtime& runtime,
-                                                   const Codec& codec,
-                                                   std::span<const std::size_t> counts,
-                                                   std::span<const RingOptions> options) {
+std::optional<std::vector<PhantomRoundStats>> phantom_ring_rounds(
+    Transport& transport, Runtime& runtime, const Codec& codec,
+    std::span<const std::size_t> counts, std::span<const RingOptions> options) {
   MERIDIAN_CHECK_EQ(counts.size(), options.size());
   std::vector<PhantomRing> rounds;  // the leading rounds with one piece per share
   for (std::size_t i = 0; i < counts.size(); ++i) {
@@ -523,9 +522,10 @@ std::vector<PhantomRoundStats> phantom_ring_rounds(Transport& transport, Runtime
     if (!round) break;
     rounds.push_back(*round);
   }
+  if (rounds.empty()) return std::vector<PhantomRoundStats>();
   std::vector<PhantomRingTimes> times(rounds.size());
   try {
-    if (rounds.empty() || !transport.run_phantom_rings(rounds, times)) return {};
+    if (!transport.run_phantom_rings(rounds, times)) return std::nullopt;
   } catch (...) {
     transport.abort();
     throw;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -89,16 +90,16 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
 // Phantom buffers of `counts[i]` values all-reduced one after another with `options[i]` (the
 // buckets of a timing-only simulation), handed to the transport whole when it can time them so
 // (Transport::run_phantom_rings): the leading rounds that have one piece per share, each with
-// its stats and start time on the Runtime clock; empty when the first has more, or the
-// transport cannot. The caller runs the rest with ring_all_reduce (and may try again after).
-// On an error the transport is aborted, as by ring_all_reduce.
+// its stats and start time on the Runtime clock; empty when the first has more (the caller
+// runs it with ring_all_reduce and may try again after it); nullopt when the transport cannot
+// time rounds whole (it will not for the rest of the run: run every bucket with
+// ring_all_reduce). On an error the transport is aborted, as by ring_all_reduce.
 struct PhantomRoundStats {
   RingStats stats;
   double start_s = 0;
 };
-std::vector<PhantomRoundStats> phantom_ring_rounds(Transport& transport, Runtime& runtime,
-                                                   const Codec& codec,
-                                                   std::span<const std::size_t> counts,
-                                                   std::span<const RingOptions> options);
+std::optional<std::vector<PhantomRoundStats>> phantom_ring_rounds(
+    Transport& transport, Runtime& runtime, const Codec& codec,
+    std::span<const std::size_t> counts, std::span<const RingOptions> options);
 
 }  // namespace meridian

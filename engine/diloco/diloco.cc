@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
@@ -301,7 +302,7 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
   try {
     // A timing-only simulation hands runs of the buckets' rounds to the transport whole when it
     // can time them so (netsim/README.md, "Aggregation"); otherwise, and with content, bucket by
-    // bucket, message by message.
+    // bucket, message by message (a transport that declines is not asked again).
     std::vector<std::size_t> counts;
     std::vector<RingOptions> options;
     if (phantom_)
@@ -309,12 +310,17 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
         counts.push_back(b.count);
         options.push_back(options_for(b));
       }
+    bool ask_whole = phantom_;
     for (std::size_t i = 0; i < buckets.size();) {
-      if (phantom_) {
-        const std::vector<PhantomRoundStats> whole = phantom_ring_rounds(
+      if (ask_whole) {
+        const std::optional<std::vector<PhantomRoundStats>> whole = phantom_ring_rounds(
             t, runtime_, *codec_, std::span(counts).subspan(i), std::span(options).subspan(i));
-        for (const PhantomRoundStats& w : whole) report(buckets[i++], w.stats, w.start_s);
-        if (!whole.empty()) continue;
+        if (!whole) {
+          ask_whole = false;
+        } else {
+          for (const PhantomRoundStats& w : *whole) report(buckets[i++], w.stats, w.start_s);
+          if (!whole->empty()) continue;
+        }
       }
       const Bucket& b = buckets[i++];
       const ReduceBuffer buf =

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <span>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -245,6 +246,41 @@ TEST(RingSchedule, PhantomBufferChargesTheSameWireBytes) {
     EXPECT_EQ(stats[r].bytes_received, round.stats[r].bytes_received);
     EXPECT_EQ(stats[r].participants, kWorld);
   }
+}
+
+// A transport that counts how often it is asked to time phantom rounds whole, and declines.
+class DecliningTransport final : public ForwardingTransport {
+ public:
+  using ForwardingTransport::ForwardingTransport;
+  bool run_phantom_rings(std::span<const PhantomRing>, std::span<PhantomRingTimes>) override {
+    ++asked;
+    return false;
+  }
+  int asked = 0;
+};
+
+TEST(RingSchedule, PhantomRoundsTellADecliningTransportFromABucketOfSeveralPieces) {
+  // phantom_ring_rounds: nullopt when the transport cannot time rounds whole (the caller stops
+  // asking), an empty list without asking it when the first bucket has several pieces per
+  // share (the caller runs that one message by message and may ask again).
+  InProcRing ring(3, 1);
+  ThreadRuntime runtime;
+  const std::vector<std::size_t> counts = {30000, 3000};
+  std::vector<RingOptions> options(2);
+  for (std::uint32_t b = 0; b < 2; ++b) options[b].bucket = b;
+  options[0].max_chunk_bytes = std::size_t{1} << 30;  // one piece per share
+  options[1].max_chunk_bytes = std::size_t{1} << 30;
+  DecliningTransport declining(*ring.transports()[0]);
+  EXPECT_FALSE(phantom_ring_rounds(declining, runtime, kFp32, counts, options).has_value());
+  EXPECT_EQ(declining.asked, 1);
+  // The in-process transport does not time rounds whole either.
+  EXPECT_FALSE(phantom_ring_rounds(*ring.transports()[1], runtime, kFp32, counts, options));
+
+  options[0].max_chunk_bytes = 4096;  // 10,000 fp32 values per share: several pieces
+  const auto several = phantom_ring_rounds(declining, runtime, kFp32, counts, options);
+  ASSERT_TRUE(several.has_value());
+  EXPECT_TRUE(several->empty());
+  EXPECT_EQ(declining.asked, 1);
 }
 
 TEST(RingSchedule, BackToBackAndConcurrentBucketsOnOneTransport) {

@@ -99,8 +99,9 @@ std::vector<Outcome> run(Mode mode, const std::vector<std::vector<std::size_t>>&
         try {
           if (mode == Mode::kWhole) {
             const auto whole = phantom_ring_rounds(*t, rt, *codec, counts[r], options);
-            if (whole.size() != counts[r].size()) throw std::runtime_error("not timed whole");
-            for (const auto& w : whole) {
+            if (!whole || whole->size() != counts[r].size())
+              throw std::runtime_error("not timed whole");
+            for (const auto& w : *whole) {
               mine.start.push_back(w.start_s);
               mine.end.push_back(w.start_s + w.stats.elapsed_s);
             }
