@@ -371,6 +371,12 @@ class SimTransport final : public Transport {
   int rank_;
 };
 
+// Whether round `round` of a run, of `messages` messages per rank, has its first message timed
+// alone: the run's first round's, which carries the slow start after the outer step's idle time.
+bool first_message_alone(std::size_t round, std::uint64_t messages) {
+  return round == 0 && messages > 1;
+}
+
 // When each rank's phantom ring rounds start and end, message by message
 // (engine/collective/ring_allreduce.cc with one piece per share): within a round, rank r's
 // transfer t + 1 starts once its transfer t has completed both ways, so with d_r the time one of
@@ -388,10 +394,10 @@ void ring_schedule(PhantomRounds& p) {
     const std::size_t base = b * n;
     const std::uint64_t k = p.transfers[base];
     std::copy(t.begin(), t.end(), p.start_s.begin() + static_cast<std::ptrdiff_t>(base));
+    // The first round's first message was timed alone (a slow start, after the outer step's
+    // idle time, makes it the longest); the others share the rest alike.
+    const bool lone = first_message_alone(b, k);
     for (std::size_t i = 0; i < n; ++i) {
-      // The first round's first message was timed alone (a slow start, after the outer step's
-      // idle time, makes it the longest); the others share the rest alike.
-      const bool lone = b == 0 && k > 1;
       d_first[i] = lone ? p.first_s[i] : p.span_s[base + i] / static_cast<double>(k);
       d_rest[i] = lone ? (p.span_s[i] - p.first_s[i]) / static_cast<double>(k - 1) : d_first[i];
     }
@@ -488,7 +494,7 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
     // Runs of messages [edge[j], edge[j + 1]): the first round's first message alone (its slow
     // start), then `segments` runs of the rest.
     std::vector<std::uint64_t> edge;
-    const std::uint64_t lone = b == 0 && k > 1 ? 1 : 0;
+    const std::uint64_t lone = first_message_alone(b, k) ? 1 : 0;
     if (lone) edge.push_back(0);
     for (std::uint64_t j = 0; j < segments; ++j) edge.push_back(lone + (k - lone) * j / segments);
     edge.push_back(k);

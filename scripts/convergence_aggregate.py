@@ -342,48 +342,46 @@ def report(meridian, out, results, target=None):
 
     main_keys = [k for k in order if not k[4].startswith("olr")]
 
-    def panels(network, x, xlabel, title, extra):
-        """One panel per N with curves on the network, stacked, aligned (the same margins; on
-        the clock the same axis)."""
-        ns = sorted({k[1] for k in main_keys if (network, k) in index})
+    def panels(network, ns, keys_at, x, xlabel, title, extra, name=kind_label):
+        """One panel per N in `ns` with the curves of keys_at(N) on the network, stacked, aligned
+        (the same margins; on the clock the same axis)."""
         out_ = (f"set terminal svg size 900,{360 * len(ns)} dynamic font 'sans,11'\n"
                 f"set multiplot layout {len(ns)},1 title '{title}'\n{extra}"
                 "set lmargin at screen 0.08\nset rmargin at screen 0.64\n"
                 f"set xlabel '{xlabel}'\nset ylabel 'validation loss [nats/token]'\n")
         for n in ns:
             out_ += f"set title 'N = {n} nodes'\n"
-            out_ += lines_of(network, [k for k in main_keys if k[1] == n], x)
+            out_ += lines_of(network, keys_at(n), x, name)
         return out_ + "unset multiplot\n"
+
+    def main_panels(network, x, xlabel, title, extra):
+        ns = sorted({k[1] for k in main_keys if (network, k) in index})
+        return panels(network, ns, lambda n: [k for k in main_keys if k[1] == n], x, xlabel,
+                      title, extra)
 
     script = "set grid\nset key outside right top\nset yrange [*:6.5]\n"
     t_end = max(p[0] for _, _, pts in curves for p in pts)
     script += f"set output '{results}/loss_vs_tokens.svg'\n"
-    script += panels("usa", "($2/1e6)", "tokens (all nodes) [millions]", "Validation loss vs tokens",
-                     "set format x '%g'\n")
+    script += main_panels("usa", "($2/1e6)", "tokens (all nodes) [millions]",
+                          "Validation loss vs tokens", "set format x '%g'\n")
     for network in NETWORKS:
         script += f"set output '{results}/loss_vs_time_{network}.svg'\n"
-        script += panels(network, 1, "modelled time [s] (log scale)",
-                         f"Validation loss vs modelled time: intellect1-{network} network",
-                         f"set format x '%g'\nset logscale x\nset xrange [1:{t_end * 1.5:g}]\n")
+        script += main_panels(network, 1, "modelled time [s] (log scale)",
+                              f"Validation loss vs modelled time: intellect1-{network} network",
+                              f"set format x '%g'\nset logscale x\nset xrange [1:{t_end * 1.5:g}]\n")
         script += "unset logscale x\nset xrange [*:*]\n"
     olr = [k for k in order if k[4].startswith("olr")]
     for h in sorted({k[3] for k in olr}):
         # The outer-lr variants at this H beside their N's DP and fp32 settings, a panel per N.
-        olr_ns = sorted({k[1] for k in olr if k[3] == h})
-        script += (f"set terminal svg size 900,{360 * len(olr_ns)} dynamic font 'sans,11'\n"
-                   f"set output '{results}/loss_vs_tokens_outer_lr_H{h}.svg'\n"
-                   f"set multiplot layout {len(olr_ns)},1 title 'Outer learning rate at H = {h} "
-                   "(fp32): validation loss vs tokens'\n"
-                   "set lmargin at screen 0.08\nset rmargin at screen 0.64\n"
-                   "set format x '%g'\nset xlabel 'tokens (all nodes) [millions]'\n"
-                   "set ylabel 'validation loss [nats/token]'\n")
-        for n in olr_ns:
-            ref = [k for k in order if k[1] == n and not k[4] and k[2] == "fp32"]
-            script += f"set title 'N = {n} nodes'\n"
-            script += lines_of("usa", ref + [k for k in olr if k[1] == n and k[3] == h],
-                               "($2/1e6)", name=lambda k: label(k) + (
-                                   "" if k[4] or k[0] == "dp" else ", outer lr 0.7"))
-        script += "unset multiplot\n"
+        script += f"set output '{results}/loss_vs_tokens_outer_lr_H{h}.svg'\n"
+        script += panels(
+            "usa", sorted({k[1] for k in olr if k[3] == h}),
+            lambda n: [k for k in order if k[1] == n and not k[4] and k[2] == "fp32"] +
+            [k for k in olr if k[1] == n and k[3] == h], "($2/1e6)",
+            "tokens (all nodes) [millions]",
+            f"Outer learning rate at H = {h} (fp32): validation loss vs tokens",
+            "set format x '%g'\n",
+            name=lambda k: label(k) + ("" if k[4] or k[0] == "dp" else ", outer lr 0.7"))
     # The final loss against N, per setting (mean ± sd over seeds; settings at one N only are
     # left out).
     trend = os.path.join(out, "final_vs_n.dat")

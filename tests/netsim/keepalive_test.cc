@@ -67,8 +67,7 @@ SimRun simulate(const std::string& yaml, const std::string& tag, bool message_le
   return r;
 }
 
-// The events without the config record (which names the keepalive mode).
-// The events but the config record, in time order. Events that several actors emit at one
+// The events but the config record (which names the keepalive mode), in time order. Events that several actors emit at one
 // simulated time come in the order SimGrid happens to wake them, which differs between the two
 // accountings (e.g. the `allreduce` records of two ranks whose buckets end together): they are
 // ordered by node and type (one node's records keep their order).
