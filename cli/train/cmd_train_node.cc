@@ -361,6 +361,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   FaultTrigger::Factory node_transports(transports, kill_point);
 
   DilocoOptions d = c.diloco;
+  d.ring_watchdog_s = d.mesh.heartbeat_interval_s;  // a frozen peer costs a lease, not the timeout
   if (a.resume && !initial && store.list(d.mesh.prefix + "hb/").empty()) {
     throw ConfigError(
         "--resume: the store holds a run with no live node; a whole-run resume "

@@ -612,6 +612,13 @@ std::string ElasticMesh::gone_by(const Liveness& live, std::int64_t who) {
   return "";
 }
 
+std::string ElasticMesh::members_gone(const RoundRecord& r) {
+  const Liveness live = observe();
+  for (std::int64_t m : r.members)
+    if (std::string why = gone_by(live, m); !why.empty()) return why;
+  return "";
+}
+
 std::string ElasticMesh::waiting_is_futile(const RoundRecord& r) {
   const Liveness live = observe();
   const std::string reports = options_.prefix + "report/" + padded(r.round) + "/";

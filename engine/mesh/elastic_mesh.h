@@ -77,6 +77,8 @@ class ElasticMesh {
   std::string waiting_is_futile(const RoundRecord& r);
   // Why node `who` is gone ("its lease ended", "left the run"), or "" while it is alive.
   std::string gone(std::int64_t who);
+  // Why a member of `r` other than this node is gone, or "" while all are alive (one look).
+  std::string members_gone(const RoundRecord& r);
   // This member's outcome of round `r`: its all-reduce succeeded (true) or not. `blamed`: the
   // members whose chunks it rejected as invalid; the coordinator evicts a blamed member when it
   // is the reporter's ring predecessor (the only peer whose messages the reporter receives).
