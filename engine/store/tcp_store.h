@@ -31,12 +31,13 @@ struct StoreLimits {
 struct StoreIdentity {
   std::string secret;
   std::string version;
-  // Hash of the run's resolved configuration (see config_hash_of). On the server, empty means
-  // "not checked" (a standalone store serving whatever run joins first is configured so).
+  // Hash of the run's resolved configuration (see config_hash_of; a node's is
+  // trainer::run_config_hash). On the server, empty means "the first node's to join": the
+  // first joined node fixes the run's hash and later nodes with another are refused.
   std::string config_hash;
 };
 
-// The hash nodes and server compare: SHA-256 hex of the configuration text.
+// The hash nodes and server compare: SHA-256 hex of the resolved configuration's text.
 std::string config_hash_of(const std::string& resolved_config_text);
 
 // Reads a shared-secret file: its bytes without trailing newlines/spaces. Throws ConfigError

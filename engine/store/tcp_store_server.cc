@@ -172,6 +172,10 @@ struct TcpStoreServer::Impl {
   std::uint64_t stored_bytes = 0;
   LeaseTable leases;  // on store_wire::now_s()
   ChangeLog changes;
+  // The run's configuration hash: the server's own (options.identity), else the first joined
+  // node's, and who fixed it ("" while unset or given).
+  std::string run_config_hash;
+  std::string run_config_hash_from;
 
   void log(const std::string& line) {
     if (options.log) options.log(line);
@@ -372,9 +376,21 @@ void TcpStoreServer::Impl::handle_join(Connection& c, Reader& r) {
                   ", the node runs " + version);
     return;
   }
-  if (!options.identity.config_hash.empty() && config_hash != options.identity.config_hash) {
-    refuse(c, "run configuration differs: the store's configuration hash is " +
-                  options.identity.config_hash + ", the node's is " + config_hash);
+  // One rule for every store: a node joins only the run whose resolved configuration it has.
+  // The run's is the store's own when given (the embedding node's, `meridian store --config`),
+  // else the first node's to join.
+  if (run_config_hash.empty() && !config_hash.empty()) {
+    run_config_hash = config_hash;
+    run_config_hash_from = client_id;
+    log("store: the run's configuration hash is " + config_hash + " (from node '" + client_id +
+        "', the first to join)");
+  } else if (!run_config_hash.empty() && config_hash != run_config_hash) {
+    refuse(c, "run configuration differs: the run's configuration hash is " + run_config_hash +
+                  (run_config_hash_from.empty()
+                       ? " (the store's)"
+                       : " (from node '" + run_config_hash_from + "', the first to join)") +
+                  ", the node's is " + config_hash +
+                  " (was it started with another run file or other --set overrides?)");
     return;
   }
   c.joined = true;
@@ -828,6 +844,7 @@ void TcpStoreServer::Impl::run() {
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
+  impl_->run_config_hash = impl_->options.identity.config_hash;
   if (impl_->options.identity.secret.empty()) {
     throw ConfigError("store server: the shared secret is empty (give a non-empty secret file)");
   }
