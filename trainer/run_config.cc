@@ -3,6 +3,7 @@
 
 #include "engine/codec/codec.h"
 #include "engine/error.h"
+#include "engine/store/tcp_store.h"
 #include "trainer/precision.h"
 
 namespace meridian::trainer {
@@ -152,5 +153,7 @@ JsonObject run_config_json(const RunConfig& c) {
   }
   return out;
 }
+
+std::string run_config_hash(const RunConfig& c) { return config_hash_of(run_config_json(c).str()); }
 
 }  // namespace meridian::trainer

@@ -294,8 +294,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   if ((a.resume || a.exit_in_checkpoint_write > 0) && !ck.enabled())
     throw ConfigError(std::string(a.resume ? "--resume" : "--fault-exit-in-checkpoint-write") +
                       ": " + a.run_yaml + " has no `checkpoint:` section");
-  const std::string config_text = trainer::run_config_json(c).str();
-  StoreIdentity identity{read_secret_file(a.secret_file), kVersion, config_hash_of(config_text)};
+  StoreIdentity identity{read_secret_file(a.secret_file), kVersion, trainer::run_config_hash(c)};
 
   // Stop signals become a graceful leave; blocked before any thread starts.
   sigset_t signals;
