@@ -286,9 +286,7 @@ std::vector<ResumeCandidate> find_resume_candidates(
       throw ConfigError("--resume-from=" + from.path.string() +
                         ": expected a checkpoint directory named step-<12 digits>");
     if (!verified(*step, from.path))
-      refuse("--resume-from=" + from.path.string() +
-             " is not a usable checkpoint; refusing to "
-             "resume:");
+      refuse("--resume-from=" + from.path.string() + " is not a usable checkpoint; refusing:");
     const auto rec = recorded_shard(from.path);
     return {{*step, from.path, rec == std::make_pair(shard, shards)}};
   }
@@ -350,9 +348,7 @@ std::int64_t agree_resume_step(Store& store, int nodes, const std::vector<std::i
   store.set(k + "have/" + std::to_string(ticket), join(steps));
   if (store.add(k + "written", 1) == nodes) store.set(k + "ready", "1");
   if (steps.empty())
-    throw ConfigError(
-        "--resume: this node has no checkpoint step to resume from (the other "
-        "resuming nodes are told)");
+    throw ConfigError("--resume: no checkpoint to resume from (the others are told)");
   store.wait({k + "ready"}, timeout_s);
   std::set<std::int64_t> common(steps.begin(), steps.end());
   std::string detail;
