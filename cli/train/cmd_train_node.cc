@@ -66,8 +66,18 @@ constexpr char kUsage[] =
     "  --shard R             data shard (default (ID - 1) % data.shards)\n"
     "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
     "  --resume              restart the run from the newest checkpoint (FILE's `checkpoint:`)\n"
-    "                        that every resuming node has; a store whose run is under way is\n"
-    "                        joined by live recovery instead\n"
+    "                        of this node's data shard that every resuming node has; each is\n"
+    "                        verified against its manifest (sizes, SHA-256 of every file) and a\n"
+    "                        failing one is skipped with its reason. With none valid the node\n"
+    "                        refuses (exit 2, naming each checkpoint and why) unless told\n"
+    "                        --resume-from. A store whose run is under way is joined by live\n"
+    "                        recovery instead\n"
+    "  --resume-from=WHAT    (implies --resume) what to start from: own-shard (the default:\n"
+    "                        only this shard's checkpoints), other-shard (this shard's, else\n"
+    "                        another shard's: its outer state and inner step, AdamW moments at\n"
+    "                        zero, this shard's data from its start), or a checkpoint directory\n"
+    "                        DIR/node-N/step-<n> (exactly that one; its inner state too when it\n"
+    "                        is of this shard)\n"
     "  --fault-pause-at-message N --fault-marker F\n"
     "                        fault injection for tests: at this node's N-th outgoing all-reduce\n"
     "                        message, write F and stop there (until killed)\n"
@@ -100,6 +110,7 @@ struct NodeArgs {
   std::uint64_t pause_at_message = 0;  // 0 = never
   std::string fault_marker;
   bool resume = false;
+  trainer::ResumeFrom resume_from;             // --resume-from
   std::uint64_t exit_in_checkpoint_write = 0;  // 0 = never
   FaultPoint kill_at;                          // n = 0: never
 };
@@ -150,6 +161,9 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       a.fault_marker = v;
     } else if (f == "--fault-exit-in-checkpoint-write") {
       a.exit_in_checkpoint_write = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
+    } else if (f == "--resume-from") {
+      a.resume_from = trainer::parse_resume_from(v);
+      a.resume = true;
     } else if (f == "--fault-kill") {
       a.kill_at = parse_fault_point(v, f);
     } else {
@@ -369,11 +383,25 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     std::cerr << "node " << a.node_id << ": --resume: the run is under way; joining it by live "
               << "recovery (no checkpoint is read)" << std::endl;
   } else if (a.resume) {
-    const auto log = [&](const std::string& line) {
-      std::cerr << "node " << a.node_id << ": " << line << std::endl;
+    const auto skipped = [&](const trainer::SkippedCheckpoint& s) {
+      std::cerr << "node " << a.node_id << ": checkpoint " << s.path.string()
+                << " skipped: " << s.reason << std::endl;
+      JsonObject f;
+      f.add("path", s.path.string()).add("reason", s.reason);
+      events.emit(Event{runtime.now_s(), a.node_id, "checkpoint_skipped", f});
     };
-    const auto found =
-        trainer::find_resume_candidates(ck.dir, c.trainer.model, real.shard(), c.shards, log);
+    std::vector<trainer::ResumeCandidate> found;
+    try {
+      found = trainer::find_resume_candidates(ck.dir, c.trainer.model, real.shard(), c.shards,
+                                              a.resume_from, skipped);
+    } catch (const ConfigError&) {
+      // Refused: tell the other resuming nodes now rather than let them wait for this one.
+      try {
+        trainer::agree_resume_step(store, c.initial_nodes, {}, d.mesh.admission_timeout_s);
+      } catch (const Error&) {
+      }
+      throw;
+    }
     std::vector<std::int64_t> steps;
     for (const auto& f : found) steps.push_back(f.steps_done);
     const std::int64_t from =
