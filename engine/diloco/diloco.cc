@@ -136,7 +136,7 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       }
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
-      mesh_->report(r, ok, blamed, sit_out);
+      mesh_->report(r, ok, blamed, sit_out, !connected);
       if (leaving) {
         result.exit = NodeExit::kLeft;
         break;

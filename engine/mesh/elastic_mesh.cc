@@ -55,11 +55,14 @@ std::vector<std::int64_t> blamed_in_report(const std::string& report) {
   return ids;
 }
 
-// A report of a member that announced its leave ("ok;leave", "fail;abstain;leave;blame=[..]").
-bool report_says_leave(const std::string& report) {
+// Whether a report's flags (before any ";blame=") hold `flag` (";leave", ";unconnected").
+bool report_has_flag(const std::string& report, const std::string& flag) {
   const std::string flags = report.substr(0, report.find(";blame="));
-  return flags.find(";leave") != std::string::npos;
+  return flags.find(flag) != std::string::npos;
 }
+
+// A report of a member that announced its leave ("ok;leave", "fail;abstain;leave;blame=[..]").
+bool report_says_leave(const std::string& report) { return report_has_flag(report, ";leave"); }
 
 }  // namespace
 
@@ -449,6 +452,7 @@ bool ElasticMesh::resolve_once() {
   std::vector<std::int64_t> survivors, removed, blamed, abstain;
   bool missing = false;
   bool any_fail = false;
+  bool unconnected = false;  // a member's transports never connected
   for (std::size_t i = 0; i < cur.members.size(); ++i) {
     const std::int64_t m = cur.members[i];
     const auto rep = store_.try_get(key_report(r, m));
@@ -456,6 +460,7 @@ bool ElasticMesh::resolve_once() {
     if (rep) {
       any_fail = any_fail || rep->substr(0, rep->find(';')) != "ok";
       if (rep->find(";abstain") != std::string::npos) abstain.push_back(m);
+      unconnected = unconnected || report_has_flag(*rep, ";unconnected");
       // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
       // anybody else is ignored, so one faulty node can cost at most its predecessor's place.
       const std::int64_t pred = cur.members[(i + cur.members.size() - 1) % cur.members.size()];
@@ -485,13 +490,20 @@ bool ElasticMesh::resolve_once() {
   RoundRecord next;
   next.round = r + 1;
   next.removed = removed;
-  const bool retry = any_fail && cur.attempt < options_.max_retries;
+  // A round whose connect failed with every member alive exchanged nothing: it is retried
+  // beyond max_retries (a stranger that wins Gloo's accept race fails epochs, and must not
+  // drive the members into a fallback that sets their parameters apart), up to
+  // max_connect_retries attempts in all.
+  const bool retry =
+      any_fail && (cur.attempt < options_.max_retries ||
+                   (unconnected && removed.empty() && cur.attempt < options_.max_connect_retries));
   if (!any_fail) {
     next.prev = RoundPrev::kCommit;
   } else {
     next.prev = retry ? RoundPrev::kRetry : RoundPrev::kFallback;
     next.reason = "allreduce failed in epoch " + std::to_string(cur.epoch) + " attempt " +
                   std::to_string(cur.attempt) + ", removed " + ids_text(removed);
+    if (unconnected) next.reason += ", a member's connections failed";
     if (!abstain.empty()) next.reason += ", non-finite pseudo-gradient on " + ids_text(abstain);
   }
   next.outer_step = retry ? cur.outer_step : cur.outer_step + 1;
@@ -637,7 +649,7 @@ std::string ElasticMesh::waiting_is_futile(const RoundRecord& r) {
 }
 
 void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed,
-                         bool abstain) {
+                         bool abstain, bool unconnected) {
   std::string value = ok && !abstain ? "ok" : "fail";
   if (abstain) value += ";abstain";
   {
@@ -647,6 +659,7 @@ void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::i
     LockGuard lock(*mu_);
     if (left_) value += ";leave";
   }
+  if (unconnected) value += ";unconnected";
   if (!ok && !blamed.empty()) value += ";blame=" + ids_text(blamed);
   store_.set(key_report(r.round, id_), value);
 }

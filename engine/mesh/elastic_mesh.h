@@ -27,6 +27,10 @@ struct MeshOptions {
                                       // this long (on the store's clock) is dead
   int initial_world = 1;              // round 0 forms once this many nodes are queued
   int max_retries = 3;                // a failed round is retried this often, then fallback
+  // ...but a round whose failure includes a member whose connect failed, with nobody removed,
+  // is retried until this many attempts in all (nothing was exchanged: retrying is safe, and
+  // a stranger on a listening port must not force a fallback).
+  int max_connect_retries = 12;
   int max_joiners_per_round = 0;      // 0 = admit every queued joiner at a boundary
   std::int64_t outer_steps = 0;  // rounds for outer steps >= this are never formed (0 = no end)
   std::int64_t first_outer_step = 0;   // the outer step round 0 computes (a resumed run's)
@@ -85,8 +89,9 @@ class ElasticMesh {
   // `abstain`: this member's pseudo-gradient was not finite (it did not send it): the round is
   // retried with this member in the record's `abstain` list, so that the others average
   // without it, and it stays a member.
+  // `unconnected`: this member's transports for `r` never connected (see max_connect_retries).
   void report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed = {},
-              bool abstain = false);
+              bool abstain = false, bool unconnected = false);
   // The record that follows `r` (TimeoutError after round_timeout_s).
   RoundRecord next_round(const RoundRecord& r);
   // Announces a graceful exit before the node's last report, so the coordinator never places

@@ -238,6 +238,16 @@ class Cluster {
     std::lock_guard<std::mutex> lock(mu_);
     killed_.insert(id);
   }
+  // The next `times` collective connects of node `id` fail with PeerLostError (as Gloo's does
+  // when a stranger took a peer's place on a listening port); the node stays alive.
+  void fail_connects(std::int64_t id, int times) {
+    std::lock_guard<std::mutex> lock(mu_);
+    connect_failures_[id] = times;
+  }
+  int connect_failures_left(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return connect_failures_[id];
+  }
   // Runs `action` (once) when node `id` is about to send its k-th message from now on, on a
   // collective transport or (recovery_only) a recovery transport.
   void on_send(std::int64_t id, std::uint64_t k, bool recovery_only, std::function<void()> action) {
@@ -446,8 +456,15 @@ class Cluster {
     explicit Faults(Cluster& c) : c_(c) {}
     std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
       const bool recovery = is_recovery_epoch(spec.epoch);
-      return std::make_unique<TriggerTransport>(c_.network_.connect(spec), c_,
-                                                spec.members[spec.rank], recovery);
+      const std::int64_t id = spec.members[spec.rank];
+      if (!recovery) {
+        std::lock_guard<std::mutex> lock(c_.mu_);
+        if (c_.connect_failures_[id] > 0) {
+          --c_.connect_failures_[id];
+          throw PeerLostError(-1, "injected connect failure");
+        }
+      }
+      return std::make_unique<TriggerTransport>(c_.network_.connect(spec), c_, id, recovery);
     }
 
    private:
@@ -564,6 +581,7 @@ class Cluster {
   std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
   std::set<std::int64_t> killed_, evictable_, corrupting_;
   std::map<std::int64_t, Trigger> triggers_;
+  std::map<std::int64_t, int> connect_failures_;  // guarded by mu_
   std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
   std::map<std::int64_t, std::function<void()>> at_step_;
   std::map<std::int64_t, std::int64_t> joined_at_;
