@@ -151,6 +151,12 @@ TEST_F(ProcessFaultMatrix, KilledDuringInnerSteps) {
   EXPECT_EQ(members_at(c1, 1), 3);
   EXPECT_EQ(members_at(c1, 2), 2);  // its outer step 3 (step 2 here) ran without it
   EXPECT_EQ(checksums(node_dir(3)).size(), 2u);
+  // Its events up to the kill are in its file (flushed per record, and before the fault point):
+  // the records of both applied steps (buffered, they died with the process). The third step's
+  // inner_steps record would follow its inner steps, in which it died.
+  EXPECT_EQ(count_in_events(3, "outer_step"), 2u);
+  EXPECT_EQ(count_in_events(3, "inner_steps"), 2u);
+  EXPECT_EQ(count_in_events(3, "run_finished"), 0u);
   expect_reference({.kill = {{3, "inner:3"}}}, {1, 2});
 }
 
