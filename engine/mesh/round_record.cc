@@ -25,15 +25,23 @@ T parse_int(const std::string& field, const std::string& text) {
   return v;
 }
 
-std::vector<std::int64_t> parse_ids(const std::string& field, const std::string& text) {
-  std::vector<std::int64_t> ids;
+// The comma-separated items of a list field ("" has none).
+std::vector<std::string> items_of(const std::string& text) {
+  std::vector<std::string> items;
   std::size_t pos = 0;
   while (pos < text.size()) {
     std::size_t comma = text.find(',', pos);
     if (comma == std::string::npos) comma = text.size();
-    ids.push_back(parse_int<std::int64_t>(field, text.substr(pos, comma - pos)));
+    items.push_back(text.substr(pos, comma - pos));
     pos = comma + 1;
   }
+  return items;
+}
+
+std::vector<std::int64_t> parse_ids(const std::string& field, const std::string& text) {
+  std::vector<std::int64_t> ids;
+  for (const std::string& item : items_of(text))
+    ids.push_back(parse_int<std::int64_t>(field, item));
   return ids;
 }
 
@@ -139,11 +147,7 @@ RoundRecord RoundRecord::decode(const std::string& text) {
                             " is not a member");
   }
   if (const auto it = fields.find("nonfinite"); it != fields.end()) {
-    const std::string& text = it->second;
-    for (std::size_t pos = 0; pos < text.size();) {
-      std::size_t comma = text.find(',', pos);
-      if (comma == std::string::npos) comma = text.size();
-      const std::string item = text.substr(pos, comma - pos);
+    for (const std::string& item : items_of(it->second)) {
       const std::size_t colon = item.find(':');
       if (colon == std::string::npos)
         throw ProtocolError("round record: field 'nonfinite': item '" + item + "' is not ID:STEPS");
@@ -154,7 +158,6 @@ RoundRecord RoundRecord::decode(const std::string& text) {
                             " is not a member");
       if (n < 1) throw ProtocolError("round record: field 'nonfinite': '" + item + "' has n < 1");
       r.nonfinite_steps.emplace_back(id, n);
-      pos = comma + 1;
     }
   }
   r.reason = field("reason");
