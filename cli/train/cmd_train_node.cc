@@ -479,9 +479,17 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
 
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  JsonObject fin;
-  fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
-  events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
+  if (r.exit == NodeExit::kLost || r.exit == NodeExit::kEvicted) {
+    // The run did not finish for this node: its file ends with what happened instead.
+    JsonObject lost;
+    lost.add("exit", node_exit_name(r.exit)).add("reason", r.what);
+    lost.add("outer_steps", r.outer_steps_applied).add("elapsed_s", wall_s);
+    events.emit(Event{runtime.now_s(), a.node_id, "node_lost", lost});
+  } else {
+    JsonObject fin;
+    fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
+    events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
+  }
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
             << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
             << std::endl;

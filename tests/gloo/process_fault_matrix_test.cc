@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "engine/fault/fault_point.h"
 #include "engine/util/crc32c.h"
@@ -227,6 +228,17 @@ TEST_F(ProcessFaultMatrix, KillOfTheNodeEmbeddingTheStoreEndsTheRunWithAClearMes
         << log(id);
     const std::size_t applied = checksums(node_dir(id)).size();
     EXPECT_TRUE(applied == 1 || applied == 2) << applied;
+    // Its file ends with what happened (`node_lost`, exit lost, the error), not run_finished.
+    const std::string events = read_file(node_dir(id) / "events.jsonl");
+    ASSERT_FALSE(events.empty());
+    const std::string last_line = events.substr(events.rfind('\n', events.size() - 2) + 1);
+    const auto last = nlohmann::json::parse(last_line);
+    EXPECT_EQ(last["type"], "node_lost") << last_line;
+    EXPECT_EQ(last["node"], id) << last_line;
+    EXPECT_EQ(last["exit"], "lost") << last_line;
+    EXPECT_NE(last.value("reason", ""), "") << last_line;
+    EXPECT_EQ(last["outer_steps"], applied) << last_line;
+    EXPECT_EQ(count_in_events(id, "run_finished"), 0u);
   }
   // What they applied before is the reference's (in which nobody dies).
   const auto ref = reference({});
