@@ -212,11 +212,13 @@ class ProgressWorker final : public ForwardingWorker {
 
 // Fault injection for tests (--fault-pause-at-message): counts this process's outgoing messages
 // on all-reduce rings (not recovery epochs) and, at the chosen one, writes the marker file and
-// stops in that call, so a test can SIGKILL the node in the middle of an all-reduce.
+// stops in that call, so a test can SIGKILL the node in the middle of an all-reduce. The node's
+// events are flushed first: the test reads them after the kill.
 class PausingFactory final : public TransportFactory {
  public:
-  PausingFactory(TransportFactory& inner, std::uint64_t at, std::string marker)
-      : inner_(inner), at_(at), marker_(std::move(marker)) {}
+  PausingFactory(TransportFactory& inner, std::uint64_t at, std::string marker,
+                 JsonlEventSink& events)
+      : inner_(inner), at_(at), marker_(std::move(marker)), events_(events) {}
 
   std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
     auto t = inner_.connect(spec);
@@ -227,6 +229,7 @@ class PausingFactory final : public TransportFactory {
  private:
   void count() {
     if (++sent_ != at_) return;
+    events_.flush();
     write_atomically(marker_, std::to_string(at_) + "\n");
     std::cerr << "fault: paused at outgoing all-reduce message " << at_ << std::endl;
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // until the test kills us
@@ -235,6 +238,7 @@ class PausingFactory final : public TransportFactory {
   TransportFactory& inner_;
   const std::uint64_t at_;
   const std::string marker_;
+  JsonlEventSink& events_;
   std::atomic<std::uint64_t> sent_{0};
 };
 
@@ -352,7 +356,9 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   std::ofstream checksums(dir + "/checksums.tsv", std::ios::trunc);
   if (!events_file || !checksums) throw ConfigError(dir + ": cannot create the node's files");
   checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
-  JsonlEventSink events(events_file);
+  // Flushed per record: a node killed at any point (SIGKILL, churn) leaves every event it
+  // emitted (a record costs ~2 us more so, bench/event_sink_bench.cc; a node writes tens a second).
+  JsonlEventSink events(events_file, EventFlush::kEachRecord);
   Runtime& runtime = real.runtime();
   std::string command = "meridian train";
   for (const auto& s : argv) command += " " + s;
@@ -365,9 +371,10 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   real.make_worker(c);
   trainer::TorchWorker& torch = real.worker();
   ProgressWorker worker(torch);
-  PausingFactory transports(real.transports(), a.pause_at_message, a.fault_marker);
-  FaultTrigger kill_point(a.kill_at, [](const std::string& what) {
+  PausingFactory transports(real.transports(), a.pause_at_message, a.fault_marker, events);
+  FaultTrigger kill_point(a.kill_at, [&events](const std::string& what) {
     std::cerr << "fault: SIGKILL in " << what << std::endl;
+    events.flush();  // a fault point ends the process without unwinding: nothing is lost
     ::raise(SIGKILL);
   });
   FaultTrigger::Worker node_worker(worker, kill_point);
@@ -422,9 +429,10 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     std::function<void(const std::filesystem::path&)> fault;
     if (a.exit_in_checkpoint_write > 0) {
       auto done = std::make_shared<std::uint64_t>(0);
-      fault = [done, k = a.exit_in_checkpoint_write](const std::filesystem::path& p) {
+      fault = [done, k = a.exit_in_checkpoint_write, &events](const std::filesystem::path& p) {
         if (++*done < k) return;
         std::cerr << "fault: exit in a checkpoint write, after " << p.string() << std::endl;
+        events.flush();
         ::_exit(3);
       };
     }
@@ -500,9 +508,17 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
 
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  JsonObject fin;
-  fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
-  events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
+  if (r.exit == NodeExit::kLost || r.exit == NodeExit::kEvicted) {
+    // The run did not finish for this node: its file ends with what happened instead.
+    JsonObject lost;
+    lost.add("exit", node_exit_name(r.exit)).add("reason", r.what);
+    lost.add("outer_steps", r.outer_steps_applied).add("elapsed_s", wall_s);
+    events.emit(Event{runtime.now_s(), a.node_id, "node_lost", lost});
+  } else {
+    JsonObject fin;
+    fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
+    events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
+  }
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
             << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
             << std::endl;

@@ -144,6 +144,9 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       const RoundRecord next = mesh_->next_round(r);
       if (next.rank_of(id_) < 0) {
         result.exit = NodeExit::kEvicted;
+        result.what = "not a member of round " + std::to_string(next.round) +
+                      " (removed by the coordinator" +
+                      (next.reason.empty() ? "" : ": " + next.reason) + ")";
         break;
       }
       if (next.prev == RoundPrev::kRetry) {

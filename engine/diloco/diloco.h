@@ -79,7 +79,7 @@ struct NodeResult {
   NodeExit exit = NodeExit::kFinished;
   std::int64_t node = -1;
   std::int64_t outer_steps_applied = 0;
-  std::string what;  // the error that ended a lost node
+  std::string what;  // the error that ended a lost node; why an evicted one was removed
 };
 
 class DilocoNode;

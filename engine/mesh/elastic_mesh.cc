@@ -78,6 +78,8 @@ ElasticMesh::ElasticMesh(Store& store, Runtime& runtime, EventSink& events, Mesh
     throw ConfigError("mesh: need 0 < heartbeat_interval_s < dead_after_s");
   if (options_.initial_world < 1) throw ConfigError("mesh: initial_world must be >= 1");
   if (options_.max_retries < 0) throw ConfigError("mesh: max_retries must be >= 0");
+  if (options_.nonfinite_evict_after < 0)
+    throw ConfigError("mesh: nonfinite_evict_after must be >= 0 (0 = never)");
 }
 
 ElasticMesh::~ElasticMesh() { stop(); }
@@ -388,7 +390,8 @@ bool ElasticMesh::bootstrap() {
 
 bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
                           const std::vector<std::int64_t>& removed_by_allreduce,
-                          const std::vector<std::int64_t>& removed_by_protocol) {
+                          const std::vector<std::int64_t>& removed_by_protocol,
+                          const std::vector<std::int64_t>& removed_by_nonfinite) {
   // Why each removed node went, decided before the record is out: once it is, an evicted node
   // may read it, stop and write its deathrattle before we would look.
   std::vector<const char*> why;
@@ -398,8 +401,11 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
         std::count(removed_by_allreduce.begin(), removed_by_allreduce.end(), gone) > 0;
     const bool by_protocol =
         std::count(removed_by_protocol.begin(), removed_by_protocol.end(), gone) > 0;
+    const bool by_nonfinite =
+        std::count(removed_by_nonfinite.begin(), removed_by_nonfinite.end(), gone) > 0;
     why.push_back(rattled        ? "deathrattle"
                   : by_protocol  ? "protocol"
+                  : by_nonfinite ? "nonfinite"
                   : by_allreduce ? "allreduce"
                                  : "heartbeat");
   }
@@ -408,6 +414,13 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
   store_.set(options_.prefix + "latest", std::to_string(next.round));
   for (std::int64_t j : admitted) store_.erase(key_join(j));
   for (std::int64_t gone : next.removed) store_.erase(key_heartbeat(gone));  // no longer watched
+  for (std::int64_t m : removed_by_nonfinite)  // at a step boundary: it sat out the last step
+    emit("nonfinite", JsonObject()
+                          .add("outer_step", next.outer_step - 1)
+                          .add("faulty", m)
+                          .add("detected_by", "coordinator")
+                          .add("action", "evict")
+                          .add("steps", options_.nonfinite_evict_after));
   for (std::size_t i = 0; i < next.removed.size(); ++i)
     emit("fail_detected", JsonObject().add("failed", next.removed[i]).add("by", why[i]));
   // Keep the last few rounds; older reports and records are garbage.
@@ -489,7 +502,6 @@ bool ElasticMesh::resolve_once() {
 
   RoundRecord next;
   next.round = r + 1;
-  next.removed = removed;
   // A round whose connect failed with every member alive exchanged nothing: it is retried
   // beyond max_retries (a stranger that wins Gloo's accept race fails epochs, and must not
   // drive the members into a fallback that sets their parameters apart), up to
@@ -497,6 +509,31 @@ bool ElasticMesh::resolve_once() {
   const bool retry =
       any_fail && (cur.attempt < options_.max_retries ||
                    (unconnected && removed.empty() && cur.attempt < options_.max_connect_retries));
+  // The non-finite rule: at an outer-step boundary each survivor's count of steps in a row that
+  // it sat out moves on (a step it contributed to resets it); one that reached
+  // nonfinite_evict_after is evicted. A retry carries the counts unchanged.
+  std::vector<std::int64_t> evicted;
+  for (std::int64_t m : survivors) {
+    const int before = cur.nonfinite_steps_of(m);
+    const bool sat_out = std::count(abstain.begin(), abstain.end(), m) > 0 || cur.abstains(m);
+    const int n = retry ? before : sat_out ? before + 1 : 0;
+    const int k = options_.nonfinite_evict_after;
+    if (!retry && k > 0 && n >= k)
+      evicted.push_back(m);
+    else if (n > 0)
+      next.nonfinite_steps.emplace_back(m, n);
+  }
+  if (evicted.size() == survivors.size()) {  // never all of them: the run would end here
+    for (std::int64_t m : evicted)
+      next.nonfinite_steps.emplace_back(m, options_.nonfinite_evict_after);
+    evicted.clear();
+  }
+  std::sort(next.nonfinite_steps.begin(), next.nonfinite_steps.end());
+  for (std::int64_t m : evicted) {
+    survivors.erase(std::find(survivors.begin(), survivors.end(), m));
+    removed.push_back(m);
+  }
+  next.removed = removed;
   if (!any_fail) {
     next.prev = RoundPrev::kCommit;
   } else {
@@ -506,6 +543,10 @@ bool ElasticMesh::resolve_once() {
     if (unconnected) next.reason += ", a member's connections failed";
     if (!abstain.empty()) next.reason += ", non-finite pseudo-gradient on " + ids_text(abstain);
   }
+  if (!evicted.empty())
+    next.reason += std::string(next.reason.empty() ? "" : "; ") + "evicted " + ids_text(evicted) +
+                   ": non-finite pseudo-gradient in " +
+                   std::to_string(options_.nonfinite_evict_after) + " outer steps in a row";
   next.outer_step = retry ? cur.outer_step : cur.outer_step + 1;
   next.attempt = retry ? cur.attempt + 1 : 0;
   std::vector<std::int64_t> admitted;
@@ -542,7 +583,7 @@ bool ElasticMesh::resolve_once() {
     LockGuard lock(*mu_);
     if (left_) return false;
   }
-  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed);
+  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed, evicted);
 }
 
 RoundRecord ElasticMesh::wait_admitted() {

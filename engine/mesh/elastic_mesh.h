@@ -36,6 +36,11 @@ struct MeshOptions {
   std::int64_t first_outer_step = 0;   // the outer step round 0 computes (a resumed run's)
   double admission_timeout_s = 600.0;  // bound on a joiner's wait to appear in a round
   double round_timeout_s = 600.0;      // bound on a member's wait for the next round record
+  // A member that sat out this many outer steps in a row because its pseudo-gradient was not
+  // finite (the non-finite guard's `abstain`) is evicted at the next step boundary, with the
+  // events `nonfinite` (action `evict`) and `fail_detected` (by `nonfinite`); 0 = never. A step
+  // in which it contributed resets its count. The last members are never all evicted.
+  int nonfinite_evict_after = 3;
   // Measured bandwidth of the link from -> to between two node ids, for the ring order;
   // null = uniform (ring order = survivors in their previous order, joiners appended by id).
   std::function<double(std::int64_t from, std::int64_t to)> bandwidth_bps;
@@ -141,9 +146,11 @@ class ElasticMesh {
   bool bootstrap();
   std::vector<std::int64_t> queued_joiners(const Liveness& live);
   std::vector<std::int64_t> ring_order(const std::vector<std::int64_t>& ids);
+  // `removed_by_nonfinite`: evicted by the non-finite rule at this record (a step boundary).
   bool publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
                const std::vector<std::int64_t>& removed_by_allreduce,
-               const std::vector<std::int64_t>& removed_by_protocol);
+               const std::vector<std::int64_t>& removed_by_protocol,
+               const std::vector<std::int64_t>& removed_by_nonfinite = {});
   // The heartbeat activity's wait for stop(); returns true when stopping.
   bool wait_stop(double seconds);
   void emit(const std::string& type, JsonObject fields = {});

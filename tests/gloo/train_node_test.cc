@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -83,6 +84,36 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   EXPECT_NE(events.substr(0, events.find('\n')).find("\"type\":\"config\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"admitted\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"run_finished\""), std::string::npos);
+}
+
+// Events are flushed per record (issue 36): a node SIGKILLed from outside after some outer steps
+// (no fault point: nothing flushes on its way out) keeps, whole, every record it emitted up to
+// the kill. Its checksums.tsv line of a step is written after that step's `outer_step` record,
+// so the file holds at least as many of those as the checksums have lines. (Buffered, the
+// records of its first steps were still in the process's stream buffer and died with it.)
+TEST_F(TrainNodeTest, ANodeKilledFromOutsideKeepsItsEventsUpToTheKill) {
+  write_run(2, 5);
+  const std::string store = start_first();
+  const pid_t n1 = pids_.back();
+  const pid_t n2 = start(2, {"--store", store});
+  ASSERT_TRUE(wait_until([&] { return checksums(node_dir(2)).size() >= 2; }, 120)) << log(2);
+  ::kill(n2, SIGKILL);
+  EXPECT_EQ(finish(n2), 128 + SIGKILL);
+  const std::size_t applied = checksums(node_dir(2)).size();
+  std::map<std::string, std::size_t> types;
+  std::istringstream in(read_file(node_dir(2) / "events.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(record.is_discarded()) << "not a whole JSON record: " << line;
+    ++types[record.value("type", "")];
+  }
+  EXPECT_EQ(types["config"], 1u);
+  EXPECT_EQ(types["node_started"], 1u);
+  EXPECT_GE(types["epoch_formed"], 1u);
+  EXPECT_GE(types["outer_step"], applied);
+  EXPECT_GE(types["inner_steps"], applied);
+  EXPECT_EQ(types.count("run_finished"), 0u);
+  EXPECT_EQ(finish(n1), 0) << log(1);  // it goes on alone to the end
 }
 
 // Checkpoints and whole-run resume: three nodes, 8 outer steps, a checkpoint after every step.
