@@ -1,6 +1,8 @@
 // Adapts a meridian::Store to gloo::rendezvous::Store under a key prefix, so Gloo's
 // connectFullMesh can exchange addresses through the run's store. Every wait is bounded by the
-// adapter's timeout (Gloo's timeout-less overloads included). Not a general-purpose Gloo store.
+// adapter's timeout (Gloo's timeout-less overloads included). Its first write erases the keys of
+// the epochs this one supersedes (engine/transport.h, epoch_superseded), so the store holds the
+// rendezvous of the current epochs only. Not a general-purpose Gloo store.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
@@ -17,6 +19,8 @@ class StoreAdapter final : public ::gloo::rendezvous::Store {
   StoreAdapter(meridian::Store& store, std::string prefix, double timeout_s)
       : store_(store), prefix_(std::move(prefix)), timeout_s_(timeout_s) {}
 
+  // The first set erases every key of a superseded epoch under the same base (the prefix is
+  // one that epoch_store_prefix made; another prefix erases nothing).
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
@@ -27,6 +31,9 @@ class StoreAdapter final : public ::gloo::rendezvous::Store {
   meridian::Store& store_;
   std::string prefix_;
   double timeout_s_;
+  bool swept_ = false;
+
+  void erase_superseded();
 };
 
 }  // namespace meridian::gloo_transport
