@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -113,6 +116,66 @@ TEST(EtcdStore, FailsOverWhenMembersDieAndReportsPeerLostWhenNoneAnswers) {
   } catch (const PeerLostError& e) {
     EXPECT_NE(std::string(e.what()).find("no endpoint"), std::string::npos) << e.what();
   }
+}
+
+// Quorum loss is not silent: with two of three members dead every endpoint fails in turn (the
+// one left has no leader); the store logs the loss when it starts, again while it lasts with
+// the time so far, and once the members are back and a call is answered, the end.
+TEST(EtcdStore, LogsQuorumLossWhenItStartsWhileItLastsAndWhenItEnds) {
+  if (!EtcdCluster::available()) GTEST_SKIP() << kMissing;
+  EtcdCluster c(3);
+  auto o = options_for(c, "quorum");
+  o.io_timeout_s = 120.0;
+  o.outage_log_interval_s = 0.5;
+  std::mutex mu;
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  const auto count = [&](const std::string& needle) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(needle) != std::string::npos;
+    });
+  };
+  const auto wait_for = [&](const std::string& needle, long n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (count(needle) < n && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls the log, deadline
+    return count(needle) >= n;
+  };
+  EtcdStore s(o);
+  s.set("a", "1");
+  EXPECT_EQ(count("quorum"), 0);
+  c.kill(1);
+  c.kill(2);
+  std::string outcome = "pending";
+  std::thread writer([&] {
+    try {
+      s.set("b", "2");  // waits out the loss: the call's deadline is 120 s
+      outcome = "ok";
+    } catch (const std::exception& e) {
+      outcome = e.what();
+    }
+  });
+  const bool started = wait_for("no quorum: no endpoint answered", 1);
+  const bool lasting = started && wait_for("still no quorum after", 2);
+  c.restart(1);
+  c.restart(2);
+  writer.join();
+  EXPECT_TRUE(started) << "no line when the quorum was lost";
+  EXPECT_TRUE(lasting) << "no line while the loss lasted";
+  EXPECT_EQ(outcome, "ok");
+  EXPECT_TRUE(wait_for("quorum back after", 1));
+  EXPECT_EQ(s.get("b", 1.0), "2");
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& l) { return l.find("no quorum:") != std::string::npos; }),
+            1);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("quorum back after"), std::string::npos) << lines.back();
+  for (const std::string& l : lines) std::printf("%s\n", l.c_str());
 }
 
 TEST(EtcdStore, AuthenticatesWithTheUsersPasswordAndRefusesAWrongOne) {
