@@ -3,6 +3,7 @@
 // configuration refused with the reason), failover when members die (PeerLostError only once
 // none answers), etcd auth, TLS with client certificates, and the etcd:// URL's errors.
 #include "engine/store/etcd/etcd_store.h"
+#include "engine/store/etcd/etcd_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -261,6 +262,45 @@ TEST(EtcdStore, SpeaksTlsToAVerifiedServerWithAClientCertificate) {
   } catch (const PeerLostError& e) {
     EXPECT_NE(std::string(e.what()).find("failed verification"), std::string::npos) << e.what();
   }
+}
+
+// What etcd answers is untrusted input: a field of the wrong type is a ProtocolError (it was an
+// nlohmann type_error or std::invalid_argument that no caller handled), a truncated or lying
+// HTTP answer too (the fuzz target tests/fuzz/etcd_answer_fuzz.cc runs these and more).
+TEST(EtcdWire, MalformedAnswersAreProtocolErrorsOrRefusedRecords) {
+  using namespace etcd_wire;
+  WatchState state{7, false};
+  EXPECT_THROW(watch_message(R"({"result":{"created":"yes"}})", {"/p/"}, 7, state, "t"),
+               ProtocolError);
+  EXPECT_FALSE(watch_message(R"({"result":5})", {"/p/"}, 7, state, "t"));
+  EXPECT_THROW(watch_message(R"({"error":{"message":"gone"}})", {"/p/"}, 7, state, "t"),
+               PeerLostError);
+  EXPECT_THROW(compare_set_result(json::parse(R"({"succeeded":"yes"})"), "v"), ProtocolError);
+  EXPECT_EQ(compare_set_result(json::parse(R"({"succeeded":true})"), "v"), "v");
+  EXPECT_THROW(i64_of(json::parse(R"({"ID":"12abc"})"), "ID"), ProtocolError);
+  EXPECT_EQ(i64_of(json::parse(R"({"ID":"-12"})"), "ID"), -12);
+  EXPECT_EQ(i64_of(json::parse(R"({"TTL":5})"), "ID"), 0);
+  EXPECT_FALSE(parse_run_record(R"({"version":"v","config_hash":"c","nonce":"zz","proof":"00"})"));
+  EXPECT_FALSE(parse_run_record(R"({"version":1,"config_hash":"c","nonce":"00","proof":"00"})"));
+  EXPECT_EQ(parse_run_record(R"({"version":"v","config_hash":"c","nonce":"00ff","proof":"9"})")
+                ->nonce,
+            std::string("\x00\xff", 2));
+  const auto http = [](std::string text) {
+    std::string buf = std::move(text);
+    HttpAnswer a(buf, [](double) { return false; }, 0.0);
+    std::string body;
+    while (a.next(body, 0.0)) {
+    }
+    return std::make_pair(a.status, body);
+  };
+  EXPECT_EQ(http("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"), std::make_pair(200, std::string("{}")));
+  EXPECT_EQ(http("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=1\r\nab\r\n0\r\n\r\n"),
+            std::make_pair(200, std::string("ab")));
+  EXPECT_THROW(http("HTTP/1.1 2x0 OK\r\n\r\n"), ProtocolError);
+  EXPECT_THROW(http("HTTP/1.1 200 OK\r\nContent-Length: 2z\r\n\r\n{}"), ProtocolError);
+  EXPECT_THROW(http("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}"), PeerLostError);
+  EXPECT_THROW(http("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n0\r\n\r\n"),
+               ProtocolError);
 }
 
 TEST(EtcdUrl, ParsesEndpointsPrefixAndOptions) {
