@@ -26,6 +26,12 @@ std::optional<std::int64_t> parse_i64(const std::string& s) {
   return v;
 }
 
+// Rounds whose record, reports and ready keys stay in the store: the newest and the two before
+// it. A member is at most one round behind the newest record (a record needs every live
+// member's report of the round before), a queued joiner that finds a record collected jumps to
+// `latest` (wait_admitted).
+constexpr std::uint64_t kRoundsKept = 3;
+
 // Bound of one watch: nothing but a change wakes the activities (stop() ends the lease, a
 // change they watch); the bound only keeps each wait finite for the Runtimes.
 constexpr double kWatchSliceS = 3600.0;
@@ -132,7 +138,7 @@ std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
   if (!options_.host.empty()) started.add("host", options_.host);
   emit("node_started", started);
   if (!initial) emit("join_requested");
-  store_.set(key_join(id_), std::to_string(id_));
+  queue_join();
   hold_leadership();  // the first node to start holds the role from the start
   heartbeat_ =
       runtime_.spawn("mesh-heartbeat-" + std::to_string(id_), [this] { heartbeat_loop(); });
@@ -149,10 +155,16 @@ void ElasticMesh::register_lease(bool requeue) {
   bool queued;
   {
     LockGuard lock(*mu_);
-    queued = !admitted_;
+    queued = !admitted_ && !left_;  // a node that announced its leave never queues again
   }
-  // The coordinator forgets a joiner that it saw dead: a node still queued queues again.
-  if (queued && requeue) store_.set(key_join(id_), std::to_string(id_));
+  // The join key ended with the old lease: a node still queued queues again.
+  if (queued && requeue) queue_join();
+}
+
+void ElasticMesh::queue_join() {
+  // Attached to the node's lease, so that the store erases the entry of a joiner that dies while
+  // queued (PROTOCOL.md, "Store size"); a node that renews its lease queues again.
+  store_.compare_set_leased(key_join(id_), std::nullopt, std::to_string(id_), lease_);
 }
 
 bool ElasticMesh::wait_stop(double seconds) {
@@ -347,7 +359,8 @@ std::vector<std::int64_t> ElasticMesh::queued_joiners(const Liveness& live) {
   // join/, so liveness observed after the listing is current for every key listed: a joiner
   // alive by it is counted now. Only a joiner that left is forgotten; one that still looks dead
   // stays queued and is skipped, because erasing its key could strand a node that renews its
-  // lease a moment later and never queues again (a crashed joiner's key costs one list entry).
+  // lease a moment later and never queues again. The key is attached to the joiner's lease: the
+  // store erases it when the joiner dies, and the joiner writes it again with its next lease.
   std::optional<Liveness> after;
   for (const std::string& key : store_.list(prefix)) {
     const auto id = parse_i64(key.substr(prefix.size()));
@@ -391,7 +404,8 @@ bool ElasticMesh::bootstrap() {
 bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
                           const std::vector<std::int64_t>& removed_by_allreduce,
                           const std::vector<std::int64_t>& removed_by_protocol,
-                          const std::vector<std::int64_t>& removed_by_nonfinite) {
+                          const std::vector<std::int64_t>& removed_by_nonfinite,
+                          const std::vector<std::int64_t>& forget_left) {
   // Why each removed node went, decided before the record is out: once it is, an evicted node
   // may read it, stop and write its deathrattle before we would look.
   std::vector<const char*> why;
@@ -424,14 +438,22 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
   for (std::size_t i = 0; i < next.removed.size(); ++i)
     emit("fail_detected", JsonObject().add("failed", next.removed[i]).add("by", why[i]));
   // Keep the last few rounds; older reports and records are garbage.
-  if (next.round >= 3) {
-    const std::uint64_t old = next.round - 3;
-    store_.erase(key_round(old));
-    for (const char* kind : {"report/", "ready/"})
-      for (const std::string& k : store_.list(options_.prefix + kind + padded(old) + "/"))
-        store_.erase(k);
-  }
+  if (next.round >= kRoundsKept) collect_rounds(next.round - kRoundsKept + 1);
+  for (std::int64_t gone : forget_left) store_.erase(key_left(gone));
   return true;
+}
+
+void ElasticMesh::collect_rounds(std::uint64_t first_kept) {
+  // One listing per kind: the few rounds kept, plus whatever an earlier coordinator missed.
+  for (const char* kind : {"round/", "report/", "ready/"}) {
+    const std::string prefix = options_.prefix + kind;
+    for (const std::string& key : store_.list(prefix)) {
+      const std::string rest = key.substr(prefix.size());
+      const auto round = parse_i64(rest.substr(0, rest.find('/')));
+      if (round && *round >= 0 && static_cast<std::uint64_t>(*round) < first_kept)
+        store_.erase(key);
+    }
+  }
 }
 
 bool ElasticMesh::resolve_once() {
@@ -583,7 +605,15 @@ bool ElasticMesh::resolve_once() {
     LockGuard lock(*mu_);
     if (left_) return false;
   }
-  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed, evicted);
+  // Deathrattles no node can need: the node's lease has ended (its hb/ key is gone, so it is
+  // dead without its left/ key, and it never queues again: register_lease) and neither this
+  // round nor the next names it.
+  std::vector<std::int64_t> forget_left;
+  for (std::int64_t id : live.left)
+    if (!live.alive.count(id) && cur.rank_of(id) < 0 && next.rank_of(id) < 0)
+      forget_left.push_back(id);
+  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed, evicted,
+                 forget_left);
 }
 
 RoundRecord ElasticMesh::wait_admitted() {

@@ -133,6 +133,8 @@ class ElasticMesh {
   // A new lease with this node's hb/ key attached; `requeue`: and the join key again while the
   // node is still queued.
   void register_lease(bool requeue);
+  // Writes this node's join key, attached to its lease.
+  void queue_join();
   void coordinator_loop();
   // Takes or keeps the coordinator role (the leader key, attached to this node's lease);
   // returns whether this node holds it.
@@ -146,11 +148,18 @@ class ElasticMesh {
   bool bootstrap();
   std::vector<std::int64_t> queued_joiners(const Liveness& live);
   std::vector<std::int64_t> ring_order(const std::vector<std::int64_t>& ids);
-  // `removed_by_nonfinite`: evicted by the non-finite rule at this record (a step boundary).
+  // Writes `next` (compare-and-set from absent) and, when this node wrote it, collects what no
+  // node can need any more (PROTOCOL.md, "Store size"). `removed_by_nonfinite`: evicted by the
+  // non-finite rule at this record (a step boundary); `forget_left`: deathrattles of nodes whose
+  // lease has ended and that no record since names.
   bool publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
                const std::vector<std::int64_t>& removed_by_allreduce,
                const std::vector<std::int64_t>& removed_by_protocol,
-               const std::vector<std::int64_t>& removed_by_nonfinite = {});
+               const std::vector<std::int64_t>& removed_by_nonfinite = {},
+               const std::vector<std::int64_t>& forget_left = {});
+  // Erases records, reports and ready keys of rounds below `first_kept`, whichever coordinator
+  // missed them (a publish that lost its race, a catch-up after a handover).
+  void collect_rounds(std::uint64_t first_kept);
   // The heartbeat activity's wait for stop(); returns true when stopping.
   bool wait_stop(double seconds);
   void emit(const std::string& type, JsonObject fields = {});

@@ -196,6 +196,8 @@ struct ClusterOptions {
   // Node id -> the point of its own activity where it is killed (engine/fault/fault_point.h),
   // counted as `meridian train --fault-kill` counts it.
   std::map<std::int64_t, FaultPoint> kill_at;
+  // The store the nodes share (it must outlive the cluster); null = the cluster's MemoryStore.
+  Store* store = nullptr;
 };
 
 // One applied outer step as a node saw it.
@@ -226,7 +228,7 @@ class Cluster {
     }
     char key[64];
     std::snprintf(key, sizeof key, "mesh/join/%012lld", static_cast<long long>(id));
-    store_.wait({key}, 10.0);
+    shared_store().wait({key}, 10.0);
     return id;
   }
   // Crashes a node: its store calls and transports fail from now on, its events stop.
@@ -314,7 +316,7 @@ class Cluster {
 
   // The coordinator lease holder right now (-1 if none).
   std::int64_t leader() {
-    const auto v = store_.try_get("mesh/leader");
+    const auto v = shared_store().try_get("mesh/leader");
     if (!v) return -1;
     return std::stoll(v->substr(0, v->find(':')));
   }
@@ -394,6 +396,8 @@ class Cluster {
   }
   ThreadRuntime& runtime() { return runtime_; }
   MemoryStore& store() { return store_; }
+  // The store the nodes use: ClusterOptions::store, or store().
+  Store& shared_store() { return o_.store ? *o_.store : store_; }
 
  private:
   struct Trigger {
@@ -498,7 +502,7 @@ class Cluster {
   }
 
   void launch_locked(std::int64_t id, bool initial) {
-    auto n = std::make_unique<Node>(store_);
+    auto n = std::make_unique<Node>(shared_store());
     if (o_.make_worker) {
       n->owned_worker = o_.make_worker(id);
     } else {
