@@ -292,7 +292,7 @@ void DilocoNode::watched(const RoundRecord& r, const std::function<void()>& ring
       cv->wait_for(*mu, options_.ring_watchdog_s);
       if (done) return;
       if (const std::string why = mesh_->members_gone(r); !why.empty()) {
-        emit("fail_detected", JsonObject().add("failed", -1).add("by", "lease").add("reason", why));
+        emit("ring_aborted", JsonObject().add("outer_step", r.outer_step).add("reason", why));
         for (auto& t : rings_) t->abort();  // every ring wait fails with PeerLostError now
         return;
       }
