@@ -78,7 +78,8 @@ inline std::map<std::int64_t, std::map<std::string, std::size_t>> run_with_churn
   // ready key per kept round (3, one more while a sweep is under way); plus 4 records, left/ of
   // the leavers still in a record (2), and claims, next_id, leader, latest.
   constexpr std::size_t kBound = 5 * (2 + 2 * 4) + 4 + 2 + 4;
-  for (const auto& [step, kinds] : seen) {
+  for (const auto& [step, counts] : seen) {
+    const auto& kinds = counts;  // a lambda may not capture a structured binding (clang 14)
     const auto of = [&](const char* kind) { return kinds.count(kind) ? kinds.at(kind) : 0; };
     EXPECT_LE(total(kinds, false), kBound) << "step " << step << ": " << describe(kinds);
     EXPECT_LE(of("left"), 2u) << "step " << step << ": " << describe(kinds);
