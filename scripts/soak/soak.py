@@ -584,6 +584,13 @@ def window(actions, phase):
     return t
 
 
+def stall_record(gap_s, at_s, start, acts):
+    """A stall with the churn just before it (the actions of the 5 s before its start)."""
+    before = [f"{a['action']} {a['who']}" + (f" ({a['detail'].split(';')[0]})" if a["detail"] else "")
+              for a in acts if at_s - 5 <= float(a["t_s"]) <= at_s]
+    return {"s": round(gap_s, 2), "starts_s": round(at_s - start, 1), "after": before}
+
+
 def phase_summary(out, phase, actions):
     pdir = out / phase
     if not (pdir / "steps.tsv").exists():
@@ -647,6 +654,7 @@ def phase_summary(out, phase, actions):
                               if "tail-end" in w else None),
         "longest_stall_s": round(longest[0], 2),
         "longest_stall_starts_s": round(longest[1] - start, 1),
+        "longest_stalls": [stall_record(g, a, start, acts) for g, a in sorted(gaps, reverse=True)[:5]],
         f"stalls_over_{STALL_REPORT_S:g}s": len(stalls),
         f"stall_time_over_{STALL_REPORT_S:g}s": round(sum(stalls), 1),
         "checksums": checksum_agreement(pdir),
