@@ -424,10 +424,18 @@ def run_phase(args, phase, churn, actions, hard_end, etcd):
         nid = phase.spawn()
         actions.write(f"{phase.t():.3f}", name, "start", nid, len(phase.alive()), "initial")
 
+    lost = [False]
+
     def tick():
         phase.poll_checksums()
         for nid, status in phase.reap():
             actions.write(f"{phase.t():.3f}", name, "exit", nid, len(phase.alive()), status)
+        # Every node holding the run's state ended by itself (the driver never kills the last
+        # two): the run is lost; said once, and the soak goes on measuring nothing more.
+        if not lost[0] and phase.last_step() >= 0 and not phase.members():
+            lost[0] = True
+            actions.write(f"{phase.t():.3f}", name, "run-lost", "-", len(phase.alive()), "")
+            print(f"soak: {name}: no member is left alive: the run is lost", file=sys.stderr)
 
     start_deadline = min(hard_end, now() + args.start_timeout_s)
     while phase.last_step() < 0:
@@ -650,6 +658,8 @@ def phase_summary(out, phase, actions):
         "exits_by_status": exits,
         "etcd_member_kills": count("etcd-kill"),
         "etcd_member_restarts": count("etcd-restart"),
+        "run_lost_at_s": next((round(float(a["t_s"]) - start, 1) for a in acts
+                               if a["action"] == "run-lost"), None),
         "steps_after_churn": (len([1 for _, t in steps if end < t <= measured_end])
                               if "tail-end" in w else None),
         "longest_stall_s": round(longest[0], 2),
