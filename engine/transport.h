@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <utility>
@@ -175,7 +176,17 @@ struct EpochSpec {
   std::uint64_t epoch = 0;
   int rank = 0;                       // this node's rank = its index in `members`
   std::vector<std::int64_t> members;  // unique node ids in ring order
-  double timeout_s = 30.0;            // bound on establishing the epoch's connections
+  double timeout_s = 30.0;            // bound on waiting for every member to arrive
+  // Bound on the connections themselves once every member has arrived (a few round trips each):
+  // a stranger or a stuck peer costs the epoch at most this. <= 0: `timeout_s`.
+  double connect_timeout_s = 0.0;
+  // Asked between slices of the wait for the other members (at least every `poll_s`): a
+  // non-empty answer (the reason) abandons the connect with PeerLostError. The mesh answers
+  // when a member is dead by its lease, has left, has reported the round without connecting,
+  // or the round was decided without this node: waiting longer could not succeed. Empty
+  // function: wait for `timeout_s`.
+  std::function<std::string()> abandon;
+  double poll_s = 0.5;
 };
 
 // Builds the Transport of an epoch (in-process hub, SimGrid mailboxes, Gloo context, NCCL

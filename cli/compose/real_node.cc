@@ -77,6 +77,7 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
   } else {
     gloo_transport::GlooOptions go;
     go.hostname = a.host;
+    go.secret = a.identity.secret;
     transports_ = std::make_unique<gloo_transport::GlooTransportFactory>(*store_, go);
   }
   shard_ = a.shard >= 0 ? a.shard : static_cast<int>((a.node_id - 1) % c.shards);

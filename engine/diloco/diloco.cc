@@ -94,6 +94,9 @@ void DilocoNode::initialise_outer_state() {
 NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
   NodeResult result;
   mesh_ = std::make_unique<ElasticMesh>(store_, runtime_, events_, options_.mesh);
+  recovery_ = options_.recovery;
+  recovery_.connect_timeout_s = connect_timeout_s();
+  recovery_.peer_gone = [mesh = mesh_.get()](std::int64_t node) { return mesh->gone(node); };
   try {
     id_ = mesh_->start(initial, node_id);
     result.node = id_;
@@ -181,8 +184,12 @@ bool DilocoNode::connect_epoch(const RoundRecord& r) {
   } catch (const TimeoutError&) {
   }
   rings_.clear();  // connected again in the next round's epoch
+  // Members that did connect must not wait for this one at the barrier while it is alive.
+  if (options_.barrier_before_allreduce) mesh_->skip_barrier(r);
   return false;
 }
+
+double DilocoNode::connect_timeout_s() const { return 2.0 * options_.mesh.dead_after_s; }
 
 void DilocoNode::ensure_epoch(const RoundRecord& r) {
   if (r.epoch == epoch_ && !rings_.empty()) return;
@@ -193,6 +200,8 @@ void DilocoNode::ensure_epoch(const RoundRecord& r) {
     spec.rank = r.rank_of(id_);
     spec.members = r.members;
     spec.timeout_s = options_.allreduce_timeout_s;
+    spec.connect_timeout_s = connect_timeout_s();
+    spec.abandon = [mesh = mesh_.get(), r] { return mesh->waiting_is_futile(r); };
     rings_.push_back(transports_.connect(spec));
   }
   epoch_ = r.epoch;
@@ -400,10 +409,10 @@ void DilocoNode::serve_joiners(const RoundRecord& r) {
   for (std::int64_t j : r.joiners) {
     const auto sources = recovery_sources_for(r, j, options_.recovery.max_sources);
     if (std::find(sources.begin(), sources.end(), id_) == sources.end()) continue;
-    const EpochSpec spec = recovery_spec(r, j, id_, true, options_.recovery.timeout_s);
+    const EpochSpec spec = recovery_spec(r, j, id_, true, recovery_);
     servers_.push_back(runtime_.spawn("recovery-serve-" + std::to_string(j), [this, spec, state] {
       try {
-        serve_recovery(transports_, spec, state, options_.recovery);
+        serve_recovery(transports_, spec, state, recovery_);
       } catch (const Error&) {
         // The joiner died or gave up on us: it resumes elsewhere or is removed by the mesh.
       }
@@ -427,7 +436,7 @@ void DilocoNode::recover(const RoundRecord& r) {
        JsonObject().add("sources", sources).add("bytes", shared_bytes + section_bytes));
   const double start_s = runtime_.now_s();
   FetchResult got = fetch_recovery(transports_, runtime_, r, id_, sources, shared_bytes,
-                                   section_bytes + kMaxProgressBytes, phantom_, options_.recovery);
+                                   section_bytes + kMaxProgressBytes, phantom_, recovery_);
   if (got.state.private_bytes < section_bytes)
     throw ProtocolError("recovery: private state of " + std::to_string(got.state.private_bytes) +
                         " bytes is smaller than the worker's sections (" +

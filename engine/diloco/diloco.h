@@ -45,7 +45,9 @@ struct DilocoOptions {
   OuterOptimizerOptions outer;        // lr 0.7, Nesterov momentum 0.9
   int local_ranks = 1;                // L: one ring per shard, run in parallel
   double allreduce_timeout_s = 60.0;  // bound on every wait of the ring (a lost peer surfaces
-                                      // within it on every node); also the epoch connect bound
+                                      // within it on every node); also the bound on waiting
+                                      // for an epoch's members to arrive (a member dead by its
+                                      // lease, or one that reported the round, ends it sooner)
   std::size_t max_chunk_bytes = std::size_t{4} << 20;  // ring message payload bound
   bool measure_error = false;  // ring: report relative error of lossy codecs
   // Wait (with liveness) until every member is ready before the ring, so the ring's timeout
@@ -119,6 +121,9 @@ class DilocoNode {
   void serve_joiners(const RoundRecord& r);
   void join_servers();
   void ensure_epoch(const RoundRecord& r);
+  // Bound on an epoch's connections once its members have arrived: twice the lease (a few
+  // round trips per pair on any WAN; a stranger on a listening port costs no more than this).
+  double connect_timeout_s() const;
   // ensure_epoch; false when a member could not be connected (a transport whose connect waits
   // for every member, Gloo, fails once one died after the record was written): a failed round
   // for this node, as a ring failure is, not the node's end (its own death shows at its report).
@@ -143,6 +148,7 @@ class DilocoNode {
   DilocoOptions options_;
   std::unique_ptr<Codec> codec_;
   std::unique_ptr<ElasticMesh> mesh_;
+  RecoveryOptions recovery_;  // options_.recovery with the lease's bounds and the mesh's liveness
   std::int64_t id_ = -1;
   bool phantom_ = false;
   std::uint64_t count_ = 0;

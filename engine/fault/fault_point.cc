@@ -12,8 +12,9 @@ namespace meridian {
 namespace {
 
 constexpr char kForms[] =
-    "expected inner:N, reduce-scatter:N[:ATTEMPT], all-gather:N[:ATTEMPT] or recovery:K "
-    "(N, K >= 1: the node's outer step, its outgoing recovery message)";
+    "expected inner:N, reduce-scatter:N[:ATTEMPT], all-gather:N[:ATTEMPT], recovery:K or "
+    "admitted (N, K >= 1: the node's outer step, its outgoing recovery message; admitted: a "
+    "joiner, as it starts fetching its state)";
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out(1);
@@ -50,6 +51,10 @@ FaultPoint parse_fault_point(const std::string& text, const std::string& what) {
     p.phase = FaultPhase::kAllGather;
   } else if (phase == "recovery") {
     p.phase = FaultPhase::kRecovery;
+  } else if (phase == "admitted") {
+    p.phase = FaultPhase::kAdmitted;
+    if (parts.size() != 1) throw ConfigError(what + ": '" + text + "': " + kForms);
+    return p;
   } else {
     throw ConfigError(what + ": '" + text + "': unknown point '" + phase + "'; " + kForms);
   }
@@ -73,6 +78,8 @@ std::string describe(const FaultPoint& p) {
       return "the all-gather" + step + attempt;
     case FaultPhase::kRecovery:
       return "outgoing recovery message " + std::to_string(p.n);
+    case FaultPhase::kAdmitted:
+      return "admission (before the joiner's first recovery connection)";
   }
   return "?";
 }
@@ -113,6 +120,7 @@ InnerStepsResult FaultTrigger::Worker::run_inner_steps(int steps) {
 
 std::unique_ptr<Transport> FaultTrigger::Factory::connect(const EpochSpec& spec) {
   const bool recovery = is_recovery_epoch(spec.epoch);
+  if (recovery && spec.rank == 0 && t_.point_.phase == FaultPhase::kAdmitted) t_.fire();
   if (!recovery && ring_shard_of(spec.epoch) == 0) {
     std::lock_guard<std::mutex> lock(t_.mu_);
     // Attempt 0's epoch is connected before the inner steps (which reset the count); a retry's

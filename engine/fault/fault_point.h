@@ -1,7 +1,8 @@
 // FaultPoint: a named point of one node's own activity at which a test's action fires, once —
 // in the inner steps of the node's N-th outer step, at its first reduce-scatter or all-gather
 // message of that outer step's all-reduce (attempt A: 0 the first try, 1 its first retry), or at
-// its K-th outgoing live-recovery message (while serving a joiner). The action is the test's:
+// its K-th outgoing live-recovery message (while serving a joiner), or — for a joiner — as it
+// starts fetching its state, right after its admission ("admitted"). The action is the test's:
 // `meridian train --fault-kill` SIGKILLs its own process there (cli/train/README.md). Counted on
 // the node's own calls, so the point does not race other nodes or the wall clock. Not a
 // schedule of several faults: one point per node.
@@ -18,7 +19,7 @@
 
 namespace meridian {
 
-enum class FaultPhase { kInner, kReduceScatter, kAllGather, kRecovery };
+enum class FaultPhase { kInner, kReduceScatter, kAllGather, kRecovery, kAdmitted };
 
 struct FaultPoint {
   FaultPhase phase = FaultPhase::kInner;
@@ -26,7 +27,8 @@ struct FaultPoint {
   int attempt = 0;      // reduce-scatter / all-gather only
 };
 
-// "inner:N", "reduce-scatter:N[:A]", "all-gather:N[:A]" or "recovery:K" (N, K >= 1, A >= 0);
+// "inner:N", "reduce-scatter:N[:A]", "all-gather:N[:A]", "recovery:K" (N, K >= 1, A >= 0) or
+// "admitted";
 // ConfigError naming `what` (e.g. "--fault-kill") and the accepted forms otherwise.
 FaultPoint parse_fault_point(const std::string& text, const std::string& what);
 // "the all-gather of outer step 2 (attempt 0)", for the line a node writes when it fires.

@@ -596,6 +596,39 @@ bool ElasticMesh::ready_barrier(const RoundRecord& r) {
   }
 }
 
+void ElasticMesh::skip_barrier(const RoundRecord& r) {
+  store_.set(key_ready(r.round, id_), "skipped");
+}
+
+std::string ElasticMesh::gone(std::int64_t who) {
+  const Liveness live = observe();
+  return gone_by(live, who);
+}
+
+std::string ElasticMesh::gone_by(const Liveness& live, std::int64_t who) {
+  if (who == id_) return "";
+  if (live.left.count(who)) return "node " + std::to_string(who) + " left the run";
+  if (!live.alive.count(who)) return "node " + std::to_string(who) + "'s lease ended";
+  return "";
+}
+
+std::string ElasticMesh::waiting_is_futile(const RoundRecord& r) {
+  const Liveness live = observe();
+  const std::string reports = options_.prefix + "report/" + padded(r.round) + "/";
+  std::set<std::int64_t> reported;
+  for (const std::string& key : store_.list(reports))
+    if (const auto id = parse_i64(key.substr(reports.size()))) reported.insert(*id);
+  for (std::int64_t m : r.members) {
+    if (m == id_) continue;
+    if (std::string why = gone_by(live, m); !why.empty()) return why;
+    if (reported.count(m))
+      return "node " + std::to_string(m) + " already reported round " + std::to_string(r.round);
+  }
+  if (store_.try_get(key_round(r.round + 1)))
+    return "round " + std::to_string(r.round) + " was decided without this node";
+  return "";
+}
+
 void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed,
                          bool abstain) {
   std::string value = ok && !abstain ? "ok" : "fail";

@@ -65,6 +65,18 @@ class ElasticMesh {
   // The wait is bounded by the members' liveness, not by a timeout: a slow member is waited for
   // (so the ring's timeout covers the transfer only), a dead one within dead_after_s.
   bool ready_barrier(const RoundRecord& r);
+  // For a member that will not reach the barrier of `r` (its connect failed): marks it there,
+  // so members that connected do not wait for it while it is alive. They pass the barrier and
+  // their ring fails at once on its closed connections (the round is then retried as usual).
+  void skip_barrier(const RoundRecord& r);
+  // Why waiting for the other members of round `r` to connect can no longer succeed, or ""
+  // while it still can: a member dead by its lease or gone by its deathrattle, a member that
+  // already reported `r` (its connect failed: it will not come), or the round decided without
+  // this node (the next record exists). One look at the store (three lists and a read). Safe
+  // from any of the node's activities.
+  std::string waiting_is_futile(const RoundRecord& r);
+  // Why node `who` is gone ("its lease ended", "left the run"), or "" while it is alive.
+  std::string gone(std::int64_t who);
   // This member's outcome of round `r`: its all-reduce succeeded (true) or not. `blamed`: the
   // members whose chunks it rejected as invalid; the coordinator evicts a blamed member when it
   // is the reporter's ring predecessor (the only peer whose messages the reporter receives).
@@ -116,6 +128,7 @@ class ElasticMesh {
   Liveness observe();
   // Dead by `live`; this node counts itself dead only once it announced its leave.
   bool is_dead(const Liveness& live, std::int64_t id);
+  std::string gone_by(const Liveness& live, std::int64_t who);
   // One resolution attempt; returns false when it should wait for a change before trying again.
   bool resolve_once();
   bool bootstrap();

@@ -67,7 +67,7 @@ std::vector<std::int64_t> recovery_sources_for(const RoundRecord& r, std::int64_
 }
 
 EpochSpec recovery_spec(const RoundRecord& r, std::int64_t joiner, std::int64_t source,
-                        bool as_source, double timeout_s) {
+                        bool as_source, const RecoveryOptions& options) {
   const auto j = std::find(r.joiners.begin(), r.joiners.end(), joiner) - r.joiners.begin();
   const auto s = std::find(r.sources.begin(), r.sources.end(), source) - r.sources.begin();
   EpochSpec spec;
@@ -82,7 +82,12 @@ EpochSpec recovery_spec(const RoundRecord& r, std::int64_t joiner, std::int64_t 
       recovery_epoch_id(r.round, static_cast<std::uint64_t>(j), static_cast<std::uint64_t>(s));
   spec.rank = as_source ? 1 : 0;
   spec.members = {joiner, source};
-  spec.timeout_s = timeout_s;
+  spec.timeout_s = options.timeout_s;
+  spec.connect_timeout_s = options.connect_timeout_s;
+  if (options.peer_gone) {
+    const std::int64_t other = as_source ? joiner : source;
+    spec.abandon = [gone = options.peer_gone, other] { return gone(other); };
+  }
   return spec;
 }
 
@@ -338,9 +343,8 @@ FetchResult fetch_recovery(TransportFactory& factory, Runtime& runtime, const Ro
   std::vector<std::unique_ptr<Activity>> activities;
   for (std::size_t i = 0; i < sources.size(); ++i) {
     fetchers.push_back(std::make_unique<SourceFetcher>(
-        plan, static_cast<int>(i), factory,
-        recovery_spec(r, joiner, sources[i], false, options.timeout_s), expected_shared_bytes,
-        max_private_bytes, phantom, options));
+        plan, static_cast<int>(i), factory, recovery_spec(r, joiner, sources[i], false, options),
+        expected_shared_bytes, max_private_bytes, phantom, options));
     activities.push_back(runtime.spawn("recovery-fetch-" + std::to_string(sources[i]),
                                        [f = fetchers.back().get()] { f->run(); }));
   }

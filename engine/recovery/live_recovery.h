@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/mesh/round_record.h"
@@ -21,6 +23,13 @@ struct RecoveryOptions {
   int max_sources = 2;                             // sources one joiner fetches from in parallel
   bool blocking = false;  // PRIME's blocking mode: sources finish serving before their
                           // inner steps (otherwise they train while they serve)
+  // Bound on the connections once both ends have arrived (EpochSpec::connect_timeout_s);
+  // <= 0: timeout_s. DiLoCo sets it from the lease.
+  double connect_timeout_s = 0.0;
+  // Why the other end (a source, for the joiner; the joiner, for a source) is gone, or "" while
+  // it is alive: a connect that waits for it gives up at once (EpochSpec::abandon). DiLoCo asks
+  // the mesh (lease and deathrattle); empty: wait for timeout_s.
+  std::function<std::string(std::int64_t node)> peer_gone;
 };
 
 // The state shipped to a joiner. `shared` is identical on every source (outer parameters and
@@ -41,9 +50,10 @@ std::vector<std::int64_t> recovery_sources_for(const RoundRecord& r, std::int64_
                                                int max_sources);
 
 // The EpochSpec of the transport between `joiner` (rank 0) and `source` (rank 1) in round `r`.
-// Its epoch number has bit 62 set so it never meets a collective epoch.
+// Its epoch number has bit 62 set so it never meets a collective epoch. Its bounds and its
+// abandon rule (the other end gone) come from `options`.
 EpochSpec recovery_spec(const RoundRecord& r, std::int64_t joiner, std::int64_t source,
-                        bool as_source, double timeout_s);
+                        bool as_source, const RecoveryOptions& options);
 
 // Source side: answers the joiner's requests from `state` until the joiner says it is done.
 // Returns the payload bytes served. Throws PeerLostError / TimeoutError / ProtocolError.

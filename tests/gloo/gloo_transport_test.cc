@@ -300,6 +300,65 @@ TEST_F(GlooTransportTest, AnEpochWhoseMembersNeverArriveTimesOut) {
   EXPECT_THROW(factory.connect(spec), TimeoutError);
 }
 
+TEST_F(GlooTransportTest, AMemberThatCannotProveTheRunsSecretFailsTheEpochOnBothSides) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto store = store_client(port_, "rank" + std::to_string(rank));
+    gloo_transport::GlooOptions o;
+    o.secret = rank == 0 ? "the-run-secret" : "a-guess";
+    GlooTransportFactory factory(*store, o);
+    auto spec = spec_for(rank, 2);
+    spec.connect_timeout_s = 5;
+    try {
+      factory.connect(spec);
+    } catch (const PeerLostError& e) {
+      // Each names the other as the one that failed the proof.
+      const std::string other = "rank " + std::to_string(1 - rank);
+      return std::string(e.what()).find(other + " (node " + std::to_string(101 - rank) +
+                                        ") sent a wrong proof") != std::string::npos
+                 ? kRankPeerLost
+                 : kRankWrongResult;
+    }
+    return kRankWrongResult;
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankPeerLost, kRankPeerLost}));
+}
+
+TEST_F(GlooTransportTest, MembersHoldingTheSecretConnectAndTalk) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto store = store_client(port_, "rank" + std::to_string(rank));
+    gloo_transport::GlooOptions o;
+    o.secret = "the-run-secret";
+    GlooTransportFactory factory(*store, o);
+    auto spec = spec_for(rank, 2);
+    spec.connect_timeout_s = 5;
+    auto t = factory.connect(spec);
+    const auto out = pattern(rank, 100);
+    std::vector<float> in(100);
+    t->start_exchange(1 - rank, Payload::of(bytes_of(out)), 1 - rank, bytes_of(in),
+                      make_tag(TagKind::kTest, 1))
+        ->wait(kTimeoutS);
+    return in == pattern(1 - rank, 100) ? kRankOk : kRankWrongResult;
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankOk, kRankOk}));
+}
+
+TEST_F(GlooTransportTest, AWaitForAMemberThatCannotComeIsAbandonedAtOnce) {
+  auto store = store_client(port_, "alone");
+  GlooTransportFactory factory(*store);
+  auto spec = spec_for(0, 2);
+  spec.timeout_s = 600;  // far beyond the test's own timeout: only the abandon rule ends it
+  spec.poll_s = 0.05;
+  int asked = 0;
+  spec.abandon = [&asked] { return ++asked < 3 ? std::string() : std::string("node 101 died"); };
+  try {
+    factory.connect(spec);
+    ADD_FAILURE() << "connect returned";
+  } catch (const PeerLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 101 died"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(asked, 3);
+}
+
 TEST_F(GlooTransportTest, AWorldOfOneNeedsNoPeers) {
   auto store = store_client(port_, "solo");
   GlooTransportFactory factory(*store);

@@ -42,7 +42,7 @@ void serve_all(Runtime& rt, TransportFactory& f, const RoundRecord& r, std::int6
                const std::vector<std::shared_ptr<RecoveryState>>& states, const RecoveryOptions& o,
                Served& out) {
   for (std::size_t i = 0; i < r.sources.size(); ++i) {
-    const EpochSpec spec = recovery_spec(r, joiner, r.sources[i], true, o.timeout_s);
+    const EpochSpec spec = recovery_spec(r, joiner, r.sources[i], true, o);
     out.servers.push_back(rt.spawn("serve", [&f, spec, st = states[i], o] {
       try {
         serve_recovery(f, spec, st, o);
@@ -176,8 +176,9 @@ TEST(LiveRecovery, SourcesAreSpreadOverJoiners) {
   EXPECT_EQ(recovery_sources_for(r, 8, 2), (std::vector<std::int64_t>{2, 3}));
   EXPECT_EQ(recovery_sources_for(r, 8, 5), (std::vector<std::int64_t>{2, 3, 1}));
   EXPECT_TRUE(recovery_sources_for(r, 1, 2).empty());  // not a joiner
-  EXPECT_NE(recovery_spec(r, 7, 1, false, 1).epoch, recovery_spec(r, 8, 1, false, 1).epoch);
-  EXPECT_EQ(recovery_spec(r, 7, 1, false, 1).epoch >> 62, 1u);
+  EXPECT_NE(recovery_spec(r, 7, 1, false, RecoveryOptions{}).epoch,
+            recovery_spec(r, 8, 1, false, RecoveryOptions{}).epoch);
+  EXPECT_EQ(recovery_spec(r, 7, 1, false, RecoveryOptions{}).epoch >> 62, 1u);
 }
 
 }  // namespace

@@ -1,9 +1,20 @@
-// meridian::Store -> gloo::rendezvous::Store, with a prefix per epoch and bounded waits.
+// StoreAdapter (gloo_store_adapter.h).
 #include "engine/transport/gloo/gloo_store_adapter.h"
 
 #include <algorithm>
+#include <chrono>
+
+#include "engine/error.h"
 
 namespace meridian::gloo_transport {
+
+void StoreAdapter::barrier(int rank, int size) {
+  store_.set(prefix_ + "arrived/" + std::to_string(rank), "1");
+  std::vector<std::string> all;
+  for (int r = 0; r < size; ++r)
+    if (r != rank) all.push_back("arrived/" + std::to_string(r));
+  wait(all);
+}
 
 void StoreAdapter::set(const std::string& key, const std::vector<char>& data) {
   store_.set(prefix_ + key, std::string(data.begin(), data.end()));
@@ -14,18 +25,28 @@ std::vector<char> StoreAdapter::get(const std::string& key) {
   return std::vector<char>(value.begin(), value.end());
 }
 
-void StoreAdapter::wait(const std::vector<std::string>& keys) {
-  wait(keys, std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s_ * 1000.0)));
+void StoreAdapter::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) {
+  wait(keys);
 }
 
-void StoreAdapter::wait(const std::vector<std::string>& keys,
-                        const std::chrono::milliseconds& timeout) {
+void StoreAdapter::wait(const std::vector<std::string>& keys) {
   std::vector<std::string> prefixed;
   prefixed.reserve(keys.size());
   for (const auto& k : keys) prefixed.push_back(prefix_ + k);
-  // Gloo passes its context timeout; never wait longer than the epoch's bound.
-  const double timeout_s = std::min(timeout_s_, timeout.count() / 1000.0);
-  store_.wait(prefixed, timeout.count() > 0 ? timeout_s : timeout_s_);
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s_);
+  while (true) {
+    const double left_s = std::chrono::duration<double>(deadline - Clock::now()).count();
+    try {
+      store_.wait(prefixed, std::max(0.001, abandon_ ? std::min(poll_s_, left_s) : left_s));
+      return;
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) throw;
+    }
+    if (const std::string why = abandon_(); !why.empty())
+      throw PeerLostError(
+          -1, "gloo transport: stopped waiting for the members of " + prefix_ + ": " + why);
+  }
 }
 
 }  // namespace meridian::gloo_transport

@@ -1,10 +1,13 @@
 // Adapts a meridian::Store to gloo::rendezvous::Store under a key prefix, so Gloo's
-// connectFullMesh can exchange addresses through the run's store. Every wait is bounded by the
-// adapter's timeout (Gloo's timeout-less overloads included). Not a general-purpose Gloo store.
+// connectFullMesh can exchange addresses through the run's store; and the barrier before it
+// (every member arrived). Every wait is bounded by the adapter's timeout (Gloo's own timeout
+// and its timeout-less overloads are not used) and given up as soon as the epoch's abandon rule
+// says a member cannot come (EpochSpec::abandon). Not a general-purpose Gloo store.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -14,8 +17,19 @@ namespace meridian::gloo_transport {
 
 class StoreAdapter final : public ::gloo::rendezvous::Store {
  public:
-  StoreAdapter(meridian::Store& store, std::string prefix, double timeout_s)
-      : store_(store), prefix_(std::move(prefix)), timeout_s_(timeout_s) {}
+  // `abandon` as EpochSpec::abandon (polled every `poll_s` while waiting; may be empty).
+  StoreAdapter(meridian::Store& store, std::string prefix, double timeout_s,
+               std::function<std::string()> abandon = {}, double poll_s = 0.5)
+      : store_(store),
+        prefix_(std::move(prefix)),
+        timeout_s_(timeout_s),
+        abandon_(std::move(abandon)),
+        poll_s_(poll_s) {}
+
+  // Marks member `rank` of `size` arrived and waits until every member has.
+  void barrier(int rank, int size);
+  // The bound of the waits from now on.
+  void set_timeout(double timeout_s) { timeout_s_ = timeout_s; }
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -27,6 +41,8 @@ class StoreAdapter final : public ::gloo::rendezvous::Store {
   meridian::Store& store_;
   std::string prefix_;
   double timeout_s_;
+  std::function<std::string()> abandon_;
+  double poll_s_;
 };
 
 }  // namespace meridian::gloo_transport

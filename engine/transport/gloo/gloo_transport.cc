@@ -28,6 +28,7 @@
 #include "engine/transport/deadline.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
 #include "engine/util/epoch_keys.h"
+#include "engine/util/hmac.h"
 #include "engine/util/splitmix64.h"
 
 namespace meridian::gloo_transport {
@@ -406,6 +407,59 @@ std::unique_ptr<PendingExchange> GlooTransport::start_exchange(int to, Payload o
   return std::make_unique<GlooExchange>(*this, to, out, from, into, tag);
 }
 
+namespace {
+
+// Slot of the pair authentication: bits 63 and 62 both set, which neither an exchange slot
+// (01), a credit (a tag with bit 63) nor a plain tag uses.
+constexpr std::uint64_t kAuthSlot = (std::uint64_t{3} << 62) | 0x41555448;  // "AUTH"
+
+// What rank `from` sends rank `to` to prove it holds the run's secret, bound to the epoch and
+// its members (the prefix hashes them) so that nothing recorded elsewhere can be replayed.
+Sha256Digest pair_proof(const std::string& secret, const std::string& prefix, int from, int to) {
+  return hmac_sha256(secret, "meridian gloo pair v1|" + prefix + "|" + std::to_string(from) + ">" +
+                                 std::to_string(to));
+}
+
+}  // namespace
+
+void GlooTransportFactory::authenticate(::gloo::Context& context, const EpochSpec& spec,
+                                        const std::string& prefix, double timeout_s) const {
+  // Gloo's tcp pair accepts whichever connection reaches its listening port first, so a
+  // stranger can take a peer's place; it is found here, before the epoch carries anything,
+  // and the epoch fails (its members retry in a new one, on new ports).
+  const int size = static_cast<int>(spec.members.size());
+  const auto deadline = deadline_after(timeout_s);
+  std::vector<Sha256Digest> mine(size), theirs(size);
+  std::vector<std::unique_ptr<Buffer>> sends, recvs;
+  for (int p = 0; p < size; ++p) {
+    if (p == spec.rank) continue;
+    mine[p] = pair_proof(options_.secret, prefix, spec.rank, p);
+    recvs.push_back(context.createUnboundBuffer(theirs[p].data(), theirs[p].size()));
+    recvs.back()->recv(p, kAuthSlot);
+    sends.push_back(context.createUnboundBuffer(mine[p].data(), mine[p].size()));
+    sends.back()->send(p, kAuthSlot);
+  }
+  const auto fail = [&](int p, const std::string& why) {
+    context.closeConnections();
+    throw PeerLostError(
+        p, "gloo transport: epoch " + std::to_string(spec.epoch) + ": rank " + std::to_string(p) +
+               " (node " + std::to_string(spec.members[static_cast<std::size_t>(p)]) + ") " + why);
+  };
+  for (int p = 0, i = 0; p < size; ++p) {
+    if (p == spec.rank) continue;
+    bool ok = false;
+    try {
+      ok = recvs[i]->waitRecv(left_ms(deadline)) && sends[i]->waitSend(left_ms(deadline));
+    } catch (const ::gloo::Exception& e) {
+      fail(p, std::string("did not prove the run's secret: ") + e.what());
+    }
+    if (!ok) fail(p, "did not prove the run's secret: aborted");
+    if (!digests_equal(theirs[p], pair_proof(options_.secret, prefix, p, spec.rank)))
+      fail(p, "sent a wrong proof of the run's secret (a stranger on its connection?)");
+    ++i;
+  }
+}
+
 GlooTransportFactory::GlooTransportFactory(Store& store, GlooOptions options)
     : store_(store), options_(std::move(options)) {
   struct sigaction current {};
@@ -439,12 +493,22 @@ std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) 
   if (size == 1) return std::make_unique<SoloTransport>(spec.epoch);
 
   const std::string prefix = epoch_store_prefix(options_.store_prefix, spec);
-  StoreAdapter adapter(store_, prefix, spec.timeout_s);
+  const double connect_s = spec.connect_timeout_s > 0 ? spec.connect_timeout_s : spec.timeout_s;
+  StoreAdapter adapter(store_, prefix, spec.timeout_s, spec.abandon, spec.poll_s);
+  // Every member arrives before any pair listens: Gloo connects pair by pair, so a member
+  // waiting for a late one would keep its other pairs' ports open (to any stranger) and
+  // unconnected until their short bound ran out. After the barrier the addresses and the
+  // connections come within a few round trips.
+  adapter.barrier(spec.rank, size);
+  adapter.set_timeout(connect_s);
   auto context = std::make_shared<::gloo::rendezvous::Context>(spec.rank, size);
+  // Gloo gives a pair's connection five times its context's timeout (and bounds nothing else
+  // this transport does: every operation here passes its own).
   context->setTimeout(std::chrono::milliseconds(
-      static_cast<std::int64_t>(std::clamp(spec.timeout_s, 0.001, 1e7) * 1000.0)));
+      static_cast<std::int64_t>(std::clamp(connect_s / 5.0, 0.001, 1e7) * 1000.0)));
   try {
     context->connectFullMesh(adapter, device_);
+    if (!options_.secret.empty()) authenticate(*context, spec, prefix, connect_s);
   } catch (const ::gloo::IoException& e) {
     const std::string msg = e.what();
     if (msg.find("Timed out") != std::string::npos || msg.find("timed out") != std::string::npos) {

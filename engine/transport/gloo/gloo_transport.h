@@ -10,9 +10,12 @@
 #include "engine/store.h"
 #include "engine/transport.h"
 
-namespace gloo::transport {
+namespace gloo {
+class Context;
+namespace transport {
 class Device;
-}  // namespace gloo::transport
+}  // namespace transport
+}  // namespace gloo
 
 namespace meridian::gloo_transport {
 
@@ -24,6 +27,11 @@ struct GlooOptions {
   std::string interface;
   // Prefix of this transport's rendezvous keys in the Store; each epoch adds its own part.
   std::string store_prefix = "gloo";
+  // The run's shared secret. Every connection of an epoch proves it (an HMAC bound to the
+  // epoch, its members and both ranks) before the epoch is used; a connection that does not
+  // within the epoch's connect bound fails the epoch (PeerLostError). Empty: connections are not
+  // authenticated (tests of the transport alone; every real run has a secret).
+  std::string secret;
 };
 
 // Builds one GlooTransport per epoch. Every member of an epoch calls connect() with the same
@@ -38,11 +46,18 @@ class GlooTransportFactory final : public TransportFactory {
   // `store` must outlive the factory and every transport it builds.
   GlooTransportFactory(Store& store, GlooOptions options = {});
   ~GlooTransportFactory() override;
-  // Throws TimeoutError when the members do not all arrive within spec.timeout_s, PeerLostError
-  // when a connection fails, ConfigError when the device cannot be created.
+  // Waits for every member's addresses (up to spec.timeout_s, given up when spec.abandon
+  // answers), then connects and authenticates every pair within spec.connect_timeout_s. Throws
+  // TimeoutError when the members do not all arrive in time, PeerLostError when a connection
+  // fails, a peer does not authenticate, or the wait was abandoned, ConfigError when the device
+  // cannot be created.
   std::unique_ptr<Transport> connect(const EpochSpec& spec) override;
 
  private:
+  // Every pair proves the run's secret to the other within `timeout_s` (options_.secret).
+  void authenticate(::gloo::Context& context, const EpochSpec& spec, const std::string& prefix,
+                    double timeout_s) const;
+
   Store& store_;
   GlooOptions options_;
   std::shared_ptr<::gloo::transport::Device> device_;

@@ -1,0 +1,274 @@
+// Liveness of real runs (`meridian train` processes on loopback, the embedded TCP store): what a
+// stranger or a dying joiner can cost a run is bounded by the lease, never by the recovery or
+// all-reduce timeouts and never forever. Each test measures the longest gap between two of a
+// survivor's outer steps; both are `timing` (the bound assumes the machine trains a round of
+// `tiny` in a few seconds). Every port is ephemeral; waits poll files with timeouts.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/gloo/train_processes.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using meridian::testing::checksums;
+using meridian::testing::read_file;
+using meridian::testing::wait_until;
+
+// The times (`t`) of a node's outer_step records, in file order.
+std::vector<double> outer_step_times(const fs::path& events) {
+  std::vector<double> out;
+  std::istringstream in(read_file(events));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"type\":\"outer_step\"") == std::string::npos) continue;
+    if (line.rfind("{\"t\":", 0) != 0) continue;
+    out.push_back(std::strtod(line.c_str() + 5, nullptr));
+  }
+  return out;
+}
+
+// The longest gap between consecutive outer steps `from`..`to` (from >= 1 skips start-up).
+double longest_stall_s(const std::vector<double>& t, std::size_t from, std::size_t to) {
+  double worst = 0;
+  for (std::size_t i = std::max<std::size_t>(from, 1); i < std::min(to, t.size()); ++i)
+    worst = std::max(worst, t[i] - t[i - 1]);
+  return worst;
+}
+
+// A stranger that opens a TCP connection to every listening port of the given processes (but
+// one: the store's) as soon as it sees it, and then holds it without a byte, as a half-open
+// peer would. Gloo's tcp pairs listen on a short-lived port each and accept the first
+// connection that arrives. Stops (closing what it holds) when destroyed.
+class ListenerSquatter {
+ public:
+  explicit ListenerSquatter(int store_port) : store_port_(store_port) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~ListenerSquatter() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : held_) ::close(fd);
+  }
+  void watch(pid_t pid) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.push_back(pid);
+  }
+  int held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(held_.size());
+  }
+
+ private:
+  // LISTEN sockets of IPv4: (port, inode).
+  static std::vector<std::pair<int, std::string>> listening() {
+    std::vector<std::pair<int, std::string>> out;
+    std::ifstream in("/proc/net/tcp");
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+            inode))
+        continue;
+      if (state != "0A") continue;
+      out.emplace_back(std::stoi(local.substr(local.find(':') + 1), nullptr, 16), inode);
+    }
+    return out;
+  }
+  bool owned_by_a_watched_process(const std::string& inode) {
+    std::vector<pid_t> pids;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pids = pids_;
+    }
+    const std::string want = "socket:[" + inode + "]";
+    for (pid_t pid : pids) {
+      const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+      DIR* d = ::opendir(dir.c_str());
+      if (d == nullptr) continue;
+      bool found = false;
+      while (dirent* e = ::readdir(d)) {
+        char target[64] = {};
+        const std::string link = dir + "/" + e->d_name;
+        const ssize_t n = ::readlink(link.c_str(), target, sizeof target - 1);
+        if (n > 0 && want == target) found = true;
+      }
+      ::closedir(d);
+      if (found) return true;
+    }
+    return false;
+  }
+  void loop() {
+    std::set<std::string> seen;
+    while (!stop_) {
+      for (const auto& [port, inode] : listening()) {
+        if (port == store_port_ || !seen.insert(inode).second) continue;
+        if (!owned_by_a_watched_process(inode)) {
+          seen.erase(inode);  // perhaps not yet a watched process's: look again
+          continue;
+        }
+        const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(static_cast<std::uint16_t>(port));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+          std::lock_guard<std::mutex> lock(mu_);
+          held_.push_back(fd);
+        } else {
+          ::close(fd);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  const int store_port_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::vector<pid_t> pids_;  // guarded by mu_
+  std::vector<int> held_;    // guarded by mu_
+  std::thread thread_;
+};
+
+class LivenessTest : public meridian::testing::TrainProcessTest {
+ protected:
+  void SetUp() override {
+    TrainProcessTest::SetUp();
+    // The recovery and all-reduce bounds far above the lease: a stall that waits for either
+    // shows as one, and the lease (3 s) is what should bound it.
+    heartbeat_s_ = 0.3;
+    dead_after_s_ = 3;
+    recovery_timeout_s_ = 60;
+    allreduce_timeout_s_ = 60;
+  }
+  // The lease, the connections' bound (twice the lease) and a round of `tiny` on a loaded
+  // 2-vCPU machine.
+  double stall_bound_s() const { return dead_after_s_ + 2 * dead_after_s_ + 10; }
+
+  // More outer steps than a test waits for: the run is ended by stop_after.
+  static constexpr int kLongRun = 100000;
+
+  // Waits until node 1 has applied `steps` outer steps (a frozen run fails here), then stops
+  // `nodes` gracefully (SIGTERM: leave after the current round; node 1 keeps the store it
+  // serves up until the others have left), each expected to exit 0. Returns node 1's outer
+  // steps when they were asked to stop: the steps every survivor made.
+  std::size_t stop_after(std::size_t steps, const std::vector<std::pair<int, pid_t>>& nodes) {
+    const bool reached = wait_until([&] { return checksums(node_dir(1)).size() >= steps; }, 240);
+    const std::size_t done = checksums(node_dir(1)).size();
+    for (const auto& [id, pid] : nodes) ::kill(pid, SIGTERM);
+    finish_within(nodes, 120);
+    if (!reached)
+      ADD_FAILURE() << "node 1 applied " << done << " of " << steps
+                    << " outer steps within 240 s (frozen):\n"
+                    << log(1);
+    return done;
+  }
+
+  // Finishes nodes `ids` (exit 0 expected) or, when they are not all done within `timeout_s`,
+  // kills them and fails: a frozen run.
+  void finish_within(const std::vector<std::pair<int, pid_t>>& nodes, double timeout_s) {
+    const bool done = wait_until(
+        [&] {
+          for (const auto& [id, pid] : nodes) {
+            if (exit_.count(id)) continue;
+            int status = 0;
+            if (::waitpid(pid, &status, WNOHANG) != pid) return false;
+            pids_.erase(std::find(pids_.begin(), pids_.end(), pid));
+            exit_[id] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          }
+          return true;
+        },
+        timeout_s);
+    if (!done) {
+      for (const auto& [id, pid] : nodes) ADD_FAILURE() << "node " << id << ":\n" << log(id);
+      FAIL() << "the run did not finish within " << timeout_s << " s (frozen)";
+    }
+    for (const auto& [id, pid] : nodes) EXPECT_EQ(exit_[id], 0) << log(id);
+  }
+
+  std::map<int, int> exit_;
+};
+
+TEST_F(LivenessTest, AJoinerThatDiesRightAfterAdmissionCostsTheRunALeaseNotTheRecoveryTimeout) {
+  write_run(3, kLongRun);
+  const std::string store = start_first();
+  const pid_t n1 = pids_.back();
+  const pid_t n2 = start(2, {"--store", store}), n3 = start(3, {"--store", store});
+  // Once the run has formed, node 4 starts, is admitted at the first boundary after it queued,
+  // and dies before it connects to its sources.
+  ASSERT_TRUE(wait_until([&] { return !checksums(node_dir(1)).empty(); }, 180)) << log(1);
+  const pid_t n4 = start(4, {"--store", store, "--shard", "0", "--fault-kill", "admitted"});
+  EXPECT_EQ(finish(n4), 128 + SIGKILL) << log(4);
+  EXPECT_NE(log(4).find("fault: SIGKILL in admission"), std::string::npos) << log(4);
+  const std::size_t killed_at = checksums(node_dir(1)).size();
+  const std::size_t end = stop_after(killed_at + 10, {{1, n1}, {2, n2}, {3, n3}});
+
+  const auto c1 = checksums(node_dir(1));
+  ASSERT_GE(c1.size(), end);
+  for (int id : {2, 3})
+    for (const auto& [step, v] : checksums(node_dir(id)))
+      if (c1.count(step))
+        EXPECT_EQ(v.second, c1.at(step).second) << "node " << id << ", outer step " << step;
+  const double stall = longest_stall_s(outer_step_times(node_dir(1) / "events.jsonl"), 1, end);
+  std::cout << "node 4 killed at admission after outer step " << killed_at
+            << "; longest gap between outer steps 1.." << end << ": " << stall << " s (bound "
+            << stall_bound_s() << " s; recovery and all-reduce timeouts 60 s)" << std::endl;
+  EXPECT_LT(stall, stall_bound_s());
+}
+
+TEST_F(LivenessTest, SilentConnectionsToEveryGlooListeningPortNeverFreezeTheRun) {
+  write_run(3, kLongRun);
+  const std::string store = start_first();
+  ListenerSquatter squatter(std::stoi(store.substr(store.rfind(':') + 1)));
+  const pid_t n1 = pids_.back();
+  squatter.watch(n1);
+  const pid_t n2 = start(2, {"--store", store});
+  squatter.watch(n2);
+  const pid_t n3 = start(3, {"--store", store});
+  squatter.watch(n3);
+  // Once the run has formed, node 4 joins (by live recovery, at the first boundary after it
+  // queued) while every listening port of every process is squatted.
+  ASSERT_TRUE(wait_until([&] { return !checksums(node_dir(1)).empty(); }, 180)) << log(1);
+  const pid_t n4 = start(4, {"--store", store, "--shard", "0"});
+  squatter.watch(n4);
+  ASSERT_TRUE(wait_until([&] { return !checksums(node_dir(4)).empty(); }, 180)) << log(4);
+  const std::size_t joined_at = checksums(node_dir(1)).size();
+  const std::size_t end = stop_after(joined_at + 10, {{4, n4}, {1, n1}, {2, n2}, {3, n3}});
+
+  EXPECT_GT(squatter.held(), 0) << "the stranger never got a connection: nothing was tested";
+  const auto c1 = checksums(node_dir(1));
+  ASSERT_GE(c1.size(), end);
+  for (int id : {2, 3, 4})
+    for (const auto& [step, v] : checksums(node_dir(id)))
+      if (c1.count(step))
+        EXPECT_EQ(v.second, c1.at(step).second) << "node " << id << ", outer step " << step;
+  const double stall = longest_stall_s(outer_step_times(node_dir(1) / "events.jsonl"), 1, end);
+  std::cout << "the stranger held " << squatter.held() << " connections; node 4 applied its "
+            << "first outer step after node 1's " << joined_at << "; longest gap between outer "
+            << "steps 1.." << end << ": " << stall << " s (bound " << stall_bound_s() << " s)"
+            << std::endl;
+  EXPECT_LT(stall, stall_bound_s());
+}
+
+}  // namespace
