@@ -198,6 +198,15 @@ class EtcdCluster:
         except subprocess.TimeoutExpired:
             return False
 
+    def health_check(self):
+        """`etcdctl endpoint health` of the running members, started and not awaited: the churn
+        loop polls it, so that checksums are still polled while etcd heals."""
+        eps = ",".join(f"http://127.0.0.1:{m['client']}" for i, m in enumerate(self.members)
+                       if self.running(i))
+        return subprocess.Popen([self.ETCDCTL, f"--endpoints={eps}", "--command-timeout=2s",
+                                 "endpoint", "health"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
     def wait_healthy(self, timeout_s):
         end = now() + timeout_s
         while now() < end:
@@ -425,8 +434,10 @@ def run_phase(args, phase, churn, actions, hard_end, etcd):
         actions.write(f"{phase.t():.3f}", name, "start", nid, len(phase.alive()), "initial")
 
     lost = [False]
+    lag = {"last": now(), "max": 0.0}  # the longest time between two polls (blind spots)
 
     def tick():
+        lag["max"], lag["last"] = max(lag["max"], now() - lag["last"]), now()
         phase.poll_checksums()
         for nid, status in phase.reap():
             actions.write(f"{phase.t():.3f}", name, "exit", nid, len(phase.alive()), status)
@@ -451,8 +462,7 @@ def run_phase(args, phase, churn, actions, hard_end, etcd):
     rng = random.Random(args.seed)
     etcd_rng = random.Random(args.seed + 1)
     next_action = now() + rng.uniform(args.min_interval_s, args.max_interval_s)
-    down = None  # (member, restart time) while an etcd member is down
-    next_etcd_kill = now() + etcd_rng.uniform(args.etcd_kill_min_s, args.etcd_kill_max_s)
+    etcd_state = {"next_kill": now() + etcd_rng.uniform(args.etcd_kill_min_s, args.etcd_kill_max_s)}
     spawns = 0
     while now() < window_end:
         tick()
@@ -484,27 +494,17 @@ def run_phase(args, phase, churn, actions, hard_end, etcd):
                               f"{was}; members {len(phase.members())}")
             next_action = now() + rng.uniform(args.min_interval_s, args.max_interval_s)
         if churn and etcd is not None and args.etcd_kill_max_s > 0:
-            if down is None and now() >= next_etcd_kill:
-                member = etcd_rng.randrange(len(etcd.members))
-                etcd.kill(member)
-                down = (member, now() + etcd_rng.uniform(args.etcd_down_min_s, args.etcd_down_max_s))
-                actions.write(f"{phase.t():.3f}", name, "etcd-kill", f"m{member}", len(phase.alive()), "")
-            elif down is not None and now() >= down[1]:
-                etcd.restart(down[0])
-                actions.write(f"{phase.t():.3f}", name, "etcd-restart", f"m{down[0]}",
+            member_event = etcd_step(etcd, etcd_state, etcd_rng, args)
+            if member_event:
+                actions.write(f"{phase.t():.3f}", name, member_event[0], f"m{member_event[1]}",
                               len(phase.alive()), "")
-                # Never two down at once: the next kill waits until the cluster is whole again.
-                healthy = etcd.wait_healthy(60)
-                actions.write(f"{phase.t():.3f}", name, "etcd-healthy" if healthy else "etcd-unhealthy",
-                              f"m{down[0]}", len(phase.alive()), "")
-                down = None
-                next_etcd_kill = now() + etcd_rng.uniform(args.etcd_kill_min_s, args.etcd_kill_max_s)
         time.sleep(args.poll_s)
-    if down is not None:
-        etcd.restart(down[0])
-        actions.write(f"{phase.t():.3f}", name, "etcd-restart", f"m{down[0]}", len(phase.alive()), "")
-        etcd.wait_healthy(60)
-    actions.write(f"{phase.t():.3f}", name, "window-end", "-", len(phase.alive()), "")
+    if etcd_state.get("down") is not None:
+        etcd.restart(etcd_state["down"])
+        actions.write(f"{phase.t():.3f}", name, "etcd-restart", f"m{etcd_state['down']}",
+                      len(phase.alive()), "")
+    actions.write(f"{phase.t():.3f}", name, "window-end", "-", len(phase.alive()),
+                  f"max poll gap {lag['max']:.2f} s")
     if churn:
         # Quiet tail: does the run still make progress once the churn stops?
         before = phase.last_step()
@@ -514,6 +514,38 @@ def run_phase(args, phase, churn, actions, hard_end, etcd):
             time.sleep(args.poll_s)
         actions.write(f"{phase.t():.3f}", name, "tail-end", "-", len(phase.alive()),
                       phase.last_step() - before)
+
+
+def etcd_step(etcd, state, rng, args):
+    """One step of the member churn, without blocking: up (until next_kill) -> one member down
+    (until restart_at) -> restarted, healing (until `etcdctl endpoint health` passes, at most
+    60 s) -> up. Never two down at once: the next kill waits until the cluster is whole again.
+    Returns (action, member) when something happened."""
+    t = now()
+    if "healing" in state:
+        member, deadline, check = state["healing"]
+        if check.poll() is None:
+            return None
+        if check.returncode != 0 and t < deadline:
+            state["healing"] = (member, deadline, etcd.health_check())
+            return None
+        del state["healing"]
+        state["next_kill"] = t + rng.uniform(args.etcd_kill_min_s, args.etcd_kill_max_s)
+        return ("etcd-healthy" if check.returncode == 0 else "etcd-unhealthy", member)
+    if state.get("down") is not None:
+        if t < state["restart_at"]:
+            return None
+        member = state.pop("down")
+        etcd.restart(member)
+        state["healing"] = (member, t + 60, etcd.health_check())
+        return ("etcd-restart", member)
+    if t >= state["next_kill"]:
+        member = rng.randrange(len(etcd.members))
+        etcd.kill(member)
+        state["down"] = member
+        state["restart_at"] = t + rng.uniform(args.etcd_down_min_s, args.etcd_down_max_s)
+        return ("etcd-kill", member)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -644,8 +676,10 @@ def phase_summary(out, phase, actions):
         acc += last_alive * (end - last_t)
         alive_mean = acc / (end - start)
     stalls = [g for g, _ in gaps if g >= STALL_REPORT_S]
+    poll_gap = [a["detail"].split()[3] for a in acts if a["action"] == "window-end" and a["detail"]]
     return {
         "window_s": round(end - start, 1),
+        "max_poll_gap_s": float(poll_gap[0]) if poll_gap else None,
         "outer_steps": len(in_window),
         "outer_steps_per_min": round(len(in_window) / minutes, 2),
         "round_s_median": round(statistics.median(inner_gaps), 3) if inner_gaps else None,
