@@ -174,6 +174,8 @@ EventBody parse_body(const std::string& type, const Fields& f) {
     return RunInterruptedRecord{f.string("reason"), f.number("simulated_s"),
                                 f.integer("outer_steps"),
                                 f.optional_integer("outer_steps_planned")};
+  if (type == "node_lost")
+    return NodeLostRecord{f.string("exit"), f.string("reason"), f.integer("outer_steps")};
   return UnknownRecord{};
 }
 

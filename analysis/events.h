@@ -138,6 +138,14 @@ struct RunInterruptedRecord {
   std::int64_t outer_steps = 0;  // done
   std::optional<std::int64_t> outer_steps_planned;
 };
+// The last line of a real node's file instead of run_finished when the run did not finish for
+// it: it gave up as lost (exit "lost": its store or transports were gone, a record never came)
+// or the mesh evicted it (exit "evicted").
+struct NodeLostRecord {
+  std::string exit;  // "lost" or "evicted"
+  std::string reason;
+  std::int64_t outer_steps = 0;  // applied by this node
+};
 // A type this reader does not know (a newer writer): kept, ignored by the statistics.
 struct UnknownRecord {};
 
@@ -145,8 +153,8 @@ using EventBody =
     std::variant<ConfigRecord, NodeStartedRecord, JoinRequestedRecord, AdmittedRecord,
                  RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord, NodeLeftRecord,
                  EpochFormedRecord, InnerStepsRecord, AllreduceRecord, RetryRecord, FallbackRecord,
-                 NonFiniteRecord, OuterStepRecord, CheckpointRecord, EvaluationRecord, RunFinishedRecord,
-                 RunInterruptedRecord, UnknownRecord>;
+                 NonFiniteRecord, OuterStepRecord, CheckpointRecord, EvaluationRecord,
+                 RunFinishedRecord, RunInterruptedRecord, NodeLostRecord, UnknownRecord>;
 
 struct EventRecord {
   double t_s = 0;
@@ -177,7 +185,8 @@ std::vector<EventRecord> read_events_file(const std::string& path);
 // of its config record (required when there is more than one stream); the first config record
 // is kept and the others dropped; the per-process `run_finished` (or `run_interrupted`: one
 // interrupted process makes the run interrupted) records become one at the last
-// of them (its `simulated_s` the run's wall time on the common clock); the result is ordered by
+// of them (its `simulated_s` the run's wall time on the common clock; a process that ended with
+// `node_lost` has none, its record stays as it is); the result is ordered by
 // time (stable). `names` label the streams in errors.
 std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>> streams,
                                             const std::vector<std::string>& names);

@@ -237,6 +237,8 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
       "");
   for (const std::string& line : s.non_finite)
     row("non-finite pseudo-gradient", line, "event nonfinite: sat the step out, or evicted");
+  for (const std::string& line : s.lost)
+    row("node lost", line, "event node_lost: the node gave up, or was evicted");
   if (s.loss) {
     row("final loss", fmt(*s.loss, "%.4f"), "mean over nodes, last outer step with a loss");
     row("final perplexity", fmt(*s.perplexity, "%.4g"), "exp(loss)");

@@ -177,12 +177,17 @@ Summary summarize(const std::vector<EventRecord>& events) {
       ++s.fallbacks;
     } else if (const auto* r = e.as<NonFiniteRecord>()) {
       non_finite.insert({r->outer_step, r->node, r->action});  // a step's blame may repeat
+    } else if (const auto* r = e.as<NodeLostRecord>()) {
+      s.lost.push_back("node " + std::to_string(e.node) + " " + r->exit + " after " +
+                       std::to_string(r->outer_steps) + " outer steps: " + r->reason);
     }
   }
   s.retries = static_cast<std::int64_t>(retried.size());
   for (const auto& [step, node, action] : non_finite)
     s.non_finite.push_back("outer step " + std::to_string(step) + ": node " + std::to_string(node) +
-                           (action == "abstain" ? " sat out" : " blamed by a receiver"));
+                           (action == "abstain" ? " sat out"
+                            : action == "evict" ? " evicted (non-finite outer steps in a row)"
+                                                : " blamed by a receiver"));
   if (!config) throw ConfigError("events: no 'config' record (the first line of events.jsonl)");
 
   s.mode = config->mode;
@@ -475,6 +480,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["fallbacks"] = s.fallbacks;
   j["failures"] = s.failures;
   j["non_finite"] = s.non_finite;
+  j["lost"] = s.lost;
   j["joins"] = s.joins;
   j["loss"] = num(s.loss);
   j["perplexity"] = num(s.perplexity);
@@ -535,6 +541,12 @@ std::string run_end_text(const Summary& s) {
   if (s.interrupted)
     return "Interrupted (" + s.interrupted_reason + ") after " + outer_steps_text(s) +
            " outer steps";
+  if (!s.lost.empty()) {
+    std::string nodes;
+    for (const std::string& l : s.lost) nodes += (nodes.empty() ? "" : "; ") + l;
+    return "Incomplete: no node finished the run after " + outer_steps_text(s) + " outer steps (" +
+           nodes + ")";
+  }
   return "Incomplete: the events stop after " + outer_steps_text(s) +
          " outer steps without a final record (the run crashed, was killed, or is still running)";
 }
@@ -590,6 +602,7 @@ std::string summary_table(const Summary& s) {
   if (s.retries || s.fallbacks)
     row("retries / fallbacks", std::to_string(s.retries) + " / " + std::to_string(s.fallbacks));
   for (const std::string& line : s.non_finite) row("non-finite pseudo-gradient", line);
+  for (const std::string& line : s.lost) row("node lost", line);
   if (s.loss) row("final loss (train, mean over nodes)", num(*s.loss, "%.4f"));
   if (s.val_loss) row("final validation loss", num(*s.val_loss, "%.4f"));
   if (s.target_loss) {

@@ -109,6 +109,9 @@ struct Summary {
   // Non-finite pseudo-gradients (event `nonfinite`), one line each, by outer step:
   // "outer step 2: node 3 sat out" or "outer step 0: node 3 blamed by a receiver".
   std::vector<std::string> non_finite;
+  // Nodes whose file ends with `node_lost`, one line each: "node 3 lost after 4 outer steps:
+  // <reason>" (exit "lost" or "evicted").
+  std::vector<std::string> lost;
 
   std::optional<double> loss;        // last outer step with a loss
   std::optional<double> perplexity;  // exp(loss)
@@ -148,7 +151,7 @@ std::string outer_steps_text(const Summary& s);
 
 // "" for a complete run; else one sentence for the top of a report or table: "Interrupted
 // (SIGINT) after 160 of 904 planned outer steps", or "Incomplete: ..." when the events stop
-// without a final record.
+// without a final record (naming the nodes that gave up as lost, when some did).
 std::string run_end_text(const Summary& s);
 
 // The headline numbers as an aligned text table (what `meridian sim` prints on stdout).

@@ -2,13 +2,12 @@
 // same server by default). Serves until SIGINT or SIGTERM. Not a node: it trains nothing.
 #include <signal.h>
 
-#include <fstream>
 #include <iostream>
-#include <iterator>
 
 #include "cli/args.h"
 #include "cli/build_info.h"
 #include "cli/command.h"
+#include "cli/run_config_hash.h"
 #include "engine/error.h"
 #include "engine/store/tcp_store.h"
 
@@ -17,22 +16,29 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: meridian store --port P --secret-file F [--bind HOST]\n"
-    "                      [--config RUN.yaml | --config-hash H]\n"
+    "                      [--config RUN.yaml [--set KEY=VALUE]... | --config-hash H]\n"
     "\n"
     "Serves the run's rendezvous and membership store on HOST:P (default HOST 127.0.0.1, this\n"
     "machine only; --bind 0.0.0.0 serves every interface; P = 0 picks a free port). Nodes join\n"
     "by proving they hold the secret in F (challenge-response HMAC-SHA256; the secret never\n"
-    "crosses the network). A node running another meridian version is refused; with --config\n"
-    "(hashes the file) or --config-hash, so is a node whose run configuration hash differs.\n"
-    "Connections that have not joined are bounded (256 in all, 32 per address: the oldest idle\n"
-    "one is shed for a newcomer); each refused client gets one line on stderr (at most 5 a\n"
-    "second, the rest counted). Prints 'store listening on HOST:PORT' once ready.\n";
+    "crosses the network). A node running another meridian version is refused, and so is a node\n"
+    "whose run configuration differs: each node sends the hash of its resolved configuration\n"
+    "(RUN.yaml with its --set overrides and --transport). The run's hash is, in this order:\n"
+    "  --config RUN.yaml     RUN.yaml resolved as `meridian train RUN.yaml` resolves it, with\n"
+    "                        the same --set overrides (repeatable) as the nodes\n"
+    "  --config-hash H       H, as a refused node's error names it\n"
+    "  (neither)             the hash of the first node to join\n"
+    "Connections that have not joined are bounded (256 in all, 32 per address): a newcomer sheds\n"
+    "one, first one stalled mid-handshake, else the oldest idle; one not joined within 10 s is\n"
+    "closed. Each refused client gets one line on stderr (at most 5 a second, the rest counted).\n"
+    "Prints 'store listening on HOST:PORT' once ready.\n";
 
 int run_store(const std::vector<std::string>& args) {
   TcpStoreServerOptions options;
   options.identity.version = kVersion;
   bool have_port = false;
-  std::string secret_file;
+  std::string secret_file, run_yaml;
+  std::vector<std::string> overrides;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -45,15 +51,26 @@ int run_store(const std::vector<std::string>& args) {
       options.bind_host = value();
     } else if (a == "--config-hash") {
       options.identity.config_hash = value();
+      if (options.identity.config_hash.empty()) throw ConfigError("--config-hash: empty hash");
     } else if (a == "--config") {
-      const std::string path = value();
-      std::ifstream in(path, std::ios::binary);
-      if (!in) throw ConfigError("--config: cannot read '" + path + "'");
-      options.identity.config_hash = config_hash_of(
-          std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()));
+      run_yaml = value();
+    } else if (a == "--set") {
+      overrides.push_back(value());
     } else {
       throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
     }
+  }
+  if (!run_yaml.empty() && !options.identity.config_hash.empty())
+    throw ConfigError("give one of --config and --config-hash\n" + std::string(kUsage));
+  if (!overrides.empty() && run_yaml.empty())
+    throw ConfigError("--set overrides a key of --config RUN.yaml, and there is none\n" +
+                      std::string(kUsage));
+  if (!run_yaml.empty()) {
+    if (!run_config_hash_fn())
+      throw ConfigError(
+          "--config: this meridian was built without the trainer, which resolves a "
+          "run file; give --config-hash H (a refused node's error names its hash)");
+    options.identity.config_hash = run_config_hash_fn()(run_yaml, overrides);
   }
   if (!have_port || secret_file.empty()) {
     throw ConfigError(std::string("--port and --secret-file are required\n") + kUsage);
@@ -72,7 +89,7 @@ int run_store(const std::vector<std::string>& args) {
   const std::uint16_t port = server.start();
   std::cout << "store listening on " << options.bind_host << ":" << port << " (meridian "
             << kVersion << ", configuration "
-            << (options.identity.config_hash.empty() ? std::string("not checked")
+            << (options.identity.config_hash.empty() ? std::string("of the first node to join")
                                                      : options.identity.config_hash)
             << ")" << std::endl;
   int signal_number = 0;

@@ -41,6 +41,23 @@ constexpr std::uint64_t recovery_epoch_id(std::uint64_t round, std::uint64_t joi
   return (std::uint64_t{1} << 62) | (round << 24) | (joiner_index << 12) | source_index;
 }
 constexpr bool is_recovery_epoch(std::uint64_t id) { return (id >> 62) != 0; }
+// Whether a transport that connects epoch id `current` proves that no node can still need the
+// rendezvous of epoch id `old` (engine/mesh/PROTOCOL.md, "Store size"). A ring epoch e is
+// connected only once a record in epoch e exists, i.e. once every round of every earlier epoch
+// was resolved: each member of those reported (its connect had returned) or was dead. So a ring
+// epoch supersedes every ring epoch of a smaller membership epoch, whatever the shard. A
+// recovery of round r supersedes the recoveries of rounds r - 3 and older: their joiners
+// reported those rounds long ago, and a source serves from the start of its round. Ring and
+// recovery epochs never supersede each other (a ring does not know its round).
+constexpr bool epoch_superseded(std::uint64_t old, std::uint64_t current) {
+  if (is_recovery_epoch(old) != is_recovery_epoch(current)) return false;
+  if (!is_recovery_epoch(current)) {
+    constexpr std::uint64_t kEpochMask = (std::uint64_t{1} << kRingShardShift) - 1;
+    return (old & kEpochMask) < (current & kEpochMask);
+  }
+  constexpr std::uint64_t kRoundMask = (std::uint64_t{1} << 38) - 1;
+  return ((old >> 24) & kRoundMask) + 3 <= ((current >> 24) & kRoundMask);
+}
 
 // An outgoing message. `bytes` is the real content (may be empty in simulation of a model too
 // large to hold); `wire_bytes` is what the message costs on the network. Real transports send

@@ -1,14 +1,20 @@
-// Checkpoint files: safetensors for tensors, JSON for progress, CRC-32C over whole files.
-// Not asynchronous: the caller decides when to write (the engine runs it off the critical path).
+// Checkpoint files: safetensors for tensors, JSON for progress, CRC-32C over the tensor files and
+// one manifest (size and SHA-256 of every file, progress.json included) written last. Not
+// asynchronous: the caller decides when to write (the engine runs it off the critical path).
+// SHA-256 is OpenSSL's (libcrypto, which the etcd store already requires): 1.6 GB/s on this
+// machine's SHA-NI against 55 MB/s for the portable engine/util/sha256.h, and a 1B model's
+// checkpoint is 16 GB.
 #include "trainer/checkpoint.h"
 
 #include <fcntl.h>
+#include <openssl/evp.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "engine/error.h"
@@ -23,6 +29,10 @@ namespace {
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kProgressFile = "progress.json";
+constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kManifestFormat = "meridian-checkpoint-manifest-1";
+// Every file of a checkpoint but the manifest: exactly these, each listed in the manifest.
+constexpr const char* kListedFiles[] = {kModelFile, kOptimizerFile, kProgressFile};
 
 std::vector<std::byte> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -47,6 +57,136 @@ void fsync_path(const fs::path& p, bool directory) {
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) throw Error("fsync failed on " + p.string());
+}
+
+// Incremental SHA-256 through OpenSSL's EVP interface.
+class Sha256Hasher {
+ public:
+  Sha256Hasher() : ctx_(EVP_MD_CTX_new()) {
+    if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1)
+      throw Error("checkpoint: OpenSSL's SHA-256 could not be initialised");
+  }
+  ~Sha256Hasher() { EVP_MD_CTX_free(ctx_); }
+  Sha256Hasher(const Sha256Hasher&) = delete;
+  Sha256Hasher& operator=(const Sha256Hasher&) = delete;
+  void update(const void* data, std::size_t n) {
+    if (EVP_DigestUpdate(ctx_, data, n) != 1) throw Error("checkpoint: SHA-256 update failed");
+  }
+  std::string hex() {  // once, at the end
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_DigestFinal_ex(ctx_, d, &n) != 1) throw Error("checkpoint: SHA-256 final failed");
+    std::string out;
+    char buf[3];
+    for (unsigned int i = 0; i < n; ++i) {
+      std::snprintf(buf, sizeof buf, "%02x", d[i]);
+      out += buf;
+    }
+    return out;
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+struct FileDigest {
+  std::uint64_t bytes = 0;
+  std::string sha256;  // lower-case hex
+};
+
+// Size and SHA-256 of a file, read in 1 MiB pieces (a checkpoint file can be gigabytes).
+FileDigest digest_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw ConfigError("checkpoint file " + p.string() + " is missing or unreadable");
+  Sha256Hasher h;
+  FileDigest d;
+  std::vector<char> buf(1 << 20);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto got = static_cast<std::size_t>(in.gcount());
+    h.update(buf.data(), got);
+    d.bytes += got;
+  }
+  if (in.bad()) throw ProtocolError("checkpoint file " + p.string() + ": read failed");
+  d.sha256 = h.hex();
+  return d;
+}
+
+// The "files" object of `dir`'s manifest, after checking its format, that it lists exactly
+// kListedFiles and that the directory holds nothing else. A checkpoint without a manifest is
+// refused: it is either incomplete or written before manifests existed, and then its
+// progress.json has no checksum at all.
+nlohmann::json manifest_files(const fs::path& dir) {
+  const fs::path path = dir / kManifestFile;
+  if (!fs::exists(path))
+    throw ConfigError("checkpoint " + dir.string() + " has no " + kManifestFile +
+                      " (incomplete, or written before checkpoints had manifests; refused: "
+                      "its progress.json cannot be verified)");
+  const auto text = read_bytes(path);
+  nlohmann::json doc;
+  try {
+    doc =
+        nlohmann::json::parse(std::string(reinterpret_cast<const char*>(text.data()), text.size()));
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError("checkpoint " + path.string() + ": not valid JSON (" + e.what() +
+                        "); truncated or corrupt");
+  }
+  try {
+    if (doc.at("format") != kManifestFormat)
+      throw ConfigError("checkpoint " + path.string() + ": format " + doc.at("format").dump() +
+                        ", expected " + kManifestFormat);
+    const nlohmann::json files = doc.at("files");
+    std::set<std::string> listed;
+    for (const auto& [name, rec] : files.items()) listed.insert(name);
+    const std::set<std::string> want(std::begin(kListedFiles), std::end(kListedFiles));
+    if (listed != want)
+      throw ProtocolError("checkpoint " + path.string() + " lists " + files.dump() +
+                          ", expected exactly model.safetensors, optimizer.safetensors and "
+                          "progress.json (corrupt)");
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (name != kManifestFile && !want.count(name))
+        throw ProtocolError("checkpoint " + dir.string() + " holds " + name +
+                            ", which its manifest does not list");
+    }
+    return files;
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError("checkpoint " + path.string() + ": missing or bad field (" + e.what() +
+                        ")");
+  }
+}
+
+// Checks file `name` of `dir` against its manifest record (size, then SHA-256).
+void verify_listed_file(const fs::path& dir, const nlohmann::json& files, const char* name) {
+  const fs::path p = dir / name;
+  const FileDigest got = digest_file(p);
+  std::uint64_t bytes = 0;
+  std::string sha;
+  try {
+    bytes = files.at(name).at("bytes").get<std::uint64_t>();
+    sha = files.at(name).at("sha256").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw ProtocolError("checkpoint " + (dir / kManifestFile).string() + ": bad record of " + name +
+                        " (" + e.what() + ")");
+  }
+  if (got.bytes != bytes)
+    throw ProtocolError("checkpoint file " + p.string() + " is " + std::to_string(got.bytes) +
+                        " bytes, the manifest records " + std::to_string(bytes) +
+                        " (truncated or replaced)");
+  if (got.sha256 != sha)
+    throw ProtocolError("checkpoint file " + p.string() +
+                        ": SHA-256 mismatch with the manifest (corrupt or modified)");
+}
+
+// Writes `doc` (indented) to `p` and fsyncs it; returns the file's size.
+std::uint64_t write_json_durably(const fs::path& p, const nlohmann::json& doc) {
+  {
+    std::ofstream out(p, std::ios::trunc);
+    out << doc.dump(2) << "\n";
+    if (!out.flush()) throw Error("cannot write " + p.string());
+  }
+  fsync_path(p, false);
+  return fs::file_size(p);
 }
 
 std::span<const std::byte> as_bytes(std::span<const float> s) { return std::as_bytes(s); }
@@ -124,19 +264,23 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
                         {"progress", progress}};
   if (outer) doc["outer"] = nlohmann::json::parse(view.outer_json);
   std::uint64_t total_bytes = 0;
+  nlohmann::json manifest = {{"format", kManifestFormat}};
   for (const char* f : {kModelFile, kOptimizerFile}) {
     const auto bytes = read_bytes(tmp / f);
     doc["files"][f] = {{"bytes", bytes.size()}, {"crc32c", hex8(crc32c(bytes))}};
+    Sha256Hasher h;
+    h.update(bytes.data(), bytes.size());
+    manifest["files"][f] = {{"bytes", bytes.size()}, {"sha256", h.hex()}};
     total_bytes += bytes.size();
   }
-  {
-    std::ofstream out(tmp / kProgressFile, std::ios::trunc);
-    out << doc.dump(2) << "\n";
-    if (!out.flush()) throw Error("cannot write " + (tmp / kProgressFile).string());
-  }
-  fsync_path(tmp / kProgressFile, false);
-  total_bytes += fs::file_size(tmp / kProgressFile);
+  total_bytes += write_json_durably(tmp / kProgressFile, doc);
   step_done(tmp / kProgressFile);
+  // The manifest last: a directory without one never became a checkpoint.
+  const FileDigest progress_digest = digest_file(tmp / kProgressFile);
+  manifest["files"][kProgressFile] = {{"bytes", progress_digest.bytes},
+                                      {"sha256", progress_digest.sha256}};
+  total_bytes += write_json_durably(tmp / kManifestFile, manifest);
+  step_done(tmp / kManifestFile);
   fsync_path(tmp, true);
   step_done(tmp);
   // Replace: move an old checkpoint aside, rename the new one in, then delete the old.
@@ -153,8 +297,19 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
   return total_bytes;
 }
 
+std::string read_checkpoint_metadata(const fs::path& dir) {
+  if (!fs::is_directory(dir)) throw ConfigError("checkpoint " + dir.string() + " not found");
+  verify_listed_file(dir, manifest_files(dir), kProgressFile);
+  const auto bytes = read_bytes(dir / kProgressFile);
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
 LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) {
   if (!fs::is_directory(dir)) throw ConfigError("checkpoint " + dir.string() + " not found");
+  {
+    const nlohmann::json files = manifest_files(dir);
+    for (const char* f : kListedFiles) verify_listed_file(dir, files, f);
+  }
   const fs::path progress_path = dir / kProgressFile;
   const auto progress_bytes = read_bytes(progress_path);
   nlohmann::json doc;

@@ -1,8 +1,9 @@
 // Trainer checkpoints on disk: model.safetensors (weights by torchtitan name),
 // optimizer.safetensors (AdamW moments "exp_avg.<name>", "exp_avg_sq.<name>"; a DiLoCo node adds
-// its outer momentum "outer_momentum.<name>") and progress.json (the worker's progress, a node's
-// outer progress, each file's size and CRC-32C). Written atomically, verified on load. Pure C++;
-// not the engine's recovery protocol (that ships the same spans over the network).
+// its outer momentum "outer_momentum.<name>"), progress.json (the worker's progress, a node's
+// outer progress, each tensor file's size and CRC-32C) and manifest.json (size and SHA-256 of
+// each of those three files, written last). Written atomically, verified on load. Pure C++; not
+// the engine's recovery protocol (that ships the same spans over the network).
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,8 @@ struct CheckpointView {
 };
 
 // Writes `dir` atomically: everything goes to a sibling temporary directory, each file is
-// fsynced, then the directory is renamed over `dir` (a previous checkpoint there is replaced)
-// and the parent directory fsynced. Returns the bytes written (all files).
+// fsynced (the manifest last), then the directory is renamed over `dir` (a previous checkpoint
+// there is replaced) and the parent directory fsynced. Returns the bytes written (all files).
 std::uint64_t write_checkpoint(const std::filesystem::path& dir, const CheckpointView& view);
 
 struct LoadedCheckpoint {
@@ -44,10 +45,18 @@ struct LoadedCheckpoint {
   std::string outer_json;             // "" unless the checkpoint holds an outer state
 };
 
-// Reads and verifies a checkpoint for `model`: format, model shapes, file sizes and CRC-32C
-// against progress.json, the safetensors headers and data checksums, every tensor's name,
-// dtype (F32) and shape. Throws ConfigError (missing files, other model) or ProtocolError
-// (truncated or corrupt data), naming the file and the problem.
+// Reads and verifies a checkpoint for `model`: first the manifest (it lists exactly the three
+// files, the directory holds nothing else, every file has its recorded size and SHA-256), then
+// format, model shapes, file sizes and CRC-32C against progress.json, the safetensors headers
+// and data checksums, every tensor's name, dtype (F32) and shape. A directory without a
+// manifest (incomplete, or written before manifests) is refused. Throws ConfigError (missing
+// files or manifest, other model) or ProtocolError (truncated, corrupt or modified data),
+// naming the file and the problem.
 LoadedCheckpoint read_checkpoint(const std::filesystem::path& dir, const ModelConfig& model);
+
+// progress.json's text after checking it (only it) against the manifest: cheap metadata (which
+// data shard, which step) that can be trusted without reading the tensor files. Throws as
+// read_checkpoint does.
+std::string read_checkpoint_metadata(const std::filesystem::path& dir);
 
 }  // namespace meridian::trainer

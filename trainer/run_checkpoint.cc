@@ -63,16 +63,17 @@ std::vector<std::int64_t> split_steps(const std::string& text) {
   return out;
 }
 
-// The data shard recorded in a checkpoint's progress.json, without verifying the tensors:
-// {rank, world}, or nullopt when the file does not say (verification will name the problem).
+// The data shard recorded in a checkpoint's progress.json, once that file matches the
+// manifest (the tensors are not read): {rank, world}, or nullopt when it does not match or does
+// not say (full verification will name the problem).
 std::optional<std::pair<int, int>> recorded_shard(const fs::path& step_dir) {
-  std::ifstream in(step_dir / "progress.json");
-  if (!in) return std::nullopt;
   try {
-    const auto doc = nlohmann::json::parse(in);
+    const auto doc = nlohmann::json::parse(read_checkpoint_metadata(step_dir));
     const auto& s = doc.at("progress").at("shard");
     return std::make_pair(s.at("rank").get<int>(), s.at("world").get<int>());
   } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  } catch (const Error&) {
     return std::nullopt;
   }
 }
@@ -238,9 +239,57 @@ void CheckpointWriter::loop() {
   }
 }
 
+ResumeFrom parse_resume_from(const std::string& text) {
+  if (text.empty())
+    throw ConfigError("--resume-from: expected own-shard, other-shard or a checkpoint directory");
+  if (text == "own-shard") return {};
+  if (text == "other-shard") return {ResumeFrom::Kind::kOtherShard, {}};
+  return {ResumeFrom::Kind::kPath, fs::path(text)};
+}
+
 std::vector<ResumeCandidate> find_resume_candidates(
-    const fs::path& dir, const ModelConfig& model, int shard, int shards,
-    const std::function<void(const std::string&)>& log) {
+    const fs::path& dir, const ModelConfig& model, int shard, int shards, const ResumeFrom& from,
+    const std::function<void(const SkippedCheckpoint&)>& skipped) {
+  std::vector<SkippedCheckpoint> tried;  // every failure, for the refusal
+  const auto skip = [&](const fs::path& p, const std::string& reason) {
+    tried.push_back({p, reason});
+    if (skipped) skipped(tried.back());
+    return false;
+  };
+  // Fully verified, and the state after outer step `step` as the directory's name says.
+  const auto verified = [&](std::int64_t step, const fs::path& p) {
+    try {
+      const LoadedCheckpoint l = read_checkpoint(p, model);
+      if (l.outer_json.empty())
+        throw ConfigError("a trainer checkpoint without a DiLoCo outer state");
+      const auto done = nlohmann::json::parse(l.outer_json).at("steps_done").get<std::int64_t>();
+      if (done != step)
+        throw ConfigError("holds the state after outer step " + std::to_string(done) + ", not " +
+                          std::to_string(step) + " as its name says");
+      return true;
+    } catch (const nlohmann::json::exception& e) {
+      return skip(p, std::string("bad outer record (") + e.what() + ")");
+    } catch (const Error& e) {
+      return skip(p, e.what());
+    }
+  };
+  const std::string this_shard =
+      "data shard " + std::to_string(shard) + " of " + std::to_string(shards);
+  const auto refuse = [&](const std::string& what) {
+    std::string msg = "--resume: " + what;
+    for (const auto& t : tried) msg += "\n  " + t.path.string() + ": " + t.reason;
+    throw ConfigError(msg);
+  };
+  if (from.kind == ResumeFrom::Kind::kPath) {
+    const auto step = parse_step_name(from.path.filename().string());
+    if (!step)
+      throw ConfigError("--resume-from=" + from.path.string() +
+                        ": expected a checkpoint directory named step-<12 digits>");
+    if (!verified(*step, from.path))
+      refuse("--resume-from=" + from.path.string() + " is not a usable checkpoint; refusing:");
+    const auto rec = recorded_shard(from.path);
+    return {{*step, from.path, rec == std::make_pair(shard, shards)}};
+  }
   if (!fs::is_directory(dir))
     throw ConfigError("--resume: checkpoint directory " + dir.string() + " not found");
   // Every complete step directory of every node, newest first.
@@ -253,30 +302,38 @@ std::vector<ResumeCandidate> find_resume_candidates(
   std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
-  const auto verified = [&](const fs::path& p) {
-    try {
-      read_checkpoint(p, model);
-      return true;
-    } catch (const Error& e) {
-      if (log) log("checkpoint " + p.string() + " skipped: " + e.what());
-      return false;
-    }
-  };
   std::vector<ResumeCandidate> out;
-  // This shard's checkpoints (a file that does not say its shard is verified, to name why).
+  // This shard's checkpoints. One whose progress.json does not match its manifest cannot say
+  // its shard: it is verified, to name why it is unusable.
   for (const auto& [step, path] : all) {
     if (!out.empty() && out.back().steps_done == step) continue;
     const auto rec = recorded_shard(path);
     if (rec && *rec != std::make_pair(shard, shards)) continue;
-    if (verified(path)) out.push_back({step, path, true});
+    if (verified(step, path)) out.push_back({step, path, true});
   }
   if (!out.empty()) return out;
-  // None: any shard's, for the outer state only.
+  const std::string choices =
+      " (pass --resume-from=other-shard to start from another shard's outer state with fresh "
+      "AdamW moments and this shard's data from its start, or --resume-from=STEP_DIR to name "
+      "one checkpoint)";
+  if (from.kind != ResumeFrom::Kind::kOtherShard) {
+    if (tried.empty())
+      refuse("no checkpoint of " + this_shard + " under " + dir.string() + "; refusing to resume" +
+             choices);
+    refuse("no valid checkpoint of " + this_shard + " under " + dir.string() +
+           "; refusing to resume" + choices + ". Tried, newest first:");
+  }
+  // --resume-from=other-shard: another shard's, for the outer state only (this shard's all
+  // failed above).
   for (const auto& [step, path] : all) {
     if (!out.empty() && out.back().steps_done == step) continue;
     const auto rec = recorded_shard(path);
-    if (rec && verified(path)) out.push_back({step, path, false});
+    if (rec && *rec != std::make_pair(shard, shards) && verified(step, path))
+      out.push_back({step, path, false});
   }
+  if (out.empty())
+    refuse("no valid checkpoint of any shard under " + dir.string() +
+           "; refusing to resume. Tried, newest first:");
   return out;
 }
 
@@ -290,6 +347,8 @@ std::int64_t agree_resume_step(Store& store, int nodes, const std::vector<std::i
                       "--resume to join it by live recovery");
   store.set(k + "have/" + std::to_string(ticket), join(steps));
   if (store.add(k + "written", 1) == nodes) store.set(k + "ready", "1");
+  if (steps.empty())
+    throw ConfigError("--resume: no checkpoint to resume from (the others are told)");
   store.wait({k + "ready"}, timeout_s);
   std::set<std::int64_t> common(steps.begin(), steps.end());
   std::string detail;
@@ -354,7 +413,7 @@ void load_for_resume(const ResumeCandidate& c, const ModelConfig& model, InnerWo
   worker.parameters_updated();
   options.first_outer_step =
       nlohmann::json::parse(l.outer_json).at("steps_done").get<std::int64_t>();
-  MERIDIAN_CHECK_EQ(options.first_outer_step, c.steps_done);
+  MERIDIAN_CHECK_EQ(options.first_outer_step, c.steps_done);  // find_resume_candidates checked
   options.initial_momentum = std::move(l.outer_momentum);
 }
 

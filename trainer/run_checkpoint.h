@@ -108,18 +108,40 @@ struct ResumeCandidate {
   bool own_shard = false;
 };
 
-// Every verified checkpoint under `dir`/node-*/ for data shard `shard` of `shards`, newest
-// first, one per step; when no checkpoint of that shard exists, every verified one of any
-// shard. A checkpoint that fails verification is skipped and `log` gets a line naming it and
-// the reason.
+// What a resuming node starts from (`meridian train --resume-from`). kOwnShard (the default):
+// only verified checkpoints of its own data shard; none is a refusal. kOtherShard: those, else
+// any shard's verified ones (outer state only, fresh inner state). kPath: exactly the one
+// checkpoint directory `path` (a step-<n>), its inner state too when it is of this shard.
+struct ResumeFrom {
+  enum class Kind { kOwnShard, kOtherShard, kPath };
+  Kind kind = Kind::kOwnShard;
+  std::filesystem::path path;  // kPath only
+};
+// "own-shard", "other-shard", or anything else non-empty as a path; ConfigError when empty.
+ResumeFrom parse_resume_from(const std::string& text);
+
+// A checkpoint the resume scan could not use, and why (read_checkpoint's message).
+struct SkippedCheckpoint {
+  std::filesystem::path path;
+  std::string reason;
+};
+
+// The checkpoints under `dir`/node-*/ that data shard `shard` of `shards` may resume from,
+// newest first, one per step, each fully verified (trainer/checkpoint.h's manifest and
+// checks), chosen as `from` says. A checkpoint that fails verification goes to `skipped` (when
+// set) and the next older one is tried; checkpoints of other shards are looked at only as
+// kOtherShard allows. Never empty: when nothing is usable, ConfigError naming the shard, each
+// checkpoint tried and why it failed, and the --resume-from choices.
 std::vector<ResumeCandidate> find_resume_candidates(
     const std::filesystem::path& dir, const ModelConfig& model, int shard, int shards,
-    const std::function<void(const std::string&)>& log);
+    const ResumeFrom& from, const std::function<void(const SkippedCheckpoint&)>& skipped);
 
 // The resume barrier over the run's (fresh) store: each of the `nodes` resuming nodes publishes
 // the steps it can resume from; all return the newest step every one of them has. ConfigError
 // when there is none (naming what each node has) or when `nodes` nodes already take part;
-// TimeoutError when the others do not come within timeout_s.
+// TimeoutError when the others do not come within timeout_s. A node with no steps (`steps`
+// empty: it refuses to resume) publishes that and throws ConfigError at once, without waiting:
+// the others fail as soon as they have all arrived instead of waiting for it.
 std::int64_t agree_resume_step(Store& store, int nodes, const std::vector<std::int64_t>& steps,
                                double timeout_s);
 

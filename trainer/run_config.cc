@@ -3,6 +3,7 @@
 
 #include "engine/codec/codec.h"
 #include "engine/error.h"
+#include "engine/store/tcp_store.h"
 #include "trainer/precision.h"
 
 namespace meridian::trainer {
@@ -133,6 +134,7 @@ JsonObject run_config_json(const RunConfig& c) {
   diloco.add("local_ranks", d.local_ranks).add("timeout_s", d.allreduce_timeout_s);
   diloco.add("max_chunk_bytes", static_cast<std::uint64_t>(d.max_chunk_bytes));
   diloco.add("retries", d.mesh.max_retries);
+  diloco.add("nonfinite_evict_after", d.mesh.nonfinite_evict_after);
   diloco.add("admission_timeout_s", d.mesh.admission_timeout_s);
   diloco.add("round_timeout_s", d.mesh.round_timeout_s);
   diloco.add("heartbeat_s", d.mesh.heartbeat_interval_s).add("dead_after_s", d.mesh.dead_after_s);
@@ -152,5 +154,7 @@ JsonObject run_config_json(const RunConfig& c) {
   }
   return out;
 }
+
+std::string run_config_hash(const RunConfig& c) { return config_hash_of(run_config_json(c).str()); }
 
 }  // namespace meridian::trainer

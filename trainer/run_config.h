@@ -58,4 +58,9 @@ JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& d
 // text hashed for the store's configuration check).
 JsonObject run_config_json(const RunConfig& c);
 
+// The configuration hash a node of this run sends when it joins the run's store
+// (StoreIdentity::config_hash): config_hash_of the run_config_json text. `meridian store
+// --config` computes it with this function too, so that a store and its nodes agree.
+std::string run_config_hash(const RunConfig& c);
+
 }  // namespace meridian::trainer

@@ -36,6 +36,7 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
     eo.identity = a.identity;
     eo.connect_timeout_s = 30.0;
     eo.io_timeout_s = io_timeout_s;
+    eo.log = a.log;  // quorum loss, while it lasts
     store_ = std::make_unique<EtcdStore>(eo);  // a refused run record throws ConfigError
   } else {
     std::string host;

@@ -66,8 +66,18 @@ constexpr char kUsage[] =
     "  --shard R             data shard (default (ID - 1) % data.shards)\n"
     "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
     "  --resume              restart the run from the newest checkpoint (FILE's `checkpoint:`)\n"
-    "                        that every resuming node has; a store whose run is under way is\n"
-    "                        joined by live recovery instead\n"
+    "                        of this node's data shard that every resuming node has; each is\n"
+    "                        verified against its manifest (sizes, SHA-256 of every file) and a\n"
+    "                        failing one is skipped with its reason. With none valid the node\n"
+    "                        refuses (exit 2, naming each checkpoint and why) unless told\n"
+    "                        --resume-from. A store whose run is under way is joined by live\n"
+    "                        recovery instead\n"
+    "  --resume-from=WHAT    (implies --resume) what to start from: own-shard (the default:\n"
+    "                        only this shard's checkpoints), other-shard (this shard's, else\n"
+    "                        another shard's: its outer state and inner step, AdamW moments at\n"
+    "                        zero, this shard's data from its start), or a checkpoint directory\n"
+    "                        DIR/node-N/step-<n> (exactly that one; its inner state too when it\n"
+    "                        is of this shard)\n"
     "  --fault-pause-at-message N --fault-marker F\n"
     "                        fault injection for tests: at this node's N-th outgoing all-reduce\n"
     "                        message, write F and stop there (until killed)\n"
@@ -100,6 +110,7 @@ struct NodeArgs {
   std::uint64_t pause_at_message = 0;  // 0 = never
   std::string fault_marker;
   bool resume = false;
+  trainer::ResumeFrom resume_from;             // --resume-from
   std::uint64_t exit_in_checkpoint_write = 0;  // 0 = never
   FaultPoint kill_at;                          // n = 0: never
 };
@@ -150,6 +161,9 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
       a.fault_marker = v;
     } else if (f == "--fault-exit-in-checkpoint-write") {
       a.exit_in_checkpoint_write = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
+    } else if (f == "--resume-from") {
+      a.resume_from = trainer::parse_resume_from(v);
+      a.resume = true;
     } else if (f == "--fault-kill") {
       a.kill_at = parse_fault_point(v, f);
     } else {
@@ -198,11 +212,13 @@ class ProgressWorker final : public ForwardingWorker {
 
 // Fault injection for tests (--fault-pause-at-message): counts this process's outgoing messages
 // on all-reduce rings (not recovery epochs) and, at the chosen one, writes the marker file and
-// stops in that call, so a test can SIGKILL the node in the middle of an all-reduce.
+// stops in that call, so a test can SIGKILL the node in the middle of an all-reduce. The node's
+// events are flushed first: the test reads them after the kill.
 class PausingFactory final : public TransportFactory {
  public:
-  PausingFactory(TransportFactory& inner, std::uint64_t at, std::string marker)
-      : inner_(inner), at_(at), marker_(std::move(marker)) {}
+  PausingFactory(TransportFactory& inner, std::uint64_t at, std::string marker,
+                 JsonlEventSink& events)
+      : inner_(inner), at_(at), marker_(std::move(marker)), events_(events) {}
 
   std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
     auto t = inner_.connect(spec);
@@ -213,6 +229,7 @@ class PausingFactory final : public TransportFactory {
  private:
   void count() {
     if (++sent_ != at_) return;
+    events_.flush();
     write_atomically(marker_, std::to_string(at_) + "\n");
     std::cerr << "fault: paused at outgoing all-reduce message " << at_ << std::endl;
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // until the test kills us
@@ -221,6 +238,7 @@ class PausingFactory final : public TransportFactory {
   TransportFactory& inner_;
   const std::uint64_t at_;
   const std::string marker_;
+  JsonlEventSink& events_;
   std::atomic<std::uint64_t> sent_{0};
 };
 
@@ -294,8 +312,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   if ((a.resume || a.exit_in_checkpoint_write > 0) && !ck.enabled())
     throw ConfigError(std::string(a.resume ? "--resume" : "--fault-exit-in-checkpoint-write") +
                       ": " + a.run_yaml + " has no `checkpoint:` section");
-  const std::string config_text = trainer::run_config_json(c).str();
-  StoreIdentity identity{read_secret_file(a.secret_file), kVersion, config_hash_of(config_text)};
+  StoreIdentity identity{read_secret_file(a.secret_file), kVersion, trainer::run_config_hash(c)};
 
   // Stop signals become a graceful leave; blocked before any thread starts.
   sigset_t signals;
@@ -339,7 +356,9 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   std::ofstream checksums(dir + "/checksums.tsv", std::ios::trunc);
   if (!events_file || !checksums) throw ConfigError(dir + ": cannot create the node's files");
   checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
-  JsonlEventSink events(events_file);
+  // Flushed per record: a node killed at any point (SIGKILL, churn) leaves every event it
+  // emitted (a record costs ~2 us more so, bench/event_sink_bench.cc; a node writes tens a second).
+  JsonlEventSink events(events_file, EventFlush::kEachRecord);
   Runtime& runtime = real.runtime();
   std::string command = "meridian train";
   for (const auto& s : argv) command += " " + s;
@@ -352,15 +371,17 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   real.make_worker(c);
   trainer::TorchWorker& torch = real.worker();
   ProgressWorker worker(torch);
-  PausingFactory transports(real.transports(), a.pause_at_message, a.fault_marker);
-  FaultTrigger kill_point(a.kill_at, [](const std::string& what) {
+  PausingFactory transports(real.transports(), a.pause_at_message, a.fault_marker, events);
+  FaultTrigger kill_point(a.kill_at, [&events](const std::string& what) {
     std::cerr << "fault: SIGKILL in " << what << std::endl;
+    events.flush();  // a fault point ends the process without unwinding: nothing is lost
     ::raise(SIGKILL);
   });
   FaultTrigger::Worker node_worker(worker, kill_point);
   FaultTrigger::Factory node_transports(transports, kill_point);
 
   DilocoOptions d = c.diloco;
+  d.ring_watchdog_s = d.mesh.heartbeat_interval_s;  // a frozen peer costs a lease, not the timeout
   if (a.resume && !initial && store.list(d.mesh.prefix + "hb/").empty()) {
     throw ConfigError(
         "--resume: the store holds a run with no live node; a whole-run resume "
@@ -369,11 +390,25 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     std::cerr << "node " << a.node_id << ": --resume: the run is under way; joining it by live "
               << "recovery (no checkpoint is read)" << std::endl;
   } else if (a.resume) {
-    const auto log = [&](const std::string& line) {
-      std::cerr << "node " << a.node_id << ": " << line << std::endl;
+    const auto skipped = [&](const trainer::SkippedCheckpoint& s) {
+      std::cerr << "node " << a.node_id << ": checkpoint " << s.path.string()
+                << " skipped: " << s.reason << std::endl;
+      JsonObject f;
+      f.add("path", s.path.string()).add("reason", s.reason);
+      events.emit(Event{runtime.now_s(), a.node_id, "checkpoint_skipped", f});
     };
-    const auto found =
-        trainer::find_resume_candidates(ck.dir, c.trainer.model, real.shard(), c.shards, log);
+    std::vector<trainer::ResumeCandidate> found;
+    try {
+      found = trainer::find_resume_candidates(ck.dir, c.trainer.model, real.shard(), c.shards,
+                                              a.resume_from, skipped);
+    } catch (const ConfigError&) {
+      // Refused: tell the other resuming nodes now rather than let them wait for this one.
+      try {
+        trainer::agree_resume_step(store, c.initial_nodes, {}, d.mesh.admission_timeout_s);
+      } catch (const Error&) {
+      }
+      throw;
+    }
     std::vector<std::int64_t> steps;
     for (const auto& f : found) steps.push_back(f.steps_done);
     const std::int64_t from =
@@ -394,9 +429,10 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     std::function<void(const std::filesystem::path&)> fault;
     if (a.exit_in_checkpoint_write > 0) {
       auto done = std::make_shared<std::uint64_t>(0);
-      fault = [done, k = a.exit_in_checkpoint_write](const std::filesystem::path& p) {
+      fault = [done, k = a.exit_in_checkpoint_write, &events](const std::filesystem::path& p) {
         if (++*done < k) return;
         std::cerr << "fault: exit in a checkpoint write, after " << p.string() << std::endl;
+        events.flush();
         ::_exit(3);
       };
     }
@@ -472,9 +508,17 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
 
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  JsonObject fin;
-  fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
-  events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
+  if (r.exit == NodeExit::kLost || r.exit == NodeExit::kEvicted) {
+    // The run did not finish for this node: its file ends with what happened instead.
+    JsonObject lost;
+    lost.add("exit", node_exit_name(r.exit)).add("reason", r.what);
+    lost.add("outer_steps", r.outer_steps_applied).add("elapsed_s", wall_s);
+    events.emit(Event{runtime.now_s(), a.node_id, "node_lost", lost});
+  } else {
+    JsonObject fin;
+    fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
+    events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
+  }
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
             << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
             << std::endl;

@@ -37,7 +37,11 @@ constexpr const char* kUsage =
     "  --cache DIR              tokenizer and token cache (default .cache/meridian-trainer)\n"
     "  --corpus-files a,b       fortune files to use (default: all installed)\n"
     "  --checkpoint DIR         save a checkpoint there at the end\n"
-    "  --resume DIR             start from a checkpoint\n";
+    "  --resume DIR             start from a checkpoint (verified against its manifest.json:\n"
+    "                           size and SHA-256 of every file; refused when any check fails)\n"
+    "A real run's node (`meridian train RUN.yaml`) resumes with --resume and, when its own data\n"
+    "shard has no valid checkpoint, refuses unless told --resume-from=other-shard|STEP_DIR\n"
+    "(`meridian train-node --help`, cli/train/README.md).\n";
 
 struct Args {
   std::map<std::string, std::string> kv;

@@ -492,6 +492,10 @@ void parse_diloco(Reader r, DilocoSpec& d) {
                           positive<std::uint64_t>());
   r.scalar<double>("timeout_s", d.timeout_s, "seconds > 0", positive<double>());
   r.scalar<int>("retries", d.retries, "an integer >= 0", non_negative<int>());
+  r.scalar<int>("nonfinite_evict_after", d.nonfinite_evict_after,
+                "an integer >= 0 (outer steps in a row a member may sit out with a non-finite "
+                "pseudo-gradient before it is evicted; 0 = never)",
+                non_negative<int>());
   r.scalar<double>("outer_opt_s", d.outer_opt_s, "seconds >= 0", non_negative<double>());
   r.scalar<double>("checkpoint_s", d.checkpoint_s, "seconds >= 0", non_negative<double>());
   r.scalar<double>("dead_after_s", d.dead_after_s, "seconds > 0", positive<double>());
@@ -784,6 +788,7 @@ DilocoOptions diloco_options(const RunFile& f, Mode mode) {
   o.mesh.heartbeat_interval_s = d.heartbeat_s;
   o.mesh.dead_after_s = d.dead_after_s;
   o.mesh.max_retries = d.retries;
+  o.mesh.nonfinite_evict_after = d.nonfinite_evict_after;
   o.mesh.initial_world = f.initial_nodes();
   o.mesh.outer_steps = o.outer_steps;
   // 0 = the mode's default: the engine's 600 s for real runs; in simulation a joiner waits for
@@ -905,6 +910,7 @@ JsonObject RunFile::to_json() const {
       .add("max_chunk_bytes", diloco.max_chunk_bytes)
       .add("timeout_s", diloco.timeout_s)
       .add("retries", diloco.retries)
+      .add("nonfinite_evict_after", diloco.nonfinite_evict_after)
       .add("outer_opt_s", diloco.outer_opt_s)
       .add("checkpoint_s", diloco.checkpoint_s)
       .add("dead_after_s", diloco.dead_after_s)

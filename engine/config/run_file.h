@@ -187,6 +187,9 @@ struct DilocoSpec {
   std::uint64_t max_chunk_bytes = 4u << 20;
   double timeout_s = 60.0;
   int retries = 3;
+  // A member whose pseudo-gradient was non-finite (it sat out) this many outer steps in a row is
+  // evicted (MeshOptions::nonfinite_evict_after); 0 = never.
+  int nonfinite_evict_after = 3;
   double outer_opt_s = 0.0;    // CPU time of the outer step (not given by the sources)
   double checkpoint_s = 60.0;  // blocking save per outer step (intellect1.md §2.4)
   double dead_after_s = 6.0;   // heartbeat eviction delay (paper)

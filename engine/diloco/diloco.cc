@@ -136,7 +136,7 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       }
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
-      mesh_->report(r, ok, blamed, sit_out);
+      mesh_->report(r, ok, blamed, sit_out, !connected);
       if (leaving) {
         result.exit = NodeExit::kLeft;
         break;
@@ -144,6 +144,9 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       const RoundRecord next = mesh_->next_round(r);
       if (next.rank_of(id_) < 0) {
         result.exit = NodeExit::kEvicted;
+        result.what = "not a member of round " + std::to_string(next.round) +
+                      " (removed by the coordinator" +
+                      (next.reason.empty() ? "" : ": " + next.reason) + ")";
         break;
       }
       if (next.prev == RoundPrev::kRetry) {
@@ -257,15 +260,17 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
   ring_workspaces_.resize(options_.local_ranks);
   shard_blame_.assign(options_.local_ranks, -1);
   const double start_s = runtime_.now_s();
-  if (options_.local_ranks == 1) {
-    reduce_shard(r, 0);
-  } else {
-    std::vector<std::unique_ptr<Activity>> rings;
-    for (int k = 0; k < options_.local_ranks; ++k)
-      rings.push_back(
-          runtime_.spawn("ring-shard-" + std::to_string(k), [this, &r, k] { reduce_shard(r, k); }));
-    for (auto& a : rings) a->join();
-  }
+  watched(r, [&] {
+    if (options_.local_ranks == 1) {
+      reduce_shard(r, 0);
+    } else {
+      std::vector<std::unique_ptr<Activity>> rings;
+      for (int k = 0; k < options_.local_ranks; ++k)
+        rings.push_back(runtime_.spawn("ring-shard-" + std::to_string(k),
+                                       [this, &r, k] { reduce_shard(r, k); }));
+      for (auto& a : rings) a->join();
+    }
+  });
   stats_.allreduce_s += runtime_.now_s() - start_s;
   bool ok = true;
   for (char s : shard_ok_) ok = ok && s != 0;
@@ -274,6 +279,42 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
   if (!ok)
     for (auto& t : rings_) t->abort();  // every shard's peers fail fast too
   return ok;
+}
+
+void DilocoNode::watched(const RoundRecord& r, const std::function<void()>& rings) {
+  if (options_.ring_watchdog_s <= 0) return rings();
+  auto mu = runtime_.make_mutex();
+  auto cv = runtime_.make_condvar();
+  bool done = false;  // guarded by mu
+  auto watchdog = runtime_.spawn("ring-watchdog", [&] {
+    LockGuard lock(*mu);
+    while (!done) {
+      cv->wait_for(*mu, options_.ring_watchdog_s);
+      if (done) return;
+      if (const std::string why = mesh_->members_gone(r); !why.empty()) {
+        emit("ring_aborted", JsonObject().add("outer_step", r.outer_step).add("reason", why));
+        for (auto& t : rings_) t->abort();  // every ring wait fails with PeerLostError now
+        return;
+      }
+    }
+  });
+  try {
+    rings();
+  } catch (...) {
+    {
+      LockGuard lock(*mu);
+      done = true;
+      cv->notify_all();
+    }
+    watchdog->join();
+    throw;
+  }
+  {
+    LockGuard lock(*mu);
+    done = true;
+    cv->notify_all();
+  }
+  watchdog->join();
 }
 
 void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {

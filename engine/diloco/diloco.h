@@ -53,6 +53,11 @@ struct DilocoOptions {
   // Wait (with liveness) until every member is ready before the ring, so the ring's timeout
   // only has to cover the transfer, not a straggler's inner steps or a joiner's recovery.
   bool barrier_before_allreduce = true;
+  // While the ring runs, look this often whether a member's lease ended or it left, and abort
+  // the rings at once if so (a peer frozen with its connections open otherwise holds every
+  // ring wait until allreduce_timeout_s). 0 = off: simulations (whose rings see a dead host at
+  // once) leave it off, so their events do not change; real runs use the heartbeat interval.
+  double ring_watchdog_s = 0.0;
   RecoveryOptions recovery;  // chunking, sources, blocking mode
   MeshOptions mesh;          // heartbeats, retries (3), coordinator lease
   // Timing-only (phantom) workers have no optimizer to run: this many seconds are charged with
@@ -74,7 +79,7 @@ struct NodeResult {
   NodeExit exit = NodeExit::kFinished;
   std::int64_t node = -1;
   std::int64_t outer_steps_applied = 0;
-  std::string what;  // the error that ended a lost node
+  std::string what;  // the error that ended a lost node; why an evicted one was removed
 };
 
 class DilocoNode;
@@ -136,6 +141,9 @@ class DilocoNode {
   // rejected as invalid (for the mesh to evict).
   bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed);
   void reduce_shard(const RoundRecord& r, int shard);
+  // Runs `rings` (the all-reduce of round `r`) while a watchdog aborts the rings once a member
+  // is gone by the mesh (ring_watchdog_s > 0); returns when `rings` does.
+  void watched(const RoundRecord& r, const std::function<void()>& rings);
   void apply(const RoundRecord& done, const RoundRecord& next);
   bool leave_requested();
   void emit(const std::string& type, JsonObject fields);

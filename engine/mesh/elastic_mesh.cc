@@ -26,6 +26,12 @@ std::optional<std::int64_t> parse_i64(const std::string& s) {
   return v;
 }
 
+// Rounds whose record, reports and ready keys stay in the store: the newest and the two before
+// it. A member is at most one round behind the newest record (a record needs every live
+// member's report of the round before), a queued joiner that finds a record collected jumps to
+// `latest` (wait_admitted).
+constexpr std::uint64_t kRoundsKept = 3;
+
 // Bound of one watch: nothing but a change wakes the activities (stop() ends the lease, a
 // change they watch); the bound only keeps each wait finite for the Runtimes.
 constexpr double kWatchSliceS = 3600.0;
@@ -55,11 +61,14 @@ std::vector<std::int64_t> blamed_in_report(const std::string& report) {
   return ids;
 }
 
-// A report of a member that announced its leave ("ok;leave", "fail;abstain;leave;blame=[..]").
-bool report_says_leave(const std::string& report) {
+// Whether a report's flags (before any ";blame=") hold `flag` (";leave", ";unconnected").
+bool report_has_flag(const std::string& report, const std::string& flag) {
   const std::string flags = report.substr(0, report.find(";blame="));
-  return flags.find(";leave") != std::string::npos;
+  return flags.find(flag) != std::string::npos;
 }
+
+// A report of a member that announced its leave ("ok;leave", "fail;abstain;leave;blame=[..]").
+bool report_says_leave(const std::string& report) { return report_has_flag(report, ";leave"); }
 
 }  // namespace
 
@@ -75,6 +84,8 @@ ElasticMesh::ElasticMesh(Store& store, Runtime& runtime, EventSink& events, Mesh
     throw ConfigError("mesh: need 0 < heartbeat_interval_s < dead_after_s");
   if (options_.initial_world < 1) throw ConfigError("mesh: initial_world must be >= 1");
   if (options_.max_retries < 0) throw ConfigError("mesh: max_retries must be >= 0");
+  if (options_.nonfinite_evict_after < 0)
+    throw ConfigError("mesh: nonfinite_evict_after must be >= 0 (0 = never)");
 }
 
 ElasticMesh::~ElasticMesh() { stop(); }
@@ -127,7 +138,7 @@ std::int64_t ElasticMesh::start(bool initial, std::int64_t node_id) {
   if (!options_.host.empty()) started.add("host", options_.host);
   emit("node_started", started);
   if (!initial) emit("join_requested");
-  store_.set(key_join(id_), std::to_string(id_));
+  queue_join();
   hold_leadership();  // the first node to start holds the role from the start
   heartbeat_ =
       runtime_.spawn("mesh-heartbeat-" + std::to_string(id_), [this] { heartbeat_loop(); });
@@ -144,10 +155,16 @@ void ElasticMesh::register_lease(bool requeue) {
   bool queued;
   {
     LockGuard lock(*mu_);
-    queued = !admitted_;
+    queued = !admitted_ && !left_;  // a node that announced its leave never queues again
   }
-  // The coordinator forgets a joiner that it saw dead: a node still queued queues again.
-  if (queued && requeue) store_.set(key_join(id_), std::to_string(id_));
+  // The join key ended with the old lease: a node still queued queues again.
+  if (queued && requeue) queue_join();
+}
+
+void ElasticMesh::queue_join() {
+  // Attached to the node's lease, so that the store erases the entry of a joiner that dies while
+  // queued (PROTOCOL.md, "Store size"); a node that renews its lease queues again.
+  store_.compare_set_leased(key_join(id_), std::nullopt, std::to_string(id_), lease_);
 }
 
 bool ElasticMesh::wait_stop(double seconds) {
@@ -342,7 +359,8 @@ std::vector<std::int64_t> ElasticMesh::queued_joiners(const Liveness& live) {
   // join/, so liveness observed after the listing is current for every key listed: a joiner
   // alive by it is counted now. Only a joiner that left is forgotten; one that still looks dead
   // stays queued and is skipped, because erasing its key could strand a node that renews its
-  // lease a moment later and never queues again (a crashed joiner's key costs one list entry).
+  // lease a moment later and never queues again. The key is attached to the joiner's lease: the
+  // store erases it when the joiner dies, and the joiner writes it again with its next lease.
   std::optional<Liveness> after;
   for (const std::string& key : store_.list(prefix)) {
     const auto id = parse_i64(key.substr(prefix.size()));
@@ -385,7 +403,9 @@ bool ElasticMesh::bootstrap() {
 
 bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
                           const std::vector<std::int64_t>& removed_by_allreduce,
-                          const std::vector<std::int64_t>& removed_by_protocol) {
+                          const std::vector<std::int64_t>& removed_by_protocol,
+                          const std::vector<std::int64_t>& removed_by_nonfinite,
+                          const std::vector<std::int64_t>& forget_left) {
   // Why each removed node went, decided before the record is out: once it is, an evicted node
   // may read it, stop and write its deathrattle before we would look.
   std::vector<const char*> why;
@@ -395,8 +415,11 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
         std::count(removed_by_allreduce.begin(), removed_by_allreduce.end(), gone) > 0;
     const bool by_protocol =
         std::count(removed_by_protocol.begin(), removed_by_protocol.end(), gone) > 0;
+    const bool by_nonfinite =
+        std::count(removed_by_nonfinite.begin(), removed_by_nonfinite.end(), gone) > 0;
     why.push_back(rattled        ? "deathrattle"
                   : by_protocol  ? "protocol"
+                  : by_nonfinite ? "nonfinite"
                   : by_allreduce ? "allreduce"
                                  : "heartbeat");
   }
@@ -405,17 +428,32 @@ bool ElasticMesh::publish(const RoundRecord& next, const std::vector<std::int64_
   store_.set(options_.prefix + "latest", std::to_string(next.round));
   for (std::int64_t j : admitted) store_.erase(key_join(j));
   for (std::int64_t gone : next.removed) store_.erase(key_heartbeat(gone));  // no longer watched
+  for (std::int64_t m : removed_by_nonfinite)  // at a step boundary: it sat out the last step
+    emit("nonfinite", JsonObject()
+                          .add("outer_step", next.outer_step - 1)
+                          .add("faulty", m)
+                          .add("detected_by", "coordinator")
+                          .add("action", "evict")
+                          .add("steps", options_.nonfinite_evict_after));
   for (std::size_t i = 0; i < next.removed.size(); ++i)
     emit("fail_detected", JsonObject().add("failed", next.removed[i]).add("by", why[i]));
   // Keep the last few rounds; older reports and records are garbage.
-  if (next.round >= 3) {
-    const std::uint64_t old = next.round - 3;
-    store_.erase(key_round(old));
-    for (const char* kind : {"report/", "ready/"})
-      for (const std::string& k : store_.list(options_.prefix + kind + padded(old) + "/"))
-        store_.erase(k);
-  }
+  if (next.round >= kRoundsKept) collect_rounds(next.round - kRoundsKept + 1);
+  for (std::int64_t gone : forget_left) store_.erase(key_left(gone));
   return true;
+}
+
+void ElasticMesh::collect_rounds(std::uint64_t first_kept) {
+  // One listing per kind: the few rounds kept, plus whatever an earlier coordinator missed.
+  for (const char* kind : {"round/", "report/", "ready/"}) {
+    const std::string prefix = options_.prefix + kind;
+    for (const std::string& key : store_.list(prefix)) {
+      const std::string rest = key.substr(prefix.size());
+      const auto round = parse_i64(rest.substr(0, rest.find('/')));
+      if (round && *round >= 0 && static_cast<std::uint64_t>(*round) < first_kept)
+        store_.erase(key);
+    }
+  }
 }
 
 bool ElasticMesh::resolve_once() {
@@ -449,6 +487,7 @@ bool ElasticMesh::resolve_once() {
   std::vector<std::int64_t> survivors, removed, blamed, abstain;
   bool missing = false;
   bool any_fail = false;
+  bool unconnected = false;  // a member's transports never connected
   for (std::size_t i = 0; i < cur.members.size(); ++i) {
     const std::int64_t m = cur.members[i];
     const auto rep = store_.try_get(key_report(r, m));
@@ -456,6 +495,7 @@ bool ElasticMesh::resolve_once() {
     if (rep) {
       any_fail = any_fail || rep->substr(0, rep->find(';')) != "ok";
       if (rep->find(";abstain") != std::string::npos) abstain.push_back(m);
+      unconnected = unconnected || report_has_flag(*rep, ";unconnected");
       // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
       // anybody else is ignored, so one faulty node can cost at most its predecessor's place.
       const std::int64_t pred = cur.members[(i + cur.members.size() - 1) % cur.members.size()];
@@ -484,16 +524,51 @@ bool ElasticMesh::resolve_once() {
 
   RoundRecord next;
   next.round = r + 1;
+  // A round whose connect failed with every member alive exchanged nothing: it is retried
+  // beyond max_retries (a stranger that wins Gloo's accept race fails epochs, and must not
+  // drive the members into a fallback that sets their parameters apart), up to
+  // max_connect_retries attempts in all.
+  const bool retry =
+      any_fail && (cur.attempt < options_.max_retries ||
+                   (unconnected && removed.empty() && cur.attempt < options_.max_connect_retries));
+  // The non-finite rule: at an outer-step boundary each survivor's count of steps in a row that
+  // it sat out moves on (a step it contributed to resets it); one that reached
+  // nonfinite_evict_after is evicted. A retry carries the counts unchanged.
+  std::vector<std::int64_t> evicted;
+  for (std::int64_t m : survivors) {
+    const int before = cur.nonfinite_steps_of(m);
+    const bool sat_out = std::count(abstain.begin(), abstain.end(), m) > 0 || cur.abstains(m);
+    const int n = retry ? before : sat_out ? before + 1 : 0;
+    const int k = options_.nonfinite_evict_after;
+    if (!retry && k > 0 && n >= k)
+      evicted.push_back(m);
+    else if (n > 0)
+      next.nonfinite_steps.emplace_back(m, n);
+  }
+  if (evicted.size() == survivors.size()) {  // never all of them: the run would end here
+    for (std::int64_t m : evicted)
+      next.nonfinite_steps.emplace_back(m, options_.nonfinite_evict_after);
+    evicted.clear();
+  }
+  std::sort(next.nonfinite_steps.begin(), next.nonfinite_steps.end());
+  for (std::int64_t m : evicted) {
+    survivors.erase(std::find(survivors.begin(), survivors.end(), m));
+    removed.push_back(m);
+  }
   next.removed = removed;
-  const bool retry = any_fail && cur.attempt < options_.max_retries;
   if (!any_fail) {
     next.prev = RoundPrev::kCommit;
   } else {
     next.prev = retry ? RoundPrev::kRetry : RoundPrev::kFallback;
     next.reason = "allreduce failed in epoch " + std::to_string(cur.epoch) + " attempt " +
                   std::to_string(cur.attempt) + ", removed " + ids_text(removed);
+    if (unconnected) next.reason += ", a member's connections failed";
     if (!abstain.empty()) next.reason += ", non-finite pseudo-gradient on " + ids_text(abstain);
   }
+  if (!evicted.empty())
+    next.reason += std::string(next.reason.empty() ? "" : "; ") + "evicted " + ids_text(evicted) +
+                   ": non-finite pseudo-gradient in " +
+                   std::to_string(options_.nonfinite_evict_after) + " outer steps in a row";
   next.outer_step = retry ? cur.outer_step : cur.outer_step + 1;
   next.attempt = retry ? cur.attempt + 1 : 0;
   std::vector<std::int64_t> admitted;
@@ -530,7 +605,15 @@ bool ElasticMesh::resolve_once() {
     LockGuard lock(*mu_);
     if (left_) return false;
   }
-  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed);
+  // Deathrattles no node can need: the node's lease has ended (its hb/ key is gone, so it is
+  // dead without its left/ key, and it never queues again: register_lease) and neither this
+  // round nor the next names it.
+  std::vector<std::int64_t> forget_left;
+  for (std::int64_t id : live.left)
+    if (!live.alive.count(id) && cur.rank_of(id) < 0 && next.rank_of(id) < 0)
+      forget_left.push_back(id);
+  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed, evicted,
+                 forget_left);
 }
 
 RoundRecord ElasticMesh::wait_admitted() {
@@ -612,6 +695,13 @@ std::string ElasticMesh::gone_by(const Liveness& live, std::int64_t who) {
   return "";
 }
 
+std::string ElasticMesh::members_gone(const RoundRecord& r) {
+  const Liveness live = observe();
+  for (std::int64_t m : r.members)
+    if (std::string why = gone_by(live, m); !why.empty()) return why;
+  return "";
+}
+
 std::string ElasticMesh::waiting_is_futile(const RoundRecord& r) {
   const Liveness live = observe();
   const std::string reports = options_.prefix + "report/" + padded(r.round) + "/";
@@ -630,7 +720,7 @@ std::string ElasticMesh::waiting_is_futile(const RoundRecord& r) {
 }
 
 void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed,
-                         bool abstain) {
+                         bool abstain, bool unconnected) {
   std::string value = ok && !abstain ? "ok" : "fail";
   if (abstain) value += ";abstain";
   {
@@ -640,6 +730,7 @@ void ElasticMesh::report(const RoundRecord& r, bool ok, const std::vector<std::i
     LockGuard lock(*mu_);
     if (left_) value += ";leave";
   }
+  if (unconnected) value += ";unconnected";
   if (!ok && !blamed.empty()) value += ";blame=" + ids_text(blamed);
   store_.set(key_report(r.round, id_), value);
 }

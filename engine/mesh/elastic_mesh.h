@@ -27,11 +27,20 @@ struct MeshOptions {
                                       // this long (on the store's clock) is dead
   int initial_world = 1;              // round 0 forms once this many nodes are queued
   int max_retries = 3;                // a failed round is retried this often, then fallback
+  // ...but a round whose failure includes a member whose connect failed, with nobody removed,
+  // is retried until this many attempts in all (nothing was exchanged: retrying is safe, and
+  // a stranger on a listening port must not force a fallback).
+  int max_connect_retries = 12;
   int max_joiners_per_round = 0;      // 0 = admit every queued joiner at a boundary
   std::int64_t outer_steps = 0;  // rounds for outer steps >= this are never formed (0 = no end)
   std::int64_t first_outer_step = 0;   // the outer step round 0 computes (a resumed run's)
   double admission_timeout_s = 600.0;  // bound on a joiner's wait to appear in a round
   double round_timeout_s = 600.0;      // bound on a member's wait for the next round record
+  // A member that sat out this many outer steps in a row because its pseudo-gradient was not
+  // finite (the non-finite guard's `abstain`) is evicted at the next step boundary, with the
+  // events `nonfinite` (action `evict`) and `fail_detected` (by `nonfinite`); 0 = never. A step
+  // in which it contributed resets its count. The last members are never all evicted.
+  int nonfinite_evict_after = 3;
   // Measured bandwidth of the link from -> to between two node ids, for the ring order;
   // null = uniform (ring order = survivors in their previous order, joiners appended by id).
   std::function<double(std::int64_t from, std::int64_t to)> bandwidth_bps;
@@ -77,14 +86,17 @@ class ElasticMesh {
   std::string waiting_is_futile(const RoundRecord& r);
   // Why node `who` is gone ("its lease ended", "left the run"), or "" while it is alive.
   std::string gone(std::int64_t who);
+  // Why a member of `r` other than this node is gone, or "" while all are alive (one look).
+  std::string members_gone(const RoundRecord& r);
   // This member's outcome of round `r`: its all-reduce succeeded (true) or not. `blamed`: the
   // members whose chunks it rejected as invalid; the coordinator evicts a blamed member when it
   // is the reporter's ring predecessor (the only peer whose messages the reporter receives).
   // `abstain`: this member's pseudo-gradient was not finite (it did not send it): the round is
   // retried with this member in the record's `abstain` list, so that the others average
   // without it, and it stays a member.
+  // `unconnected`: this member's transports for `r` never connected (see max_connect_retries).
   void report(const RoundRecord& r, bool ok, const std::vector<std::int64_t>& blamed = {},
-              bool abstain = false);
+              bool abstain = false, bool unconnected = false);
   // The record that follows `r` (TimeoutError after round_timeout_s).
   RoundRecord next_round(const RoundRecord& r);
   // Announces a graceful exit before the node's last report, so the coordinator never places
@@ -121,6 +133,8 @@ class ElasticMesh {
   // A new lease with this node's hb/ key attached; `requeue`: and the join key again while the
   // node is still queued.
   void register_lease(bool requeue);
+  // Writes this node's join key, attached to its lease.
+  void queue_join();
   void coordinator_loop();
   // Takes or keeps the coordinator role (the leader key, attached to this node's lease);
   // returns whether this node holds it.
@@ -134,9 +148,18 @@ class ElasticMesh {
   bool bootstrap();
   std::vector<std::int64_t> queued_joiners(const Liveness& live);
   std::vector<std::int64_t> ring_order(const std::vector<std::int64_t>& ids);
+  // Writes `next` (compare-and-set from absent) and, when this node wrote it, collects what no
+  // node can need any more (PROTOCOL.md, "Store size"). `removed_by_nonfinite`: evicted by the
+  // non-finite rule at this record (a step boundary); `forget_left`: deathrattles of nodes whose
+  // lease has ended and that no record since names.
   bool publish(const RoundRecord& next, const std::vector<std::int64_t>& admitted,
                const std::vector<std::int64_t>& removed_by_allreduce,
-               const std::vector<std::int64_t>& removed_by_protocol);
+               const std::vector<std::int64_t>& removed_by_protocol,
+               const std::vector<std::int64_t>& removed_by_nonfinite = {},
+               const std::vector<std::int64_t>& forget_left = {});
+  // Erases records, reports and ready keys of rounds below `first_kept`, whichever coordinator
+  // missed them (a publish that lost its race, a catch-up after a handover).
+  void collect_rounds(std::uint64_t first_kept);
   // The heartbeat activity's wait for stop(); returns true when stopping.
   bool wait_stop(double seconds);
   void emit(const std::string& type, JsonObject fields = {});

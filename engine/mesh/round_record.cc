@@ -25,16 +25,31 @@ T parse_int(const std::string& field, const std::string& text) {
   return v;
 }
 
-std::vector<std::int64_t> parse_ids(const std::string& field, const std::string& text) {
-  std::vector<std::int64_t> ids;
+// The comma-separated items of a list field ("" has none).
+std::vector<std::string> items_of(const std::string& text) {
+  std::vector<std::string> items;
   std::size_t pos = 0;
   while (pos < text.size()) {
     std::size_t comma = text.find(',', pos);
     if (comma == std::string::npos) comma = text.size();
-    ids.push_back(parse_int<std::int64_t>(field, text.substr(pos, comma - pos)));
+    items.push_back(text.substr(pos, comma - pos));
     pos = comma + 1;
   }
+  return items;
+}
+
+std::vector<std::int64_t> parse_ids(const std::string& field, const std::string& text) {
+  std::vector<std::int64_t> ids;
+  for (const std::string& item : items_of(text))
+    ids.push_back(parse_int<std::int64_t>(field, item));
   return ids;
+}
+
+std::string join_steps(const std::vector<std::pair<std::int64_t, int>>& steps) {
+  std::string s;
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    s += (i ? "," : "") + std::to_string(steps[i].first) + ":" + std::to_string(steps[i].second);
+  return s;
 }
 
 std::string sanitize(std::string s) {
@@ -72,6 +87,12 @@ bool RoundRecord::abstains(std::int64_t node) const {
   return std::find(abstain.begin(), abstain.end(), node) != abstain.end();
 }
 
+int RoundRecord::nonfinite_steps_of(std::int64_t node) const {
+  for (const auto& [id, n] : nonfinite_steps)
+    if (id == node) return n;
+  return 0;
+}
+
 int RoundRecord::contributors() const {
   return std::max(1, static_cast<int>(members.size() - abstain.size()));
 }
@@ -83,6 +104,7 @@ std::string RoundRecord::encode() const {
          ";joiners=" + join_ids(joiners) + ";sources=" + join_ids(sources) +
          ";removed=" + join_ids(removed) +
          (abstain.empty() ? std::string() : ";abstain=" + join_ids(abstain)) +
+         (nonfinite_steps.empty() ? std::string() : ";nonfinite=" + join_steps(nonfinite_steps)) +
          ";reason=" + sanitize(reason);
 }
 
@@ -123,6 +145,20 @@ RoundRecord RoundRecord::decode(const std::string& text) {
       if (r.rank_of(id) < 0)
         throw ProtocolError("round record: abstaining node " + std::to_string(id) +
                             " is not a member");
+  }
+  if (const auto it = fields.find("nonfinite"); it != fields.end()) {
+    for (const std::string& item : items_of(it->second)) {
+      const std::size_t colon = item.find(':');
+      if (colon == std::string::npos)
+        throw ProtocolError("round record: field 'nonfinite': item '" + item + "' is not ID:STEPS");
+      const auto id = parse_int<std::int64_t>("nonfinite", item.substr(0, colon));
+      const int n = parse_int<int>("nonfinite", item.substr(colon + 1));
+      if (r.rank_of(id) < 0)
+        throw ProtocolError("round record: non-finite node " + std::to_string(id) +
+                            " is not a member");
+      if (n < 1) throw ProtocolError("round record: field 'nonfinite': '" + item + "' has n < 1");
+      r.nonfinite_steps.emplace_back(id, n);
+    }
   }
   r.reason = field("reason");
   return r;

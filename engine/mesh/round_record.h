@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace meridian {
@@ -32,11 +33,19 @@ struct RoundRecord {
   // guard), so they contribute zeros and the others' sum is divided by members - abstain.
   // Empty outside retries; encoded only when not empty.
   std::vector<std::int64_t> abstain;
-  std::string reason;                 // why the previous round did not commit (retry/fallback)
+  // Members that sat out (abstain) the last n >= 1 outer steps in a row, as (id, n), ascending
+  // by id: the coordinator's count for MeshOptions::nonfinite_evict_after, kept in the record so
+  // that a new coordinator counts on. Updated at outer-step boundaries (commit, fallback),
+  // carried unchanged by retries. Encoded only when not empty ("nonfinite=3:2,5:1").
+  std::vector<std::pair<std::int64_t, int>> nonfinite_steps;
+  // Why the previous round did not commit (retry, fallback), or why a member was evicted.
+  std::string reason;
 
   int rank_of(std::int64_t node) const;  // -1 when not a member
   bool is_joiner(std::int64_t node) const;
   bool abstains(std::int64_t node) const;
+  // n of `nonfinite_steps` for `node`; 0 when it is not listed.
+  int nonfinite_steps_of(std::int64_t node) const;
   // Members whose pseudo-gradients are averaged: members - abstain (at least 1).
   int contributors() const;
 

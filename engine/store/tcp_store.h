@@ -31,12 +31,13 @@ struct StoreLimits {
 struct StoreIdentity {
   std::string secret;
   std::string version;
-  // Hash of the run's resolved configuration (see config_hash_of). On the server, empty means
-  // "not checked" (a standalone store serving whatever run joins first is configured so).
+  // Hash of the run's resolved configuration (see config_hash_of; a node's is
+  // trainer::run_config_hash). On the server, empty means "the first node's to join": the
+  // first joined node fixes the run's hash and later nodes with another are refused.
   std::string config_hash;
 };
 
-// The hash nodes and server compare: SHA-256 hex of the configuration text.
+// The hash nodes and server compare: SHA-256 hex of the resolved configuration's text.
 std::string config_hash_of(const std::string& resolved_config_text);
 
 // Reads a shared-secret file: its bytes without trailing newlines/spaces. Throws ConfigError
@@ -44,12 +45,14 @@ std::string config_hash_of(const std::string& resolved_config_text);
 // (mode & 077, as ssh does for keys).
 std::string read_secret_file(const std::string& path);
 
-// Bounds on connections that have not joined yet (proved the secret), so that a flood of idle
-// connections can neither exhaust the server's descriptors nor lock real nodes out. A newcomer
-// beyond a bound makes room by closing the oldest *idle* unjoined connection in that bound's
-// scope (one that has sent nothing since its greeting); when every one in scope is mid-handshake
-// the newcomer itself is refused. A real node answers its greeting within a round trip, so it is
-// the last to be shed, and a client whose connection is shed before its welcome dials again.
+// Bounds on connections that have not joined yet (proved the secret), so that a flood of
+// connections, idle or trickling bytes (slowloris), can neither exhaust the server's descriptors
+// nor lock real nodes out. A newcomer beyond a bound always makes room by closing an unjoined
+// connection in that bound's scope, whatever it has sent: first one stalled mid-frame (a real
+// node sends its whole join frame in one write right after the greeting, so it is never seen so),
+// else the oldest idle one (a real node is idle for a round trip only, as the newest). A client
+// whose connection is shed before its welcome dials again; the handshake deadline
+// (TcpStoreServerOptions::handshake_timeout_s) closes whatever has not joined by then.
 struct StoreAdmissionLimits {
   std::size_t max_unjoined = 256;             // over all addresses
   std::size_t max_unjoined_per_address = 32;  // from one IP address (so one address cannot

@@ -2,9 +2,10 @@
 // two steps (4-byte length, then a body of exactly that length) so nothing is allocated before
 // the length is checked; waits are parked per connection and completed when their keys appear
 // or their deadline passes. A peer that breaks the protocol is cut off; nobody else notices.
-// Connections that have not joined are bounded (StoreAdmissionLimits) and, when descriptors run
-// out, shed rather than left in the backlog (which would make poll() report the listening socket
-// readable forever: a busy loop).
+// Connections that have not joined are bounded (StoreAdmissionLimits): a newcomer beyond a bound
+// sheds one of them, whatever it has sent, and when descriptors run out they are shed rather than
+// left in the backlog (which would make poll() report the listening socket readable forever: a
+// busy loop).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -75,7 +76,8 @@ struct PendingWait {
 struct Connection {
   int fd = -1;
   bool joined = false;
-  bool sent_anything = false;  // a byte arrived since the greeting (not idle: mid-handshake)
+  bool sent_anything = false;  // a byte arrived since the greeting: stalled mid-frame unless
+                               // joined (a node sends its whole join in one write)
   std::string address;         // the peer's IP address (the per-address admission limit's key)
   double accepted_s = 0;
   std::string peer;  // "client-id@address" once joined, the address before
@@ -170,6 +172,10 @@ struct TcpStoreServer::Impl {
   std::uint64_t stored_bytes = 0;
   LeaseTable leases;  // on store_wire::now_s()
   ChangeLog changes;
+  // The run's configuration hash: the server's own (options.identity), else the first joined
+  // node's, and who fixed it ("" while unset or given).
+  std::string run_config_hash;
+  std::string run_config_hash_from;
 
   void log(const std::string& line) {
     if (options.log) options.log(line);
@@ -188,12 +194,13 @@ struct TcpStoreServer::Impl {
 
   void run();
   void accept_new();
-  // Makes room for a connection from `address` under the admission limits (closing the oldest
-  // idle unjoined one in scope); false when there is none to close.
+  // Makes room for a connection from `address` under the admission limits (shedding an unjoined
+  // one in scope); false when there is none to shed.
   bool make_room(const std::string& address);
-  // Closes the oldest idle unjoined connection (of `address`, or of any when empty); false
-  // when there is none.
-  bool shed_oldest_idle(const std::string& address, const std::string& why);
+  // Closes one unjoined connection (of `address`, or of any when empty): one stalled mid-frame
+  // before an idle one, the oldest first. `why` says what the store is short of. False when
+  // there is none.
+  bool shed_one(const std::string& address, const std::string& why);
   // accept4 failed with EMFILE/ENFILE: frees a descriptor and drains one connection, or pauses
   // accepting. Returns whether accepting may go on now.
   bool on_out_of_descriptors(int error);
@@ -245,7 +252,11 @@ void TcpStoreServer::Impl::flush(Connection& c) {
     if (rc < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR) continue;
-      log("store: " + c.peer + " went away: " + std::strerror(errno));
+      const std::string line = "store: " + c.peer + " went away: " + std::strerror(errno);
+      if (c.joined)
+        log(line);
+      else
+        log_unjoined(line);
       close_fd(c.fd);
       return;
     }
@@ -365,9 +376,21 @@ void TcpStoreServer::Impl::handle_join(Connection& c, Reader& r) {
                   ", the node runs " + version);
     return;
   }
-  if (!options.identity.config_hash.empty() && config_hash != options.identity.config_hash) {
-    refuse(c, "run configuration differs: the store's configuration hash is " +
-                  options.identity.config_hash + ", the node's is " + config_hash);
+  // One rule for every store: a node joins only the run whose resolved configuration it has.
+  // The run's is the store's own when given (the embedding node's, `meridian store --config`),
+  // else the first node's to join.
+  if (run_config_hash.empty() && !config_hash.empty()) {
+    run_config_hash = config_hash;
+    run_config_hash_from = client_id;
+    log("store: the run's configuration hash is " + config_hash + " (from node '" + client_id +
+        "', the first to join)");
+  } else if (!run_config_hash.empty() && config_hash != run_config_hash) {
+    refuse(c, "run configuration differs: the run's configuration hash is " + run_config_hash +
+                  (run_config_hash_from.empty()
+                       ? " (the store's)"
+                       : " (from node '" + run_config_hash_from + "', the first to join)") +
+                  ", the node's is " + config_hash +
+                  " (was it started with another run file or other --set overrides?)");
     return;
   }
   c.joined = true;
@@ -623,19 +646,30 @@ void TcpStoreServer::Impl::on_readable(Connection& c) {
   }
 }
 
-bool TcpStoreServer::Impl::shed_oldest_idle(const std::string& address, const std::string& why) {
-  auto oldest = connections.end();
+bool TcpStoreServer::Impl::shed_one(const std::string& address, const std::string& why) {
+  // A node answers its greeting with its whole join frame in one write, read in one go: it is
+  // never seen stalled mid-frame, and it is idle for a round trip only, as the newest. So a
+  // stalled connection goes first (slowloris: a byte now and then keeps none of them), then the
+  // oldest idle one; the handshake deadline cuts whatever is left unjoined.
+  auto victim = connections.end();
+  const auto before = [](const Connection& a, const Connection& b) {
+    if (a.sent_anything != b.sent_anything) return a.sent_anything;
+    return a.accepted_s < b.accepted_s;
+  };
   for (auto it = connections.begin(); it != connections.end(); ++it) {
     const Connection& c = it->second;
-    if (c.fd < 0 || c.joined || c.sent_anything || c.close_after_flush) continue;
+    if (c.fd < 0 || c.joined || c.close_after_flush) continue;
     if (!address.empty() && c.address != address) continue;
-    if (oldest == connections.end() || c.accepted_s < oldest->second.accepted_s) oldest = it;
+    if (victim == connections.end() || before(c, victim->second)) victim = it;
   }
-  if (oldest == connections.end()) return false;
+  if (victim == connections.end()) return false;
+  const Connection& c = victim->second;
   ++shed;
-  log_unjoined("store: refused " + oldest->second.peer + ": " + why);
-  close_fd(oldest->second.fd);
-  connections.erase(oldest);  // now, so that its descriptor number can be reused at once
+  log_unjoined("store: refused " + c.peer + ": " +
+               (c.sent_anything ? "stalled mid-handshake" : "idle without joining") + " after " +
+               std::to_string(store_wire::now_s() - c.accepted_s) + " s, and " + why);
+  close_fd(victim->second.fd);
+  connections.erase(victim);  // now, so that its descriptor number can be reused at once
   return true;
 }
 
@@ -648,25 +682,24 @@ bool TcpStoreServer::Impl::make_room(const std::string& address) {
     from_address += c.address == address;
   }
   if (from_address >= a.max_unjoined_per_address) {
-    if (!shed_oldest_idle(address, "idle without joining, and its address is at the limit of " +
-                                       std::to_string(a.max_unjoined_per_address) +
-                                       " unjoined connections"))
+    if (!shed_one(address, "its address is at the limit of " +
+                               std::to_string(a.max_unjoined_per_address) +
+                               " unjoined connections"))
       return false;
     --unjoined;
   }
   return unjoined < a.max_unjoined ||
-         shed_oldest_idle("", "idle without joining, and the store is at its limit of " +
-                                  std::to_string(a.max_unjoined) + " unjoined connections");
+         shed_one("", "the store is at its limit of " + std::to_string(a.max_unjoined) +
+                          " unjoined connections");
 }
 
 bool TcpStoreServer::Impl::on_out_of_descriptors(int error) {
   if (!out_of_descriptors) {
     out_of_descriptors = true;
     log(std::string("store: out of file descriptors (") + std::strerror(error) +
-        "): shedding idle connections that have not joined, then refusing new ones");
+        "): shedding connections that have not joined, then refusing new ones");
   }
-  if (shed_oldest_idle("", "idle without joining, and the store is out of file descriptors"))
-    return true;
+  if (shed_one("", "the store is out of file descriptors")) return true;
   // Nothing to shed: take one connection off the backlog with the reserve descriptor and close
   // it, so the listening socket stops being readable for it.
   if (reserve_fd >= 0) {
@@ -718,8 +751,8 @@ void TcpStoreServer::Impl::accept_new() {
     c.peer = std::string(host) + ":" + serv;
     if (!make_room(c.address)) {
       ++shed;
-      log_unjoined("store: refused " + c.peer + ": every unjoined connection in its scope is " +
-                   "mid-handshake (admission limits " +
+      log_unjoined("store: refused " + c.peer + ": no unjoined connection in its scope to shed " +
+                   "(admission limits " +
                    std::to_string(options.admission.max_unjoined_per_address) + " per address, " +
                    std::to_string(options.admission.max_unjoined) + " in all)");
       ::close(fd);
@@ -734,6 +767,9 @@ void TcpStoreServer::Impl::accept_new() {
     auto [it, inserted] = connections.emplace(fd, std::move(c));
     MERIDIAN_CHECK(inserted);
     reply(it->second, hello);
+    // A peer that reset before its greeting (a flood that connects and aborts) is closed by now:
+    // forget it at once, or the next accept4 that reuses its descriptor number would collide.
+    if (it->second.fd < 0) connections.erase(it);
   }
 }
 
@@ -808,6 +844,7 @@ void TcpStoreServer::Impl::run() {
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options) : impl_(std::make_unique<Impl>()) {
   impl_->options = std::move(options);
+  impl_->run_config_hash = impl_->options.identity.config_hash;
   if (impl_->options.identity.secret.empty()) {
     throw ConfigError("store server: the shared secret is empty (give a non-empty secret file)");
   }

@@ -278,6 +278,34 @@ TEST(Summary, EventsWithoutAFinalRecordAreAnIncompleteRun) {
   EXPECT_NE(summary_table(s).find("Incomplete"), std::string::npos);
 }
 
+// A real node that gave up as lost ends its file with `node_lost` instead of run_finished: the
+// run is incomplete, and the summary says which node was lost, after how many steps and why.
+TEST(Summary, ANodeLostRecordEndsTheFileWithWhatHappened) {
+  std::vector<EventRecord> events = read_events_file(kData + "/small_run.jsonl");
+  events.back() = parse_event_line(
+      R"({"t":30,"node":2,"type":"node_lost","exit":"lost","reason":"store: connection )"
+      R"(refused","outer_steps":3,"elapsed_s":29.5})",
+      "test");
+  const auto* lost = events.back().as<NodeLostRecord>();
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ(lost->exit, "lost");
+  EXPECT_EQ(lost->outer_steps, 3);
+  const Summary s = summarize(events);
+  EXPECT_FALSE(s.complete);
+  ASSERT_EQ(s.lost.size(), 1u);
+  EXPECT_EQ(s.lost[0], "node 2 lost after 3 outer steps: store: connection refused");
+  EXPECT_EQ(run_end_text(s),
+            "Incomplete: no node finished the run after 3 outer steps (node 2 lost after 3 outer "
+            "steps: store: connection refused)");
+  EXPECT_EQ(to_json(s)["lost"][0], s.lost[0]);
+  EXPECT_NE(summary_table(s).find("node lost"), std::string::npos);
+  // A record without its reason is refused, naming the field.
+  EXPECT_THROW(parse_event_line(R"({"t":1,"node":2,"type":"node_lost","exit":"lost",)"
+                                R"("outer_steps":3})",
+                                "test"),
+               ConfigError);
+}
+
 // A run written by the simulator (data/netsim_churn: a join with recovery, a crash during an
 // all-reduce, a graceful leave) and the summary.json that an earlier, independent implementation
 // in netsim/ computed from it (retired since: `meridian sim` now writes summary.json through

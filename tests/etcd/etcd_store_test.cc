@@ -3,15 +3,20 @@
 // configuration refused with the reason), failover when members die (PeerLostError only once
 // none answers), etcd auth, TLS with client certificates, and the etcd:// URL's errors.
 #include "engine/store/etcd/etcd_store.h"
+#include "engine/store/etcd/etcd_wire.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "engine/error.h"
+#include "tests/mesh/store_size.h"
 #include "tests/store/etcd_cluster.h"
 #include "tests/store/store_conformance.h"
 
@@ -21,6 +26,7 @@ namespace {
 using testing::StoreBackend;
 using testing::StoreConformance;
 
+using testing::ClusterOptions;
 using testing::EtcdCluster;
 
 constexpr char kSecret[] = "correct horse battery staple";
@@ -115,6 +121,83 @@ TEST(EtcdStore, FailsOverWhenMembersDieAndReportsPeerLostWhenNoneAnswers) {
   }
 }
 
+// Quorum loss is not silent: with two of three members dead every endpoint fails in turn (the
+// one left has no leader); the store logs the loss when it starts, again while it lasts with
+// the time so far, and once the members are back and a call is answered, the end.
+TEST(EtcdStore, LogsQuorumLossWhenItStartsWhileItLastsAndWhenItEnds) {
+  if (!EtcdCluster::available()) GTEST_SKIP() << kMissing;
+  EtcdCluster c(3);
+  auto o = options_for(c, "quorum");
+  o.io_timeout_s = 120.0;
+  o.outage_log_interval_s = 0.5;
+  std::mutex mu;
+  std::vector<std::string> lines;
+  o.log = [&](const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu);
+    lines.push_back(line);
+  };
+  const auto count = [&](const std::string& needle) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return l.find(needle) != std::string::npos;
+    });
+  };
+  const auto wait_for = [&](const std::string& needle, long n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (count(needle) < n && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polls the log, deadline
+    return count(needle) >= n;
+  };
+  EtcdStore s(o);
+  s.set("a", "1");
+  EXPECT_EQ(count("quorum"), 0);
+  c.kill(1);
+  c.kill(2);
+  std::string outcome = "pending";
+  std::thread writer([&] {
+    try {
+      s.set("b", "2");  // waits out the loss: the call's deadline is 120 s
+      outcome = "ok";
+    } catch (const std::exception& e) {
+      outcome = e.what();
+    }
+  });
+  const bool started = wait_for("no quorum: no endpoint answered", 1);
+  const bool lasting = started && wait_for("still no quorum after", 2);
+  c.restart(1);
+  c.restart(2);
+  writer.join();
+  EXPECT_TRUE(started) << "no line when the quorum was lost";
+  EXPECT_TRUE(lasting) << "no line while the loss lasted";
+  EXPECT_EQ(outcome, "ok");
+  EXPECT_TRUE(wait_for("quorum back after", 1));
+  EXPECT_EQ(s.get("b", 1.0), "2");
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(std::count_if(lines.begin(), lines.end(),
+                          [](const std::string& l) { return l.find("no quorum:") != std::string::npos; }),
+            1);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("quorum back after"), std::string::npos) << lines.back();
+  for (const std::string& l : lines) std::printf("%s\n", l.c_str());
+}
+
+// The store's size over a long run on etcd: the thread-level cluster (tests/mesh/store_size.h:
+// 3 nodes, a leave and two joins, one of them crashing, every 10 outer steps) with every node on
+// one EtcdStore. The key count stays under the same bound as on the in-memory store.
+TEST(EtcdStore, MeshKeysStayBoundedOverALongRunWithChurn) {
+  if (!EtcdCluster::available()) GTEST_SKIP() << kMissing;
+  EtcdStore store(options_for(shared_cluster(), "store-size"));
+  ClusterOptions o;
+  o.outer_steps = 100;
+  o.inner_steps = 1;
+  o.heartbeat_s = 0.5;  // etcd counts a lease's time to live in whole seconds
+  o.dead_after_s = 2.0;
+  o.allreduce_timeout_s = 10.0;
+  o.store = &store;
+  const auto seen = testing::run_with_churn(o);
+  EXPECT_GE(seen.size(), 9u);
+}
+
 TEST(EtcdStore, AuthenticatesWithTheUsersPasswordAndRefusesAWrongOne) {
   if (!EtcdCluster::available()) GTEST_SKIP() << kMissing;
   EtcdCluster c(1);
@@ -179,6 +262,45 @@ TEST(EtcdStore, SpeaksTlsToAVerifiedServerWithAClientCertificate) {
   } catch (const PeerLostError& e) {
     EXPECT_NE(std::string(e.what()).find("failed verification"), std::string::npos) << e.what();
   }
+}
+
+// What etcd answers is untrusted input: a field of the wrong type is a ProtocolError (it was an
+// nlohmann type_error or std::invalid_argument that no caller handled), a truncated or lying
+// HTTP answer too (the fuzz target tests/fuzz/etcd_answer_fuzz.cc runs these and more).
+TEST(EtcdWire, MalformedAnswersAreProtocolErrorsOrRefusedRecords) {
+  using namespace etcd_wire;
+  WatchState state{7, false};
+  EXPECT_THROW(watch_message(R"({"result":{"created":"yes"}})", {"/p/"}, 7, state, "t"),
+               ProtocolError);
+  EXPECT_FALSE(watch_message(R"({"result":5})", {"/p/"}, 7, state, "t"));
+  EXPECT_THROW(watch_message(R"({"error":{"message":"gone"}})", {"/p/"}, 7, state, "t"),
+               PeerLostError);
+  EXPECT_THROW(compare_set_result(json::parse(R"({"succeeded":"yes"})"), "v"), ProtocolError);
+  EXPECT_EQ(compare_set_result(json::parse(R"({"succeeded":true})"), "v"), "v");
+  EXPECT_THROW(i64_of(json::parse(R"({"ID":"12abc"})"), "ID"), ProtocolError);
+  EXPECT_EQ(i64_of(json::parse(R"({"ID":"-12"})"), "ID"), -12);
+  EXPECT_EQ(i64_of(json::parse(R"({"TTL":5})"), "ID"), 0);
+  EXPECT_FALSE(parse_run_record(R"({"version":"v","config_hash":"c","nonce":"zz","proof":"00"})"));
+  EXPECT_FALSE(parse_run_record(R"({"version":1,"config_hash":"c","nonce":"00","proof":"00"})"));
+  EXPECT_EQ(parse_run_record(R"({"version":"v","config_hash":"c","nonce":"00ff","proof":"9"})")
+                ->nonce,
+            std::string("\x00\xff", 2));
+  const auto http = [](std::string text) {
+    std::string buf = std::move(text);
+    HttpAnswer a(buf, [](double) { return false; }, 0.0);
+    std::string body;
+    while (a.next(body, 0.0)) {
+    }
+    return std::make_pair(a.status, body);
+  };
+  EXPECT_EQ(http("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"), std::make_pair(200, std::string("{}")));
+  EXPECT_EQ(http("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2;x=1\r\nab\r\n0\r\n\r\n"),
+            std::make_pair(200, std::string("ab")));
+  EXPECT_THROW(http("HTTP/1.1 2x0 OK\r\n\r\n"), ProtocolError);
+  EXPECT_THROW(http("HTTP/1.1 200 OK\r\nContent-Length: 2z\r\n\r\n{}"), ProtocolError);
+  EXPECT_THROW(http("HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}"), PeerLostError);
+  EXPECT_THROW(http("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n0\r\n\r\n"),
+               ProtocolError);
 }
 
 TEST(EtcdUrl, ParsesEndpointsPrefixAndOptions) {

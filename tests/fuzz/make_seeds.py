@@ -155,3 +155,37 @@ seed("store_client_fuzz", "list", b"\x07" + frame(OK, u32(2), s("p/a"), s("p/b")
 seed("store_client_fuzz", "read-prefix", b"\x08" + frame(OK, u32(1), s("p/a"), s("1")))
 seed("store_client_fuzz", "lease-grant", b"\x09" + frame(OK, i64(3)))
 seed("store_client_fuzz", "watch", b"\x0d" + frame(OK, i64(12)))
+
+
+# etcd_answer_fuzz: byte 0 = piece size - 1; then an HTTP answer of etcd's JSON gateway.
+def b64(text):
+    import base64
+    return base64.b64encode(text.encode()).decode()
+
+
+def http(body, chunked=False):
+    if chunked:
+        return ("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + "".join("%x\r\n%s\r\n" % (len(line) + 1, line + "\n") for line in body) + "0\r\n\r\n")
+    return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+
+
+HEADER = {"cluster_id": "1", "member_id": "2", "revision": "41", "raft_term": "3"}
+kv = lambda k, v, mod: {"key": b64("/meridian/kv/" + k), "value": b64(v), "mod_revision": str(mod),
+                        "create_revision": "5", "version": "1"}
+def etcd(name, piece, text):
+    seed("etcd_answer_fuzz", name, bytes([piece]) + text.encode())
+
+
+ERROR = json.dumps({"error": "etcdserver: no leader", "code": 14, "message": "etcdserver: no leader"})
+etcd("range", 15, http(json.dumps(
+    {"header": HEADER, "kvs": [kv("mesh/hb/1", "1", 40), kv("mesh/hb/2", "1", 41)], "count": "2"})))
+etcd("txn-failed", 255, http(json.dumps(
+    {"header": HEADER, "responses": [{"response_range": {"header": HEADER, "kvs": [kv("mesh/leader", "3", 12)]}}]})))
+etcd("lease", 3, http(json.dumps({"header": HEADER, "ID": "7587869", "TTL": "6"})))
+etcd("error", 64, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: %d\r\n\r\n%s" % (len(ERROR), ERROR))
+etcd("watch", 31, http([
+    json.dumps({"result": {"header": HEADER, "created": True}}),
+    json.dumps({"result": {"header": HEADER, "events": [{"kv": kv("mesh/left/4", "1", 42)}]}})], chunked=True))
+etcd("run-record", 127, "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + json.dumps(
+    {"version": "0.1.0", "config_hash": "ab12", "nonce": "00ff10", "proof": "99"}))

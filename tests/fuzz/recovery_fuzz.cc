@@ -136,7 +136,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         state->shared.assign(shared, std::byte{0x5a});
         state->priv.assign(priv, std::byte{0xa5});
       }
-      (void)serve_recovery(factory, recovery_spec(r, 9, 1, true, o.timeout_s), state, o);
+      (void)serve_recovery(factory, recovery_spec(r, 9, 1, true, o), state, o);
     } else {
       ThreadRuntime runtime;
       const FetchResult got =

@@ -1,10 +1,13 @@
-// Test and benchmark support: a flood of idle TCP connections to the store, as an attacker (or a
-// misconfigured load balancer) would open them: connected, never a byte written. Loopback only;
-// each connection can come from its own local address (127.0.0.2, ...), so that one address's
-// limit and the store's overall limit can be exercised apart. Not a client: see tcp_store.h.
+// Test and benchmark support: floods of TCP connections to the store, as an attacker (or a
+// misconfigured load balancer) would open them: idle ones (connected, never a byte written) and
+// slowloris ones (a join frame trickled a byte at a time, dialled again whenever closed).
+// Loopback only; each connection can come from its own local address (127.0.1.1, ...), so that
+// one address's limit and the store's overall limit can be exercised apart. Not a client: see
+// tcp_store.h.
 #pragma once
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -14,12 +17,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/store/tcp_store.h"
@@ -34,6 +42,26 @@ inline std::string flood_address(int i, int addresses) {
   return "127.0." + std::to_string(1 + k / 250) + "." + std::to_string(1 + k % 250);
 }
 
+// A non-blocking socket bound to local address `from` and connecting to 127.0.0.1:`port` (not
+// waited for); -1 when that fails (out of descriptors).
+inline int connect_from(std::uint16_t port, const std::string& from) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from.c_str(), &local.sin_addr);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0 && errno != EINPROGRESS)) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 // Opens `count` connections to 127.0.0.1:`port`, connection i bound to local address
 // `from(i)`, without waiting for them to be established (non-blocking connect). The caller
 // closes the sockets. Returns fewer when this process runs out of descriptors.
@@ -42,25 +70,147 @@ std::vector<int> open_idle_connections(std::uint16_t port, int count, From from)
   std::vector<int> fds;
   fds.reserve(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const int fd = connect_from(port, std::string(from(i)));
     if (fd < 0) break;
-    sockaddr_in local{};
-    local.sin_family = AF_INET;
-    ::inet_pton(AF_INET, std::string(from(i)).c_str(), &local.sin_addr);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
-        (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0 &&
-         errno != EINPROGRESS)) {
-      ::close(fd);
-      break;
-    }
     fds.push_back(fd);
   }
   return fds;
 }
+
+// Slowloris: `count` connections to 127.0.0.1:`port`, connection i from local address
+// `from(i)`, each trickling a join frame (a valid length prefix, then its body) one byte every
+// `byte_interval_s`, and each dialled again as soon as the server closes it, so that they keep
+// the store's unjoined slots filled. Served by its own thread until destroyed; it reads (and
+// drops) what the server sends and closes with a reset (no TIME_WAIT left behind by the churn).
+class SlowlorisFlood {
+ public:
+  struct Counts {
+    int greeted_open = 0;  // open now, greeted by the server, at least one byte sent
+    int cut_slots = 0;     // of the `count` connection slots, those the server has closed once
+    std::uint64_t dials = 0;
+    std::uint64_t closed_by_server = 0;
+    double longest_s = 0;      // the longest a connection stayed open before the server closed it
+    double oldest_open_s = 0;  // the age of the oldest connection open now
+  };
+
+  SlowlorisFlood(std::uint16_t port, int count, std::function<std::string(int)> from,
+                 double byte_interval_s)
+      : port_(port), byte_interval_s_(byte_interval_s), from_(std::move(from)) {
+    slots_.resize(static_cast<std::size_t>(count));
+    if (::pipe2(stop_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~SlowlorisFlood() {
+    if (thread_.joinable()) {
+      const char b = 1;
+      [[maybe_unused]] const ssize_t rc = ::write(stop_pipe_[1], &b, 1);
+      thread_.join();
+    }
+    for (Slot& s : slots_) reset(s);
+    ::close(stop_pipe_[0]);
+    ::close(stop_pipe_[1]);
+  }
+  SlowlorisFlood(const SlowlorisFlood&) = delete;
+  SlowlorisFlood& operator=(const SlowlorisFlood&) = delete;
+
+  Counts counts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    Counts c = counts_;
+    const double now = store_wire::now_s();
+    for (const Slot& s : slots_) {
+      c.greeted_open += s.fd >= 0 && s.greeted && s.sent > 0;
+      c.cut_slots += s.cut;
+      if (s.fd >= 0) c.oldest_open_s = std::max(c.oldest_open_s, now - s.opened_s);
+    }
+    return c;
+  }
+
+ private:
+  struct Slot {
+    int fd = -1;
+    double opened_s = 0;
+    double next_byte_s = 0;
+    std::size_t sent = 0;  // bytes of the frame sent
+    bool greeted = false;
+    bool cut = false;
+  };
+
+  static void reset(Slot& s) {
+    if (s.fd < 0) return;
+    const linger rst{1, 0};
+    ::setsockopt(s.fd, SOL_SOCKET, SO_LINGER, &rst, sizeof(rst));
+    ::close(s.fd);
+    s.fd = -1;
+  }
+
+  void dial(Slot& s, int i, double now) {
+    s.fd = connect_from(port_, from_(i));
+    s.opened_s = s.next_byte_s = now;
+    s.sent = 0;
+    s.greeted = false;
+    ++counts_.dials;
+  }
+
+  void serve() {
+    // A join frame: a length prefix the server accepts, then a body that never ends in time.
+    store_wire::Writer join(store_wire::Type::kJoin);
+    join.str(std::string(200, 'x'));
+    const std::string frame = join.frame();
+    std::vector<pollfd> fds;
+    for (;;) {
+      const double now = store_wire::now_s();
+      double next_s = now + 1.0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (std::size_t i = 0; i < slots_.size(); ++i) {
+          Slot& s = slots_[i];
+          if (s.fd < 0) dial(s, static_cast<int>(i), now);
+          if (s.fd >= 0 && now >= s.next_byte_s && s.sent < frame.size()) {
+            const ssize_t rc = ::send(s.fd, frame.data() + s.sent, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (rc == 1) {
+              ++s.sent;
+              s.next_byte_s = now + byte_interval_s_;
+            }  // else still connecting (EAGAIN) or closed: its poll event says which
+          }
+          if (s.fd >= 0) next_s = std::min(next_s, s.next_byte_s);
+        }
+      }
+      fds.clear();
+      fds.push_back({stop_pipe_[0], POLLIN, 0});
+      for (const Slot& s : slots_) fds.push_back({s.fd, POLLIN | POLLRDHUP, 0});
+      const int wait_ms = static_cast<int>(std::max(0.0, next_s - store_wire::now_s()) * 1000) + 1;
+      if (::poll(fds.data(), fds.size(), wait_ms) < 0 && errno != EINTR) return;
+      if (fds[0].revents) return;
+      std::lock_guard<std::mutex> lock(mu_);
+      const double at = store_wire::now_s();
+      for (std::size_t i = 0; i < slots_.size(); ++i) {
+        Slot& s = slots_[i];
+        const short ev = fds[i + 1].revents;
+        if (s.fd < 0 || ev == 0) continue;
+        char buf[256];
+        const ssize_t n = ::recv(s.fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n > 0) s.greeted = true;
+        if (n == 0 || (n < 0 && errno != EAGAIN) || (ev & (POLLRDHUP | POLLHUP | POLLERR))) {
+          if (s.greeted) {  // closed by the server after accepting it (not a failed connect)
+            ++counts_.closed_by_server;
+            counts_.longest_s = std::max(counts_.longest_s, at - s.opened_s);
+            s.cut = true;
+          }
+          reset(s);  // dialled again on the next turn
+        }
+      }
+    }
+  }
+
+  std::uint16_t port_;
+  double byte_interval_s_;
+  std::function<std::string(int)> from_;
+  int stop_pipe_[2] = {-1, -1};
+  mutable std::mutex mu_;  // guards slots_ and counts_
+  std::vector<Slot> slots_;
+  Counts counts_;
+  std::thread thread_;
+};
 
 struct FloodOutcome {
   int greeted = 0;  // still open: the server sent its greeting and holds the connection

@@ -8,8 +8,12 @@
 #include <signal.h>
 
 #include <cstring>
+#include <set>
 #include <thread>
 
+#include "engine/runtime/thread_runtime.h"
+#include "engine/store/memory_store.h"
+#include "engine/util/epoch_keys.h"
 #include "tests/gloo/multi_process.h"
 
 namespace meridian {
@@ -366,6 +370,43 @@ TEST_F(GlooTransportTest, AWorldOfOneNeedsNoPeers) {
   EXPECT_EQ(t->size(), 1);
   std::vector<float> in(1);
   EXPECT_THROW(t->recv(0, make_tag(TagKind::kTest, 1), bytes_of(in), 1.0), ConfigError);
+}
+
+// The store holds the rendezvous of the current epochs only: an epoch's keys are erased when a
+// later epoch connects (engine/transport.h, epoch_superseded), for rings over 30 epochs and for
+// recoveries over 10 rounds. Before that rule every epoch left its keys behind for good. Two
+// ranks as threads of this process, on one in-memory store.
+TEST(GlooStoreKeys, OnlyTheCurrentEpochsRendezvousStaysInTheStore) {
+  ThreadRuntime runtime;
+  MemoryStore store(runtime);
+  GlooTransportFactory f0(store), f1(store);
+  const auto connect_both = [&](EpochSpec s0, EpochSpec s1) {
+    std::unique_ptr<Transport> t0;
+    std::thread th([&] { t0 = f0.connect(s0); });
+    auto t1 = f1.connect(s1);
+    th.join();
+    ASSERT_TRUE(t0 && t1);
+  };
+  const auto epochs_in_store = [&] {
+    std::set<std::uint64_t> out;
+    for (const std::string& k : store.list("gloo/")) out.insert(parse_epoch_store_key(k)->epoch);
+    return out;
+  };
+  for (std::uint64_t e = 1; e <= 30; ++e) {
+    connect_both(spec_for(0, 2, e), spec_for(1, 2, e));
+    EXPECT_EQ(epochs_in_store(), std::set<std::uint64_t>{e}) << "after epoch " << e;
+  }
+  std::size_t ring_keys = store.list("gloo/").size();
+  EXPECT_GT(ring_keys, 0u);
+  for (std::uint64_t round = 1; round <= 10; ++round) {
+    EpochSpec s0 = spec_for(0, 2, recovery_epoch_id(round, 0, 0)), s1 = s0;
+    s1.rank = 1;
+    connect_both(s0, s1);
+    std::set<std::uint64_t> expected = {30};  // rings and recoveries never supersede each other
+    for (std::uint64_t r = 1; r <= round; ++r)
+      if (r + 3 > round) expected.insert(recovery_epoch_id(r, 0, 0));
+    EXPECT_EQ(epochs_in_store(), expected) << "after the recovery of round " << round;
+  }
 }
 
 }  // namespace

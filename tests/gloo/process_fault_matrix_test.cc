@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "engine/fault/fault_point.h"
 #include "engine/util/crc32c.h"
@@ -151,6 +152,12 @@ TEST_F(ProcessFaultMatrix, KilledDuringInnerSteps) {
   EXPECT_EQ(members_at(c1, 1), 3);
   EXPECT_EQ(members_at(c1, 2), 2);  // its outer step 3 (step 2 here) ran without it
   EXPECT_EQ(checksums(node_dir(3)).size(), 2u);
+  // Its events up to the kill are in its file (flushed per record, and before the fault point):
+  // the records of both applied steps (buffered, they died with the process). The third step's
+  // inner_steps record would follow its inner steps, in which it died.
+  EXPECT_EQ(count_in_events(3, "outer_step"), 2u);
+  EXPECT_EQ(count_in_events(3, "inner_steps"), 2u);
+  EXPECT_EQ(count_in_events(3, "run_finished"), 0u);
   expect_reference({.kill = {{3, "inner:3"}}}, {1, 2});
 }
 
@@ -221,6 +228,17 @@ TEST_F(ProcessFaultMatrix, KillOfTheNodeEmbeddingTheStoreEndsTheRunWithAClearMes
         << log(id);
     const std::size_t applied = checksums(node_dir(id)).size();
     EXPECT_TRUE(applied == 1 || applied == 2) << applied;
+    // Its file ends with what happened (`node_lost`, exit lost, the error), not run_finished.
+    const std::string events = read_file(node_dir(id) / "events.jsonl");
+    ASSERT_FALSE(events.empty());
+    const std::string last_line = events.substr(events.rfind('\n', events.size() - 2) + 1);
+    const auto last = nlohmann::json::parse(last_line);
+    EXPECT_EQ(last["type"], "node_lost") << last_line;
+    EXPECT_EQ(last["node"], id) << last_line;
+    EXPECT_EQ(last["exit"], "lost") << last_line;
+    EXPECT_NE(last.value("reason", ""), "") << last_line;
+    EXPECT_EQ(last["outer_steps"], applied) << last_line;
+    EXPECT_EQ(count_in_events(id, "run_finished"), 0u);
   }
   // What they applied before is the reference's (in which nobody dies).
   const auto ref = reference({});

@@ -48,7 +48,7 @@ TEST_F(RunConfigTest, EveryKeyReachesItsOption) {
             "data:\n  shards: 4\n  cache_dir: /tmp/c\n"
             "  validation_sequences: 5\n  files: [art, science]\n"
             "diloco:\n  H: 9\n  codec: int8\n  outer_lr: 0.5\n  outer_momentum: 0.8\n"
-            "  local_ranks: 2\n  timeout_s: 11\n  retries: 1\n"
+            "  local_ranks: 2\n  timeout_s: 11\n  retries: 1\n  nonfinite_evict_after: 5\n"
             "  admission_timeout_s: 20\n  round_timeout_s: 21\n"
             "  heartbeat_s: 0.25\n  dead_after_s: 1.5\n"
             "recovery:\n  timeout_s: 13\n  max_sources: 1\n  blocking: true\n"));
@@ -77,6 +77,7 @@ TEST_F(RunConfigTest, EveryKeyReachesItsOption) {
   EXPECT_EQ(c.diloco.local_ranks, 2);
   EXPECT_EQ(c.diloco.allreduce_timeout_s, 11.0);
   EXPECT_EQ(c.diloco.mesh.max_retries, 1);
+  EXPECT_EQ(c.diloco.mesh.nonfinite_evict_after, 5);
   EXPECT_EQ(c.diloco.mesh.admission_timeout_s, 20.0);
   EXPECT_EQ(c.diloco.mesh.round_timeout_s, 21.0);
   EXPECT_EQ(c.diloco.mesh.heartbeat_interval_s, 0.25);
@@ -140,6 +141,10 @@ TEST_F(RunConfigTest, BadValuesNameTheKeyAndWhatWasExpected) {
   EXPECT_NE(e.find("key 'model': expected a model config: one of"), std::string::npos) << e;
   e = error_of("model: tiny\n", {"train.batch=-1"});
   EXPECT_NE(e.find("--set train.batch=-1: key 'train.batch': expected a positive number"),
+            std::string::npos)
+      << e;
+  e = error_of("model: tiny\n", {"diloco.nonfinite_evict_after=-1"});
+  EXPECT_NE(e.find("key 'diloco.nonfinite_evict_after': expected an integer >= 0"),
             std::string::npos)
       << e;
   e = error_of("transport: {kind: mpi}\n");
@@ -243,6 +248,8 @@ TEST(RunFile, AScenarioStartsARealRunWithTheSameKeys) {
   EXPECT_EQ(c.diloco.mesh.dead_after_s, 6.0);        // its diloco.dead_after_s
   EXPECT_EQ(c.diloco.mesh.max_retries, 3);           // its diloco.retries
   EXPECT_EQ(c.initial_nodes, 12);  // run.nodes absent: the starting nodes of network.nodes
+  // diloco.nonfinite_evict_after absent: the default.
+  EXPECT_EQ(c.diloco.mesh.nonfinite_evict_after, 3);
   const auto notes = c.file.notes_for(config::Mode::kReal);
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_NE(notes[0].find("intellect1-global.yaml: hardware: not used by a real run"),

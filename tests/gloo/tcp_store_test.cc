@@ -208,11 +208,44 @@ TEST(TcpStoreServerTest, AStoppedServerSurfacesAsPeerLostError) {
   auto server = std::make_unique<TcpStoreServer>(o);
   TcpStoreClientOptions c;
   c.port = server->start();
-  c.identity = {kSecret, "0.1.0", "any"};  // the server checks no configuration hash
+  c.identity = {kSecret, "0.1.0", "any"};  // the first node to join fixes the run's hash
   TcpStore s(c);
   s.set("k", "v");
   server.reset();
   EXPECT_THROW(s.get("k", 1.0), PeerLostError);
+}
+
+// Issue 36, item 6: a store given no configuration hash (`meridian store` without --config) took
+// every node. Now the first node to join fixes the run's hash, as an embedded store's serving node
+// does; a later node with another is refused with an error naming both, and one with the same
+// (a second pooled connection included) is admitted.
+TEST(TcpStoreServerTest, WithoutAConfigurationHashTheFirstNodeToJoinFixesTheRuns) {
+  TcpStoreServerOptions o;
+  o.identity = {kSecret, "0.1.0", ""};
+  TcpStoreServer server(o);
+  TcpStoreClientOptions c;
+  c.port = server.start();
+  c.client_id = "node-1";
+  c.identity = {kSecret, "0.1.0", "cfg-first"};
+  TcpStore first(c);
+  c.client_id = "node-2";
+  c.identity.config_hash = "cfg-other";
+  try {
+    TcpStore other(c);
+    FAIL() << "a node with another configuration joined";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("run configuration differs: the run's configuration hash is cfg-first "
+                        "(from node 'node-1', the first to join), the node's is cfg-other"),
+              std::string::npos)
+        << what;
+  }
+  c.client_id = "node-3";
+  c.identity.config_hash = "cfg-first";
+  TcpStore same(c);
+  same.set("k", "v");
+  EXPECT_EQ(first.get("k", 5.0), "v");
+  EXPECT_EQ(server.stats().refused, 1u);
 }
 
 TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {

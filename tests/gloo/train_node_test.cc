@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -83,6 +84,36 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   EXPECT_NE(events.substr(0, events.find('\n')).find("\"type\":\"config\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"admitted\""), std::string::npos);
   EXPECT_NE(events.find("\"type\":\"run_finished\""), std::string::npos);
+}
+
+// Events are flushed per record (issue 36): a node SIGKILLed from outside after some outer steps
+// (no fault point: nothing flushes on its way out) keeps, whole, every record it emitted up to
+// the kill. Its checksums.tsv line of a step is written after that step's `outer_step` record,
+// so the file holds at least as many of those as the checksums have lines. (Buffered, the
+// records of its first steps were still in the process's stream buffer and died with it.)
+TEST_F(TrainNodeTest, ANodeKilledFromOutsideKeepsItsEventsUpToTheKill) {
+  write_run(2, 5);
+  const std::string store = start_first();
+  const pid_t n1 = pids_.back();
+  const pid_t n2 = start(2, {"--store", store});
+  ASSERT_TRUE(wait_until([&] { return checksums(node_dir(2)).size() >= 2; }, 120)) << log(2);
+  ::kill(n2, SIGKILL);
+  EXPECT_EQ(finish(n2), 128 + SIGKILL);
+  const std::size_t applied = checksums(node_dir(2)).size();
+  std::map<std::string, std::size_t> types;
+  std::istringstream in(read_file(node_dir(2) / "events.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(record.is_discarded()) << "not a whole JSON record: " << line;
+    ++types[record.value("type", "")];
+  }
+  EXPECT_EQ(types["config"], 1u);
+  EXPECT_EQ(types["node_started"], 1u);
+  EXPECT_GE(types["epoch_formed"], 1u);
+  EXPECT_GE(types["outer_step"], applied);
+  EXPECT_GE(types["inner_steps"], applied);
+  EXPECT_EQ(types.count("run_finished"), 0u);
+  EXPECT_EQ(finish(n1), 0) << log(1);  // it goes on alone to the end
 }
 
 // Checkpoints and whole-run resume: three nodes, 8 outer steps, a checkpoint after every step.
@@ -183,7 +214,7 @@ TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
   resume_and_compare("killed");
   EXPECT_NE(log(1).find("checkpoint " + damaged.string() + " skipped"), std::string::npos)
       << log(1);
-  EXPECT_NE(log(1).find("CRC-32C mismatch"), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find("SHA-256 mismatch"), std::string::npos) << log(1);
   const std::string from = "resuming after outer step ";
   const auto at = log(2).find(from);
   ASSERT_NE(at, std::string::npos) << log(2);
@@ -215,10 +246,11 @@ TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
 TEST_F(TrainResumeTest, ACrashInsideACheckpointWriteLeavesThePreviousOneUsable) {
   ASSERT_NO_FATAL_FAILURE(run_reference());
   write_run_named("crashed");
-  // Node 2 exits at a random durable step (seeded) of its checkpoint writes: 5 per write
-  // (model, optimizer, progress.json, directory fsync, rename), so inside write 2, 3 or 4.
+  // Node 2 exits at a random durable step (seeded) of its checkpoint writes: 6 per write
+  // (model, optimizer, progress.json, manifest.json, directory fsync, rename), so inside
+  // write 2, 3 or 4.
   std::mt19937 rng(19);
-  const int k = std::uniform_int_distribution<int>(6, 19)(rng);
+  const int k = std::uniform_int_distribution<int>(7, 23)(rng);
   const std::string store = start_first();
   const pid_t n1 = pids_.back();
   const pid_t n2 =
@@ -233,6 +265,70 @@ TEST_F(TrainResumeTest, ACrashInsideACheckpointWriteLeavesThePreviousOneUsable) 
   // Node 2's interrupted write was cleaned up when it resumed.
   for (const auto& e : fs::directory_iterator(ckpt("crashed", 2)))
     EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+}
+
+// Issue 36, item 5, as a user meets it: one node (nodes: 1) writes a checkpoint after each of
+// 8 outer steps; node 2 runs shard 1 alone for 6. One changed digit of data.index in node 1's
+// newest progress.json: --resume skips that checkpoint (named, with an event) and resumes from
+// the step before, ending bit-identical to the first life. Every checkpoint of node 1 damaged:
+// --resume refuses (exit 2) naming each; --resume-from=other-shard then starts from shard 1's.
+TEST_F(TrainResumeTest, AModifiedProgressJsonIsSkippedAndANodeWithNoValidCheckpointRefuses) {
+  write_run_named("solo", 1);
+  start_first();
+  ASSERT_EQ(finish(pids_.back()), 0) << log(1);
+  const pid_t n2 = start(2, {"--serve-store", "0", "--set", "run.outer_steps=6"});
+  ASSERT_EQ(finish(n2), 0) << log(2);
+  const fs::path node1 = ckpt("solo", 1);
+  const fs::path last = node1 / kLast;
+  {  // one digit of data.index
+    std::string text = read_file(last / "progress.json");
+    const auto at = text.find("\"index\": ");
+    ASSERT_NE(at, std::string::npos) << text;
+    char& digit = text[at + 9];
+    ASSERT_TRUE(digit >= '0' && digit <= '9') << text;
+    digit = digit == '9' ? '8' : static_cast<char>(digit + 1);
+    std::ofstream(last / "progress.json", std::ios::trunc) << text;
+  }
+  start_first({"--resume"});
+  EXPECT_EQ(finish(pids_.back()), 0) << log(1);
+  EXPECT_NE(log(1).find("checkpoint " + last.string() + " skipped"), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find("progress.json: SHA-256 mismatch"), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find("resuming after outer step 7/8 from " + (node1 / "step-").string()),
+            std::string::npos)
+      << log(1);
+  EXPECT_NE(read_file(node_dir(1) / "events.jsonl").find("\"type\":\"checkpoint_skipped\""),
+            std::string::npos);
+  // The first life's step 8 (its tensors were not touched) was set aside; the second's equals it.
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string got = read_file(last / f);
+    ASSERT_FALSE(got.empty()) << f;
+    EXPECT_TRUE(got == read_file(node1 / "superseded" / kLast / f)) << f << " differs";
+  }
+
+  // Every checkpoint of node 1 (shard 0) damaged: a refusal naming each, not shard 1's state.
+  std::vector<fs::path> damaged;
+  for (const auto& e : fs::directory_iterator(node1))
+    if (e.path().filename().string().rfind("step-", 0) == 0) damaged.push_back(e.path());
+  ASSERT_EQ(damaged.size(), 8u);
+  for (const fs::path& p : damaged)
+    fs::resize_file(p / "model.safetensors", fs::file_size(p / "model.safetensors") - 1);
+  start_first({"--resume"});
+  EXPECT_EQ(finish(pids_.back()), 2) << log(1);
+  EXPECT_NE(log(1).find("no valid checkpoint of data shard 0 of 3"), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find("--resume-from=other-shard"), std::string::npos) << log(1);
+  for (const fs::path& p : damaged)
+    EXPECT_NE(log(1).find(p.string() + ": checkpoint file"), std::string::npos) << p << log(1);
+  EXPECT_EQ(log(1).find("resuming after"), std::string::npos) << log(1);
+
+  // Told to, it starts from shard 1's newest (step 6): outer state only, and finishes.
+  start_first({"--resume-from=other-shard"});
+  EXPECT_EQ(finish(pids_.back()), 0) << log(1);
+  EXPECT_NE(log(1).find("resuming after outer step 6/8 from " +
+                        (ckpt("solo", 2) / "step-000000000006").string() +
+                        " (another shard's: outer state only, fresh inner state)"),
+            std::string::npos)
+      << log(1);
+  EXPECT_EQ(checksums(node_dir(1)).rbegin()->first, kOuterSteps - 1);
 }
 
 // The run's store on a 3-member etcd cluster (tests/store/etcd_cluster.h): a follower member is

@@ -89,6 +89,24 @@ std::size_t kill_etcd_follower_then_leader(Etcd& etcd, Steps steps, const std::s
   return leader_killed_at;
 }
 
+// Forks and executes `argv` with stdout in `out` and stderr in `err` (the same file when equal,
+// truncated); returns the child's pid.
+inline pid_t spawn(std::vector<std::string> argv, const std::string& out, const std::string& err) {
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(err == out ? fd : ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), 2);
+    std::vector<char*> c;
+    for (auto& s : argv) c.push_back(s.data());
+    c.push_back(nullptr);
+    ::execv(c[0], c.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 class TrainProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -139,18 +157,7 @@ class TrainProcessTest : public ::testing::Test {
     argv.insert(argv.end(), command.begin(), command.end());
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string log = (dir_ / ("node" + std::to_string(id) + ".log")).string();
-    std::fflush(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      std::vector<char*> c;
-      for (auto& s : argv) c.push_back(s.data());
-      c.push_back(nullptr);
-      ::execv(c[0], c.data());
-      ::_exit(127);
-    }
+    const pid_t pid = spawn(argv, log, log);
     pids_.push_back(pid);
     return pid;
   }

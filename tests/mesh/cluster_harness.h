@@ -196,6 +196,8 @@ struct ClusterOptions {
   // Node id -> the point of its own activity where it is killed (engine/fault/fault_point.h),
   // counted as `meridian train --fault-kill` counts it.
   std::map<std::int64_t, FaultPoint> kill_at;
+  // The store the nodes share (it must outlive the cluster); null = the cluster's MemoryStore.
+  Store* store = nullptr;
 };
 
 // One applied outer step as a node saw it.
@@ -226,7 +228,7 @@ class Cluster {
     }
     char key[64];
     std::snprintf(key, sizeof key, "mesh/join/%012lld", static_cast<long long>(id));
-    store_.wait({key}, 10.0);
+    shared_store().wait({key}, 10.0);
     return id;
   }
   // Crashes a node: its store calls and transports fail from now on, its events stop.
@@ -237,6 +239,16 @@ class Cluster {
     network_.kill_node(id);
     std::lock_guard<std::mutex> lock(mu_);
     killed_.insert(id);
+  }
+  // The next `times` collective connects of node `id` fail with PeerLostError (as Gloo's does
+  // when a stranger took a peer's place on a listening port); the node stays alive.
+  void fail_connects(std::int64_t id, int times) {
+    std::lock_guard<std::mutex> lock(mu_);
+    connect_failures_[id] = times;
+  }
+  int connect_failures_left(std::int64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return connect_failures_[id];
   }
   // Runs `action` (once) when node `id` is about to send its k-th message from now on, on a
   // collective transport or (recovery_only) a recovery transport.
@@ -304,7 +316,7 @@ class Cluster {
 
   // The coordinator lease holder right now (-1 if none).
   std::int64_t leader() {
-    const auto v = store_.try_get("mesh/leader");
+    const auto v = shared_store().try_get("mesh/leader");
     if (!v) return -1;
     return std::stoll(v->substr(0, v->find(':')));
   }
@@ -384,6 +396,8 @@ class Cluster {
   }
   ThreadRuntime& runtime() { return runtime_; }
   MemoryStore& store() { return store_; }
+  // The store the nodes use: ClusterOptions::store, or store().
+  Store& shared_store() { return o_.store ? *o_.store : store_; }
 
  private:
   struct Trigger {
@@ -446,8 +460,15 @@ class Cluster {
     explicit Faults(Cluster& c) : c_(c) {}
     std::unique_ptr<Transport> connect(const EpochSpec& spec) override {
       const bool recovery = is_recovery_epoch(spec.epoch);
-      return std::make_unique<TriggerTransport>(c_.network_.connect(spec), c_,
-                                                spec.members[spec.rank], recovery);
+      const std::int64_t id = spec.members[spec.rank];
+      if (!recovery) {
+        std::lock_guard<std::mutex> lock(c_.mu_);
+        if (c_.connect_failures_[id] > 0) {
+          --c_.connect_failures_[id];
+          throw PeerLostError(-1, "injected connect failure");
+        }
+      }
+      return std::make_unique<TriggerTransport>(c_.network_.connect(spec), c_, id, recovery);
     }
 
    private:
@@ -481,7 +502,7 @@ class Cluster {
   }
 
   void launch_locked(std::int64_t id, bool initial) {
-    auto n = std::make_unique<Node>(store_);
+    auto n = std::make_unique<Node>(shared_store());
     if (o_.make_worker) {
       n->owned_worker = o_.make_worker(id);
     } else {
@@ -564,6 +585,7 @@ class Cluster {
   std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
   std::set<std::int64_t> killed_, evictable_, corrupting_;
   std::map<std::int64_t, Trigger> triggers_;
+  std::map<std::int64_t, int> connect_failures_;  // guarded by mu_
   std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
   std::map<std::int64_t, std::function<void()>> at_step_;
   std::map<std::int64_t, std::int64_t> joined_at_;

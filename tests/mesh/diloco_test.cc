@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "tests/mesh/cluster_harness.h"
 
@@ -270,6 +271,91 @@ TEST(Diloco, ANodeWithANonFinitePseudoGradientSitsTheStepOut) {
     const bool faulty_step = g.find("\"outer_step\":2,") != std::string::npos;
     EXPECT_NE(g.find(faulty_step ? "\"contributors\":4" : "\"contributors\":5"), std::string::npos)
         << g;
+  }
+}
+
+// Node `faulty` of `o` produces NaN in the inner steps of every outer step in `bad` (the
+// non-finite guard makes it sit those steps out); the run uses nonfinite_evict_after = k.
+void make_non_finite_in(ClusterOptions& o, std::int64_t faulty, std::set<std::int64_t> bad, int k) {
+  o.configure = [k](DilocoOptions& d) { d.mesh.nonfinite_evict_after = k; };
+  o.on_launch = [faulty, bad, inner = o.inner_steps](std::int64_t id, SyntheticWorker& w) {
+    if (id != faulty) return;
+    w.set_after_inner([&w, bad, inner] {
+      if (bad.count(w.inner_steps_done() / inner - 1))
+        w.parameters()[5] = std::numeric_limits<float>::quiet_NaN();
+    });
+  };
+}
+
+// The non-finite rule: node 3 is non-finite in every outer step. It sits out steps 0, 1 and 2
+// (one retry each), and the coordinator evicts it in the record that commits the third, with a
+// `nonfinite` (action evict) and a `fail_detected` (by nonfinite) record. The other four go on
+// to the end, agreeing bit for bit every step (check_invariants) on the reference without node
+// 3's share in any step (dividing by 4 is exact).
+TEST(Diloco, ANodeNonFiniteForKStepsInARowIsEvicted) {
+  ClusterOptions o = exact_options();
+  o.initial = 5;
+  o.outer_steps = 6;
+  const std::int64_t faulty = 3;
+  const int k = 3;
+  make_non_finite_in(o, faulty, {0, 1, 2, 3, 4, 5}, k);
+  Cluster c(o);
+  c.allow_eviction(faulty);
+  c.run_and_check();
+  const NodeResult r = c.result(faulty);
+  EXPECT_EQ(r.exit, NodeExit::kEvicted) << node_exit_name(r.exit) << ": " << r.what;
+  EXPECT_NE(r.what.find("non-finite pseudo-gradient in 3 outer steps in a row"), std::string::npos)
+      << r.what;
+  std::map<std::int64_t, std::int64_t> sits_out;
+  for (std::int64_t s = 0; s < o.outer_steps; ++s) sits_out[s] = faulty;
+  const auto ref = reference(o, sits_out);
+  for (const auto& [step, by_node] : c.steps()) {
+    // A member of the rounds of steps 0..k-1; the record that commits step k - 1 evicts it, so
+    // it applied steps 0..k-2 only.
+    EXPECT_EQ(by_node.count(faulty), step < k - 1 ? 1u : 0u) << "step " << step;
+    ASSERT_EQ(by_node.size(), step < k - 1 ? 5u : 4u) << "step " << step;
+    for (const auto& [id, rec] : by_node) {
+      EXPECT_EQ(std::count(rec.members.begin(), rec.members.end(), faulty), step < k ? 1 : 0);
+      for (std::uint64_t i = 0; i < o.params; ++i)
+        EXPECT_EQ(static_cast<double>(rec.params[i]), ref.at(step)[i])
+            << "step " << step << " node " << id << " element " << i;
+    }
+  }
+  // It reported itself in exactly k steps; one eviction, by the coordinator, after step k - 1.
+  std::vector<Event> abstained, evicted;
+  for (const Event& e : c.all_of_type("nonfinite"))
+    (e.fields.str().find("\"action\":\"evict\"") != std::string::npos ? evicted : abstained)
+        .push_back(e);
+  EXPECT_EQ(abstained.size(), static_cast<std::size_t>(k));
+  for (const Event& e : abstained) EXPECT_EQ(e.node, faulty);
+  ASSERT_EQ(evicted.size(), 1u);
+  const std::string f = evicted[0].fields.str();
+  EXPECT_NE(f.find("\"outer_step\":2,\"faulty\":3,\"detected_by\":\"coordinator\""),
+            std::string::npos)
+      << f;
+  EXPECT_NE(f.find("\"steps\":3"), std::string::npos) << f;
+  const auto failed = c.all_of_type("fail_detected");
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].fields.str(), R"({"failed":3,"by":"nonfinite"})");
+}
+
+// Sitting out fewer than k steps in a row costs no place: node 3 is non-finite in steps 0, 1,
+// then fine, then 3, 4 (k = 3: each streak stops one short), and with k = 0 (never) in every
+// step. It stays a member to the end (check_invariants: every node finished).
+TEST(Diloco, ANodeNonFiniteFewerThanKStepsInARowStays) {
+  for (const auto& [bad, k] : std::vector<std::pair<std::set<std::int64_t>, int>>{
+           {{0, 1, 3, 4}, 3}, {{0, 1, 2, 3, 4, 5}, 0}}) {
+    ClusterOptions o = exact_options();
+    o.initial = 5;
+    o.outer_steps = 6;
+    make_non_finite_in(o, 3, bad, k);
+    Cluster c(o);
+    c.run_and_check();
+    EXPECT_EQ(c.result(3).exit, NodeExit::kFinished) << "k " << k;
+    for (const auto& [step, by_node] : c.steps())
+      EXPECT_EQ(by_node.size(), 5u) << "k " << k << " step " << step;
+    EXPECT_EQ(c.all_of_type("nonfinite").size(), bad.size()) << "k " << k;  // no evict record
+    EXPECT_TRUE(c.all_of_type("fail_detected").empty()) << "k " << k;
   }
 }
 

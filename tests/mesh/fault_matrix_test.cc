@@ -297,5 +297,22 @@ TEST(FaultMatrix, RetriesExhaustedFallBackToTheLocalPseudoGradientWithAnEvent) {
   for (const auto& [id, rec] : step2) EXPECT_TRUE(rec.fallback);
 }
 
+TEST(FaultMatrix, ConnectFailuresAreRetriedPastMaxRetriesWithoutAFallback) {
+  Cluster c(matrix_options());
+  // Step 2's all-reduce fails once on node 2's send (a retry forms a new epoch), then node 2's
+  // collective connects fail on the next 5 attempts (attempts 1-5: past max_retries, 3). The
+  // node stays alive and nothing is exchanged, so the round is retried until it connects
+  // (attempt 6), and nobody falls back (which would set the nodes' parameters apart).
+  c.at_step(1, [&] {
+    c.fail_connects(2, 5);
+    c.on_send(2, 1, false, [] { throw PeerLostError(-1, "injected transport failure"); });
+  });
+  c.run_and_check();
+  EXPECT_EQ(c.connect_failures_left(2), 0);
+  EXPECT_TRUE(c.all_of_type("fallback").empty());
+  EXPECT_EQ(c.all_of_type("retry").size(), 4u * 6u);
+  EXPECT_EQ(members_at(c, 4), (std::vector<std::int64_t>{1, 2, 3, 4}));
+}
+
 }  // namespace
 }  // namespace meridian::testing

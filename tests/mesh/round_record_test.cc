@@ -53,17 +53,55 @@ TEST(RoundRecord, MalformedRecordsAreProtocolErrors) {
   EXPECT_THROW(RoundRecord::decode(text.replace(text.find("prev=0"), 6, "prev=9")), ProtocolError);
 }
 
+// The non-finite rule's counts (`nonfinite=ID:N,...`): round-tripped, absent when empty, and a
+// malformed, zero or non-member entry is a ProtocolError naming the field or the node.
+TEST(RoundRecord, NonFiniteCountsRoundTrip) {
+  RoundRecord r;
+  r.members = {5, 1, 9};
+  EXPECT_EQ(r.encode().find("nonfinite"), std::string::npos);
+  r.nonfinite_steps = {{1, 2}, {9, 1}};
+  const RoundRecord d = RoundRecord::decode(r.encode());
+  EXPECT_EQ(d.nonfinite_steps, r.nonfinite_steps);
+  EXPECT_EQ(d.nonfinite_steps_of(1), 2);
+  EXPECT_EQ(d.nonfinite_steps_of(9), 1);
+  EXPECT_EQ(d.nonfinite_steps_of(5), 0);
+  const std::string text = r.encode();
+  const auto with = [&](const std::string& field) {
+    std::string t = text;
+    return t.replace(t.find("nonfinite=1:2,9:1"), 17, field);
+  };
+  const auto error_of = [](const std::string& t) {
+    try {
+      RoundRecord::decode(t);
+    } catch (const ProtocolError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of(with("nonfinite=4:1")).find("non-finite node 4 is not a member"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("nonfinite=1:0")).find("'nonfinite'"), std::string::npos);
+  EXPECT_NE(error_of(with("nonfinite=1")).find("'nonfinite': item '1' is not ID:STEPS"),
+            std::string::npos);
+  EXPECT_NE(error_of(with("nonfinite=1:x")).find("'nonfinite' is not an integer"),
+            std::string::npos);
+}
+
 TEST(ElasticMesh, DefaultsAndOptionChecks) {
   const MeshOptions d;
   EXPECT_EQ(d.heartbeat_interval_s, 2.0);
   EXPECT_EQ(d.dead_after_s, 6.0);
   EXPECT_EQ(d.max_retries, 3);
+  EXPECT_EQ(d.nonfinite_evict_after, 3);
   ThreadRuntime rt;
   MemoryStore store(rt);
   NullEventSink sink;
   MeshOptions bad;
   bad.dead_after_s = 1.0;
   EXPECT_THROW(ElasticMesh(store, rt, sink, bad), ConfigError);
+  MeshOptions negative;
+  negative.nonfinite_evict_after = -1;
+  EXPECT_THROW(ElasticMesh(store, rt, sink, negative), ConfigError);
 }
 
 TEST(ElasticMesh, NodeIdsAreUniqueAndNeverReused) {

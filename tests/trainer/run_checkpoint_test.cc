@@ -1,7 +1,8 @@
 // Run checkpoints (trainer/run_checkpoint.h) without LibTorch or a network: retention, a writer
-// process killed at random points of its write (the previous checkpoint stays usable), corrupt
-// and truncated checkpoints skipped with a message naming them, the resume barrier over a
-// store, and loading a node's state into a worker.
+// process killed at random points of its write (the previous checkpoint stays usable), corrupt,
+// truncated and modified checkpoints (progress.json included: the manifest) skipped with a
+// message naming them, the refusal when none of a shard's is valid and --resume-from's choices,
+// the resume barrier over a store, and loading a node's state into a worker.
 #include "trainer/run_checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -96,10 +98,37 @@ class RunCheckpointTest : public ::testing::Test {
     return results;
   }
 
-  std::vector<ResumeCandidate> find(int shard, std::vector<std::string>* log = nullptr) {
-    return find_resume_candidates(dir_, model_, shard, 2, [&](const std::string& line) {
-      if (log) log->push_back(line);
-    });
+  std::vector<ResumeCandidate> find(int shard, std::vector<std::string>* log = nullptr,
+                                    ResumeFrom from = {}, int shards = 2) {
+    return find_resume_candidates(
+        dir_, model_, shard, shards, from, [&](const SkippedCheckpoint& s) {
+          if (log) log->push_back("checkpoint " + s.path.string() + " skipped: " + s.reason);
+        });
+  }
+
+  // find()'s refusal message; a test failure (and "") when it does not refuse.
+  std::string refusal(int shard, ResumeFrom from = {}) {
+    try {
+      find(shard, nullptr, from);
+      ADD_FAILURE() << "shard " << shard << " was not refused";
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  // Replaces the first `from` in `file` with `to` (same length: the file's size is unchanged).
+  static void edit(const fs::path& file, const std::string& from, const std::string& to) {
+    ASSERT_EQ(from.size(), to.size());
+    std::string text;
+    {
+      std::ifstream in(file, std::ios::binary);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const auto at = text.find(from);
+    ASSERT_NE(at, std::string::npos) << from << " not in " << file;
+    text.replace(at, from.size(), to);
+    std::ofstream(file, std::ios::binary | std::ios::trunc) << text;
   }
 
   fs::path dir_;
@@ -137,12 +166,12 @@ TEST_F(RunCheckpointTest, AWriterKilledAtRandomPointsLeavesThePreviousCheckpoint
   std::mt19937 rng(20261126);
   const fs::path node = node_checkpoint_dir(dir_, 1);
   write(1, {state(1), state(2)});
-  // Durable steps of one write: model file, optimizer file, progress.json, the directory
-  // fsync, then (replacing an existing step) the move aside, and the rename into place.
+  // Durable steps of one write: model file, optimizer file, progress.json, manifest.json, the
+  // directory fsync, then (replacing an existing step) the move aside, and the rename into place.
   for (int trial = 0; trial < 8; ++trial) {
     const bool replace = trial % 2 == 1;  // rewrite step 2 (the .old path) or write step 3
     const std::int64_t step = replace ? 2 : 3;
-    const int k = std::uniform_int_distribution<int>(1, replace ? 6 : 5)(rng);
+    const int k = std::uniform_int_distribution<int>(1, replace ? 7 : 6)(rng);
     const int cut_per_mille = std::uniform_int_distribution<int>(0, 999)(rng);
     std::fflush(nullptr);
     const pid_t pid = ::fork();
@@ -164,7 +193,7 @@ TEST_F(RunCheckpointTest, AWriterKilledAtRandomPointsLeavesThePreviousCheckpoint
     int status = 0;
     ::waitpid(pid, &status, 0);
     ASSERT_TRUE(WIFEXITED(status));
-    const bool completed = WEXITSTATUS(status) == 0 || k == (replace ? 6 : 5);
+    const bool completed = WEXITSTATUS(status) == 0 || k == (replace ? 7 : 6);
     SCOPED_TRACE("trial " + std::to_string(trial) + ", exit after durable step " +
                  std::to_string(k) + (completed ? " (after the rename)" : ""));
     // The next writer's start cleans up; then the newest complete checkpoint loads.
@@ -204,7 +233,7 @@ TEST_F(RunCheckpointTest, CorruptAndTruncatedCheckpointsAreSkippedWithTheirNames
   EXPECT_TRUE(found[0].own_shard);
   ASSERT_EQ(log.size(), 3u);
   EXPECT_NE(log[0].find("step-000000000004 skipped"), std::string::npos) << log[0];
-  EXPECT_NE(log[0].find("CRC-32C mismatch"), std::string::npos) << log[0];
+  EXPECT_NE(log[0].find("SHA-256 mismatch"), std::string::npos) << log[0];
   EXPECT_NE(log[1].find("step-000000000003 skipped"), std::string::npos) << log[1];
   EXPECT_NE(log[1].find("truncated"), std::string::npos) << log[1];
   EXPECT_NE(log[2].find("step-000000000002 skipped"), std::string::npos) << log[2];
@@ -213,7 +242,7 @@ TEST_F(RunCheckpointTest, CorruptAndTruncatedCheckpointsAreSkippedWithTheirNames
   EXPECT_EQ(checkpoint_steps(node), (std::vector<std::int64_t>{1, 2, 3, 4}));
 }
 
-TEST_F(RunCheckpointTest, ResumeCandidatesAreThisShardsElseAnyShardsOuterState) {
+TEST_F(RunCheckpointTest, ResumeCandidatesAreThisShardsElseWhatResumeFromSays) {
   write(1, {state(1, 0), state(2, 0)});
   write(2, {state(1, 1), state(2, 1), state(3, 1)});
   auto f0 = find(0), f1 = find(1);
@@ -222,8 +251,16 @@ TEST_F(RunCheckpointTest, ResumeCandidatesAreThisShardsElseAnyShardsOuterState) 
   EXPECT_EQ(f0[0].path, node_checkpoint_dir(dir_, 1) / "step-000000000002");
   ASSERT_EQ(f1.size(), 3u);
   EXPECT_EQ(f1[0].path, node_checkpoint_dir(dir_, 2) / "step-000000000003");
-  // A shard nobody wrote (here: another shard count) gets every step, outer state only.
-  const auto other = find_resume_candidates(dir_, model_, 2, 3, {});
+  // A shard nobody wrote (here: another shard count) is refused, unless told other-shard:
+  // then it gets every step, outer state only.
+  try {
+    find(2, nullptr, {}, 3);
+    ADD_FAILURE() << "shard 2 of 3 was not refused";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no checkpoint of data shard 2 of 3"), std::string::npos)
+        << e.what();
+  }
+  const auto other = find(2, nullptr, parse_resume_from("other-shard"), 3);
   ASSERT_EQ(other.size(), 3u);
   EXPECT_FALSE(other[0].own_shard);
 
@@ -253,6 +290,129 @@ TEST_F(RunCheckpointTest, ResumeCandidatesAreThisShardsElseAnyShardsOuterState) 
   EXPECT_EQ(checkpoint_steps(node_checkpoint_dir(dir_, 2)), (std::vector<std::int64_t>{1}));
   EXPECT_EQ(checkpoint_steps(node_checkpoint_dir(dir_, 2) / "superseded"),
             (std::vector<std::int64_t>{2, 3}));
+}
+
+// Issue 36, item 5: progress.json (the data position, the step) had no checksum of its own, so
+// one changed digit of data.index was resumed from. The manifest covers it.
+TEST_F(RunCheckpointTest, AOneDigitChangeInProgressJsonIsDetectedAndTheOlderOneUsed) {
+  write(1, {state(1), state(2)});
+  const fs::path step2 = node_checkpoint_dir(dir_, 1) / "step-000000000002";
+  edit(step2 / "progress.json", "\"index\": 16", "\"index\": 17");
+  std::vector<std::string> log;
+  const auto found = find(0, &log);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].steps_done, 1);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("step-000000000002 skipped"), std::string::npos) << log[0];
+  EXPECT_NE(log[0].find("progress.json: SHA-256 mismatch"), std::string::npos) << log[0];
+  EXPECT_THROW(read_checkpoint(step2, model_), ProtocolError);
+  EXPECT_THROW(read_checkpoint_metadata(step2), ProtocolError);
+  // The older one loads as it was written.
+  VectorWorker w(n_);
+  DilocoOptions d;
+  load_for_resume(found[0], model_, w, d);
+  EXPECT_EQ(d.first_outer_step, 1);
+  EXPECT_EQ(w.params, state(1).params);
+  EXPECT_NE(w.progress_text.find("\"index\":8"), std::string::npos) << w.progress_text;
+}
+
+TEST_F(RunCheckpointTest, AMissingManifestATruncatedFileAndAnUnlistedFileAreDetected) {
+  write(1, {state(1), state(2), state(3), state(4)});
+  const fs::path node = node_checkpoint_dir(dir_, 1);
+  // Step 4 as a checkpoint written before manifests (or never finished) looks.
+  fs::remove(node / "step-000000000004" / "manifest.json");
+  const fs::path progress3 = node / "step-000000000003" / "progress.json";
+  fs::resize_file(progress3, fs::file_size(progress3) - 1);  // still valid JSON: the newline
+  std::ofstream(node / "step-000000000002" / "notes.txt") << "not part of the checkpoint\n";
+  std::vector<std::string> log;
+  const auto found = find(0, &log);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].steps_done, 1);
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_NE(log[0].find("step-000000000004 has no manifest.json"), std::string::npos) << log[0];
+  EXPECT_NE(log[0].find("refused"), std::string::npos) << log[0];
+  EXPECT_NE(log[1].find("progress.json is "), std::string::npos) << log[1];
+  EXPECT_NE(log[1].find("(truncated or replaced)"), std::string::npos) << log[1];
+  EXPECT_NE(log[2].find("holds notes.txt, which its manifest does not list"), std::string::npos)
+      << log[2];
+  // A manifest that is itself damaged.
+  const fs::path manifest1 = node / "step-000000000001" / "manifest.json";
+  edit(manifest1, "\"files\"", "\"filez\"");
+  EXPECT_THROW(read_checkpoint(node / "step-000000000001", model_), ProtocolError);
+}
+
+TEST_F(RunCheckpointTest, WithEveryCheckpointOfItsShardCorruptANodeRefusesNamingEach) {
+  write(1, {state(1, 0), state(2, 0)});
+  write(2, {state(1, 1), state(2, 1), state(3, 1)});
+  const fs::path node = node_checkpoint_dir(dir_, 1);
+  edit(node / "step-000000000002" / "progress.json", "\"index\": 16", "\"index\": 18");
+  const fs::path opt1 = node / "step-000000000001" / "optimizer.safetensors";
+  fs::resize_file(opt1, fs::file_size(opt1) - 3);
+  // Before issue 36 this node went on from shard 1's step 3, outer state only, silently.
+  const std::string why = refusal(0);
+  EXPECT_NE(why.find("no valid checkpoint of data shard 0 of 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("refusing to resume"), std::string::npos) << why;
+  EXPECT_NE(why.find("--resume-from=other-shard"), std::string::npos) << why;
+  const auto line2 = why.find((node / "step-000000000002").string() + ": ");
+  const auto line1 = why.find((node / "step-000000000001").string() + ": ");
+  ASSERT_NE(line2, std::string::npos) << why;
+  ASSERT_NE(line1, std::string::npos) << why;
+  EXPECT_LT(line2, line1) << why;  // newest first
+  EXPECT_NE(why.find("progress.json: SHA-256 mismatch", line2), std::string::npos) << why;
+  EXPECT_NE(why.find("(truncated or replaced)", line1), std::string::npos) << why;
+  // Another shard's refusal names the damaged progress.json too: it cannot say its shard.
+  const std::string other = [&] {
+    try {
+      find(2, nullptr, {}, 3);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("not refused");
+  }();
+  EXPECT_NE(other.find("no valid checkpoint of data shard 2 of 3"), std::string::npos) << other;
+  EXPECT_NE(other.find((node / "step-000000000002").string() + ": "), std::string::npos) << other;
+}
+
+TEST_F(RunCheckpointTest, ResumeFromStartsFromWhatItIsTold) {
+  write(1, {state(1, 0), state(2, 0)});
+  write(2, {state(1, 1), state(2, 1), state(3, 1)});
+  const fs::path node1 = node_checkpoint_dir(dir_, 1), node2 = node_checkpoint_dir(dir_, 2);
+  for (const char* s : {"step-000000000001", "step-000000000002"})
+    edit(node1 / s / "progress.json", "\"epoch\": 0", "\"epoch\": 7");
+  // other-shard: shard 1's steps, newest first, outer state only.
+  std::vector<std::string> log;
+  const auto other = find(0, &log, parse_resume_from("other-shard"));
+  ASSERT_EQ(other.size(), 3u);
+  EXPECT_EQ(other[0].path, node2 / "step-000000000003");
+  EXPECT_FALSE(other[0].own_shard);
+  EXPECT_EQ(log.size(), 2u);  // this shard's two, each named once
+  VectorWorker w(n_);
+  DilocoOptions d;
+  load_for_resume(other[0], model_, w, d);
+  EXPECT_EQ(d.first_outer_step, 3);
+  EXPECT_EQ(w.params, state(3, 1).params);
+  EXPECT_EQ(w.m, std::vector<float>(n_, 0.0f));
+  // A path: exactly that checkpoint (here another shard's, so outer state only).
+  const auto named = find(0, nullptr, parse_resume_from((node2 / "step-000000000002").string()));
+  ASSERT_EQ(named.size(), 1u);
+  EXPECT_EQ(named[0].steps_done, 2);
+  EXPECT_FALSE(named[0].own_shard);
+  // ... and its own shard's, inner state included.
+  const auto own = find(1, nullptr, parse_resume_from((node2 / "step-000000000001").string()));
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_TRUE(own[0].own_shard);
+  // A named checkpoint that fails verification is a refusal naming why.
+  const std::string why = refusal(0, parse_resume_from((node1 / "step-000000000002").string()));
+  EXPECT_NE(why.find("is not a usable checkpoint"), std::string::npos) << why;
+  EXPECT_NE(why.find("SHA-256 mismatch"), std::string::npos) << why;
+  EXPECT_THROW(parse_resume_from(""), ConfigError);
+  EXPECT_THROW(find(0, nullptr, parse_resume_from((dir_ / "elsewhere").string())), ConfigError);
+  // With every checkpoint of every shard damaged, other-shard is refused too.
+  for (const char* s : {"step-000000000001", "step-000000000002", "step-000000000003"})
+    fs::remove(node2 / s / "model.safetensors");
+  const std::string all = refusal(0, parse_resume_from("other-shard"));
+  EXPECT_NE(all.find("no valid checkpoint of any shard"), std::string::npos) << all;
+  EXPECT_NE(all.find((node2 / "step-000000000003").string() + ": "), std::string::npos) << all;
 }
 
 TEST(ResumeAgreement, TheNewestStepEveryNodeHasElseAClearError) {
@@ -290,6 +450,26 @@ TEST(ResumeAgreement, TheNewestStepEveryNodeHasElseAClearError) {
               std::string::npos)
         << error;
     EXPECT_TRUE(error.find("5,4") != std::string::npos && error.find(": 3") != std::string::npos)
+        << error;
+  }
+  {
+    // A node that refuses publishes no steps and throws at once; the other learns when both
+    // have arrived, without waiting for its timeout.
+    MemoryStore store(runtime);
+    std::string error;
+    std::thread other([&] {
+      try {
+        agree_resume_step(store, 2, {3}, 60.0);
+      } catch (const ConfigError& e) {
+        error = e.what();
+      }
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_THROW(agree_resume_step(store, 2, {}, 60.0), ConfigError);
+    other.join();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+    EXPECT_NE(error.find("no checkpoint step is complete on every resuming node"),
+              std::string::npos)
         << error;
   }
 }

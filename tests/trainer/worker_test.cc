@@ -169,7 +169,7 @@ TEST_F(TorchWorkerCheckpoint, DamagedCheckpointsAreRefusedAndTheWorkerIsUntouche
     f.write(&c, 1);
   }
   auto msg = load_error(fresh, dir_);
-  EXPECT_NE(msg.find("CRC-32C mismatch"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("SHA-256 mismatch"), std::string::npos) << msg;  // found by the manifest
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
 
   w.save_checkpoint(dir_.string());  // a good one again (replaces the damaged one)

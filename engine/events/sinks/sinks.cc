@@ -10,6 +10,12 @@ void JsonlEventSink::emit(const Event& e) {
   line.push_back('\n');
   std::lock_guard<std::mutex> lock(mu_);
   out_ << line;
+  if (flush_ == EventFlush::kEachRecord) out_.flush();
+}
+
+void JsonlEventSink::flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  out_.flush();
 }
 
 void MemoryEventSink::emit(const Event& e) {

@@ -13,15 +13,31 @@
 
 namespace meridian {
 
+// When a JsonlEventSink hands its records to the operating system.
+enum class EventFlush {
+  // After every record: a process killed at any point (SIGKILL) leaves every record it emitted
+  // in its file, whole (the kernel holds what was written; not an fsync: a machine's crash may
+  // still lose the last ones). The mode of a real node (`meridian train`).
+  kEachRecord,
+  // When the stream's buffer fills and at its end (simulations, which write many records and
+  // are not killed mid-run: bench/event_sink_bench.cc measures what a flush costs).
+  kBuffered,
+};
+
 // Writes one line per event to a stream owned by the caller.
 class JsonlEventSink final : public EventSink {
  public:
-  explicit JsonlEventSink(std::ostream& out) : out_(out) {}
+  explicit JsonlEventSink(std::ostream& out, EventFlush flush = EventFlush::kBuffered)
+      : out_(out), flush_(flush) {}
   void emit(const Event& e) override;
+  // Hands every record written so far to the operating system (before a process ends itself
+  // without unwinding: a fault point's SIGKILL, _exit).
+  void flush();
 
  private:
   std::mutex mu_;  // held only while writing one line: never across a Runtime wait
   std::ostream& out_;
+  const EventFlush flush_;
 };
 
 // Keeps events in memory (tests, summaries).

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/store/etcd/etcd_wire.h"
 #include "engine/store/tcp_store_wire.h"
 #include "engine/util/base64.h"
 #include "engine/util/hmac.h"
@@ -31,72 +32,12 @@ namespace {
 
 using json = nlohmann::json;
 using store_wire::now_s;
+using namespace etcd_wire;
 
 // One request on one endpoint. A write that a follower forwarded to a leader that died waits
 // for etcd's own request timeout (7 s with the defaults): give up on it sooner and retry.
 constexpr double kAttemptS = 2.0;
-constexpr std::size_t kMaxHeadBytes = 64 << 10;
-constexpr std::size_t kMaxBodyBytes = 256u << 20;
 constexpr char kDataSpace[] = "kv/";  // Store keys: <prefix>kv/<key>; the run record: <prefix>run
-
-// etcd's int64 fields arrive as JSON strings (proto3 JSON) and are omitted when zero.
-std::int64_t i64_of(const json& j, const char* field) {
-  const auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return 0;
-  if (it->is_number_integer()) return it->get<std::int64_t>();
-  if (it->is_string()) {
-    try {
-      return std::stoll(it->get<std::string>());
-    } catch (const std::exception&) {
-    }
-  }
-  throw ProtocolError(std::string("etcd: field '") + field + "' is not an integer");
-}
-
-std::string bytes_of(const json& j, const char* field) {
-  const auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return {};
-  if (!it->is_string()) throw ProtocolError(std::string("etcd: field '") + field + "' is not text");
-  return base64_decode(it->get<std::string>());
-}
-
-const json& member(const json& j, const char* field) {
-  static const json kEmpty = json::object();
-  const auto it = j.find(field);
-  return it == j.end() ? kEmpty : *it;
-}
-
-// The range_end that makes [p, end) every key starting with p (etcd's prefix convention).
-std::string prefix_end(std::string p) {
-  while (!p.empty() && static_cast<unsigned char>(p.back()) == 0xff) p.pop_back();
-  if (p.empty()) return std::string(1, '\0');
-  p.back() = static_cast<char>(static_cast<unsigned char>(p.back()) + 1);
-  return p;
-}
-
-std::string error_message(const json& answer) {
-  const json& e = member(answer, "error");
-  if (e.is_string()) return e.get<std::string>();
-  if (e.is_object() && e.contains("message") && e["message"].is_string())
-    return e["message"].get<std::string>();
-  if (answer.contains("message") && answer["message"].is_string())
-    return answer["message"].get<std::string>();
-  return answer.dump();
-}
-
-// etcd's "try another member or later" answers: the request may succeed elsewhere or soon.
-bool unavailable(int status, const std::string& message) {
-  if (status == 503 || status == 504 || status == 429) return true;
-  for (const char* needle : {"no leader", "leader changed", "timed out", "not capable", "stopped",
-                             "unhealthy", "too many requests", "not leader", "Unavailable"})
-    if (message.find(needle) != std::string::npos) return true;
-  return false;
-}
-
-bool auth_failure(int status, const std::string& message) {
-  return status == 401 || message.find("invalid auth token") != std::string::npos ||
-         message.find("user name is empty") != std::string::npos;
-}
 
 // A request etcd answered but declined (not retried): the status and etcd's message.
 class Declined : public Error {
@@ -194,106 +135,10 @@ bool fill(Conn& c, double deadline_s) {
   }
 }
 
-std::string take_line(Conn& c, double deadline_s) {
-  for (;;) {
-    if (const auto eol = c.buf.find("\r\n"); eol != std::string::npos) {
-      std::string line = c.buf.substr(0, eol);
-      c.buf.erase(0, eol + 2);
-      return line;
-    }
-    if (c.buf.size() > kMaxHeadBytes) throw ProtocolError("etcd: answer line too long");
-    if (!fill(c, deadline_s)) throw PeerLostError(-1, "etcd: connection closed mid-answer");
-  }
-}
-
-std::string take_bytes(Conn& c, std::size_t n, double deadline_s) {
-  while (c.buf.size() < n)
-    if (!fill(c, deadline_s)) throw PeerLostError(-1, "etcd: connection closed mid-answer");
-  std::string out = c.buf.substr(0, n);
-  c.buf.erase(0, n);
-  return out;
-}
-
-std::string lower(std::string s) {
-  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  return s;
-}
-
-// An HTTP/1.1 answer read piece by piece (a watch is an endless chunked body).
-class Answer {
- public:
-  Answer(Conn& c, double deadline_s) : c_(c) {
-    const std::string status_line = take_line(c, deadline_s);
-    if (status_line.rfind("HTTP/1.", 0) != 0 || status_line.size() < 12)
-      throw ProtocolError("etcd: not an HTTP answer: '" + status_line.substr(0, 80) + "'");
-    status = std::atoi(status_line.c_str() + 9);
-    std::size_t head_bytes = 0;
-    for (;;) {
-      const std::string line = take_line(c, deadline_s);
-      if (line.empty()) break;
-      head_bytes += line.size();
-      if (head_bytes > kMaxHeadBytes) throw ProtocolError("etcd: answer headers too long");
-      const auto colon = line.find(':');
-      if (colon == std::string::npos) continue;
-      const std::string name = lower(line.substr(0, colon));
-      std::string value = line.substr(colon + 1);
-      value.erase(0, value.find_first_not_of(' '));
-      if (name == "content-length") {
-        length_ = std::strtoull(value.c_str(), nullptr, 10);
-        if (*length_ > kMaxBodyBytes) throw ProtocolError("etcd: answer body too large");
-      } else if (name == "transfer-encoding") {
-        chunked_ = lower(value).find("chunked") != std::string::npos;
-      } else if (name == "connection") {
-        close = lower(value).find("close") != std::string::npos;
-      }
-    }
-    if (!chunked_ && !length_) close = true;  // the body ends with the connection
-  }
-
-  // Appends the next piece of the body to `out`; false once the body has ended.
-  bool next(std::string& out, double deadline_s) {
-    if (done_) return false;
-    if (chunked_) {
-      const std::string size_line = take_line(c_, deadline_s);
-      const std::size_t n = std::strtoull(size_line.c_str(), nullptr, 16);
-      if (n > kMaxBodyBytes) throw ProtocolError("etcd: chunk too large");
-      if (n == 0) {
-        while (!take_line(c_, deadline_s).empty()) {
-        }
-        done_ = true;
-        return false;
-      }
-      out += take_bytes(c_, n, deadline_s);
-      take_line(c_, deadline_s);
-      return true;
-    }
-    done_ = true;
-    if (length_) {
-      out += take_bytes(c_, *length_, deadline_s);
-      return true;
-    }
-    while (fill(c_, deadline_s)) {
-    }
-    out += c_.buf;
-    c_.buf.clear();
-    return true;
-  }
-
-  int status = 0;
-  bool close = false;
-
- private:
-  Conn& c_;
-  std::optional<std::size_t> length_;
-  bool chunked_ = false;
-  bool done_ = false;
-};
-
-json parse_json(const std::string& text, const std::string& where) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded())
-    throw ProtocolError("etcd " + where + ": malformed JSON answer: '" + text.substr(0, 120) + "'");
-  return j;
+// An HTTP answer read from `c`.
+etcd_wire::HttpAnswer answer_on(Conn& c, double deadline_s) {
+  return etcd_wire::HttpAnswer(
+      c.buf, [&c](double d) { return fill(c, d); }, deadline_s);
 }
 
 std::string run_record_transcript(const std::string& nonce, const StoreIdentity& id) {
@@ -462,6 +307,44 @@ struct EtcdStore::Impl {
     return current;
   }
 
+  // --- Quorum loss: from a call that saw every endpoint fail in turn until the next answer.
+  // The lines are built under the lock and logged outside it.
+  void note_unreachable(const std::string& what, const std::string& last) {
+    std::string line;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const double t = now_s();
+      if (outage_since_s < 0) {
+        outage_since_s = outage_logged_s = t;
+        line = "etcd store " + endpoint_list() + ": no quorum: no endpoint answered " + what +
+               " (last: " + last + "); retrying";
+      } else if (t - outage_logged_s >= options.outage_log_interval_s) {
+        outage_logged_s = t;
+        line = "etcd store " + endpoint_list() + ": still no quorum after " +
+               seconds_text(t - outage_since_s) + " (last: " + last + ")";
+      }
+    }
+    if (!line.empty() && options.log) options.log(line);
+  }
+
+  void note_reachable() {
+    std::string line;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (outage_since_s < 0) return;
+      line = "etcd store " + endpoint_list() + ": quorum back after " +
+             seconds_text(now_s() - outage_since_s);
+      outage_since_s = -1;
+    }
+    if (options.log) options.log(line);
+  }
+
+  static std::string seconds_text(double s) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f s", s);
+    return text;
+  }
+
   void move_on_from(std::size_t endpoint) {
     std::lock_guard<std::mutex> lock(mu);
     if (current == endpoint) current = (current + 1) % options.endpoints.size();
@@ -521,7 +404,7 @@ struct EtcdStore::Impl {
     int status = 0;
     try {
       send_to(c, request_text(c, path, body), deadline_s);
-      Answer answer(c, deadline_s);
+      HttpAnswer answer = answer_on(c, deadline_s);
       while (answer.next(text, deadline_s)) {
       }
       status = answer.status;
@@ -534,13 +417,7 @@ struct EtcdStore::Impl {
       close_conn(c);
       throw;
     }
-    json j = parse_json(text, where(c.endpoint) + " " + path);
-    if (j.contains("result")) return {status, j["result"]};
-    if (j.contains("error") && j["error"].is_object()) {
-      const int code = static_cast<int>(i64_of(j["error"], "http_code"));
-      if (status == 200) status = code > 0 ? code : 500;
-    }
-    return {status, j};
+    return unary_answer(status, text, where(c.endpoint) + " " + path);
   }
 
   // A unary call with failover (see etcd_store.h); returns etcd's answer.
@@ -559,8 +436,9 @@ struct EtcdStore::Impl {
         try {
           auto [status, answer] =
               exchange(std::move(c), path, body, std::min(deadline_s, now_s() + kAttemptS));
+          const std::string message = status == 200 ? std::string() : error_message(answer);
+          if (!unavailable(status, message)) note_reachable();  // a member with a leader answered
           if (status == 200) return answer;
-          const std::string message = error_message(answer);
           if (auth_failure(status, message) && !options.user.empty() && !reauthenticated &&
               path != "/v3/auth/authenticate") {
             reauthenticated = true;
@@ -584,6 +462,7 @@ struct EtcdStore::Impl {
       if (fresh_retry) continue;
       move_on_from(endpoint);
       if (++tries % options.endpoints.size() == 0) {
+        note_unreachable(path, last);
         const double left_s = deadline_s - now_s();
         if (left_s > 0)
           std::this_thread::sleep_for(std::chrono::duration<double>(std::min(backoff_s, left_s)));
@@ -612,7 +491,7 @@ struct EtcdStore::Impl {
       throw ConfigError("etcd store: user '" + options.user + "' could not log in: " + d.message);
     }
     std::lock_guard<std::mutex> lock(mu);
-    token = answer.value("token", "");
+    token = text_of(answer, "token");
   }
 
   std::string full(const std::string& key) const { return options.prefix + kDataSpace + key; }
@@ -620,10 +499,7 @@ struct EtcdStore::Impl {
   // (value if present, the store's revision).
   std::pair<std::optional<std::string>, std::uint64_t> range_one(const std::string& etcd_key) {
     const json answer = rpc("/v3/kv/range", {{"key", base64_encode(etcd_key)}});
-    std::optional<std::string> value;
-    const json& kvs = member(answer, "kvs");
-    if (kvs.is_array() && !kvs.empty()) value = bytes_of(kvs[0], "value");
-    return {value, static_cast<std::uint64_t>(i64_of(member(answer, "header"), "revision"))};
+    return {first_value(answer), header_revision(answer)};
   }
 
   std::vector<std::pair<std::string, std::string>> range_prefix(const std::string& prefix,
@@ -631,24 +507,13 @@ struct EtcdStore::Impl {
     const std::string p = full(prefix);
     json request = {{"key", base64_encode(p)}, {"range_end", base64_encode(prefix_end(p))}};
     if (keys_only) request["keys_only"] = true;
-    const json answer = rpc("/v3/kv/range", request);
-    std::vector<std::pair<std::string, std::string>> out;
-    const json& kvs = member(answer, "kvs");
-    if (!kvs.is_array()) return out;
-    const std::size_t strip = full("").size();
-    for (const json& kv : kvs) {
-      std::string key = bytes_of(kv, "key");
-      if (key.rfind(p, 0) != 0)
-        throw ProtocolError("etcd store: range answered key '" + key + "' outside '" + p + "'");
-      out.emplace_back(key.substr(strip), keys_only ? std::string() : bytes_of(kv, "value"));
-    }
-    return out;
+    return range_entries(rpc("/v3/kv/range", request), p, full("").size(), keys_only);
   }
 
   std::uint64_t revision() {
     const json answer =
         rpc("/v3/kv/range", {{"key", base64_encode(options.prefix + "run")}, {"count_only", true}});
-    return static_cast<std::uint64_t>(i64_of(member(answer, "header"), "revision"));
+    return header_revision(answer);
   }
 
   // compare_set as one transaction; `lease` 0 = none.
@@ -669,14 +534,7 @@ struct EtcdStore::Impl {
     const json txn = {{"compare", json::array({compare})},
                       {"success", json::array({{{"request_put", put}}})},
                       {"failure", json::array({{{"request_range", {{"key", k}}}}})}};
-    const json answer = rpc("/v3/kv/txn", txn);
-    if (answer.value("succeeded", false)) return desired;
-    const json& responses = member(answer, "responses");
-    if (!responses.is_array() || responses.empty())
-      throw ProtocolError("etcd store: a failed transaction without its range answer");
-    const json& kvs = member(member(responses[0], "response_range"), "kvs");
-    if (!kvs.is_array() || kvs.empty()) return std::nullopt;
-    return bytes_of(kvs[0], "value");
+    return compare_set_result(rpc("/v3/kv/txn", txn), desired);
   }
 
   // Follows a watch stream from `after_revision` until an event under one of `prefixes` (full
@@ -704,7 +562,7 @@ struct EtcdStore::Impl {
         conn = take(endpoint, connect_deadline_s, /*pooled=*/false);
         const double first_deadline_s = std::min(connect_deadline_s, now_s() + kAttemptS);
         send_to(*conn, request_text(*conn, "/v3/watch", body), first_deadline_s);
-        Answer answer(*conn, first_deadline_s);
+        HttpAnswer answer = answer_on(*conn, first_deadline_s);
         if (answer.status != 200) {
           std::string text;
           while (answer.next(text, first_deadline_s)) {
@@ -715,61 +573,35 @@ struct EtcdStore::Impl {
                            "etcd " + where(endpoint) + " watch: " + message);
           throw PeerLostError(-1, where(endpoint) + ": " + message);
         }
-        std::uint64_t revision = after_revision;
-        bool created = false;
+        // No note_reachable() here: a member without a leader may still accept a watch; the
+        // linearizable unary calls tell when the quorum is back.
+        WatchState state{after_revision, false};
         std::string pending;
         for (;;) {
           // Whole lines are whole messages (the gateway ends each with a newline).
           for (auto eol = pending.find('\n'); eol != std::string::npos; eol = pending.find('\n')) {
-            const json message = parse_json(pending.substr(0, eol), where(endpoint) + " watch");
+            const std::string line = pending.substr(0, eol);
             pending.erase(0, eol + 1);
-            if (message.contains("error")) throw PeerLostError(-1, error_message(message));
-            const json& result = member(message, "result");
-            created = true;
-            revision = std::max(
-                revision, static_cast<std::uint64_t>(i64_of(member(result, "header"), "revision")));
-            // etcd sends the history of a watch that starts in the past from a loop that runs
-            // every 100 ms. When anything changed since after_revision, the revision now is the
-            // answer at once: the caller's re-check reads at least that state (Store::watch).
-            if (result.value("created", false) && revision > after_revision) {
+            if (watch_message(line, prefixes, after_revision, state, where(endpoint))) {
               close_conn(*conn);
-              return revision;
-            }
-            if (result.value("canceled", false) || i64_of(result, "compact_revision") > 0) {
-              close_conn(*conn);  // compacted past after_revision: the caller re-checks
-              return revision;
-            }
-            bool changed = false;
-            const json& events = member(result, "events");
-            if (events.is_array()) {
-              for (const json& event : events) {
-                const json& kv = member(event, "kv");
-                const std::string key = bytes_of(kv, "key");
-                revision =
-                    std::max(revision, static_cast<std::uint64_t>(i64_of(kv, "mod_revision")));
-                for (const std::string& p : prefixes) changed = changed || key.rfind(p, 0) == 0;
-              }
-            }
-            if (changed) {
-              close_conn(*conn);
-              return revision;
+              return state.revision;
             }
           }
           bool more = false;
           try {
             // The first message (the watch created, with the revision now) is waited for
             // whatever the timeout, so that even a zero-length wait answers the revision.
-            more =
-                answer.next(pending, created ? deadline_s : std::max(deadline_s, first_deadline_s));
+            more = answer.next(pending, state.created ? deadline_s
+                                                      : std::max(deadline_s, first_deadline_s));
           } catch (const TimeoutError&) {
             close_conn(*conn);
-            return revision;  // the wait ran out: no change under the prefixes
+            return state.revision;  // the wait ran out: no change under the prefixes
           }
           if (!more) {
             // The member ended the stream (it is stopping): the caller re-checks and comes back.
             close_conn(*conn);
             move_on_from(endpoint);
-            return revision;
+            return state.revision;
           }
         }
       } catch (const PeerLostError& e) {
@@ -783,6 +615,7 @@ struct EtcdStore::Impl {
       if (conn) close_conn(*conn);
       move_on_from(endpoint);
       if (++tries % options.endpoints.size() == 0) {
+        note_unreachable("a watch", last);
         if (now_s() >= std::min(deadline_s, connect_deadline_s)) {
           if (now_s() < connect_deadline_s) return after_revision;  // the wait ran out
           throw PeerLostError(-1, "etcd store: no endpoint of " + endpoint_list() +
@@ -809,12 +642,12 @@ struct EtcdStore::Impl {
       record = compare_set(key, std::nullopt, mine.dump(), 0);
     }
     const std::string here = "etcd store " + endpoint_list() + " prefix " + options.prefix;
-    const json r = json::parse(record.value_or(""), nullptr, false);
-    if (r.is_discarded() || !r.is_object() || !r.contains("nonce") || !r.contains("proof"))
+    const std::optional<RunRecord> r = parse_run_record(record.value_or(""));
+    if (!r)
       throw ConfigError(here + ": '" + key + "' is not a meridian run record; give the run its " +
                         "own prefix (etcd://HOSTS/PREFIX)");
-    const std::string version = r.value("version", "");
-    const std::string config_hash = r.value("config_hash", "");
+    const std::string& version = r->version;
+    const std::string& config_hash = r->config_hash;
     if (version != id.version)
       throw ConfigError(here + " refused node '" + options.client_id + "': the run uses meridian " +
                         version + ", this node is " + id.version);
@@ -823,12 +656,8 @@ struct EtcdStore::Impl {
                         "': the run there has a different configuration (hash " + config_hash +
                         "); give this run its own prefix or remove the old one (etcdctl del " +
                         "--prefix " + options.prefix + ")");
-    const std::string nonce_hex = r.value("nonce", "");
-    std::string nonce_bytes;
-    for (std::size_t i = 0; i + 1 < nonce_hex.size(); i += 2)
-      nonce_bytes += static_cast<char>(std::stoi(nonce_hex.substr(i, 2), nullptr, 16));
-    const Sha256Digest expected = hmac_sha256(id.secret, run_record_transcript(nonce_bytes, id));
-    if (r.value("proof", "") !=
+    const Sha256Digest expected = hmac_sha256(id.secret, run_record_transcript(r->nonce, id));
+    if (r->proof_hex !=
         hex(std::string(reinterpret_cast<const char*>(expected.data()), expected.size())))
       throw ConfigError(here + " refused node '" + options.client_id +
                         "': the run record was not written with this node's secret (a wrong " +
@@ -841,6 +670,8 @@ struct EtcdStore::Impl {
   std::vector<Conn> idle;   // keep-alive connections, any endpoint
   std::size_t current = 0;  // the endpoint that answered last
   std::string token;        // etcd auth token ("" = none)
+  double outage_since_s = -1;   // when the quorum loss was first seen; < 0: none (guarded by mu)
+  double outage_logged_s = 0;   // its last line (guarded by mu)
 };
 
 EtcdStore::EtcdStore(EtcdStoreOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
@@ -916,7 +747,7 @@ std::int64_t EtcdStore::add(const std::string& key, std::int64_t delta) {
                                   {"mod_revision", std::to_string(mod_revision)}}})},
         {"success",
          json::array({{{"request_put", {{"key", k}, {"value", base64_encode(next)}}}}})}};
-    if (impl_->rpc("/v3/kv/txn", txn).value("succeeded", false)) return value + delta;
+    if (bool_of(impl_->rpc("/v3/kv/txn", txn), "succeeded")) return value + delta;
   }
 }
 

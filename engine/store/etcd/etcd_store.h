@@ -17,7 +17,9 @@
 // Failover: a request goes to the endpoint that answered last; on a connection failure, a
 // timeout of one attempt, or an "unavailable" answer (no leader, leader changed, the member is
 // stopping) it moves on to the next endpoint, backing off once all were tried, until the call's
-// deadline. PeerLostError only when no endpoint answered by then. A write whose answer was lost
+// deadline. PeerLostError only when no endpoint answered by then. Once every endpoint has
+// failed in turn the cluster has no reachable quorum: that outage is logged while it lasts
+// (EtcdStoreOptions::log). A write whose answer was lost
 // is retried: set and compare_set are safe to repeat; an add may then count twice (rare: only
 // when a member dies between applying the write and answering it).
 //
@@ -29,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,6 +61,11 @@ struct EtcdStoreOptions {
   StoreIdentity identity;           // the run's secret, version and configuration hash
   double connect_timeout_s = 10.0;  // reaching the cluster at construction
   double io_timeout_s = 30.0;       // one request, failover included (waits add their own)
+  // Quorum loss (every endpoint failed in turn: dead, or no leader among the members left) is
+  // logged when it starts, every outage_log_interval_s while calls keep failing, and when an
+  // answer comes again. `log` gets one line each; empty = not logged.
+  std::function<void(const std::string&)> log;
+  double outage_log_interval_s = 5.0;
 };
 
 // Whether `text` names an etcd store (starts with etcd:// or etcds://).

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "engine/error.h"
+#include "engine/util/epoch_keys.h"
 
 namespace meridian::gloo_transport {
 
@@ -17,7 +18,23 @@ void StoreAdapter::barrier(int rank, int size) {
 }
 
 void StoreAdapter::set(const std::string& key, const std::vector<char>& data) {
+  if (!swept_) {
+    swept_ = true;
+    erase_superseded();
+  }
   store_.set(prefix_ + key, std::string(data.begin(), data.end()));
+}
+
+void StoreAdapter::erase_superseded() {
+  // Every member of the new epoch sweeps (the first to connect finds the keys; the others find
+  // them gone, or erase them twice, which is harmless), so no crashed node leaves keys behind.
+  const auto mine = parse_epoch_store_key(prefix_);
+  if (!mine) return;  // not an epoch prefix: nothing is known to be superseded
+  for (const std::string& k : store_.list(mine->base + "/e")) {
+    const auto old = parse_epoch_store_key(k);
+    if (old && old->base == mine->base && epoch_superseded(old->epoch, mine->epoch))
+      store_.erase(k);
+  }
 }
 
 std::vector<char> StoreAdapter::get(const std::string& key) {

@@ -2,7 +2,9 @@
 // connectFullMesh can exchange addresses through the run's store; and the barrier before it
 // (every member arrived). Every wait is bounded by the adapter's timeout (Gloo's own timeout
 // and its timeout-less overloads are not used) and given up as soon as the epoch's abandon rule
-// says a member cannot come (EpochSpec::abandon). Not a general-purpose Gloo store.
+// says a member cannot come (EpochSpec::abandon). Its first write erases the keys of the epochs
+// this one supersedes (engine/transport.h, epoch_superseded), so the store holds the rendezvous
+// of the current epochs only. Not a general-purpose Gloo store.
 #pragma once
 
 #include <gloo/rendezvous/store.h>
@@ -31,6 +33,8 @@ class StoreAdapter final : public ::gloo::rendezvous::Store {
   // The bound of the waits from now on.
   void set_timeout(double timeout_s) { timeout_s_ = timeout_s; }
 
+  // The first set erases every key of a superseded epoch under the same base (the prefix is
+  // one that epoch_store_prefix made; another prefix erases nothing).
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
@@ -43,6 +47,9 @@ class StoreAdapter final : public ::gloo::rendezvous::Store {
   double timeout_s_;
   std::function<std::string()> abandon_;
   double poll_s_;
+  bool swept_ = false;
+
+  void erase_superseded();
 };
 
 }  // namespace meridian::gloo_transport
