@@ -596,7 +596,8 @@ def checksum_agreement(phase_dir):
 
 
 EVENT_TYPES = ("node_started", "admitted", "recovery_started", "recovery_finished", "fail_detected",
-               "silent", "retry", "fallback", "nonfinite", "node_left", "run_finished", "run_interrupted")
+               "silent", "ring_aborted", "retry", "fallback", "nonfinite", "node_left", "node_lost",
+               "run_finished", "run_interrupted")
 
 
 def event_counts(phase_dir):
