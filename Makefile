@@ -35,9 +35,10 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Every ctest label but gpu (see README "Tests"). Only tests labelled `timing` (their outcome
-# depends on thread scheduling; named in README "Tests") are run once more when they fail, and
-# the script names them; any other failure, or a timing test failing twice, fails the suite.
+# Every ctest label but gpu (see README "Tests"; the churn soak, label `soak`, is ~5 minutes of
+# it). Only tests labelled `timing` (their outcome depends on thread scheduling; named in README
+# "Tests") are run once more when they fail, and the script names them; any other failure, or a
+# timing test failing twice, fails the suite.
 # Then the fuzz and tsan labels of the clang checking tree.
 test: build check-build
 	OMP_NUM_THREADS=1 ./scripts/ctest_retry_timing.sh $(BUILD) -LE gpu $(CTEST_FLAGS)

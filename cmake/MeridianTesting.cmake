@@ -1,14 +1,16 @@
-# meridian_add_gtest(NAME LABEL label SOURCES ... LIBS ... [DISCOVER] [TIMEOUT s] [TIMING test...])
+# meridian_add_gtest(NAME LABEL label SOURCES ... LIBS ... [DISCOVER] [TIMEOUT s] [TIMING test...]
+#                    [PROPERTIES prop value ...])
 # One test program per call. DISCOVER registers each TEST as its own ctest (cheap programs);
 # without it the whole program is one ctest (programs that load LibTorch, 0.45 s per start).
 # TIMING names the tests (gtest filter patterns, e.g. FaultMatrix.TwoOfFourFailAtOnce) whose
 # outcome depends on thread or process timing: they also carry the label `timing`, and `make
 # test` retries those, and only those, once (scripts/ctest_retry_timing.sh). With DISCOVER only.
+# PROPERTIES are more ctest properties of every test of the call (e.g. FIXTURES_REQUIRED name).
 include_guard(GLOBAL)
 include(GoogleTest)
 
 function(meridian_add_gtest name)
-  cmake_parse_arguments(T "DISCOVER" "LABEL;TIMEOUT" "SOURCES;LIBS;TIMING" ${ARGN})
+  cmake_parse_arguments(T "DISCOVER" "LABEL;TIMEOUT" "SOURCES;LIBS;TIMING;PROPERTIES" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -21,7 +23,7 @@ function(meridian_add_gtest name)
   if(T_DISCOVER AND T_TIMING)
     string(JOIN ":" timing_filter ${T_TIMING})
     gtest_discover_tests(${name} TEST_FILTER "${timing_filter}"
-      PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} DISCOVERY_TIMEOUT 60)
+      PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} ${T_PROPERTIES} DISCOVERY_TIMEOUT 60)
     # A list cannot pass through gtest_discover_tests' PROPERTIES (it is split into words), so
     # a script ctest includes after the discovered tests gives those of this call both labels.
     get_property(counter TARGET ${name} PROPERTY CTEST_DISCOVERED_TEST_COUNTER)
@@ -38,12 +40,12 @@ function(meridian_add_gtest name)
       "endif()\n")
     set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${label_file})
     gtest_discover_tests(${name} TEST_FILTER "-${timing_filter}"
-      PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} DISCOVERY_TIMEOUT 60)
+      PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} ${T_PROPERTIES} DISCOVERY_TIMEOUT 60)
   elseif(T_DISCOVER)
     gtest_discover_tests(${name} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT}
-      DISCOVERY_TIMEOUT 60)
+      ${T_PROPERTIES} DISCOVERY_TIMEOUT 60)
   else()
     add_test(NAME ${name} COMMAND ${name})
-    set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT})
+    set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} ${T_PROPERTIES})
   endif()
 endfunction()

@@ -21,9 +21,10 @@ if [[ ! -s $failed_log ]]; then
   echo "ctest failed without a list of failed tests ($build/$failed_log): not retrying" >&2
   exit 1
 fi
-# Names of the failed tests, and of every test labelled `timing` (ctest -N lists "Test #N: NAME").
+# Names of the failed tests, and of every test labelled `timing` (ctest -N lists "Test #N: NAME";
+# -FA leaves out the fixture setups ctest would add for them, such as the soak runs of tests/soak).
 mapfile -t failed < <(cut -d: -f2- "$failed_log")
-mapfile -t timing < <(ctest -N -L '^timing$' | sed -n 's/^ *Test *#[0-9]*: //p')
+mapfile -t timing < <(ctest -N -L '^timing$' -FA '.*' | sed -n 's/^ *Test *#[0-9]*: //p')
 declare -A is_timing=()
 for t in "${timing[@]}"; do is_timing[$t]=1; done
 others=()
