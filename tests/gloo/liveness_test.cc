@@ -64,7 +64,7 @@ double longest_stall_s(const std::vector<double>& t, std::size_t from, std::size
 // authenticated"). Stops (closing what it holds) when destroyed.
 class ListenerSquatter {
  public:
-  static constexpr std::chrono::milliseconds kScanInterval{10};
+  static constexpr std::chrono::milliseconds kScanInterval{50};
 
   explicit ListenerSquatter(int store_port) : store_port_(store_port) {
     thread_ = std::thread([this] { loop(); });
