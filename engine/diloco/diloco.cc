@@ -298,23 +298,21 @@ void DilocoNode::watched(const RoundRecord& r, const std::function<void()>& ring
       }
     }
   });
-  try {
-    rings();
-  } catch (...) {
+  const auto stop_watchdog = [&] {
     {
       LockGuard lock(*mu);
       done = true;
       cv->notify_all();
     }
     watchdog->join();
+  };
+  try {
+    rings();
+  } catch (...) {
+    stop_watchdog();
     throw;
   }
-  {
-    LockGuard lock(*mu);
-    done = true;
-    cv->notify_all();
-  }
-  watchdog->join();
+  stop_watchdog();
 }
 
 void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
