@@ -215,6 +215,15 @@ class LivenessTest : public meridian::testing::TrainProcessTest {
     for (const auto& [id, pid] : nodes) EXPECT_EQ(exit_[id], 0) << log(id);
   }
 
+  // At every outer step that node 1 and node `id` both applied, their checksums are equal.
+  void expect_agree_with_node_1(const std::vector<int>& ids) {
+    const auto c1 = checksums(node_dir(1));
+    for (int id : ids)
+      for (const auto& [step, v] : checksums(node_dir(id)))
+        if (c1.count(step))
+          EXPECT_EQ(v.second, c1.at(step).second) << "node " << id << ", outer step " << step;
+  }
+
   std::map<int, int> exit_;
 };
 
@@ -234,10 +243,7 @@ TEST_F(LivenessTest, AJoinerThatDiesRightAfterAdmissionCostsTheRunALeaseNotTheRe
 
   const auto c1 = checksums(node_dir(1));
   ASSERT_GE(c1.size(), end);
-  for (int id : {2, 3})
-    for (const auto& [step, v] : checksums(node_dir(id)))
-      if (c1.count(step))
-        EXPECT_EQ(v.second, c1.at(step).second) << "node " << id << ", outer step " << step;
+  expect_agree_with_node_1({2, 3});
   const double stall = longest_stall_s(times_of(node_dir(1) / "events.jsonl"), 1, end);
   std::cout << "node 4 killed at admission after outer step " << killed_at
             << "; longest gap between outer steps 1.." << end << ": " << stall << " s (bound "
@@ -261,9 +267,7 @@ TEST_F(LivenessTest, APeerFrozenInTheRingCostsALeaseNotTheAllReduceTimeout) {
   ::kill(n3, SIGKILL);
   EXPECT_EQ(finish(n3), 128 + SIGKILL);
 
-  const auto c1 = checksums(node_dir(1));
-  for (const auto& [step, v] : checksums(node_dir(2)))
-    if (c1.count(step)) EXPECT_EQ(v.second, c1.at(step).second) << "outer step " << step;
+  expect_agree_with_node_1({2});
   const double stall = longest_stall_s(times_of(node_dir(1) / "events.jsonl"), 1, end);
   std::cout << "node 3 frozen in outer step " << frozen_at << "'s all-reduce; longest gap "
             << "between outer steps 1.." << end << ": " << stall << " s (bound "
@@ -293,10 +297,7 @@ TEST_F(LivenessTest, SilentConnectionsToEveryGlooListeningPortNeverFreezeTheRun)
   EXPECT_GT(squatter.held(), 0) << "the stranger never got a connection: nothing was tested";
   const auto c1 = checksums(node_dir(1));
   ASSERT_GE(c1.size(), end);
-  for (int id : {2, 3, 4})
-    for (const auto& [step, v] : checksums(node_dir(id)))
-      if (c1.count(step))
-        EXPECT_EQ(v.second, c1.at(step).second) << "node " << id << ", outer step " << step;
+  expect_agree_with_node_1({2, 3, 4});
   // Every attempt, failed or not, ends within the bound: an attempt ends with a retry record
   // (an epoch the stranger broke) or an outer step.
   std::vector<double> ends = times_of(node_dir(1) / "events.jsonl");
