@@ -37,6 +37,12 @@ const Figure kFigures[] = {
     {"allreduce_s_p50", "all-reduce p50 (s)", false,
      [](const Summary& s) { return s.allreduce_s.p50; }},
     {"simulated_s", "simulated time (s)", false, [](const Summary& s) { return s.simulated_s; }},
+    {"sync_s_per_outer_step", "sync a node waited per outer step (s)", false,
+     [](const Summary& s) { return s.idle_per_outer_step_s.sync; }},
+    {"bytes_per_s_mean", "collective bytes/s per node, mean", false,
+     [](const Summary& s) { return s.bytes_per_s_per_node.mean; }},
+    {"bytes_per_s_peak", "collective bytes/s per node, peak", false,
+     [](const Summary& s) { return s.bytes_per_s_per_node.peak; }},
 };
 
 nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }

@@ -161,6 +161,7 @@ EventBody parse_body(const std::string& type, const Fields& f) {
     r.outer_opt_s = f.number("outer_opt_s");
     r.tokens = f.number("tokens");
     r.loss = f.nullable_number("loss");
+    if (f.has("exposed_s")) r.exposed_s = f.number("exposed_s");
     return r;
   }
   if (type == "checkpoint")

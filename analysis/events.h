@@ -116,6 +116,10 @@ struct OuterStepRecord {
   double outer_opt_s = 0;
   double tokens = 0;
   std::optional<double> loss;
+  // Overlapped runs only: the seconds this step's sync kept the node from computing (the rest
+  // of allreduce_s ran beside its inner steps). Blocking: allreduce_s is all exposed.
+  std::optional<double> exposed_s;
+  double sync_s() const { return exposed_s ? *exposed_s : allreduce_s; }
 };
 struct CheckpointRecord {
   std::int64_t outer_step = 0;

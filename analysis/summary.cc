@@ -84,6 +84,31 @@ Distribution distribution(const std::vector<double>& values) {
   return d;
 }
 
+namespace {
+
+// Summary::idle_per_outer_step_s and bytes_per_s_per_node, once per-node totals are known.
+void idle_and_rates(Summary& s, const std::map<std::int64_t, NodeStats>& nodes,
+                    const std::map<std::pair<std::int64_t, std::int64_t>, WireTally>& wire,
+                    const std::vector<EventRecord>& events) {
+  double steps = 0, sync = 0, opt = 0, recovery = 0, idle = 0, alive = 0, sent = 0;
+  for (const auto& [id, n] : nodes) {
+    steps += static_cast<double>(n.outer_steps);
+    sync += n.sync_s, opt += n.outer_opt_s, recovery += n.recovery_s, idle += n.idle_s;
+    alive += n.alive_s;
+    sent += n.bytes_sent;
+  }
+  s.idle_per_outer_step_s = {safe_div(sync, steps), safe_div(opt, steps),
+                             safe_div(recovery, steps), safe_div(idle, steps)};
+  s.bytes_per_s_per_node.mean = safe_div(sent, alive);
+  for (const EventRecord& e : events)
+    if (const auto* r = e.as<OuterStepRecord>(); r && r->allreduce_s > 0)
+      if (const auto w = wire.find({e.node, r->outer_step}); w != wire.end())
+        s.bytes_per_s_per_node.peak =
+            std::max(s.bytes_per_s_per_node.peak, w->second.sent() / r->allreduce_s);
+}
+
+}  // namespace
+
 Summary summarize(const std::vector<EventRecord>& events) {
   Summary s;
   const ConfigRecord* config = nullptr;
@@ -169,6 +194,7 @@ Summary summarize(const std::vector<EventRecord>& events) {
       step_participants[{e.node, r->outer_step}] = r->participants;
       NodeStats& n = nodes[e.node];
       n.allreduce_s += r->allreduce_s;
+      n.sync_s += r->sync_s();
       n.outer_opt_s += r->outer_opt_s;
       ++n.outer_steps;
     } else if (const auto* r = e.as<RetryRecord>()) {
@@ -273,8 +299,7 @@ Summary summarize(const std::vector<EventRecord>& events) {
   for (auto& [id, n] : nodes) {
     compute_total += n.compute_s;
     n.compute_utilization = safe_div(n.compute_s, n.alive_s);
-    n.idle_s =
-        std::max(0.0, n.alive_s - n.compute_s - n.allreduce_s - n.outer_opt_s - n.recovery_s);
+    n.idle_s = std::max(0.0, n.alive_s - n.compute_s - n.sync_s - n.outer_opt_s - n.recovery_s);
     s.idle_s += n.idle_s;
   }
   s.compute_utilization = safe_div(compute_total, alive_total);
@@ -310,12 +335,13 @@ Summary summarize(const std::vector<EventRecord>& events) {
     for (const OuterStepRecord* r : recs) {
       inner_sum += r->inner_s;
       st.allreduce_s = std::max(st.allreduce_s, r->allreduce_s);
+      st.sync_s = std::max(st.sync_s, r->sync_s());
       st.participants = std::max(st.participants, r->participants);
       st.tokens += r->tokens;
       if (r->loss) loss_sum += *r->loss, ++loss_n;
     }
     st.inner_s = inner_sum / static_cast<double>(recs.size());
-    st.utilization = safe_div(st.inner_s, st.inner_s + st.allreduce_s);
+    st.utilization = safe_div(st.inner_s, st.inner_s + st.sync_s);
     st.compute_utilization = safe_div(st.inner_s, st.duration_s);
     cumulative += st.tokens;
     st.cumulative_tokens = cumulative;
@@ -377,6 +403,7 @@ Summary summarize(const std::vector<EventRecord>& events) {
                    static_cast<double>(s.metrics.H);
   }
   s.wire_bytes_per_node_per_outer_step = safe_div(sent_total, static_cast<double>(wire.size()));
+  idle_and_rates(s, nodes, wire, events);
   if (sent_total > 0) s.bandwidth_reduction_vs_ddp = ddp_total / sent_total;
 
   for (auto& [id, n] : nodes) s.per_node.push_back(n);
@@ -476,6 +503,12 @@ nlohmann::ordered_json to_json(const Summary& s) {
                    {"max_s", num(s.recovery.max_s)},
                    {"bytes", num(s.recovery.bytes)}};
   j["idle_s"] = num(s.idle_s);
+  j["idle_per_outer_step_s"] = {{"sync", num(s.idle_per_outer_step_s.sync)},
+                                {"outer_opt", num(s.idle_per_outer_step_s.outer_opt)},
+                                {"recovery", num(s.idle_per_outer_step_s.recovery)},
+                                {"other", num(s.idle_per_outer_step_s.other)}};
+  j["bytes_per_s_per_node"] = {{"mean", num(s.bytes_per_s_per_node.mean)},
+                               {"peak", num(s.bytes_per_s_per_node.peak)}};
   j["retries"] = s.retries;
   j["fallbacks"] = s.fallbacks;
   j["failures"] = s.failures;

@@ -38,9 +38,10 @@ struct NodeStats {
   std::string end_reason;  // "left", "failed" (crash or fail_detected) or "run_end"
   double compute_s = 0;    // Σ inner_steps.compute_s
   double allreduce_s = 0;  // Σ outer_step.allreduce_s
+  double sync_s = 0;       // Σ outer_step.exposed_s (overlapped), else Σ allreduce_s
   double outer_opt_s = 0;  // Σ outer_step.outer_opt_s
   double recovery_s = 0;   // Σ recovery_finished.elapsed_s
-  double idle_s = 0;       // alive time not in any of the four above (clamped at 0)
+  double idle_s = 0;  // alive time not in compute, sync, outer_opt, recovery (clamped at 0)
   double tokens = 0;
   double bytes_sent = 0, bytes_received = 0;  // Σ allreduce records (see wire bytes rule)
   double allreduce_record_s = 0;  // Σ elapsed_s of the same allreduce records (bandwidth)
@@ -58,7 +59,8 @@ struct OuterStepStats {
   double allreduce_s = 0;         // largest outer_step.allreduce_s (T_allreduce, slowest node)
   double tokens = 0;              // Σ outer_step.tokens
   double cumulative_tokens = 0;
-  double utilization = 0;          // T_inner / (T_inner + T_allreduce)
+  double sync_s = 0;               // largest outer_step exposed_s (overlap), else = allreduce_s
+  double utilization = 0;          // T_inner / (T_inner + sync_s)
   double compute_utilization = 0;  // inner_s / duration_s
   double mfu = 0;  // flops_per_token × tokens / (duration × participants × GPUs × peak)
   std::optional<double> loss;      // mean of the nodes' non-null losses
@@ -103,6 +105,19 @@ struct Summary {
     double total_s = 0, mean_s = 0, max_s = 0, bytes = 0;
   } recovery;
   double idle_s = 0;  // Σ NodeStats::idle_s
+  // Seconds a node spent not computing, per outer step it applied (Σ over nodes / Σ of their
+  // outer steps), by cause: the sync it waited for (exposed all-reduce, or the whole ring when
+  // blocking), the outer optimizer, recovering as a joiner, and the rest (barriers, admission,
+  // checkpoints, the tail).
+  struct {
+    double sync = 0, outer_opt = 0, recovery = 0, other = 0;
+  } idle_per_outer_step_s;
+  // Collective bytes sent per node per second: `mean` over the nodes' alive time (Σ bytes_sent /
+  // Σ alive_s); `peak`, the largest rate of one node in one outer step while its all-reduce ran
+  // (bytes sent in that step / its outer_step.allreduce_s).
+  struct {
+    double mean = 0, peak = 0;
+  } bytes_per_s_per_node;
   // retries: distinct (outer step, attempt) retried; fallbacks: fallback records;
   // failures: nodes whose life ended by a fail_detected or a node_left with graceful = false.
   std::int64_t retries = 0, fallbacks = 0, failures = 0, joins = 0, graceful_leaves = 0;

@@ -234,6 +234,8 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
   MERIDIAN_CHECK_EQ(view.exp_avg_sq.size(), n);
   const bool outer = !view.outer_json.empty();
   if (outer) MERIDIAN_CHECK_EQ(view.outer_momentum.size(), n);
+  const bool pending = outer && !view.outer_pending.empty();
+  if (pending) MERIDIAN_CHECK_EQ(view.outer_pending.size(), n);
   const auto step_done = [&](const fs::path& p) {
     if (view.after_each_step) view.after_each_step(p);
   };
@@ -255,6 +257,10 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
     auto mom = views(layout, view.outer_momentum, "outer_momentum.");
     opt.insert(opt.end(), mom.begin(), mom.end());
   }
+  if (pending) {
+    auto pend = views(layout, view.outer_pending, "outer_pending.");
+    opt.insert(opt.end(), pend.begin(), pend.end());
+  }
   st::write(tmp / kOptimizerFile, opt, meta);
   step_done(tmp / kOptimizerFile);
 
@@ -263,6 +269,7 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
                         {"model", model_json(*view.model)},
                         {"progress", progress}};
   if (outer) doc["outer"] = nlohmann::json::parse(view.outer_json);
+  if (pending) doc["outer"]["pending"] = true;
   std::uint64_t total_bytes = 0;
   nlohmann::json manifest = {{"format", kManifestFormat}};
   for (const char* f : {kModelFile, kOptimizerFile}) {
@@ -355,13 +362,23 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) 
   const st::File opt = st::read(dir / kOptimizerFile, ro);
   const bool outer = doc.contains("outer");
   if (outer) out.outer_momentum.resize(n);
+  bool pending = false;
+  if (outer && doc.at("outer").contains("pending")) {
+    const auto& flag = doc.at("outer").at("pending");
+    if (!flag.is_boolean() || !flag.get<bool>())
+      throw ProtocolError("checkpoint " + progress_path.string() +
+                          ": outer.pending must be true when present");
+    pending = true;
+    out.outer_pending.resize(n);
+  }
   expect_tensor_count(weights, layout.size());
-  expect_tensor_count(opt, (outer ? 3 : 2) * layout.size());
+  expect_tensor_count(opt, (outer ? 3 : 2) * layout.size() + (pending ? layout.size() : 0));
   for (const auto& p : layout) {
     copy_tensor(weights, "", p, out.params);
     copy_tensor(opt, "exp_avg.", p, out.exp_avg);
     copy_tensor(opt, "exp_avg_sq.", p, out.exp_avg_sq);
     if (outer) copy_tensor(opt, "outer_momentum.", p, out.outer_momentum);
+    if (pending) copy_tensor(opt, "outer_pending.", p, out.outer_pending);
   }
   out.progress_json = doc.at("progress").dump();
   if (outer) out.outer_json = doc.at("outer").dump();

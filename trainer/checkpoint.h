@@ -28,6 +28,9 @@ struct CheckpointView {
   // a trainer checkpoint.
   std::span<const float> outer_momentum;
   std::string outer_json;
+  // An overlapped node's pending pseudo-gradient (OuterStepView::pending; same layout), written
+  // as "outer_pending.<name>" when not empty.
+  std::span<const float> outer_pending;
   // Called after each durable step of the write (a file written and fsynced, a rename) with
   // the path it touched; tests crash the writer there. Unset: nothing is called.
   std::function<void(const std::filesystem::path&)> after_each_step;
@@ -42,6 +45,7 @@ struct LoadedCheckpoint {
   std::vector<float> params, exp_avg, exp_avg_sq;
   std::string progress_json;
   std::vector<float> outer_momentum;  // empty unless the checkpoint holds an outer state
+  std::vector<float> outer_pending;   // empty unless it holds a pending pseudo-gradient
   std::string outer_json;             // "" unless the checkpoint holds an outer state
 };
 

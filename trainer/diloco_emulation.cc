@@ -99,6 +99,7 @@ class Emulation {
         .add("codec", codec_name(d.codec)).add("outer_lr", static_cast<double>(d.outer.lr))
         .add("outer_momentum", static_cast<double>(d.outer.momentum))
         .add("local_ranks", d.local_ranks);
+    if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
     std::vector<std::int64_t> fail_steps, fail_nodes;
     for (const auto& [step, node] : o_.fail_after) {
       fail_steps.push_back(step);

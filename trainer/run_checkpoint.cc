@@ -85,6 +85,7 @@ NodeState snapshot_node_state(const OuterStepView& view, InnerWorker& worker) {
   s.steps_done = view.outer_step + 1;
   s.params.assign(view.outer_parameters.begin(), view.outer_parameters.end());
   s.momentum.assign(view.momentum.begin(), view.momentum.end());
+  s.pending.assign(view.pending.begin(), view.pending.end());
   for (const StateSection& sec : worker.state_sections()) {
     if (sec.name == "adamw.exp_avg")
       s.exp_avg.assign(sec.values.begin(), sec.values.end());
@@ -220,6 +221,7 @@ void CheckpointWriter::loop() {
       v.exp_avg_sq = s.exp_avg_sq;
       v.progress_json = s.worker_progress;
       v.outer_momentum = s.momentum;
+      v.outer_pending = s.pending;
       v.outer_json = s.outer_json;
       v.after_each_step = after_each_step_;
       r.bytes = write_checkpoint(r.path, v);
@@ -415,6 +417,10 @@ void load_for_resume(const ResumeCandidate& c, const ModelConfig& model, InnerWo
       nlohmann::json::parse(l.outer_json).at("steps_done").get<std::int64_t>();
   MERIDIAN_CHECK_EQ(options.first_outer_step, c.steps_done);  // find_resume_candidates checked
   options.initial_momentum = std::move(l.outer_momentum);
+  // An overlapped node's next pseudo-gradient came from its own shard's inner steps: from
+  // another shard's checkpoint it would be counted twice (its owner sends it too), so that
+  // node runs the step's inner steps again instead.
+  if (c.own_shard) options.initial_pending = std::move(l.outer_pending);
 }
 
 int set_aside_newer(const fs::path& node_dir, std::int64_t steps_done) {

@@ -129,6 +129,7 @@ JsonObject run_config_json(const RunConfig& c) {
   data.add("files", c.data.files);
   data.add("validation_sequences", c.validation_sequences);
   diloco.add("H", d.inner_steps).add("codec", std::string(codec_name(d.codec)));
+  if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
   diloco.add("outer_lr", static_cast<double>(d.outer.lr));
   diloco.add("outer_momentum", static_cast<double>(d.outer.momentum));
   diloco.add("local_ranks", d.local_ranks).add("timeout_s", d.allreduce_timeout_s);

@@ -479,6 +479,12 @@ void parse_diloco(Reader r, DilocoSpec& d) {
                         [](const std::string& v) {
                           return v == "fp32" || v == "bf16" || v == "int8" || v == "int8-minmax";
                         });
+  r.scalar<std::string>("overlap", d.overlap,
+                        "one of none (blocking), delayed, eager: whether the next inner steps "
+                        "run during the all-reduce (engine/diloco/README.md)",
+                        [](const std::string& v) {
+                          return v == "none" || v == "delayed" || v == "eager";
+                        });
   r.scalar<std::string>("buckets", d.buckets, "'layers' or a positive integer",
                         [](const std::string& v) {
                           if (v == "layers") return true;
@@ -776,6 +782,7 @@ DilocoOptions diloco_options(const RunFile& f, Mode mode) {
   o.inner_steps = d.H;
   o.outer_steps = f.outer_steps();
   o.codec = parse_codec(d.codec);
+  o.overlap = parse_overlap(d.overlap);
   o.outer.lr = static_cast<float>(d.outer_lr);
   o.outer.momentum = static_cast<float>(d.outer_momentum);
   o.local_ranks = d.local_ranks;
@@ -903,8 +910,9 @@ JsonObject RunFile::to_json() const {
   net.add_raw("sites", sites + "]").add_raw("rtt", rtts + "]").add_raw("nodes", nodes + "]");
   JsonObject dl;
   dl.add("H", diloco.H)
-      .add("codec", diloco.codec)
-      .add("buckets", diloco.buckets)
+      .add("codec", diloco.codec);
+  if (diloco.overlap != "none") dl.add("overlap", diloco.overlap);
+  dl.add("buckets", diloco.buckets)
       .add("local_ranks", diloco.local_ranks)
       .add("aggregate", diloco.aggregate)
       .add("max_chunk_bytes", diloco.max_chunk_bytes)

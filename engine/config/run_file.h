@@ -181,6 +181,9 @@ struct NetworkSpec {
 struct DilocoSpec {
   int H = 100;
   std::string codec = "int8";
+  // none (blocking, INTELLECT-1), delayed or eager (engine/diloco/README.md, "Overlapped outer
+  // steps"); serialised only when not none, so a blocking run's configuration is unchanged.
+  std::string overlap = "none";
   std::string buckets = "layers";  // "layers" (embedding, each layer, head) or an integer count
   int local_ranks = 8;             // L parallel rings per node (one flow each)
   bool aggregate = true;           // model the L rings as one flow of L× bytes and L× window

@@ -39,6 +39,25 @@ const char* node_exit_name(NodeExit e) {
   return "?";
 }
 
+const char* overlap_name(Overlap o) {
+  switch (o) {
+    case Overlap::kNone:
+      return "none";
+    case Overlap::kDelayed:
+      return "delayed";
+    case Overlap::kEager:
+      return "eager";
+  }
+  return "?";
+}
+
+Overlap parse_overlap(std::string_view name) {
+  for (Overlap o : {Overlap::kNone, Overlap::kDelayed, Overlap::kEager})
+    if (name == overlap_name(o)) return o;
+  throw ConfigError("diloco.overlap: '" + std::string(name) +
+                    "' is not one of none, delayed, eager");
+}
+
 DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& transports,
                        Runtime& runtime, EventSink& events, DilocoOptions options)
     : worker_(worker),
@@ -57,6 +76,7 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
 }
 
 DilocoNode::~DilocoNode() {
+  join_phase();
   join_servers();
   if (mesh_) mesh_->stop();
 }
@@ -88,6 +108,18 @@ void DilocoNode::initialise_outer_state() {
               optimizer_->momentum().begin());
     options_.initial_momentum = {};  // no second copy for the run's length
   }
+  if (!options_.initial_pending.empty()) {
+    if (!overlapped())
+      throw ConfigError("diloco: a pending pseudo-gradient to resume from needs diloco.overlap");
+    if (!phantom_) {
+      MERIDIAN_CHECK_EQ(options_.initial_pending.size(), count_);
+      delta_ = std::move(options_.initial_pending);
+      check_pseudo_gradient(options_.first_outer_step);
+    }
+    options_.initial_pending = {};
+    pending_ = true;
+    resumed_pending_ = true;
+  }
   shards_ = shard_buckets(make_buckets(worker_.bucket_boundaries(), count_), options_.local_ranks);
 }
 
@@ -117,7 +149,12 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       // every member (Gloo) would otherwise wait for a joiner that waits for its state.
       serve_joiners(r);
       const bool connected = connect_epoch(r);
-      if (r.attempt == 0) inner_steps(r);
+      if (r.attempt == 0) {
+        if (overlapped())
+          begin_overlapped(r);
+        else
+          inner_steps(r);
+      }
       // A node whose pseudo-gradient was not finite sits out: it sends nothing this attempt
       // and asks for a retry in which the others average without it (`abstain`).
       const bool sit_out = non_finite_ && !r.abstains(id_);
@@ -171,6 +208,7 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
     result.what = e.what();
   }
   // ConfigError and CheckError propagate: they are the caller's or a bug, not churn.
+  join_phase();  // the next step's inner steps, if they were running (bounded by H)
   rings_.clear();
   join_servers();
   emit("node_left", JsonObject().add("graceful", result.exit == NodeExit::kFinished ||
@@ -214,33 +252,101 @@ void DilocoNode::ensure_epoch(const RoundRecord& r) {
 }
 
 void DilocoNode::inner_steps(const RoundRecord& r) {
+  run_phase(r.outer_step, stats_);
+  take_pseudo_gradient(outer_, r.outer_step);
+}
+
+void DilocoNode::run_phase(std::int64_t outer_step, RoundStats& into) {
   const double start_s = runtime_.now_s();
   const InnerStepsResult res = worker_.run_inner_steps(options_.inner_steps);
-  stats_ = RoundStats{};
-  stats_.inner_s = res.compute_s;
-  stats_.tokens = res.tokens;
-  stats_.loss = res.loss;
+  into = RoundStats{};
+  into.inner_s = res.compute_s;
+  into.tokens = res.tokens;
+  into.loss = res.loss;
   emit("inner_steps", JsonObject()
-                          .add("outer_step", r.outer_step)
+                          .add("outer_step", outer_step)
                           .add("steps", res.steps)
                           .add("tokens", res.tokens)
                           .add("start_s", start_s)
                           .add("compute_s", res.compute_s)
                           .add("loss", res.loss));
+  compute_end_s_ = runtime_.now_s();
+}
+
+void DilocoNode::take_pseudo_gradient(std::span<const float> base, std::int64_t outer_step) {
   if (phantom_) return;
   const std::span<const float> local = worker_.parameters();
   MERIDIAN_CHECK_EQ(local.size(), count_);
+  MERIDIAN_CHECK_EQ(base.size(), count_);
   delta_.resize(count_);
-  for (std::uint64_t i = 0; i < count_; ++i) delta_[i] = outer_[i] - local[i];
-  check_pseudo_gradient(r);
+  for (std::uint64_t i = 0; i < count_; ++i) delta_[i] = base[i] - local[i];
+  check_pseudo_gradient(outer_step);
 }
 
-void DilocoNode::check_pseudo_gradient(const RoundRecord& r) {
+void DilocoNode::begin_overlapped(const RoundRecord& r) {
+  newcomers_ = r.joiners;
+  if (!pending_) {
+    if (r.is_joiner(id_)) {
+      // Admitted at this step: its inner steps did not run, so it sends zeros that no
+      // divisor counts (shares()), and starts the next step's inner steps from theta_outer.
+      stats_ = RoundStats{};
+      if (!phantom_) delta_.assign(count_, 0.0f);
+      non_finite_ = false;
+      compute_end_s_ = runtime_.now_s();
+    } else {
+      inner_steps(r);  // round 0, or a resume without a pending pseudo-gradient
+      load_next_start(shares(r));
+    }
+    pending_ = true;
+  } else if (resumed_pending_) {
+    load_next_start(shares(r));  // as the uninterrupted run did after its checkpoint
+  }
+  resumed_pending_ = false;
+  if (options_.outer_steps > 0 && r.outer_step + 1 >= options_.outer_steps) {
+    compute_end_s_ = std::max(compute_end_s_, runtime_.now_s());
+    return;  // the run's last step: nothing to overlap its all-reduce with
+  }
+  if (!phantom_) {
+    const std::span<const float> p = worker_.parameters();
+    start_.assign(p.begin(), p.end());
+  }
+  phase_ = runtime_.spawn("inner-steps", [this, step = r.outer_step + 1] {
+    run_phase(step, phase_stats_);
+  });
+}
+
+bool DilocoNode::join_phase() {
+  if (!phase_) return false;
+  phase_->join();
+  phase_.reset();
+  return true;
+}
+
+void DilocoNode::load_next_start(int shares) {
+  if (phantom_) return;
+  const std::span<float> params = worker_.parameters();
+  if (options_.overlap == Overlap::kEager)
+    optimizer_->stand_in(outer_, delta_, static_cast<float>(shares), params);
+  else
+    std::copy(outer_.begin(), outer_.end(), params.begin());
+  worker_.parameters_updated();
+}
+
+int DilocoNode::shares(const RoundRecord& r) const {
+  int n = r.contributors();
+  if (!overlapped()) return n;
+  const std::vector<std::int64_t>& fresh = r.attempt == 0 ? r.joiners : newcomers_;
+  for (std::int64_t j : fresh)
+    if (r.rank_of(j) >= 0 && !r.abstains(j)) --n;
+  return std::max(1, n);
+}
+
+void DilocoNode::check_pseudo_gradient(std::int64_t outer_step) {
   const std::uint64_t bad = count_non_finite(delta_);
   non_finite_ = bad > 0;
   if (!non_finite_) return;
   emit("nonfinite", JsonObject()
-                        .add("outer_step", r.outer_step)
+                        .add("outer_step", outer_step)
                         .add("faulty", id_)
                         .add("values", bad)
                         .add("elements", count_)
@@ -252,7 +358,7 @@ void DilocoNode::check_pseudo_gradient(const RoundRecord& r) {
 bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed) {
   if (!phantom_) {
     // Members that sit this attempt out (non-finite guard) contribute zeros and are not counted.
-    const auto world = static_cast<float>(r.contributors());
+    const auto world = static_cast<float>(shares(r));
     reduced_.resize(count_);
     for (std::uint64_t i = 0; i < count_; ++i) reduced_[i] = delta_[i] / world;
   }
@@ -402,9 +508,16 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
   const bool fallback = next.prev == RoundPrev::kFallback;
   if (fallback)
     emit("fallback", JsonObject().add("outer_step", done.outer_step).add("reason", next.reason));
+  // Overlapped: the sync of this step kept the node from computing from the moment its next
+  // inner steps ended (or, with none running, from the start of the round) until now.
+  const double synced_s = runtime_.now_s();
+  const bool phase_ran = join_phase();
+  const double exposed_s = std::max(0.0, synced_s - compute_end_s_);
   const double start_s = runtime_.now_s();
   if (!phantom_) {
     optimizer_->step(outer_, fallback ? delta_ : reduced_);
+    // The next step's pseudo-gradient, from the inner steps that ran beside this round.
+    if (phase_ran) take_pseudo_gradient(start_, next.outer_step);
     const std::span<float> params = worker_.parameters();
     std::copy(outer_.begin(), outer_.end(), params.begin());
     worker_.parameters_updated();
@@ -412,19 +525,33 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
     runtime_.compute_s(options_.phantom_outer_opt_s);
   }
   const double outer_opt_s = runtime_.now_s() - start_s;
-  emit("outer_step", JsonObject()
-                         .add("outer_step", done.outer_step)
-                         .add("epoch", done.epoch)
-                         .add("participants", static_cast<std::int64_t>(done.members.size()))
-                         .add("contributors", done.contributors())
-                         .add("inner_s", stats_.inner_s)
-                         .add("allreduce_s", stats_.allreduce_s)
-                         .add("outer_opt_s", outer_opt_s)
-                         .add("tokens", stats_.tokens)
-                         .add("loss", stats_.loss));
-  if (options_.on_outer_step)
-    options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members, fallback,
-                                         outer_, optimizer_->momentum()});
+  JsonObject f;
+  f.add("outer_step", done.outer_step)
+      .add("epoch", done.epoch)
+      .add("participants", static_cast<std::int64_t>(done.members.size()))
+      .add("contributors", done.contributors())
+      .add("inner_s", stats_.inner_s)
+      .add("allreduce_s", stats_.allreduce_s)
+      .add("outer_opt_s", outer_opt_s)
+      .add("tokens", stats_.tokens)
+      .add("loss", stats_.loss);
+  if (overlapped()) f.add("exposed_s", exposed_s);
+  emit("outer_step", std::move(f));
+  if (options_.on_outer_step) {
+    std::span<const float> pending;
+    if (phase_ran && !phantom_) pending = delta_;
+    options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members,
+                                         fallback, outer_, optimizer_->momentum(), pending});
+  }
+  if (overlapped()) {
+    pending_ = phase_ran;
+    if (phase_ran) {
+      stats_ = phase_stats_;
+      load_next_start(shares(next));
+    }
+    // A phase that ran has its own end; one that did not (the run's end) leaves the node idle.
+    if (!phase_ran) compute_end_s_ = runtime_.now_s();
+  }
 }
 
 void DilocoNode::serve_joiners(const RoundRecord& r) {

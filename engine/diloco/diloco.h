@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/codec/codec.h"
@@ -36,7 +37,23 @@ struct OuterStepView {
   bool fallback = false;                    // the local pseudo-gradient was applied
   std::span<const float> outer_parameters;  // empty for timing-only workers
   std::span<const float> momentum;
+  // Overlapped outer steps: the pseudo-gradient of the next outer step, computed from the inner
+  // steps that ran while this step's all-reduce did (it is all-reduced in the next round); a
+  // checkpoint needs it to resume bit-identically. Empty in blocking mode and at the run's end.
+  std::span<const float> pending;
 };
+
+// When the all-reduce of outer step t runs (engine/diloco/README.md, "Overlapped outer steps").
+enum class Overlap : std::uint8_t {
+  kNone = 0,     // blocking: the inner steps of t+1 start after the average of t is applied
+  kDelayed = 1,  // the inner steps of t+1 run during the all-reduce of t; its average is
+                 // applied one outer step late (arXiv 2502.12996, "delayed outer gradients")
+  kEager = 2,    // as delayed, and the node's own pseudo-gradient of t stands in for the
+                 // average until it arrives (arXiv 2502.12996, "eager updates")
+};
+const char* overlap_name(Overlap o);
+// Parses "none", "delayed", "eager"; throws ConfigError naming the choices.
+Overlap parse_overlap(std::string_view name);
 
 struct DilocoOptions {
   int inner_steps = 100;              // H (INTELLECT-1: 100)
@@ -68,6 +85,11 @@ struct DilocoOptions {
   // parameter_count() of them). The outer parameters are the worker's at run(), as always.
   std::int64_t first_outer_step = 0;
   std::vector<float> initial_momentum;
+  // Overlapped outer steps (see Overlap): kNone is INTELLECT-1's blocking DiLoCo.
+  Overlap overlap = Overlap::kNone;
+  // Resuming an overlapped run: the pseudo-gradient of first_outer_step, whose inner steps ran
+  // before the checkpoint (OuterStepView::pending). Empty: round 0 runs them first (blocking).
+  std::vector<float> initial_pending;
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
 };
@@ -134,9 +156,27 @@ class DilocoNode {
   // for this node, as a ring failure is, not the node's end (its own death shows at its report).
   bool connect_epoch(const RoundRecord& r);
   void inner_steps(const RoundRecord& r);
+  // H inner steps on the worker, their `inner_steps` event (for `outer_step`) and stats.
+  void run_phase(std::int64_t outer_step, RoundStats& into);
+  // delta_ = base - the worker's parameters, then the non-finite guard.
+  void take_pseudo_gradient(std::span<const float> base, std::int64_t outer_step);
   // The non-finite guard, before anything is sent: a pseudo-gradient with NaN or Inf is a
   // fault of this node. It is reported (event `nonfinite`), zeroed, and this node sits out.
-  void check_pseudo_gradient(const RoundRecord& r);
+  void check_pseudo_gradient(std::int64_t outer_step);
+  // Overlapped outer steps: at a step's first attempt, make sure its pseudo-gradient is
+  // pending (round 0, a resume without one: its inner steps run first; a joiner has none and
+  // shares nothing), then start the next step's inner steps on phase_, beside the all-reduce.
+  void begin_overlapped(const RoundRecord& r);
+  // Waits for phase_ (if any); returns whether one ran.
+  bool join_phase();
+  // Loads the parameters the next inner steps start from: theta_outer, and under kEager minus
+  // the Nesterov step's share of this node's pending pseudo-gradient (`shares` = the next
+  // round's divisor).
+  void load_next_start(int shares);
+  // The divisor of round r's sum: its contributors, less (overlap) the members admitted at
+  // this outer step, which have no pseudo-gradient of it and send zeros.
+  int shares(const RoundRecord& r) const;
+  bool overlapped() const { return options_.overlap != Overlap::kNone; }
   // Returns whether every shard's ring succeeded; `blamed` gets the nodes whose chunks were
   // rejected as invalid (for the mesh to evict).
   bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed);
@@ -178,6 +218,15 @@ class DilocoNode {
   std::vector<std::int64_t> shard_blame_;
   std::vector<std::unique_ptr<Activity>> servers_;
   RoundStats stats_;
+
+  // Overlapped outer steps (options_.overlap != kNone).
+  std::unique_ptr<Activity> phase_;      // the next step's inner steps, beside this round's ring
+  RoundStats phase_stats_;               // written by phase_, read after join_phase()
+  double compute_end_s_ = 0.0;           // when this node's last inner steps ended
+  bool pending_ = false;                 // delta_ holds the pseudo-gradient of the round's step
+  bool resumed_pending_ = false;         // pending_ came from DilocoOptions::initial_pending
+  std::vector<float> start_;             // the parameters phase_'s inner steps started from
+  std::vector<std::int64_t> newcomers_;  // joiners of the current step's first attempt
 
   std::unique_ptr<Mutex> mu_;
   bool leave_ = false;  // guarded by mu_

@@ -22,4 +22,13 @@ void OuterOptimizer::step(std::span<float> theta, std::span<const float> gradien
   }
 }
 
+void OuterOptimizer::stand_in(std::span<const float> theta, std::span<const float> gradient,
+                              float divisor, std::span<float> out) const {
+  MERIDIAN_CHECK_EQ(theta.size(), gradient.size());
+  MERIDIAN_CHECK_EQ(out.size(), theta.size());
+  const float scale = options_.lr * (1.0f + options_.momentum);
+  for (std::size_t i = 0; i < theta.size(); ++i)
+    out[i] = theta[i] - scale * (gradient[i] / divisor);
+}
+
 }  // namespace meridian

@@ -27,6 +27,12 @@ class OuterOptimizer {
   // (timing-only worker) is a no-op.
   void step(std::span<float> theta, std::span<const float> gradient);
 
+  // The eager stand-in (engine/diloco/README.md, "Overlapped outer steps"): out = theta -
+  // lr (1 + momentum) (gradient / divisor), the part of a Nesterov step that is linear in its
+  // gradient; the momentum is not touched.
+  void stand_in(std::span<const float> theta, std::span<const float> gradient, float divisor,
+                std::span<float> out) const;
+
   std::span<float> momentum() { return momentum_; }
   std::span<const float> momentum() const { return momentum_; }
   const OuterOptimizerOptions& options() const { return options_; }

@@ -186,6 +186,9 @@ struct ClusterOptions {
   // `resume_momentum` (when set) gives each node's outer momentum to start from.
   std::int64_t first_outer_step = 0;
   std::function<std::vector<float>(std::int64_t id)> resume_momentum;
+  // Overlapped outer steps; with a resume, each node's pending pseudo-gradient (when set).
+  Overlap overlap = Overlap::kNone;
+  std::function<std::vector<float>(std::int64_t id)> resume_pending;
   // Another worker than the synthetic one (a TorchWorker: the thread-level reference of a
   // multi-process schedule, tests/gloo/process_fault_matrix_test.cc). Then worker(), on_launch
   // and `params`, `boundaries`, `inner_step_s`, `phantom` do not apply.
@@ -200,12 +203,24 @@ struct ClusterOptions {
   Store* store = nullptr;
 };
 
+// The text of one field of an event, as JSON ("" when absent; arrays and strings as written).
+inline std::string field(const Event& e, const std::string& name) {
+  const std::string s = e.fields.str();
+  const std::string key = "\"" + name + "\":";
+  const auto at = s.find(key);
+  if (at == std::string::npos) return "";
+  const auto end = s[at + key.size()] == '[' ? s.find(']', at + key.size()) + 1
+                                             : s.find_first_of(",}", at + key.size());
+  return s.substr(at + key.size(), end - at - key.size());
+}
+
 // One applied outer step as a node saw it.
 struct StepRecord {
   std::uint64_t epoch = 0;
   std::vector<std::int64_t> members;
   bool fallback = false;
   std::vector<float> params, momentum;
+  std::vector<float> pending;  // OuterStepView::pending (overlapped runs)
 };
 
 class Cluster {
@@ -543,6 +558,8 @@ class Cluster {
     d.mesh.round_timeout_s = 20.0;
     d.first_outer_step = o_.first_outer_step;
     if (o_.resume_momentum) d.initial_momentum = o_.resume_momentum(id);
+    d.overlap = o_.overlap;
+    if (o_.resume_pending) d.initial_pending = o_.resume_pending(id);
     if (o_.configure) o_.configure(d);
     d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
     n->diloco = std::make_unique<DilocoNode>(*worker, n->store, *transports, runtime_, n->sink, d);
@@ -564,7 +581,8 @@ class Cluster {
       std::lock_guard<std::mutex> lock(mu_);
       StepRecord rec{v.epoch, v.members, v.fallback,
                      std::vector<float>(v.outer_parameters.begin(), v.outer_parameters.end()),
-                     std::vector<float>(v.momentum.begin(), v.momentum.end())};
+                     std::vector<float>(v.momentum.begin(), v.momentum.end()),
+                     std::vector<float>(v.pending.begin(), v.pending.end())};
       records_[v.outer_step][v.node] = std::move(rec);
       auto it = at_step_.find(v.outer_step);
       if (it != at_step_.end()) {

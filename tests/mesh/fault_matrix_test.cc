@@ -19,16 +19,6 @@ ClusterOptions matrix_options() {
   return o;
 }
 
-std::string field(const Event& e, const std::string& name) {
-  const std::string s = e.fields.str();
-  const std::string key = "\"" + name + "\":";
-  const auto at = s.find(key);
-  if (at == std::string::npos) return "";
-  const auto end = s[at + key.size()] == '[' ? s.find(']', at + key.size()) + 1
-                                             : s.find_first_of(",}", at + key.size());
-  return s.substr(at + key.size(), end - at - key.size());
-}
-
 // The members of the round that committed `step` (every node agrees: check_invariants).
 std::vector<std::int64_t> members_at(Cluster& c, std::int64_t step) {
   return c.steps().at(step).begin()->second.members;
