@@ -21,7 +21,7 @@ case $cmd in
     cp "$build/bin/meridian" "$root/bin/meridian"
     git rev-parse HEAD > "$root/commit"
     for store in tcp etcd; do
-      OMP_NUM_THREADS=1 nohup nice -n 10 timeout --signal=TERM 3900 \
+      OMP_NUM_THREADS=1 setsid nohup nice -n 10 timeout --signal=TERM 3900 \
         python3 scripts/soak/soak.py run --store "$store" --out "$root/$store" \
         --meridian "$root/bin/meridian" --cache-dir "$build/trainer_cache" --seed 36 \
         --baseline-s 120 --churn-s 3600 --tail-timeout-s 60 --max-total-s 3840 \
