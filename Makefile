@@ -11,7 +11,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
   libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp libdnnl-dev \
   libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes zlib1g-dev \
-  linux-doc-6.1 python3.11-doc perl-doc git-doc \
+  linux-doc-6.1 python3.11-doc perl-doc git-doc postgresql-doc-15 manpages manpages-dev \
   iproute2 ethtool chromium nodejs libns3-dev etcd-server etcd-client libssl-dev \
   clang-14 libclang-rt-14-dev
 
