@@ -21,25 +21,19 @@
 namespace meridian {
 namespace {
 
+using codec_test::decode;
 using codec_test::encode;
 using codec_test::gaussian;
 
 constexpr std::size_t kBlock = Fp4Codec::kBlockValues;
 
-std::vector<float> decode(const Fp4Codec& codec, std::span<const std::byte> bytes, std::size_t n) {
-  std::vector<float> y(n, -99.0f);
-  codec.decode(bytes, y);
-  return y;
-}
-
+// Block b's scale is the b-th fp32 of the payload.
 float scale_of(std::span<const std::byte> bytes, std::size_t block) {
-  float v;
-  std::memcpy(&v, bytes.data() + block * sizeof(float), sizeof v);
-  return v;
+  return codec_test::f32_at(bytes, block * sizeof(float));
 }
 
 void put_scale(std::span<std::byte> bytes, std::size_t block, float v) {
-  std::memcpy(bytes.data() + block * sizeof(float), &v, sizeof v);
+  codec_test::put_f32(bytes, block * sizeof(float), v);
 }
 
 // The 4-bit code of value i of an n-value payload.
