@@ -65,17 +65,22 @@ MERIDIAN_ALWAYS_INLINE inline std::uint8_t code_of(float x, float scale) {
 }
 
 // Encodes one block of `len` values: returns its scale and writes ceil(len / 2) code bytes.
+// The codes go to a small array first and are packed after: the quantise loop then reads the
+// values in order and vectorises 8 wide; with the pairs packed inside it GCC used 4-wide
+// vectors and shuffles, and the encode took ~1.5x as long (1 Mi values, best of 30: 1140-1225
+// against 750-820 ps per value). Unpacking first in the decode measured slower (440 vs 330).
 MERIDIAN_ALWAYS_INLINE inline float encode_block(const float* __restrict x,
                                                  std::uint8_t* __restrict q, std::size_t len) {
   const float scale = std::bit_cast<float>(amax_bits(x, len)) * (1.0f / kMaxMagnitude);
-  const std::size_t bytes = (len + 1) / 2;
+  std::uint8_t c[kValues + 1];
   if (scale == 0.0f) {
-    for (std::size_t k = 0; k < bytes; ++k) q[k] = 0;
-    return 0.0f;
+    for (std::size_t j = 0; j < len; ++j) c[j] = 0;
+  } else {
+    for (std::size_t j = 0; j < len; ++j) c[j] = code_of(x[j], scale);
   }
-  for (std::size_t k = 0; k < len / 2; ++k)
-    q[k] = static_cast<std::uint8_t>(code_of(x[2 * k], scale) | code_of(x[2 * k + 1], scale) << 4);
-  if (len % 2 != 0) q[len / 2] = code_of(x[len - 1], scale);
+  c[len] = 0;  // the high nibble of an odd block's last byte
+  for (std::size_t k = 0; k < (len + 1) / 2; ++k)
+    q[k] = static_cast<std::uint8_t>(c[2 * k] | c[2 * k + 1] << 4);
   return scale;
 }
 
