@@ -5,7 +5,7 @@
 import json
 import sys
 
-CODECS = {0: "fp32", 1: "bf16", 2: "int8", 3: "int8-minmax"}
+CODECS = {0: "fp32", 1: "bf16", 2: "int8", 3: "int8-minmax", 4: "fp4"}
 
 
 def main(path):

@@ -31,7 +31,7 @@ constexpr const char* kUsage =
     "  --model NAME|FILE.yaml   (default small)\n"
     "  --nodes N                initial nodes (default 4)\n"
     "  --inner-steps H          (default 50)   --outer-steps S (default 4)\n"
-    "  --codec fp32|bf16|int8|int8-minmax   ring all-reduce codec (default fp32)\n"
+    "  --codec fp32|bf16|int8|int8-minmax|fp4   ring all-reduce codec (default fp32)\n"
     "  --batch B --seq-len T --lr X --warmup N   override the model config\n"
     "  --seed S --val-sequences N --cache DIR --csv FILE --events FILE\n"
     "  --fail NODE@STEP         node id NODE (1..N) dies after outer step STEP (repeatable)\n"

@@ -7,6 +7,7 @@
 #include "engine/codec/bf16_codec.h"
 #include "engine/codec/codec_isa.h"
 #include "engine/codec/fp32_codec.h"
+#include "engine/codec/fp4_codec.h"
 #include "engine/codec/int8_minmax_codec.h"
 #include "engine/codec/int8_prime_codec.h"
 #include "engine/error.h"
@@ -52,6 +53,8 @@ std::unique_ptr<Codec> make_codec(CodecId id) {
       return std::make_unique<Int8PrimeCodec>();
     case CodecId::kInt8MinMax:
       return std::make_unique<Int8MinMaxCodec>();
+    case CodecId::kFp4:
+      return std::make_unique<Fp4Codec>();
   }
   throw ConfigError("codec '" + std::string(codec_name(id)) + "' is not built into this engine");
 }
@@ -66,16 +69,24 @@ std::string_view codec_name(CodecId id) {
       return "int8";
     case CodecId::kInt8MinMax:
       return "int8-minmax";
+    case CodecId::kFp4:
+      return "fp4";
   }
   return "unknown";
+}
+
+std::string codec_choices() {
+  std::string names;
+  for (CodecId id : kAllCodecIds) (names += names.empty() ? "" : ", ") += codec_name(id);
+  return names;
 }
 
 CodecId parse_codec(std::string_view name) {
   for (CodecId id : kAllCodecIds) {
     if (codec_name(id) == name) return id;
   }
-  throw ConfigError("unknown codec '" + std::string(name) +
-                    "': expected one of fp32, bf16, int8, int8-minmax");
+  throw ConfigError("unknown codec '" + std::string(name) + "': expected one of " +
+                    codec_choices());
 }
 
 namespace {

@@ -17,11 +17,12 @@ enum class CodecId : std::uint8_t {
   kBf16 = 1,
   kInt8Prime = 2,   // PRIME: per-chunk RMS sigma, 256 bins over +-3 sigma, table of bin means
   kInt8MinMax = 3,  // PCCL: per-chunk min/max affine 8-bit
+  kFp4 = 4,         // Streaming DiLoCo: 4-bit float E3M0, one fp32 scale per 32 values
 };
 
 // Every codec id, in id order: for registries, tests and benchmarks that cover them all.
 inline constexpr CodecId kAllCodecIds[] = {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime,
-                                           CodecId::kInt8MinMax};
+                                           CodecId::kInt8MinMax, CodecId::kFp4};
 
 class Codec {
  public:
@@ -60,8 +61,11 @@ class Codec {
 
 // The codec for `id`; throws ConfigError for an unknown id.
 std::unique_ptr<Codec> make_codec(CodecId id);
-// Parses "fp32", "bf16", "int8" (PRIME), "int8-minmax"; throws ConfigError naming the choices.
+// Parses "fp32", "bf16", "int8" (PRIME), "int8-minmax", "fp4"; throws ConfigError naming the
+// choices.
 CodecId parse_codec(std::string_view name);
 std::string_view codec_name(CodecId id);
+// The names of every codec in id order, comma-separated: "fp32, bf16, int8, int8-minmax, fp4".
+std::string codec_choices();
 
 }  // namespace meridian

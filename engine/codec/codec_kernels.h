@@ -72,11 +72,11 @@ MERIDIAN_TARGET_AVX512 MERIDIAN_ALWAYS_INLINE inline __m512i load_in_register(co
 }
 #endif
 
-// Calls body(begin, len) over [0, n): len == kBlock except for the last call.
-template <typename Body>
+// Calls body(begin, len) over [0, n): len == kLen except for the last call.
+template <std::size_t kLen = kBlock, typename Body>
 MERIDIAN_ALWAYS_INLINE inline void for_each_block(std::size_t n, Body&& body) {
   std::size_t i = 0;
-  for (; i + kBlock <= n; i += kBlock) body(i, kBlock);
+  for (; i + kLen <= n; i += kLen) body(i, kLen);
   if (i < n) body(i, n - i);
 }
 

@@ -475,10 +475,10 @@ void parse_network(Reader r, NetworkSpec& n) {
 
 void parse_diloco(Reader r, DilocoSpec& d) {
   r.scalar<int>("H", d.H, "a positive integer", positive<int>());
-  r.scalar<std::string>("codec", d.codec, "one of fp32, bf16, int8, int8-minmax",
-                        [](const std::string& v) {
-                          return v == "fp32" || v == "bf16" || v == "int8" || v == "int8-minmax";
-                        });
+  r.scalar<std::string>("codec", d.codec, "one of " + codec_choices(), [](const std::string& v) {
+    return std::any_of(std::begin(kAllCodecIds), std::end(kAllCodecIds),
+                       [&](CodecId id) { return codec_name(id) == v; });
+  });
   r.scalar<std::string>("overlap", d.overlap,
                         "one of none (blocking), delayed, eager: whether the next inner steps "
                         "run during the all-reduce (engine/diloco/README.md)",

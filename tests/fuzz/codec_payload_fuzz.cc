@@ -3,7 +3,7 @@
 // (a valid header and CRC-32C over it, as a peer that lies on purpose would) and then runs the
 // receive path: open_chunk, decode and decode_add. Input: byte 0 picks the codec, bytes 1-2 the
 // element count (at most 4095, trimmed to what the payload can hold), the rest is the payload.
-// Each decodes or throws ProtocolError; int8 payloads that decode give finite values.
+// Each decodes or throws ProtocolError; int8 and fp4 payloads that decode give finite values.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -35,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     codec->decode(p, out);
     std::vector<float> acc(count, 1.0f);
     codec->decode_add(p, acc);
-    if (codec->id() == CodecId::kInt8Prime || codec->id() == CodecId::kInt8MinMax) {
+    if (codec->id() == CodecId::kInt8Prime || codec->id() == CodecId::kInt8MinMax ||
+        codec->id() == CodecId::kFp4) {
       for (std::size_t i = 0; i < count; ++i) {
         MERIDIAN_CHECK(std::isfinite(out[i]));
         MERIDIAN_CHECK(std::isfinite(acc[i]));

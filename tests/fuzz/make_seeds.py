@@ -67,7 +67,7 @@ seed("safetensors_fuzz", "checked", b"\x01" + safetensors(
 seed("safetensors_fuzz", "plain", b"\x00" + safetensors(
     [("step", "I64", [], struct.pack("<q", 7)), ("m", "U8", [0], b"")], False))
 
-CODECS = {"fp32": 0, "bf16": 1, "int8": 2, "int8-minmax": 3}
+CODECS = {"fp32": 0, "bf16": 1, "int8": 2, "int8-minmax": 3, "fp4": 4}
 
 
 def chunk(codec, count, payload, epoch=3, outer_step=9, bucket=1, index=2):
@@ -88,6 +88,9 @@ seed("codec_payload_fuzz", "bf16", b"\x01" + struct.pack("<H", 3) + b"\x80\x3f\x
 for name in ("int8", "int8-minmax"):
     pattern = bytes((i * 37) & 0xFF for i in range(1100))
     seed("codec_payload_fuzz", name, bytes([CODECS[name]]) + struct.pack("<H", 64) + pattern)
+# fp4: 37 values = two blocks: fp32 scales 1 and 0.25, then 19 bytes of codes (last nibble 0).
+seed("codec_payload_fuzz", "fp4", bytes([CODECS["fp4"]]) + struct.pack("<H", 37) +
+     struct.pack("<2f", 1, 0.25) + bytes((i * 37) & 0xFF for i in range(18)) + b"\x05")
 
 
 # store_frame_fuzz: byte 0 bit 0 = join first; then the byte stream the peer sends.

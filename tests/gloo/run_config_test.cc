@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/codec/codec.h"
 #include "engine/error.h"
 
 namespace meridian::trainer {
@@ -118,14 +119,23 @@ TEST_F(RunConfigTest, UnknownKeysNameFileLineAndKey) {
   EXPECT_NE(set.find("--set diloco.HH=3: unknown key 'diloco.HH'"), std::string::npos) << set;
 }
 
+TEST_F(RunConfigTest, DilocoCodecTakesEveryCodecName) {
+  for (const CodecId id : kAllCodecIds) {
+    const std::string name(codec_name(id));
+    const RunConfig c =
+        load_run_config(write("model: {config: tiny}\ndiloco: {codec: " + name + "}\n"));
+    EXPECT_EQ(c.diloco.codec, id) << name;
+  }
+}
+
 TEST_F(RunConfigTest, BadValuesNameTheKeyAndWhatWasExpected) {
   std::string e = error_of("run: {outer_steps: 0}\n");
   EXPECT_NE(e.find(":1: key 'run.outer_steps': expected a positive integer, got '0'"),
             std::string::npos)
       << e;
   e = error_of("diloco:\n  codec: int3\n");
-  EXPECT_NE(e.find(":2: key 'diloco.codec': expected one of fp32, bf16, int8, int8-minmax, got "
-                   "'int3'"),
+  EXPECT_NE(e.find(":2: key 'diloco.codec': expected one of fp32, bf16, int8, int8-minmax, fp4, "
+                   "got 'int3'"),
             std::string::npos)
       << e;
   e = error_of("diloco: {H: many}\n");

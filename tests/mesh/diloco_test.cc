@@ -156,7 +156,8 @@ TEST(Diloco, BlockingRecoveryGivesTheSameResult) {
 }
 
 TEST(Diloco, LossyCodecsKeepNodesBitIdenticalAndCloseToTheExactResult) {
-  for (const CodecId codec : {CodecId::kBf16, CodecId::kInt8Prime, CodecId::kInt8MinMax}) {
+  for (const CodecId codec :
+       {CodecId::kBf16, CodecId::kInt8Prime, CodecId::kInt8MinMax, CodecId::kFp4}) {
     ClusterOptions o = exact_options();
     o.codec = codec;
     o.params = 64;
@@ -171,8 +172,13 @@ TEST(Diloco, LossyCodecsKeepNodesBitIdenticalAndCloseToTheExactResult) {
         worst = std::max(worst, std::abs(by_node.begin()->second.params[i] - ref.at(step)[i]));
     // The pseudo-gradients are small integers (|g| <= 6 before averaging): a codec that misroutes
     // or drops a chunk is off by whole units, rounding stays far below (measured: bf16 and PRIME
-    // int8 reproduce these few distinct values exactly, int8 min/max is off by 0.012).
-    EXPECT_LT(worst, 0.5) << codec_name(codec);
+    // int8 reproduce these few distinct values exactly, int8 min/max is off by 0.012, fp4 by
+    // 0.90).
+    // fp4 (E3M0) rounds each partial sum to a power of two, off by up to a third, so it moves
+    // these parameters by about as much as a lost chunk would; its bound is the measured 0.90
+    // (deterministic: same data, same ring order) with a margin, a guard against a change in
+    // what the ring quantizes rather than a proof.
+    EXPECT_LT(worst, codec == CodecId::kFp4 ? 1.0 : 0.5) << codec_name(codec);
     EXPECT_GT(c.all_of_type("allreduce").size(), 0u);
   }
 }

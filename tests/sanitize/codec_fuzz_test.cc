@@ -57,8 +57,9 @@ bool receive(const Codec& codec, std::span<const std::byte> message, std::size_t
     codec.decode(payload, out);
     std::vector<float> acc(count, 1.0f);
     codec.decode_add(payload, acc);
-    if (codec.id() == CodecId::kInt8Prime || codec.id() == CodecId::kInt8MinMax) {
-      // A validated int8 payload can only produce finite values.
+    if (codec.id() == CodecId::kInt8Prime || codec.id() == CodecId::kInt8MinMax ||
+        codec.id() == CodecId::kFp4) {
+      // A validated int8 or fp4 payload can only produce finite values.
       for (std::size_t i = 0; i < count; ++i) {
         EXPECT_TRUE(std::isfinite(out[i])) << codec.name() << " element " << i;
         EXPECT_TRUE(std::isfinite(acc[i])) << codec.name() << " element " << i;

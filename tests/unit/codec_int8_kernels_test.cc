@@ -20,6 +20,7 @@ namespace meridian {
 namespace {
 
 using codec_test::encode;
+using codec_test::f32_at;
 using codec_test::gaussian;
 
 constexpr std::size_t kLut = Int8PrimeCodec::kLutBytes;
@@ -70,12 +71,6 @@ std::vector<float> awkward(std::size_t n, std::uint64_t seed) {
     x[rng() % n] = specials[rng() % std::size(specials)];
   }
   return x;
-}
-
-float f32_at(std::span<const std::byte> bytes, std::size_t offset) {
-  float v;
-  std::memcpy(&v, bytes.data() + offset, sizeof v);
-  return v;
 }
 
 // Bit-for-bit equality (NaN-safe; no memcmp on the null data() of empty vectors).

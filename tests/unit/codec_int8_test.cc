@@ -18,24 +18,11 @@
 namespace meridian {
 namespace {
 
+using codec_test::decode;
 using codec_test::encode;
+using codec_test::f32_at;
 using codec_test::gaussian;
-
-std::vector<float> decode(const Codec& codec, std::span<const std::byte> bytes, std::size_t n) {
-  std::vector<float> y(n, -99.0f);
-  codec.decode(bytes, y);
-  return y;
-}
-
-float f32_at(std::span<const std::byte> bytes, std::size_t offset) {
-  float v;
-  std::memcpy(&v, bytes.data() + offset, sizeof v);
-  return v;
-}
-
-void put_f32(std::span<std::byte> bytes, std::size_t offset, float v) {
-  std::memcpy(bytes.data() + offset, &v, sizeof v);
-}
+using codec_test::put_f32;
 
 std::uint8_t code_at(std::span<const std::byte> bytes, std::size_t offset) {
   return static_cast<std::uint8_t>(bytes[offset]);

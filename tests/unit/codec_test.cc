@@ -1,6 +1,6 @@
 // Properties every codec shares: registry, exact sizes, round trips at edge counts, decode_add
 // equal to decode plus the accumulator, determinism and precondition checks. Per-codec numeric
-// properties are in codec_bf16_test.cc and codec_int8_test.cc.
+// properties are in codec_bf16_test.cc, codec_int8_test.cc and codec_fp4_test.cc.
 #include "engine/codec/codec.h"
 
 #include <gtest/gtest.h>
@@ -31,24 +31,26 @@ TEST_P(EveryCodec, RegistryNamesAndIdsAgree) {
   EXPECT_EQ(parse_codec(codec_->name()), GetParam());
 }
 
-TEST_P(EveryCodec, EncodedBytesIsExact) {
-  std::size_t per_value = 0, fixed = 0;
-  switch (GetParam()) {
+// The payload size of `n` values, from each codec's documented layout.
+std::size_t expected_bytes(CodecId id, std::size_t n) {
+  switch (id) {
     case CodecId::kFp32:
-      per_value = 4;
-      break;
+      return 4 * n;
     case CodecId::kBf16:
-      per_value = 2;
-      break;
+      return 2 * n;
     case CodecId::kInt8Prime:
-      per_value = 1, fixed = 1024;
-      break;
+      return 1024 + n;
     case CodecId::kInt8MinMax:
-      per_value = 1, fixed = 8;
-      break;
+      return 8 + n;
+    case CodecId::kFp4:  // an fp32 scale per 32 values (the last block may be short), 2 per byte
+      return 4 * ((n + 31) / 32) + (n + 1) / 2;
   }
-  for (std::size_t n : {0u, 1u, 2u, 7u, 1000u, 1u << 20})
-    EXPECT_EQ(codec_->encoded_bytes(n), fixed + per_value * n) << "count " << n;
+  return 0;
+}
+
+TEST_P(EveryCodec, EncodedBytesIsExact) {
+  for (std::size_t n : {0u, 1u, 2u, 7u, 31u, 32u, 33u, 1000u, 1u << 20})
+    EXPECT_EQ(codec_->encoded_bytes(n), expected_bytes(GetParam(), n)) << "count " << n;
 }
 
 TEST_P(EveryCodec, RoundTripAtEdgeCountsIsCloseAndDecodeAddMatchesDecode) {
@@ -63,6 +65,10 @@ TEST_P(EveryCodec, RoundTripAtEdgeCountsIsCloseAndDecodeAddMatchesDecode) {
     for (std::size_t i = 0; i < n; ++i) {
       if (codec_->lossless()) {
         EXPECT_EQ(std::bit_cast<std::uint32_t>(y[i]), std::bit_cast<std::uint32_t>(x[i]));
+      } else if (GetParam() == CodecId::kFp4) {
+        // E3M0 rounds to a power of two: within a third of |x|, or amax / 128 near 0.
+        const float bound = std::max(std::fabs(x[i]) / 3, max_abs / 128) * (1 + 1e-6f);
+        EXPECT_NEAR(y[i], x[i], bound) << "count " << n << " element " << i;
       } else {
         // A loose common bound: PRIME clips beyond +-3 sigma to the end bins' means, so a tail
         // value can be off by |x| - 3 sigma. Tight bounds are in the per-codec tests.
@@ -79,7 +85,8 @@ TEST_P(EveryCodec, RoundTripAtEdgeCountsIsCloseAndDecodeAddMatchesDecode) {
 }
 
 TEST_P(EveryCodec, SmallIntegersSurviveExactlyWhenTheCodecCanHoldThem) {
-  // fp32 and bf16 carry small integers exactly; the int8 codecs do for a chunk of one value.
+  // fp32 and bf16 carry small integers exactly; the int8 codecs and fp4 do for a chunk of one
+  // value.
   const std::vector<float> x = {3.0f};
   std::vector<float> y(1);
   codec_->decode(encode(*codec_, x), y);
