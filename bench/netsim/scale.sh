@@ -6,6 +6,9 @@
 # N. Virginia), engine driver, one outer step, with the local ranks aggregated (diloco.aggregate: true, the default) and
 # message level (false: one flow per message and local rank). One process at a time.
 # usage: bench/netsim/scale.sh BUILD_DIR MODE N... (MODE: aggregated, message or both)
+#   OUTER_STEPS=K (default 1): simulate K outer steps; the per-outer-step columns divide by K
+#   SET="k=v ..." : more --set overrides, e.g. SET=diloco.overlap=delayed (a variant needs K >= 2
+#   for its overlap to run: the last step's all-reduce has nothing to overlap)
 # Prints one Markdown row per run on stdout: N | mode | wall s | CPU s (user + system: less
 # sensitive to other processes on a shared machine) | max RSS MiB | messages | simulated
 # all-reduce s; and the fitted growth exponent of each mode's wall and CPU time.
@@ -27,6 +30,9 @@ trap 'rm -rf "$out"' EXIT
 "$root/bench/machine.sh" >&2
 echo "| nodes | rings | wall s / outer step | CPU s / outer step | max RSS (MiB) | messages | all-reduce (simulated s) |"
 echo "|---|---|---|---|---|---|---|"
+steps=${OUTER_STEPS:-1}
+extra=()
+for kv in ${SET:-}; do extra+=(--set "$kv"); done
 fits=()
 for m in "${modes[@]}"; do
   agg=$([ "$m" = aggregated ] && echo true || echo false)
@@ -40,12 +46,13 @@ for m in "${modes[@]}"; do
     nodes+=" {site: ap-tokyo, count: $one}, {site: ap-seoul, count: $one},"
     nodes+=" {site: ap-sydney, count: $two}]"
     /usr/bin/time -v -o "$out/time" "$meridian" sim "$root/scenarios/intellect1-scale.yaml" \
-      --out "$out/run" --force --set "network.nodes=$nodes" --set run.outer_steps=1 \
-      --set diloco.aggregate=$agg > "$out/stdout" 2> "$out/stderr" \
+      --out "$out/run" --force --set "network.nodes=$nodes" --set run.outer_steps=$steps \
+      --set diloco.aggregate=$agg "${extra[@]}" > "$out/stdout" 2> "$out/stderr" \
       || { cat "$out/stderr" >&2; exit 1; }
-    wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, a, ":"); s = 0;
-           for (i = 1; i <= n; i++) s = s * 60 + a[i]; print s}' "$out/time")
-    cpu=$(awk -F': ' '/User time|System time/ {s += $2} END {printf "%.2f", s}' "$out/time")
+    wall=$(awk -F': ' -v k="$steps" '/Elapsed \(wall clock\)/ {n = split($2, a, ":"); s = 0;
+           for (i = 1; i <= n; i++) s = s * 60 + a[i]; printf "%.2f", s / k}' "$out/time")
+    cpu=$(awk -F': ' -v k="$steps" '/User time|System time/ {s += $2} END {printf "%.2f", s / k}' \
+          "$out/time")
     rss=$(awk -F': ' '/Maximum resident set size/ {printf "%.0f", $2 / 1024}' "$out/time")
     msgs=$(tr '\r' '\n' < "$out/stderr" | grep -o '[0-9]* messages' | tail -1 | cut -d' ' -f1)
     ar=$(python3 -c "import json; print(round(json.load(open('$out/run/summary.json'))['allreduce_s']['p50'], 1))")
