@@ -171,6 +171,10 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       } else {
         ok = all_reduce(r, blamed);
       }
+      // Overlapped: report once the next step's inner steps ended too. The next record admits
+      // joiners, and the sources serve them at the top of the loop: a record written while
+      // their inner steps still ran would leave the joiners waiting for that long.
+      if (overlapped() && join_phase()) phase_ran_ = true;
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
       mesh_->report(r, ok, blamed, sit_out, !connected);
@@ -509,9 +513,11 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
   if (fallback)
     emit("fallback", JsonObject().add("outer_step", done.outer_step).add("reason", next.reason));
   // Overlapped: the sync of this step kept the node from computing from the moment its next
-  // inner steps ended (or, with none running, from the start of the round) until now.
+  // inner steps ended (or, with none running, from the start of the round) until the record
+  // (its ring, and the others' reports).
   const double synced_s = runtime_.now_s();
-  const bool phase_ran = join_phase();
+  const bool phase_ran = phase_ran_;
+  phase_ran_ = false;
   const double exposed_s = std::max(0.0, synced_s - compute_end_s_);
   const double start_s = runtime_.now_s();
   if (!phantom_) {

@@ -225,6 +225,7 @@ class DilocoNode {
   double compute_end_s_ = 0.0;           // when this node's last inner steps ended
   bool pending_ = false;                 // delta_ holds the pseudo-gradient of the round's step
   bool resumed_pending_ = false;         // pending_ came from DilocoOptions::initial_pending
+  bool phase_ran_ = false;               // phase_ ran this round (joined before the report)
   std::vector<float> start_;             // the parameters phase_'s inner steps started from
   std::vector<std::int64_t> newcomers_;  // joiners of the current step's first attempt
 

@@ -210,6 +210,25 @@ TEST_P(OverlapTest, AJoinerSendsNothingForItsFirstStepAndAgreesAfter) {
   expect_theta_matches(c, reference(o, contributors), 1e-5);
 }
 
+// The record that admits a joiner is written once every member reported, and a member reports
+// once its next inner steps ended too: its sources serve it at once. (Reported at the ring's
+// end, the record came while the sources' 2.4 s of inner steps still ran, and the joiner's
+// first request ran out of its 2 s bound: every joiner of intellect1-full was lost so.)
+TEST_P(OverlapTest, AJoinerIsServedAtOnceThoughTheSourcesInnerStepsAreLong) {
+  ClusterOptions o = overlap_options(GetParam());
+  o.initial = 2;
+  o.outer_steps = 4;
+  o.inner_step_s = 0.8;  // a phase of 3 inner steps: 2.4 s, more than recovery.timeout_s (2 s)
+  Cluster c(o);
+  c.join_at(0);
+  c.run_and_check();
+  const std::int64_t j = c.joiner_of(0);
+  ASSERT_GT(j, 0);
+  EXPECT_EQ(c.result(j).exit, NodeExit::kFinished) << c.result(j).what;
+  EXPECT_EQ(c.all_of_type("recovery_finished").size(), 1u);
+  EXPECT_TRUE(c.steps().at(o.outer_steps - 1).count(j));
+}
+
 TEST_P(OverlapTest, ANodeKilledDuringAnOverlappedAllReduceIsRetriedWithoutIt) {
   ClusterOptions o = overlap_options(GetParam());
   o.boundaries = {0, o.params};
