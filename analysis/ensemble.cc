@@ -143,6 +143,8 @@ nlohmann::json ensemble_json(const std::vector<EnsembleRun>& runs, const std::st
 std::vector<EnsembleRow> ensemble_rows(const nlohmann::json& e) {
   std::vector<EnsembleRow> rows;
   for (const Figure& f : kFigures) {
+    // An ensemble written before a figure existed has no entry for it: no row.
+    if (!e["metrics"].contains(f.key)) continue;
     const auto& m = e["metrics"][f.key];
     rows.push_back({f.label, fmt(m["median"], f.percent), fmt(m["p5"], f.percent),
                     fmt(m["p95"], f.percent), fmt(m["min"], f.percent), fmt(m["max"], f.percent)});

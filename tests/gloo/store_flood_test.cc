@@ -223,7 +223,11 @@ TEST_F(StoreFloodTest, SlowlorisConnectionsAreShedAndARealNodeJoins) {
   EXPECT_EQ(c.cut_slots, kConnections);
   EXPECT_GE(server_->stats().shed + server_->stats().cut_off,
             static_cast<std::uint64_t>(kConnections));
-  EXPECT_EQ(server_->stats().joined, 3u);
+  // Only the real connections joined, none of the flood's: the member's first, the node's, and
+  // the member's second when the waiter took the pooled connection before the set (when the set
+  // took it first, the waiter found "late" already set on the pooled one: 2).
+  EXPECT_GE(server_->stats().joined, 2u);
+  EXPECT_LE(server_->stats().joined, 3u);
   std::cout << "slowloris: " << c.dials << " dials, " << c.closed_by_server
             << " closed by the store (longest open " << c.longest_s << " s, oldest open now "
             << c.oldest_open_s << " s), " << server_->stats().shed << " shed, "
