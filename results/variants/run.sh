@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The variants study of results/variants/README.md (issue 31): INTELLECT-1's four scenarios as
+# 20-seed ensembles under each outer-step variant, and an access-bandwidth sweep on the global
+# network. Runs go to runs/variants/ (rebuilt by this script, not committed); each ensemble's
+# ensemble.json is copied here, then summarize.py writes summary.json and table.md.
+#   results/variants/run.sh BUILD [VARIANTS]     VARIANTS default: "none delayed eager"
+# About 1 s of wall per steady seed and 20 s per intellect1-full seed on 2 vCPUs.
+set -euo pipefail
+build=$(cd "${1:?usage: run.sh BUILD_DIR [VARIANTS]}" && pwd)
+variants=${2:-none delayed eager}
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../.."
+meridian="$build/bin/meridian"
+for v in $variants; do
+  for s in usa useu global full; do
+    out="runs/variants/$s-$v"
+    "$meridian" sim "scenarios/intellect1-$s.yaml" --seeds 1-20 --set "diloco.overlap=$v" \
+      --out "$out" --force --no-plots > /dev/null
+    mkdir -p "$here/ensembles/$s-$v"
+    cp "$out/ensemble.json" "$here/ensembles/$s-$v/"
+  done
+  # The access bandwidth each variant needs on the global network: every node at B Gb/s, no
+  # checkpoints (their 60 s per step is the same for every variant), seeds 1-5.
+  for b in 0.05 0.1 0.2 0.5 1 2 4; do
+    out="runs/variants/bandwidth-$v-$b"
+    "$meridian" sim scenarios/intellect1-global.yaml --seeds 1-5 --set "diloco.overlap=$v" \
+      --set "network.access_bandwidth_gbps=[$b,$b]" --set diloco.checkpoint_s=0 \
+      --out "$out" --force --no-plots > /dev/null
+    mkdir -p "$here/ensembles/bandwidth-$v-$b"
+    cp "$out/ensemble.json" "$here/ensembles/bandwidth-$v-$b/"
+  done
+done
+python3 "$here/summarize.py" "$here"
