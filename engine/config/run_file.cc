@@ -483,7 +483,9 @@ void parse_diloco(Reader r, DilocoSpec& d) {
                         "one of none (blocking), delayed, eager: whether the next inner steps "
                         "run during the all-reduce (engine/diloco/README.md)",
                         [](const std::string& v) {
-                          return v == "none" || v == "delayed" || v == "eager";
+                          return std::any_of(
+                              std::begin(kAllOverlaps), std::end(kAllOverlaps),
+                              [&](Overlap o) { return v == overlap_name(o); });
                         });
   r.scalar<std::string>("buckets", d.buckets, "'layers' or a positive integer",
                         [](const std::string& v) {

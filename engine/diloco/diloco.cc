@@ -52,7 +52,7 @@ const char* overlap_name(Overlap o) {
 }
 
 Overlap parse_overlap(std::string_view name) {
-  for (Overlap o : {Overlap::kNone, Overlap::kDelayed, Overlap::kEager})
+  for (Overlap o : kAllOverlaps)
     if (name == overlap_name(o)) return o;
   throw ConfigError("diloco.overlap: '" + std::string(name) +
                     "' is not one of none, delayed, eager");
@@ -174,7 +174,7 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       // Overlapped: report once the next step's inner steps ended too. The next record admits
       // joiners, and the sources serve them at the top of the loop: a record written while
       // their inner steps still ran would leave the joiners waiting for that long.
-      if (overlapped() && join_phase()) phase_ran_ = true;
+      if (join_phase()) phase_ran_ = true;
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
       mesh_->report(r, ok, blamed, sit_out, !connected);
@@ -307,7 +307,7 @@ void DilocoNode::begin_overlapped(const RoundRecord& r) {
   }
   resumed_pending_ = false;
   if (options_.outer_steps > 0 && r.outer_step + 1 >= options_.outer_steps) {
-    compute_end_s_ = std::max(compute_end_s_, runtime_.now_s());
+    compute_end_s_ = runtime_.now_s();  // the sync of the last step starts now
     return;  // the run's last step: nothing to overlap its all-reduce with
   }
   if (!phantom_) {
@@ -512,14 +512,13 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
   const bool fallback = next.prev == RoundPrev::kFallback;
   if (fallback)
     emit("fallback", JsonObject().add("outer_step", done.outer_step).add("reason", next.reason));
+  const double start_s = runtime_.now_s();
   // Overlapped: the sync of this step kept the node from computing from the moment its next
   // inner steps ended (or, with none running, from the start of the round) until the record
   // (its ring, and the others' reports).
-  const double synced_s = runtime_.now_s();
+  const double exposed_s = std::max(0.0, start_s - compute_end_s_);
   const bool phase_ran = phase_ran_;
   phase_ran_ = false;
-  const double exposed_s = std::max(0.0, synced_s - compute_end_s_);
-  const double start_s = runtime_.now_s();
   if (!phantom_) {
     optimizer_->step(outer_, fallback ? delta_ : reduced_);
     // The next step's pseudo-gradient, from the inner steps that ran beside this round.
@@ -549,14 +548,11 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
     options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members,
                                          fallback, outer_, optimizer_->momentum(), pending});
   }
-  if (overlapped()) {
-    pending_ = phase_ran;
-    if (phase_ran) {
-      stats_ = phase_stats_;
-      load_next_start(shares(next));
-    }
-    // A phase that ran has its own end; one that did not (the run's end) leaves the node idle.
-    if (!phase_ran) compute_end_s_ = runtime_.now_s();
+  // Without a phase (the run's last step) nothing follows: the loop ends at this record.
+  pending_ = phase_ran;
+  if (phase_ran) {
+    stats_ = phase_stats_;
+    load_next_start(shares(next));
   }
 }
 

@@ -51,6 +51,8 @@ enum class Overlap : std::uint8_t {
   kEager = 2,    // as delayed, and the node's own pseudo-gradient of t stands in for the
                  // average until it arrives (arXiv 2502.12996, "eager updates")
 };
+// Every overlap, in id order: the one list of choices (parse_overlap, the run file's check).
+inline constexpr Overlap kAllOverlaps[] = {Overlap::kNone, Overlap::kDelayed, Overlap::kEager};
 const char* overlap_name(Overlap o);
 // Parses "none", "delayed", "eager"; throws ConfigError naming the choices.
 Overlap parse_overlap(std::string_view name);
