@@ -223,6 +223,30 @@ struct StepRecord {
   std::vector<float> pending;  // OuterStepView::pending (overlapped runs)
 };
 
+using StepRecords = std::map<std::int64_t, std::map<std::int64_t, StepRecord>>;
+
+// Resuming `o` from what a whole run recorded (`ref`, Cluster::steps()) once outer steps
+// [0, done) were applied: each node starts from its outer parameters and momentum of step
+// done - 1, its synthetic worker as after `inner_done` inner steps (the progress and every
+// moment), and from its pending pseudo-gradient when `pending` (overlapped runs). `ref` must
+// outlive the resumed cluster.
+inline void resume_from(ClusterOptions& o, const StepRecords& ref, std::int64_t done,
+                        std::int64_t inner_done, bool pending = false) {
+  o.first_outer_step = done;
+  o.on_launch = [&ref, done, inner_done](std::int64_t id, SyntheticWorker& w) {
+    const StepRecord& at = ref.at(done - 1).at(id);
+    std::copy(at.params.begin(), at.params.end(), w.parameters().begin());
+    w.restore_progress("step=" + std::to_string(inner_done));
+    // The sections vector must outlive the loop (a range-for over a member of a temporary
+    // reads freed memory: ThreadSanitizer found it).
+    const std::vector<StateSection> sections = w.state_sections();
+    for (float& m : sections[0].values) m = static_cast<float>(inner_done);
+  };
+  o.resume_momentum = [&ref, done](std::int64_t id) { return ref.at(done - 1).at(id).momentum; };
+  if (pending)
+    o.resume_pending = [&ref, done](std::int64_t id) { return ref.at(done - 1).at(id).pending; };
+}
+
 class Cluster {
  public:
   explicit Cluster(ClusterOptions o) : o_(std::move(o)), store_(runtime_), faults_(*this) {}
@@ -356,7 +380,7 @@ class Cluster {
     std::lock_guard<std::mutex> lock(mu_);
     return killed_.count(id) > 0;
   }
-  std::map<std::int64_t, std::map<std::int64_t, StepRecord>> steps() {
+  StepRecords steps() {
     std::lock_guard<std::mutex> lock(mu_);
     return records_;  // step -> node -> record
   }

@@ -254,17 +254,7 @@ TEST_P(OverlapTest, ARunResumedWithItsPendingPseudoGradientIsBitIdentical) {
   const auto ref = whole.steps();
   constexpr std::int64_t kDone = 2;  // steps 0 and 1 applied; step 2's inner steps ran
   ClusterOptions r = o;
-  r.first_outer_step = kDone;
-  r.on_launch = [&](std::int64_t id, SyntheticWorker& w) {
-    const StepRecord& at = ref.at(kDone - 1).at(id);
-    std::copy(at.params.begin(), at.params.end(), w.parameters().begin());
-    const std::int64_t inner_done = (kDone + 1) * o.inner_steps;
-    w.restore_progress("step=" + std::to_string(inner_done));
-    const std::vector<StateSection> sections = w.state_sections();
-    for (float& m : sections[0].values) m = static_cast<float>(inner_done);
-  };
-  r.resume_momentum = [&](std::int64_t id) { return ref.at(kDone - 1).at(id).momentum; };
-  r.resume_pending = [&](std::int64_t id) { return ref.at(kDone - 1).at(id).pending; };
+  resume_from(r, ref, kDone, (kDone + 1) * o.inner_steps, /*pending=*/true);
   Cluster resumed(r);
   resumed.run_and_check();
   const auto got = resumed.steps();

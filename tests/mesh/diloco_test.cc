@@ -198,17 +198,7 @@ TEST(Diloco, ARunResumedFromAnOuterStepBoundaryIsBitIdentical) {
   const auto ref = whole.steps();
   constexpr std::int64_t kDone = 2;  // resume with outer steps 0 and 1 applied
   ClusterOptions r = o;
-  r.first_outer_step = kDone;
-  r.on_launch = [&](std::int64_t id, SyntheticWorker& w) {
-    const StepRecord& at = ref.at(kDone - 1).at(id);
-    std::copy(at.params.begin(), at.params.end(), w.parameters().begin());
-    w.restore_progress("step=" + std::to_string(kDone * o.inner_steps));
-    // The sections vector must outlive the loop (a range-for over a member of a temporary
-    // reads freed memory: ThreadSanitizer found it).
-    const std::vector<StateSection> sections = w.state_sections();
-    for (float& m : sections[0].values) m = static_cast<float>(kDone * o.inner_steps);
-  };
-  r.resume_momentum = [&](std::int64_t id) { return ref.at(kDone - 1).at(id).momentum; };
+  resume_from(r, ref, kDone, kDone * o.inner_steps);
   Cluster resumed(r);
   resumed.run_and_check();
   const auto got = resumed.steps();
