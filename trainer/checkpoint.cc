@@ -236,6 +236,8 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
   if (outer) MERIDIAN_CHECK_EQ(view.outer_momentum.size(), n);
   const bool pending = outer && !view.outer_pending.empty();
   if (pending) MERIDIAN_CHECK_EQ(view.outer_pending.size(), n);
+  const bool local = outer && !view.outer_local.empty();
+  if (local) MERIDIAN_CHECK_EQ(view.outer_local.size(), n);
   const auto step_done = [&](const fs::path& p) {
     if (view.after_each_step) view.after_each_step(p);
   };
@@ -261,6 +263,10 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
     auto pend = views(layout, view.outer_pending, "outer_pending.");
     opt.insert(opt.end(), pend.begin(), pend.end());
   }
+  if (local) {
+    auto loc = views(layout, view.outer_local, "outer_local.");
+    opt.insert(opt.end(), loc.begin(), loc.end());
+  }
   st::write(tmp / kOptimizerFile, opt, meta);
   step_done(tmp / kOptimizerFile);
 
@@ -270,6 +276,7 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
                         {"progress", progress}};
   if (outer) doc["outer"] = nlohmann::json::parse(view.outer_json);
   if (pending) doc["outer"]["pending"] = true;
+  if (local) doc["outer"]["local"] = true;
   std::uint64_t total_bytes = 0;
   nlohmann::json manifest = {{"format", kManifestFormat}};
   for (const char* f : {kModelFile, kOptimizerFile}) {
@@ -362,23 +369,27 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) 
   const st::File opt = st::read(dir / kOptimizerFile, ro);
   const bool outer = doc.contains("outer");
   if (outer) out.outer_momentum.resize(n);
-  bool pending = false;
-  if (outer && doc.at("outer").contains("pending")) {
-    const auto& flag = doc.at("outer").at("pending");
+  // outer.pending (overlapped) and outer.local (streaming): extra tensors when true.
+  const auto flagged = [&](const char* key) {
+    if (!outer || !doc.at("outer").contains(key)) return false;
+    const auto& flag = doc.at("outer").at(key);
     if (!flag.is_boolean() || !flag.get<bool>())
-      throw ProtocolError("checkpoint " + progress_path.string() +
-                          ": outer.pending must be true when present");
-    pending = true;
-    out.outer_pending.resize(n);
-  }
+      throw ProtocolError("checkpoint " + progress_path.string() + ": outer." + key +
+                          " must be true when present");
+    return true;
+  };
+  const bool pending = flagged("pending"), local = flagged("local");
+  if (pending) out.outer_pending.resize(n);
+  if (local) out.outer_local.resize(n);
   expect_tensor_count(weights, layout.size());
-  expect_tensor_count(opt, (outer ? 3 : 2) * layout.size() + (pending ? layout.size() : 0));
+  expect_tensor_count(opt, ((outer ? 3 : 2) + (pending ? 1 : 0) + (local ? 1 : 0)) * layout.size());
   for (const auto& p : layout) {
     copy_tensor(weights, "", p, out.params);
     copy_tensor(opt, "exp_avg.", p, out.exp_avg);
     copy_tensor(opt, "exp_avg_sq.", p, out.exp_avg_sq);
     if (outer) copy_tensor(opt, "outer_momentum.", p, out.outer_momentum);
     if (pending) copy_tensor(opt, "outer_pending.", p, out.outer_pending);
+    if (local) copy_tensor(opt, "outer_local.", p, out.outer_local);
   }
   out.progress_json = doc.at("progress").dump();
   if (outer) out.outer_json = doc.at("outer").dump();

@@ -31,6 +31,9 @@ struct CheckpointView {
   // An overlapped node's pending pseudo-gradient (OuterStepView::pending; same layout), written
   // as "outer_pending.<name>" when not empty.
   std::span<const float> outer_pending;
+  // A streaming node's local parameters (OuterStepView::local; same layout), which between its
+  // fragments' merges are not the outer ones: "outer_local.<name>" when not empty.
+  std::span<const float> outer_local;
   // Called after each durable step of the write (a file written and fsynced, a rename) with
   // the path it touched; tests crash the writer there. Unset: nothing is called.
   std::function<void(const std::filesystem::path&)> after_each_step;
@@ -46,6 +49,7 @@ struct LoadedCheckpoint {
   std::string progress_json;
   std::vector<float> outer_momentum;  // empty unless the checkpoint holds an outer state
   std::vector<float> outer_pending;   // empty unless it holds a pending pseudo-gradient
+  std::vector<float> outer_local;     // empty unless it holds streaming local parameters
   std::string outer_json;             // "" unless the checkpoint holds an outer state
 };
 

@@ -100,6 +100,10 @@ class Emulation {
         .add("outer_momentum", static_cast<double>(d.outer.momentum))
         .add("local_ranks", d.local_ranks);
     if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
+    if (d.streaming())
+      diloco.add("fragments", d.fragments)
+          .add("fragment_delay", d.fragment_delay)
+          .add("fragment_alpha", static_cast<double>(d.fragment_alpha));
     std::vector<std::int64_t> fail_steps, fail_nodes;
     for (const auto& [step, node] : o_.fail_after) {
       fail_steps.push_back(step);

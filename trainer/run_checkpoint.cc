@@ -86,6 +86,7 @@ NodeState snapshot_node_state(const OuterStepView& view, InnerWorker& worker) {
   s.params.assign(view.outer_parameters.begin(), view.outer_parameters.end());
   s.momentum.assign(view.momentum.begin(), view.momentum.end());
   s.pending.assign(view.pending.begin(), view.pending.end());
+  s.local.assign(view.local.begin(), view.local.end());
   for (const StateSection& sec : worker.state_sections()) {
     if (sec.name == "adamw.exp_avg")
       s.exp_avg.assign(sec.values.begin(), sec.values.end());
@@ -222,6 +223,7 @@ void CheckpointWriter::loop() {
       v.progress_json = s.worker_progress;
       v.outer_momentum = s.momentum;
       v.outer_pending = s.pending;
+      v.outer_local = s.local;
       v.outer_json = s.outer_json;
       v.after_each_step = after_each_step_;
       r.bytes = write_checkpoint(r.path, v);
@@ -420,7 +422,12 @@ void load_for_resume(const ResumeCandidate& c, const ModelConfig& model, InnerWo
   // An overlapped node's next pseudo-gradient came from its own shard's inner steps: from
   // another shard's checkpoint it would be counted twice (its owner sends it too), so that
   // node runs the step's inner steps again instead.
-  if (c.own_shard) options.initial_pending = std::move(l.outer_pending);
+  // A streaming node's local parameters likewise hold its own shard's inner steps since each
+  // fragment's merge: from another shard's checkpoint the node starts from the outer ones.
+  if (c.own_shard) {
+    options.initial_pending = std::move(l.outer_pending);
+    options.initial_local = std::move(l.outer_local);
+  }
 }
 
 int set_aside_newer(const fs::path& node_dir, std::int64_t steps_done) {

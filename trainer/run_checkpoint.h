@@ -30,6 +30,7 @@ struct NodeState {
   std::int64_t steps_done = 0;
   std::vector<float> params, momentum;     // theta_outer and the outer (Nesterov) momentum
   std::vector<float> pending;              // overlapped: the next step's pseudo-gradient
+  std::vector<float> local;                // streaming: the worker's parameters
   std::vector<float> exp_avg, exp_avg_sq;  // the worker's AdamW moments
   std::string worker_progress;             // InnerWorker::progress(): inner step, data position
   std::string outer_json;                  // {"steps_done", "epoch", "members", "node"}

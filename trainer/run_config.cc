@@ -130,6 +130,10 @@ JsonObject run_config_json(const RunConfig& c) {
   data.add("validation_sequences", c.validation_sequences);
   diloco.add("H", d.inner_steps).add("codec", std::string(codec_name(d.codec)));
   if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
+  if (d.streaming())
+    diloco.add("fragments", d.fragments)
+        .add("fragment_delay", d.fragment_delay)
+        .add("fragment_alpha", static_cast<double>(d.fragment_alpha));
   diloco.add("outer_lr", static_cast<double>(d.outer.lr));
   diloco.add("outer_momentum", static_cast<double>(d.outer.momentum));
   diloco.add("local_ranks", d.local_ranks).add("timeout_s", d.allreduce_timeout_s);

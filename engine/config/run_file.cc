@@ -487,6 +487,15 @@ void parse_diloco(Reader r, DilocoSpec& d) {
                               std::begin(kAllOverlaps), std::end(kAllOverlaps),
                               [&](Overlap o) { return v == overlap_name(o); });
                         });
+  r.scalar<int>("fragments", d.fragments,
+                "a positive integer (streaming DiLoCo's fragments; 1 = the whole model at once)",
+                positive<int>());
+  r.scalar<int>("fragment_delay", d.fragment_delay,
+                "an integer >= 0 (inner steps a fragment's all-reduce runs beside)",
+                non_negative<int>());
+  r.scalar<double>("fragment_alpha", d.fragment_alpha,
+                   "a value in [0, 1] (the local copy's weight when a fragment is merged)",
+                   [](const double& v) { return v >= 0 && v <= 1; });
   r.scalar<std::string>("buckets", d.buckets, "'layers' or a positive integer",
                         [](const std::string& v) {
                           if (v == "layers") return true;
@@ -521,6 +530,19 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.moved("allreduce_timeout_s", "it is diloco.timeout_s");
   r.moved("max_retries", "it is diloco.retries");
   r.finish();
+  // Streaming's schedule needs a part of the H inner steps per fragment, and each fragment's
+  // sync to end within its part; and it is one way of overlapping the sync, overlap another.
+  if (d.fragments > d.H)
+    r.fail(r.key_path("fragments"),
+           "at most diloco.H (" + std::to_string(d.H) + "): one part of the inner steps each");
+  if (d.fragment_delay > d.H / d.fragments)
+    r.fail(r.key_path("fragment_delay"),
+           "at most diloco.H / diloco.fragments (" + std::to_string(d.H / d.fragments) +
+               "): a fragment's sync ends within its part of the inner steps");
+  if ((d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0) && d.overlap != "none")
+    r.fail(r.key_path("overlap"),
+           "none when streaming (diloco.fragments, fragment_delay, fragment_alpha are set): "
+           "they are two ways of overlapping the sync");
   // The engine's mesh evicts a member that missed heartbeats for dead_after_s: it needs at least
   // one heartbeat in that window (engine/mesh/elastic_mesh.cc), so refuse it here, by key.
   if (d.dead_after_s <= d.heartbeat_s) {
@@ -785,6 +807,9 @@ DilocoOptions diloco_options(const RunFile& f, Mode mode) {
   o.outer_steps = f.outer_steps();
   o.codec = parse_codec(d.codec);
   o.overlap = parse_overlap(d.overlap);
+  o.fragments = d.fragments;
+  o.fragment_delay = d.fragment_delay;
+  o.fragment_alpha = static_cast<float>(d.fragment_alpha);
   o.outer.lr = static_cast<float>(d.outer_lr);
   o.outer.momentum = static_cast<float>(d.outer_momentum);
   o.local_ranks = d.local_ranks;
@@ -914,6 +939,10 @@ JsonObject RunFile::to_json() const {
   dl.add("H", diloco.H)
       .add("codec", diloco.codec);
   if (diloco.overlap != "none") dl.add("overlap", diloco.overlap);
+  if (diloco.fragments != 1 || diloco.fragment_delay != 0 || diloco.fragment_alpha != 0)
+    dl.add("fragments", diloco.fragments)
+        .add("fragment_delay", diloco.fragment_delay)
+        .add("fragment_alpha", diloco.fragment_alpha);
   dl.add("buckets", diloco.buckets)
       .add("local_ranks", diloco.local_ranks)
       .add("aggregate", diloco.aggregate)

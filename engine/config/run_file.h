@@ -184,6 +184,13 @@ struct DilocoSpec {
   // none (blocking, INTELLECT-1), delayed or eager (engine/diloco/README.md, "Overlapped outer
   // steps"); serialised only when not none, so a blocking run's configuration is unchanged.
   std::string overlap = "none";
+  // Streaming DiLoCo (engine/diloco/README.md, "Streaming outer steps"): P fragments, each
+  // synced once per outer step at its own point, its all-reduce beside `fragment_delay` inner
+  // steps and merged as local = alpha * local + (1 - alpha) * outer. Serialised only when not
+  // 1 / 0 / 0 (blocking), so a blocking run's configuration is unchanged.
+  int fragments = 1;
+  int fragment_delay = 0;
+  double fragment_alpha = 0.0;
   std::string buckets = "layers";  // "layers" (embedding, each layer, head) or an integer count
   int local_ranks = 8;             // L parallel rings per node (one flow each)
   bool aggregate = true;           // model the L rings as one flow of L× bytes and L× window

@@ -25,4 +25,19 @@ std::vector<Bucket> make_buckets(const std::vector<std::uint64_t>& boundaries,
 // empty pieces are dropped. Throws ConfigError when local_ranks < 1.
 std::vector<std::vector<Bucket>> shard_buckets(const std::vector<Bucket>& buckets, int local_ranks);
 
+// Streaming DiLoCo's fragments: P contiguous runs of whole buckets (layer groups) of near-equal
+// element counts, each cut into the local ranks' shards as shard_buckets() cuts a model.
+struct Fragment {
+  std::uint64_t offset = 0;  // first element in the flat parameter vector
+  std::uint64_t count = 0;   // elements (the fragment's buckets, contiguous)
+  std::vector<std::vector<Bucket>> shards;  // per local rank
+};
+
+// Fragment p closes after the bucket that brings the running element count to at least
+// (p + 1) * total / P, or earlier when the buckets left are only enough for one per fragment
+// left. Throws ConfigError when there are fewer buckets than fragments (a bucket is never cut:
+// a layer is synced whole) or fragments < 1.
+std::vector<Fragment> make_fragments(const std::vector<Bucket>& buckets, int fragments,
+                                     int local_ranks);
+
 }  // namespace meridian

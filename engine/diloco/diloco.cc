@@ -73,6 +73,26 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
   options_.mesh.outer_steps = options_.outer_steps;
   options_.mesh.first_outer_step = options_.first_outer_step;
   if (options_.first_outer_step < 0) throw ConfigError("diloco: first_outer_step must be >= 0");
+  const int h = options_.inner_steps, p = options_.fragments;
+  if (p < 1) throw ConfigError("diloco.fragments must be >= 1, got " + std::to_string(p));
+  if (p > h)
+    throw ConfigError("diloco.fragments: " + std::to_string(p) + " fragments need H >= " +
+                      std::to_string(p) + " inner steps (one part of the H steps each); H is " +
+                      std::to_string(h));
+  if (options_.fragment_delay < 0 || options_.fragment_delay > h / p)
+    throw ConfigError("diloco.fragment_delay must be in [0, H / fragments] = [0, " +
+                      std::to_string(h / p) + "] (a fragment's sync ends within its part), got " +
+                      std::to_string(options_.fragment_delay));
+  if (!(options_.fragment_alpha >= 0.0f && options_.fragment_alpha <= 1.0f))
+    throw ConfigError("diloco.fragment_alpha must be in [0, 1], got " +
+                      std::to_string(options_.fragment_alpha));
+  if (options_.streaming() && options_.overlap != Overlap::kNone)
+    throw ConfigError(std::string("diloco: streaming (fragments, fragment_delay, fragment_alpha) "
+                                  "and overlap: ") +
+                      overlap_name(options_.overlap) +
+                      " are two ways of overlapping the sync; choose one");
+  if (!options_.initial_local.empty() && !options_.streaming())
+    throw ConfigError("diloco: local parameters to resume from need streaming (diloco.fragments)");
 }
 
 DilocoNode::~DilocoNode() {
@@ -120,7 +140,18 @@ void DilocoNode::initialise_outer_state() {
     pending_ = true;
     resumed_pending_ = true;
   }
-  shards_ = shard_buckets(make_buckets(worker_.bucket_boundaries(), count_), options_.local_ranks);
+  const std::vector<Bucket> buckets = make_buckets(worker_.bucket_boundaries(), count_);
+  shards_ = shard_buckets(buckets, options_.local_ranks);
+  if (options_.streaming())
+    fragments_ = make_fragments(buckets, options_.fragments, options_.local_ranks);
+  if (!options_.initial_local.empty()) {
+    if (!phantom_) {
+      MERIDIAN_CHECK_EQ(options_.initial_local.size(), count_);
+      std::copy(options_.initial_local.begin(), options_.initial_local.end(), params.begin());
+      worker_.parameters_updated();
+    }
+    options_.initial_local = {};
+  }
 }
 
 NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
@@ -149,18 +180,24 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
       // every member (Gloo) would otherwise wait for a joiner that waits for its state.
       serve_joiners(r);
       const bool connected = connect_epoch(r);
-      if (r.attempt == 0) {
-        if (overlapped())
-          begin_overlapped(r);
-        else
-          inner_steps(r);
-      }
+      // Streaming: the first attempt's all-reduces are the fragments' syncs during its inner
+      // steps; a retry all-reduces every fragment at once below, as blocking DiLoCo does.
+      const bool streamed = options_.streaming() && r.attempt == 0;
+      bool streamed_ok = false;
+      std::vector<std::int64_t> blamed;
+      if (streamed)
+        streamed_ok = stream_round(r, connected, blamed);
+      else if (r.attempt == 0 && overlapped())
+        begin_overlapped(r);
+      else if (r.attempt == 0)
+        inner_steps(r);
       // A node whose pseudo-gradient was not finite sits out: it sends nothing this attempt
       // and asks for a retry in which the others average without it (`abstain`).
       const bool sit_out = non_finite_ && !r.abstains(id_);
       bool ok;
-      std::vector<std::int64_t> blamed;
-      if (!connected) {
+      if (streamed) {
+        ok = streamed_ok;
+      } else if (!connected) {
         ok = false;  // a member never connected (it died after the record): retry without it
       } else if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
         ok = false;  // a member is gone: fail the round without starting the ring
@@ -169,7 +206,7 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
         ok = false;
         for (auto& t : rings_) t->abort();
       } else {
-        ok = all_reduce(r, blamed);
+        ok = all_reduce(r, blamed, shards_, 0, count_);
       }
       // Overlapped: report once the next step's inner steps ended too. The next record admits
       // joiners, and the sources serve them at the top of the loop: a record written while
@@ -229,7 +266,8 @@ bool DilocoNode::connect_epoch(const RoundRecord& r) {
   } catch (const TimeoutError&) {
   }
   rings_.clear();  // connected again in the next round's epoch
-  // Members that did connect must not wait for this one at the barrier while it is alive.
+  // Members that did connect must not wait for this one at the barrier while it is alive
+  // (streaming: at each fragment's, which stream_round() skips once the round has failed).
   if (options_.barrier_before_allreduce) mesh_->skip_barrier(r);
   return false;
 }
@@ -256,13 +294,13 @@ void DilocoNode::ensure_epoch(const RoundRecord& r) {
 }
 
 void DilocoNode::inner_steps(const RoundRecord& r) {
-  run_phase(r.outer_step, stats_);
+  run_phase(r.outer_step, stats_, options_.inner_steps);
   take_pseudo_gradient(outer_, r.outer_step);
 }
 
-void DilocoNode::run_phase(std::int64_t outer_step, RoundStats& into) {
+void DilocoNode::run_phase(std::int64_t outer_step, RoundStats& into, int steps) {
   const double start_s = runtime_.now_s();
-  const InnerStepsResult res = worker_.run_inner_steps(options_.inner_steps);
+  const InnerStepsResult res = worker_.run_inner_steps(steps);
   into = RoundStats{};
   into.inner_s = res.compute_s;
   into.tokens = res.tokens;
@@ -315,7 +353,7 @@ void DilocoNode::begin_overlapped(const RoundRecord& r) {
     start_.assign(p.begin(), p.end());
   }
   phase_ = runtime_.spawn("inner-steps", [this, step = r.outer_step + 1] {
-    run_phase(step, phase_stats_);
+    run_phase(step, phase_stats_, options_.inner_steps);
   });
 }
 
@@ -345,6 +383,132 @@ int DilocoNode::shares(const RoundRecord& r) const {
   return std::max(1, n);
 }
 
+bool DilocoNode::stream_round(const RoundRecord& r, bool connected,
+                              std::vector<std::int64_t>& blamed) {
+  const int h = options_.inner_steps, tau = options_.fragment_delay;
+  const auto p_count = static_cast<int>(fragments_.size());
+  stats_ = RoundStats{};
+  stream_exposed_s_ = 0.0;
+  non_finite_ = false;
+  if (!phantom_) {
+    delta_.resize(count_);
+    reduced_.resize(count_);
+  }
+  RoundStats inner;  // this activity's sums; stats_.allreduce_s is the syncs'
+  double loss_sum = 0.0;
+  std::int64_t steps_done = 0;
+  const auto steps = [&](int n) {
+    if (n <= 0) return;
+    RoundStats part;
+    run_phase(r.outer_step, part, n);
+    inner.inner_s += part.inner_s;
+    inner.tokens += part.tokens;
+    loss_sum += part.loss * n;
+    steps_done += n;
+  };
+  bool ok = connected;
+  int done = 0;  // inner steps of this round so far
+  for (int p = 0; p < p_count; ++p) {
+    const Fragment& f = fragments_[static_cast<std::size_t>(p)];
+    const int end = (p + 1) * h / p_count;  // part p ends after this many inner steps
+    steps(end - tau - done);
+    take_fragment(f, r.outer_step);
+    if (ok && non_finite_) ok = false;  // it sits out: the round is retried without its share
+    if (!ok) {
+      // This node's round failed already (or it never connected, or sits out): the peers must
+      // not wait for it at this fragment's barrier, and its aborted rings fail theirs at once.
+      if (options_.barrier_before_allreduce) mesh_->skip_barrier(r, p);
+      for (auto& t : rings_) t->abort();
+    }
+    bool synced = false;
+    std::vector<std::int64_t> fragment_blamed;
+    const double sync_start_s = runtime_.now_s();
+    double exposed_s = 0.0;
+    if (ok && tau == 0) {
+      synced = sync_fragment(r, p, fragment_blamed);
+      exposed_s = runtime_.now_s() - sync_start_s;
+    } else if (ok) {
+      auto sync = runtime_.spawn("fragment-sync-" + std::to_string(p), [&, p] {
+        synced = sync_fragment(r, p, fragment_blamed);
+      });
+      steps(tau);
+      const double wait_s = runtime_.now_s();
+      sync->join();
+      exposed_s = runtime_.now_s() - wait_s;
+    } else {
+      steps(tau);  // an earlier fragment failed: the round is retried at its end
+    }
+    done = end;
+    stream_exposed_s_ += exposed_s;
+    for (std::int64_t id : fragment_blamed)
+      if (std::count(blamed.begin(), blamed.end(), id) == 0) blamed.push_back(id);
+    if (synced) merge_fragment(f);
+    emit("fragment_sync", JsonObject()
+                              .add("outer_step", r.outer_step)
+                              .add("fragment", p)
+                              .add("elements", f.count)
+                              .add("start_s", sync_start_s)
+                              .add("exposed_s", exposed_s)
+                              .add("ok", synced));
+    ok = ok && synced;
+  }
+  // A node that sits out contributes zeros to the retry, for every fragment (the divisor
+  // leaves it out), and its own fallback is zero too.
+  if (non_finite_ && !phantom_) std::fill(delta_.begin(), delta_.end(), 0.0f);
+  stats_.inner_s = inner.inner_s;
+  stats_.tokens = inner.tokens;
+  stats_.loss = steps_done > 0 ? loss_sum / static_cast<double>(steps_done) : 0.0;
+  compute_end_s_ = runtime_.now_s();
+  return ok;
+}
+
+void DilocoNode::take_fragment(const Fragment& f, std::int64_t outer_step) {
+  if (phantom_) return;
+  const std::span<const float> local = worker_.parameters();
+  MERIDIAN_CHECK_EQ(local.size(), count_);
+  for (std::uint64_t i = f.offset; i < f.offset + f.count; ++i) delta_[i] = outer_[i] - local[i];
+  const std::span<float> range = std::span<float>(delta_).subspan(f.offset, f.count);
+  const std::uint64_t bad = count_non_finite(range);
+  if (bad == 0) return;
+  non_finite_ = true;
+  emit("nonfinite", JsonObject()
+                        .add("outer_step", outer_step)
+                        .add("faulty", id_)
+                        .add("values", bad)
+                        .add("elements", f.count)
+                        .add("detected_by", "self")
+                        .add("action", "abstain"));
+  std::fill(range.begin(), range.end(), 0.0f);
+}
+
+bool DilocoNode::sync_fragment(const RoundRecord& r, int p, std::vector<std::int64_t>& blamed) {
+  const Fragment& f = fragments_[static_cast<std::size_t>(p)];
+  // A member gone fails the fragment without starting its ring: every ring is aborted, so
+  // that the peers fail fast too, and the round's later fragments are not synced (a retry
+  // all-reduces them all).
+  if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r, p)) {
+    for (auto& t : rings_) t->abort();
+    return false;
+  }
+  return all_reduce(r, blamed, f.shards, f.offset, f.count, p);
+}
+
+void DilocoNode::merge_fragment(const Fragment& f) {
+  if (phantom_) return;
+  merged_.resize(f.count);
+  optimizer_->preview(f.offset, std::span<const float>(outer_).subspan(f.offset, f.count),
+                      std::span<const float>(reduced_).subspan(f.offset, f.count), merged_);
+  const std::span<float> local = worker_.parameters().subspan(f.offset, f.count);
+  const float alpha = options_.fragment_alpha;
+  if (alpha == 0.0f) {
+    std::copy(merged_.begin(), merged_.end(), local.begin());
+  } else {
+    for (std::uint64_t i = 0; i < f.count; ++i)
+      local[i] = alpha * local[i] + (1.0f - alpha) * merged_[i];
+  }
+  worker_.parameters_updated();
+}
+
 void DilocoNode::check_pseudo_gradient(std::int64_t outer_step) {
   const std::uint64_t bad = count_non_finite(delta_);
   non_finite_ = bad > 0;
@@ -359,12 +523,14 @@ void DilocoNode::check_pseudo_gradient(std::int64_t outer_step) {
   std::fill(delta_.begin(), delta_.end(), 0.0f);  // its share, and its own fallback, are zero
 }
 
-bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed) {
+bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed,
+                            const std::vector<std::vector<Bucket>>& shards, std::uint64_t offset,
+                            std::uint64_t count, int fragment) {
   if (!phantom_) {
     // Members that sit this attempt out (non-finite guard) contribute zeros and are not counted.
     const auto world = static_cast<float>(shares(r));
     reduced_.resize(count_);
-    for (std::uint64_t i = 0; i < count_; ++i) reduced_[i] = delta_[i] / world;
+    for (std::uint64_t i = offset; i < offset + count; ++i) reduced_[i] = delta_[i] / world;
   }
   shard_ok_.assign(options_.local_ranks, 0);
   ring_workspaces_.resize(options_.local_ranks);
@@ -372,12 +538,14 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
   const double start_s = runtime_.now_s();
   watched(r, [&] {
     if (options_.local_ranks == 1) {
-      reduce_shard(r, 0);
+      reduce_shard(r, 0, shards[0], fragment);
     } else {
       std::vector<std::unique_ptr<Activity>> rings;
       for (int k = 0; k < options_.local_ranks; ++k)
-        rings.push_back(runtime_.spawn("ring-shard-" + std::to_string(k),
-                                       [this, &r, k] { reduce_shard(r, k); }));
+        rings.push_back(runtime_.spawn("ring-shard-" + std::to_string(k), [this, &r, k, &shards,
+                                                                             fragment] {
+          reduce_shard(r, k, shards[static_cast<std::size_t>(k)], fragment);
+        }));
       for (auto& a : rings) a->join();
     }
   });
@@ -425,7 +593,8 @@ void DilocoNode::watched(const RoundRecord& r, const std::function<void()>& ring
   stop_watchdog();
 }
 
-void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
+void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
+                              int fragment) {
   Transport& t = *rings_[shard];
   auto options_for = [&](const Bucket& b) {
     RingOptions ro;
@@ -454,9 +623,9 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard) {
         .add("elapsed_s", st.elapsed_s)
         .add("relative_error", st.relative_error)
         .add("local_rank", shard);
+    if (fragment >= 0) f.add("fragment", fragment);
     emit("allreduce", std::move(f));
   };
-  const std::vector<Bucket>& buckets = shards_[shard];
   try {
     // A timing-only simulation hands runs of the buckets' rounds to the transport whole when it
     // can time them so (netsim/README.md, "Aggregation"); otherwise, and with content, bucket by
@@ -523,9 +692,12 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
     optimizer_->step(outer_, fallback ? delta_ : reduced_);
     // The next step's pseudo-gradient, from the inner steps that ran beside this round.
     if (phase_ran) take_pseudo_gradient(start_, next.outer_step);
-    const std::span<float> params = worker_.parameters();
-    std::copy(outer_.begin(), outer_.end(), params.begin());
-    worker_.parameters_updated();
+    // Streaming: each fragment's local copy was merged at its sync and has moved on since.
+    if (!options_.streaming()) {
+      const std::span<float> params = worker_.parameters();
+      std::copy(outer_.begin(), outer_.end(), params.begin());
+      worker_.parameters_updated();
+    }
   } else if (options_.phantom_outer_opt_s > 0) {
     runtime_.compute_s(options_.phantom_outer_opt_s);
   }
@@ -541,12 +713,15 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
       .add("tokens", stats_.tokens)
       .add("loss", stats_.loss);
   if (overlapped()) f.add("exposed_s", exposed_s);
+  if (options_.streaming()) f.add("exposed_s", stream_exposed_s_ + exposed_s);
   emit("outer_step", std::move(f));
   if (options_.on_outer_step) {
     std::span<const float> pending;
     if (phase_ran && !phantom_) pending = delta_;
-    options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members,
-                                         fallback, outer_, optimizer_->momentum(), pending});
+    std::span<const float> local;
+    if (options_.streaming() && !phantom_) local = worker_.parameters();
+    options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members, fallback,
+                                         outer_, optimizer_->momentum(), pending, local});
   }
   // Without a phase (the run's last step) nothing follows: the loop ends at this record.
   pending_ = phase_ran;

@@ -41,6 +41,10 @@ struct OuterStepView {
   // steps that ran while this step's all-reduce did (it is all-reduced in the next round); a
   // checkpoint needs it to resume bit-identically. Empty in blocking mode and at the run's end.
   std::span<const float> pending;
+  // Streaming outer steps: the worker's parameters at the step's end. Between its fragments'
+  // merges they are not the outer parameters, and a checkpoint needs them to resume
+  // bit-identically. Empty otherwise.
+  std::span<const float> local;
 };
 
 // When the all-reduce of outer step t runs (engine/diloco/README.md, "Overlapped outer steps").
@@ -92,8 +96,22 @@ struct DilocoOptions {
   // Resuming an overlapped run: the pseudo-gradient of first_outer_step, whose inner steps ran
   // before the checkpoint (OuterStepView::pending). Empty: round 0 runs them first (blocking).
   std::vector<float> initial_pending;
+  // Streaming DiLoCo (engine/diloco/README.md, "Streaming outer steps"; arXiv 2501.18512): the
+  // model is cut into `fragments` runs of whole buckets (make_fragments). Each outer step's H
+  // inner steps run in P equal parts; fragment p's pseudo-gradient is taken `fragment_delay`
+  // (tau) inner steps before part p ends, all-reduced beside those tau steps, and at the part's
+  // end merged into the local copy as local = alpha * local + (1 - alpha) * outer', outer' the
+  // fragment after its outer step. 1 / 0 / 0 is blocking DiLoCo (and runs its code).
+  int fragments = 1;
+  int fragment_delay = 0;       // tau: 0 <= tau <= H / P (0: each fragment's sync blocks)
+  float fragment_alpha = 0.0f;  // alpha in [0, 1] (0: the local copy takes the outer one)
+  // Resuming a streaming run: the worker's parameters at the checkpoint (OuterStepView::local);
+  // empty = the outer parameters.
+  std::vector<float> initial_local;
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
+
+  bool streaming() const { return fragments > 1 || fragment_delay > 0 || fragment_alpha != 0.0f; }
 };
 
 enum class NodeExit { kFinished, kLeft, kEvicted, kLost };
@@ -159,7 +177,7 @@ class DilocoNode {
   bool connect_epoch(const RoundRecord& r);
   void inner_steps(const RoundRecord& r);
   // H inner steps on the worker, their `inner_steps` event (for `outer_step`) and stats.
-  void run_phase(std::int64_t outer_step, RoundStats& into);
+  void run_phase(std::int64_t outer_step, RoundStats& into, int steps);
   // delta_ = base - the worker's parameters, then the non-finite guard.
   void take_pseudo_gradient(std::span<const float> base, std::int64_t outer_step);
   // The non-finite guard, before anything is sent: a pseudo-gradient with NaN or Inf is a
@@ -179,10 +197,25 @@ class DilocoNode {
   // this outer step, which have no pseudo-gradient of it and send zeros.
   int shares(const RoundRecord& r) const;
   bool overlapped() const { return options_.overlap != Overlap::kNone; }
-  // Returns whether every shard's ring succeeded; `blamed` gets the nodes whose chunks were
-  // rejected as invalid (for the mesh to evict).
-  bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed);
-  void reduce_shard(const RoundRecord& r, int shard);
+  // Streaming: the round's H inner steps with each fragment's sync at its point (see
+  // DilocoOptions::fragments). Returns whether every fragment's all-reduce succeeded
+  // (`connected`: this node's rings exist); `blamed` as for all_reduce().
+  bool stream_round(const RoundRecord& r, bool connected, std::vector<std::int64_t>& blamed);
+  // One fragment's pseudo-gradient (delta_ over its range), then the non-finite guard over it.
+  void take_fragment(const Fragment& f, std::int64_t outer_step);
+  // One fragment's barrier and all-reduce; false when it failed (every ring is then aborted).
+  bool sync_fragment(const RoundRecord& r, int p, std::vector<std::int64_t>& blamed);
+  // local = alpha * local + (1 - alpha) * (the fragment's outer parameters after this step).
+  void merge_fragment(const Fragment& f);
+  // All-reduces reduced_ = delta_ / shares over [offset, offset + count), shard k's buckets
+  // by local rank k's ring. Returns whether every shard's ring succeeded; `blamed` gets the
+  // nodes whose chunks were rejected as invalid (for the mesh to evict). `fragment` (streaming,
+  // else -1) goes into the allreduce events.
+  bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed,
+                  const std::vector<std::vector<Bucket>>& shards, std::uint64_t offset,
+                  std::uint64_t count, int fragment = -1);
+  void reduce_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
+                    int fragment);
   // Runs `rings` (the all-reduce of round `r`) while a watchdog aborts the rings once a member
   // is gone by the mesh (ring_watchdog_s > 0); returns when `rings` does.
   void watched(const RoundRecord& r, const std::function<void()>& rings);
@@ -230,6 +263,11 @@ class DilocoNode {
   bool phase_ran_ = false;               // phase_ ran this round (joined before the report)
   std::vector<float> start_;             // the parameters phase_'s inner steps started from
   std::vector<std::int64_t> newcomers_;  // joiners of the current step's first attempt
+
+  // Streaming outer steps (options_.streaming()).
+  std::vector<Fragment> fragments_;
+  std::vector<float> merged_;      // one fragment's outer parameters after the step (merge)
+  double stream_exposed_s_ = 0.0;  // this round's waits for fragment syncs past their tau steps
 
   std::unique_ptr<Mutex> mu_;
   bool leave_ = false;  // guarded by mu_

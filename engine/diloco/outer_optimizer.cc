@@ -4,6 +4,15 @@
 #include "engine/error.h"
 
 namespace meridian {
+namespace {
+
+// One element of the Nesterov step; step() and preview() share it so that they round alike.
+inline void nesterov(float lr, float mu, float g, float& buf, float& theta) {
+  buf = mu * buf + g;
+  theta = theta - lr * (g + mu * buf);
+}
+
+}  // namespace
 
 OuterOptimizer::OuterOptimizer(std::uint64_t count, OuterOptimizerOptions options)
     : options_(options), momentum_(count, 0.0f) {}
@@ -14,11 +23,19 @@ void OuterOptimizer::step(std::span<float> theta, std::span<const float> gradien
   MERIDIAN_CHECK_EQ(gradient.size(), momentum_.size());
   const float lr = options_.lr;
   const float mu = options_.momentum;
+  for (std::size_t i = 0; i < theta.size(); ++i) nesterov(lr, mu, gradient[i], momentum_[i], theta[i]);
+}
+
+void OuterOptimizer::preview(std::uint64_t offset, std::span<const float> theta,
+                             std::span<const float> gradient, std::span<float> out) const {
+  MERIDIAN_CHECK_EQ(theta.size(), gradient.size());
+  MERIDIAN_CHECK_EQ(out.size(), theta.size());
+  MERIDIAN_CHECK(offset + theta.size() <= momentum_.size());
   for (std::size_t i = 0; i < theta.size(); ++i) {
-    const float g = gradient[i];
-    const float buf = mu * momentum_[i] + g;
-    momentum_[i] = buf;
-    theta[i] = theta[i] - lr * (g + mu * buf);
+    float buf = momentum_[offset + i];
+    float t = theta[i];
+    nesterov(options_.lr, options_.momentum, gradient[i], buf, t);
+    out[i] = t;
   }
 }
 

@@ -33,6 +33,13 @@ class OuterOptimizer {
   void stand_in(std::span<const float> theta, std::span<const float> gradient, float divisor,
                 std::span<float> out) const;
 
+  // Streaming DiLoCo's merge (engine/diloco/README.md, "Streaming outer steps"): `out` gets what
+  // step() would make of theta[offset, offset + n) with this gradient, element for element the
+  // same arithmetic, without changing theta or the momentum (step() applies it at the round's
+  // record).
+  void preview(std::uint64_t offset, std::span<const float> theta,
+               std::span<const float> gradient, std::span<float> out) const;
+
   std::span<float> momentum() { return momentum_; }
   std::span<const float> momentum() const { return momentum_; }
   const OuterOptimizerOptions& options() const { return options_; }

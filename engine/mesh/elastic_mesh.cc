@@ -106,8 +106,9 @@ std::string ElasticMesh::key_report(std::uint64_t round, std::int64_t id) const 
   return options_.prefix + "report/" + padded(round) + "/" + std::to_string(id);
 }
 
-std::string ElasticMesh::key_ready(std::uint64_t round, std::int64_t id) const {
-  return options_.prefix + "ready/" + padded(round) + "/" + std::to_string(id);
+std::string ElasticMesh::ready_prefix(std::uint64_t round, int fragment) const {
+  return options_.prefix + "ready/" + padded(round) + "/" +
+         (fragment >= 0 ? "f" + std::to_string(fragment) + "/" : "");
 }
 
 void ElasticMesh::emit(const std::string& type, JsonObject fields) {
@@ -652,9 +653,9 @@ RoundRecord ElasticMesh::wait_admitted() {
   }
 }
 
-bool ElasticMesh::ready_barrier(const RoundRecord& r) {
-  store_.set(key_ready(r.round, id_), "1");
-  const std::string ready = options_.prefix + "ready/" + padded(r.round) + "/";
+bool ElasticMesh::ready_barrier(const RoundRecord& r, int fragment) {
+  const std::string ready = ready_prefix(r.round, fragment);
+  store_.set(ready + std::to_string(id_), "1");
   // Wakes on what can end the wait: a ready key, a lease's end, a deathrattle, the next record.
   const std::vector<std::string> watched = {ready, options_.prefix + "hb/",
                                             options_.prefix + "left/", key_round(r.round + 1)};
@@ -679,8 +680,8 @@ bool ElasticMesh::ready_barrier(const RoundRecord& r) {
   }
 }
 
-void ElasticMesh::skip_barrier(const RoundRecord& r) {
-  store_.set(key_ready(r.round, id_), "skipped");
+void ElasticMesh::skip_barrier(const RoundRecord& r, int fragment) {
+  store_.set(ready_prefix(r.round, fragment) + std::to_string(id_), "skipped");
 }
 
 std::string ElasticMesh::gone(std::int64_t who) {

@@ -73,11 +73,13 @@ class ElasticMesh {
   // is not ready is dead by this node's own observation, or the round was already decided.
   // The wait is bounded by the members' liveness, not by a timeout: a slow member is waited for
   // (so the ring's timeout covers the transfer only), a dead one within dead_after_s.
-  bool ready_barrier(const RoundRecord& r);
+  // `fragment` >= 0: the barrier of that fragment's sync within the round (streaming DiLoCo),
+  // a key space of its own beside the round's.
+  bool ready_barrier(const RoundRecord& r, int fragment = -1);
   // For a member that will not reach the barrier of `r` (its connect failed): marks it there,
   // so members that connected do not wait for it while it is alive. They pass the barrier and
   // their ring fails at once on its closed connections (the round is then retried as usual).
-  void skip_barrier(const RoundRecord& r);
+  void skip_barrier(const RoundRecord& r, int fragment = -1);
   // Why waiting for the other members of round `r` to connect can no longer succeed, or ""
   // while it still can: a member dead by its lease or gone by its deathrattle, a member that
   // already reported `r` (its connect failed: it will not come), or the round decided without
@@ -118,7 +120,9 @@ class ElasticMesh {
   std::string key_join(std::int64_t id) const;
   std::string key_round(std::uint64_t round) const;
   std::string key_report(std::uint64_t round, std::int64_t id) const;
-  std::string key_ready(std::uint64_t round, std::int64_t id) const;
+  // The prefix of round `round`'s ready keys: ready/<round>/, or ready/<round>/f<fragment>/
+  // for a fragment's barrier (collect_rounds() erases both by their round).
+  std::string ready_prefix(std::uint64_t round, int fragment) const;
 
  private:
   // Who is alive, in one look at the store: a node is dead once its lease key is gone or it

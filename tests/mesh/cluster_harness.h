@@ -189,6 +189,12 @@ struct ClusterOptions {
   // Overlapped outer steps; with a resume, each node's pending pseudo-gradient (when set).
   Overlap overlap = Overlap::kNone;
   std::function<std::vector<float>(std::int64_t id)> resume_pending;
+  // Streaming outer steps (DilocoOptions::fragments, fragment_delay, fragment_alpha); with a
+  // resume, each node's local parameters (when set).
+  int fragments = 1;
+  int fragment_delay = 0;
+  float fragment_alpha = 0.0f;
+  std::function<std::vector<float>(std::int64_t id)> resume_local;
   // Another worker than the synthetic one (a TorchWorker: the thread-level reference of a
   // multi-process schedule, tests/gloo/process_fault_matrix_test.cc). Then worker(), on_launch
   // and `params`, `boundaries`, `inner_step_s`, `phantom` do not apply.
@@ -221,6 +227,7 @@ struct StepRecord {
   bool fallback = false;
   std::vector<float> params, momentum;
   std::vector<float> pending;  // OuterStepView::pending (overlapped runs)
+  std::vector<float> local;    // OuterStepView::local (streaming runs)
 };
 
 using StepRecords = std::map<std::int64_t, std::map<std::int64_t, StepRecord>>;
@@ -230,6 +237,22 @@ using StepRecords = std::map<std::int64_t, std::map<std::int64_t, StepRecord>>;
 // done - 1, its synthetic worker as after `inner_done` inner steps (the progress and every
 // moment), and from its pending pseudo-gradient when `pending` (overlapped runs). `ref` must
 // outlive the resumed cluster.
+// A resumed run's steps (`got`) equal the whole run's (`ref`) from step `done` to the end, bit
+// for bit: the outer parameters, the momentum, and the pending or local vectors (empty where
+// the mode has none).
+inline void expect_resumed_matches(const StepRecords& got, const StepRecords& ref,
+                                   std::int64_t done, std::int64_t outer_steps) {
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(outer_steps - done));
+  for (const auto& [step, by_node] : got)
+    for (const auto& [id, rec] : by_node) {
+      const StepRecord& want = ref.at(step).at(id);
+      EXPECT_EQ(rec.params, want.params) << "step " << step << " node " << id;
+      EXPECT_EQ(rec.momentum, want.momentum) << "step " << step << " node " << id;
+      EXPECT_EQ(rec.pending, want.pending) << "step " << step << " node " << id;
+      EXPECT_EQ(rec.local, want.local) << "step " << step << " node " << id;
+    }
+}
+
 inline void resume_from(ClusterOptions& o, const StepRecords& ref, std::int64_t done,
                         std::int64_t inner_done, bool pending = false) {
   o.first_outer_step = done;
@@ -416,7 +439,9 @@ class Cluster {
       }
     }
     EXPECT_EQ(recs.size(), static_cast<std::size_t>(o_.outer_steps - o_.first_outer_step));
-    if (!recs.empty()) EXPECT_EQ(recs.begin()->first, o_.first_outer_step);
+    if (!recs.empty()) {
+      EXPECT_EQ(recs.begin()->first, o_.first_outer_step);
+    }
   }
 
   // Events of one type across all nodes.
@@ -584,6 +609,10 @@ class Cluster {
     if (o_.resume_momentum) d.initial_momentum = o_.resume_momentum(id);
     d.overlap = o_.overlap;
     if (o_.resume_pending) d.initial_pending = o_.resume_pending(id);
+    d.fragments = o_.fragments;
+    d.fragment_delay = o_.fragment_delay;
+    d.fragment_alpha = o_.fragment_alpha;
+    if (o_.resume_local) d.initial_local = o_.resume_local(id);
     if (o_.configure) o_.configure(d);
     d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
     n->diloco = std::make_unique<DilocoNode>(*worker, n->store, *transports, runtime_, n->sink, d);
@@ -606,7 +635,8 @@ class Cluster {
       StepRecord rec{v.epoch, v.members, v.fallback,
                      std::vector<float>(v.outer_parameters.begin(), v.outer_parameters.end()),
                      std::vector<float>(v.momentum.begin(), v.momentum.end()),
-                     std::vector<float>(v.pending.begin(), v.pending.end())};
+                     std::vector<float>(v.pending.begin(), v.pending.end()),
+                     std::vector<float>(v.local.begin(), v.local.end())};
       records_[v.outer_step][v.node] = std::move(rec);
       auto it = at_step_.find(v.outer_step);
       if (it != at_step_.end()) {

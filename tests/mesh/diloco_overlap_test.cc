@@ -257,14 +257,7 @@ TEST_P(OverlapTest, ARunResumedWithItsPendingPseudoGradientIsBitIdentical) {
   resume_from(r, ref, kDone, (kDone + 1) * o.inner_steps, /*pending=*/true);
   Cluster resumed(r);
   resumed.run_and_check();
-  const auto got = resumed.steps();
-  ASSERT_EQ(got.size(), static_cast<std::size_t>(o.outer_steps - kDone));
-  for (const auto& [step, by_node] : got)
-    for (const auto& [id, rec] : by_node) {
-      EXPECT_EQ(rec.params, ref.at(step).at(id).params) << "step " << step << " node " << id;
-      EXPECT_EQ(rec.momentum, ref.at(step).at(id).momentum) << "step " << step << " node " << id;
-      EXPECT_EQ(rec.pending, ref.at(step).at(id).pending) << "step " << step << " node " << id;
-    }
+  expect_resumed_matches(resumed.steps(), ref, kDone, o.outer_steps);
   // Without the pending pseudo-gradient the node reruns step 2's inner steps: it differs.
   ClusterOptions no_pending = r;
   no_pending.resume_pending = nullptr;

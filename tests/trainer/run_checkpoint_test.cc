@@ -415,6 +415,42 @@ TEST_F(RunCheckpointTest, ResumeFromStartsFromWhatItIsTold) {
   EXPECT_NE(all.find((node2 / "step-000000000003").string() + ": "), std::string::npos) << all;
 }
 
+// Overlapped and streaming nodes carry one more vector each (the pending pseudo-gradient, the
+// local parameters): written as outer_pending.* / outer_local.* beside a flag in progress.json,
+// read back bit for bit into DilocoOptions by this shard's node only.
+TEST_F(RunCheckpointTest, PendingAndLocalVectorsRoundTripToTheirOwnShardOnly) {
+  NodeState s = state(4, 0);
+  s.pending.resize(n_);
+  s.local.resize(n_);
+  for (std::uint64_t i = 0; i < n_; ++i) {
+    s.pending[i] = 0.125f * static_cast<float>(i) - 3.0f;
+    s.local[i] = s.params[i] + 0.0625f;
+  }
+  const std::vector<float> pending = s.pending, local = s.local;
+  NodeState only_local = state(5, 0);
+  only_local.local = local;
+  write(1, {s, only_local});
+  auto candidates = find(0);
+  ASSERT_EQ(candidates.size(), 2u);
+  ASSERT_EQ(candidates[1].steps_done, 4);
+  VectorWorker w(n_);
+  DilocoOptions d;
+  load_for_resume(candidates[1], model_, w, d);
+  EXPECT_EQ(d.initial_pending, pending);
+  EXPECT_EQ(d.initial_local, local);
+  EXPECT_EQ(w.params, state(4, 0).params);  // the outer parameters, as always
+  DilocoOptions d5;
+  load_for_resume(candidates[0], model_, w, d5);
+  EXPECT_TRUE(d5.initial_pending.empty());
+  EXPECT_EQ(d5.initial_local, local);
+  // Another shard's node takes the outer state only.
+  const auto other = find(1, nullptr, parse_resume_from("other-shard"));
+  ASSERT_FALSE(other.empty());
+  DilocoOptions d_other;
+  load_for_resume(other[0], model_, w, d_other);
+  EXPECT_TRUE(d_other.initial_local.empty());
+}
+
 TEST(ResumeAgreement, TheNewestStepEveryNodeHasElseAClearError) {
   ThreadRuntime runtime;
   {
