@@ -93,6 +93,13 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
                       " are two ways of overlapping the sync; choose one");
   if (!options_.initial_local.empty() && !options_.streaming())
     throw ConfigError("diloco: local parameters to resume from need streaming (diloco.fragments)");
+  if (!options_.initial_pending.empty() && !overlapped())
+    throw ConfigError("diloco: a pending pseudo-gradient to resume from needs diloco.overlap");
+  // Cut here, not in run(): a configuration error is the constructor's (a simulation reports it
+  // before any node's activities start).
+  if (options_.streaming())
+    fragments_ = make_fragments(make_buckets(worker_.bucket_boundaries(), worker_.parameter_count()),
+                                options_.fragments, options_.local_ranks);
 }
 
 DilocoNode::~DilocoNode() {
@@ -129,8 +136,6 @@ void DilocoNode::initialise_outer_state() {
     options_.initial_momentum = {};  // no second copy for the run's length
   }
   if (!options_.initial_pending.empty()) {
-    if (!overlapped())
-      throw ConfigError("diloco: a pending pseudo-gradient to resume from needs diloco.overlap");
     if (!phantom_) {
       MERIDIAN_CHECK_EQ(options_.initial_pending.size(), count_);
       delta_ = std::move(options_.initial_pending);
@@ -142,8 +147,6 @@ void DilocoNode::initialise_outer_state() {
   }
   const std::vector<Bucket> buckets = make_buckets(worker_.bucket_boundaries(), count_);
   shards_ = shard_buckets(buckets, options_.local_ranks);
-  if (options_.streaming())
-    fragments_ = make_fragments(buckets, options_.fragments, options_.local_ranks);
   if (!options_.initial_local.empty()) {
     if (!phantom_) {
       MERIDIAN_CHECK_EQ(options_.initial_local.size(), count_);

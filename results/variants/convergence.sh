@@ -6,7 +6,8 @@
 # run_point. Runs go to runs/variants-convergence/ (not committed); convergence.json here holds
 # each run's final validation loss and time to the target loss beside the blocking runs'.
 #   results/variants/convergence.sh BUILD [VARIANTS]   VARIANTS default: "delayed eager"
-# A variant may carry more overrides after '@': "delayed@diloco.outer_momentum=0" (seed 0 only).
+# Variants as in variants.sh; one may carry more overrides after '@':
+# "delayed@diloco.outer_momentum=0" (seed 0 only).
 # About 4 minutes of wall per run, two at a time, on 2 vCPUs.
 set -euo pipefail
 build=$(cd "${1:?usage: convergence.sh BUILD_DIR [VARIANTS]}" && pwd)
@@ -26,11 +27,14 @@ for v in $variants; do
 done | xargs -P 2 -L 1 bash -c '
   name=$0 v=$1 seed=$2 extra=()
   IFS=@ read -r -a parts <<< "$v"
+  source '"$here"'/variants.sh
+  spec=$(variant_settings "${parts[0]}") || exit 2
+  read -r -a extra <<< "$spec"
   for kv in "${parts[@]:1}"; do extra+=(--set "$kv"); done
   [[ -f '"$out"'/$name/summary.json ]] && grep -q "\"complete\": true" '"$out"'/$name/summary.json && exit 0
   nice -n 10 '"$build"'/bin/meridian sim results/convergence/config/n4.yaml --out '"$out"'/$name \
     --set diloco.H=50 --set diloco.codec=int8 --set run.seed=$seed --set run.outer_steps=120 \
-    --set diloco.overlap=${parts[0]} "${extra[@]}" > '"$out"'/$name.log 2>&1 \
+    "${extra[@]}" > '"$out"'/$name.log 2>&1 \
     || echo "convergence: $name failed" >&2'
 python3 - "$out" "$here" <<'PY'
 import json, pathlib, statistics, sys

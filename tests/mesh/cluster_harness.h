@@ -664,4 +664,18 @@ class Cluster {
   std::map<std::int64_t, std::map<std::int64_t, StepRecord>> records_;
 };
 
+// The configuration error of a one-node cluster of `o`: thrown when its node is built (the
+// DilocoNode constructor checks the options), or the node's own exit reason.
+inline std::string node_config_error(ClusterOptions o) {
+  o.initial = 1;
+  try {
+    Cluster c(o);
+    c.start();
+    c.join();
+    return c.result(1).what;
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+}
+
 }  // namespace meridian::testing

@@ -292,12 +292,9 @@ TEST(Overlap, ParseNamesTheChoices) {
 
 TEST(Overlap, APendingPseudoGradientWithoutOverlapIsAConfigurationError) {
   ClusterOptions o = overlap_options(Overlap::kNone);
-  o.initial = 1;
   o.resume_pending = [&](std::int64_t) { return std::vector<float>(o.params, 1.0f); };
-  Cluster c(o);
-  c.start();
-  c.join();
-  EXPECT_NE(c.result(1).what.find("needs diloco.overlap"), std::string::npos) << c.result(1).what;
+  const std::string why = node_config_error(o);
+  EXPECT_NE(why.find("needs diloco.overlap"), std::string::npos) << why;
 }
 
 }  // namespace

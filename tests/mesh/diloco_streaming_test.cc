@@ -294,27 +294,14 @@ TEST(Streaming, FragmentsAreRunsOfWholeBucketsOfNearEqualSize) {
   }
 }
 
-// The node's own checks name the setting that is wrong.
-std::string config_error(ClusterOptions o) {
-  o.initial = 1;
-  try {
-    Cluster c(o);
-    c.start();
-    c.join();
-    return c.result(1).what;
-  } catch (const ConfigError& e) {
-    return e.what();
-  }
-}
-
 TEST(Streaming, SettingsOutOfRangeAreConfigurationErrors) {
-  EXPECT_NE(config_error(streaming_options(5, 0, 0)).find("H >= 5"), std::string::npos);
-  EXPECT_NE(config_error(streaming_options(2, 3, 0)).find("fragment_delay"), std::string::npos);
-  EXPECT_NE(config_error(streaming_options(2, 0, 1.5f)).find("fragment_alpha"),
+  EXPECT_NE(node_config_error(streaming_options(5, 0, 0)).find("H >= 5"), std::string::npos);
+  EXPECT_NE(node_config_error(streaming_options(2, 3, 0)).find("fragment_delay"), std::string::npos);
+  EXPECT_NE(node_config_error(streaming_options(2, 0, 1.5f)).find("fragment_alpha"),
             std::string::npos);
   ClusterOptions both = streaming_options(2, 1, 0);
   both.overlap = Overlap::kDelayed;
-  EXPECT_NE(config_error(both).find("choose one"), std::string::npos);
+  EXPECT_NE(node_config_error(both).find("choose one"), std::string::npos);
 }
 
 }  // namespace
