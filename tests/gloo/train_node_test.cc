@@ -86,6 +86,43 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   EXPECT_NE(events.find("\"type\":\"run_finished\""), std::string::npos);
 }
 
+// Streaming DiLoCo over Gloo (diloco.fragments 2, fragment_delay 1, fragment_alpha 0.5): node 3
+// is SIGKILLed in the middle of a fragment's all-reduce, which runs beside the others' inner
+// steps. The survivors fail that round, retry it without node 3 and go on bit-identical; a node
+// restarted under a new id recovers at a boundary and agrees with them from its first step.
+TEST_F(TrainNodeTest, StreamingSurvivesAKillDuringAFragmentsAllReduce) {
+  constexpr int kOuterSteps = 12;
+  diloco_extra_ = "  fragments: 2\n  fragment_delay: 1\n  fragment_alpha: 0.5\n";
+  write_run(3, kOuterSteps);
+  const std::string store = start_first();
+  const pid_t n1 = pids_.back();
+  const pid_t n2 = start(2, {"--store", store});
+  // tiny's 4 buckets make 2 fragments: the embedding, then the rest. 16 ring sends per outer
+  // step (4 per bucket at W = 3); the 18th is in step 1's first fragment, beside inner steps.
+  const pid_t n3 = start(3, {"--store", store, "--fault-pause-at-message", "18", "--fault-marker",
+                             (dir_ / "paused").string()});
+  ASSERT_TRUE(wait_until([&] { return fs::exists(dir_ / "paused"); }, 120)) << log(3);
+  ::kill(n3, SIGKILL);
+  EXPECT_EQ(finish(n3), 128 + SIGKILL);
+  EXPECT_EQ(checksums(node_dir(3)).size(), 1u);
+  const pid_t n4 = start(4, {"--store", store, "--shard", "2"});
+  EXPECT_EQ(finish(n2), 0) << log(2);
+  EXPECT_EQ(finish(n4), 0) << log(4);
+  EXPECT_EQ(finish(n1), 0) << log(1);
+  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2)), c4 = checksums(node_dir(4));
+  ASSERT_EQ(c1.size(), static_cast<std::size_t>(kOuterSteps));
+  EXPECT_EQ(c1, c2);
+  bool two_members = false;
+  for (const auto& [step, v] : c1) two_members |= v.first == 2;
+  EXPECT_TRUE(two_members);
+  ASSERT_FALSE(c4.empty()) << log(4);
+  for (const auto& [step, v] : c4) EXPECT_EQ(v.second, c1.at(step).second) << "outer step " << step;
+  // The fragments' syncs ran, and the round node 3 died in was retried.
+  const std::string events = read_file(node_dir(1) / "events.jsonl");
+  EXPECT_NE(events.find("\"type\":\"fragment_sync\""), std::string::npos);
+  EXPECT_NE(events.find("\"type\":\"retry\""), std::string::npos);
+}
+
 // Events are flushed per record (issue 36): a node SIGKILLed from outside after some outer steps
 // (no fault point: nothing flushes on its way out) keeps, whole, every record it emitted up to
 // the kill. Its checksums.tsv line of a step is written after that step's `outer_step` record,

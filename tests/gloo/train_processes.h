@@ -139,6 +139,7 @@ class TrainProcessTest : public ::testing::Test {
         << "diloco:\n  H: 4\n  codec: int8\n  local_ranks: 1\n  timeout_s: " << allreduce_timeout_s_
         << "\n"
         << "  admission_timeout_s: 90\n  round_timeout_s: 90\n"
+        << diloco_extra_
         << "  heartbeat_s: " << heartbeat_s_ << "\n  dead_after_s: " << dead_after_s_ << "\n"
         << "recovery:\n  timeout_s: " << recovery_timeout_s_ << "\n"
         << (recovery_chunk_bytes_ > 0
@@ -189,6 +190,7 @@ class TrainProcessTest : public ::testing::Test {
 
   fs::path dir_;
   std::string out_ = "out";  // output.dir (under dir_) of the next write_run
+  std::string diloco_extra_;  // more lines of the diloco section ("  key: value\n" each)
   std::string run_file_;     // the run file start() gives ("" = dir_/run.yaml)
   std::vector<pid_t> pids_;
   // RUN.yaml's data shards and liveness (write_run).
