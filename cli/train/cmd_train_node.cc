@@ -372,11 +372,14 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   trainer::TorchWorker& torch = real.worker();
   ProgressWorker worker(torch);
   PausingFactory transports(real.transports(), a.pause_at_message, a.fault_marker, events);
-  FaultTrigger kill_point(a.kill_at, [&events](const std::string& what) {
-    std::cerr << "fault: SIGKILL in " << what << std::endl;
-    events.flush();  // a fault point ends the process without unwinding: nothing is lost
-    ::raise(SIGKILL);
-  });
+  FaultTrigger kill_point(
+      a.kill_at,
+      [&events](const std::string& what) {
+        std::cerr << "fault: SIGKILL in " << what << std::endl;
+        events.flush();  // a fault point ends the process without unwinding: nothing is lost
+        ::raise(SIGKILL);
+      },
+      c.diloco.inner_steps);
   FaultTrigger::Worker node_worker(worker, kill_point);
   FaultTrigger::Factory node_transports(transports, kill_point);
 

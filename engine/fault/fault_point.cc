@@ -84,8 +84,8 @@ std::string describe(const FaultPoint& p) {
   return "?";
 }
 
-FaultTrigger::FaultTrigger(FaultPoint point, Action action)
-    : point_(point), action_(std::move(action)) {}
+FaultTrigger::FaultTrigger(FaultPoint point, Action action, int inner_steps)
+    : point_(point), action_(std::move(action)), inner_steps_(inner_steps) {}
 
 void FaultTrigger::fire() {
   {
@@ -100,9 +100,14 @@ InnerStepsResult FaultTrigger::Worker::run_inner_steps(int steps) {
   bool here;
   {
     std::lock_guard<std::mutex> lock(t_.mu_);
-    ++t_.outer_;
-    t_.attempt_ = 0;
-    here = t_.point_.phase == FaultPhase::kInner && t_.point_.n == t_.outer_ && !t_.fired_;
+    const bool begins = t_.inner_steps_ <= 0 || t_.steps_ % t_.inner_steps_ == 0;
+    t_.steps_ += static_cast<std::uint64_t>(steps);
+    if (begins) {
+      ++t_.outer_;
+      t_.attempt_ = 0;
+    }
+    here = begins && t_.point_.phase == FaultPhase::kInner && t_.point_.n == t_.outer_ &&
+           !t_.fired_;
   }
   if (!here || steps < 2) {
     if (here) t_.fire();

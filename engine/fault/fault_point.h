@@ -38,11 +38,15 @@ std::string describe(const FaultPoint& p);
 // runs (on the node's activity that reached the point) with describe(point). A node's outer steps
 // are its inner-step calls, counted from 1; collective transports connected since the last of
 // them are its retries (a retry always forms a new epoch; attempt 0's is connected before the
-// inner steps). With several local ranks the shard-0 ring counts.
+// inner steps). With several local ranks the shard-0 ring counts. Given H (`inner_steps` > 0),
+// an outer step begins only with the call at a multiple of H inner steps of this process: a
+// streaming node (diloco.fragments) runs each outer step's H steps in several calls, and its
+// fragments' messages between them belong to that step. Overlapped runs (diloco.overlap) are
+// not counted right: their next step's inner steps run beside this step's ring.
 class FaultTrigger {
  public:
   using Action = std::function<void(const std::string& what)>;
-  FaultTrigger(FaultPoint point, Action action);
+  FaultTrigger(FaultPoint point, Action action, int inner_steps = 0);
 
   // InnerWorker wrapper: fires after the first of the N-th call's inner steps, then runs the
   // rest (when the action returns).
@@ -74,7 +78,9 @@ class FaultTrigger {
   const FaultPoint point_;
   const Action action_;
   std::mutex mu_;
-  std::uint64_t outer_ = 0;         // inner-step calls so far
+  const int inner_steps_;           // H, or 0: every inner-step call begins an outer step
+  std::uint64_t outer_ = 0;         // outer steps begun so far
+  std::uint64_t steps_ = 0;         // inner steps so far
   int attempt_ = 0;                 // collective epochs connected since the last one
   std::uint64_t recovery_sent_ = 0;
   bool fired_ = false;

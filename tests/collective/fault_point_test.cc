@@ -135,6 +135,35 @@ TEST(FaultPoint, AttemptsCountTheEpochsConnectedAfterTheInnerSteps) {
   EXPECT_EQ(n.log, want);
 }
 
+// A streaming node runs each outer step's H = 4 inner steps in several calls, its fragments'
+// messages between them: given H, the trigger counts outer steps by inner steps, not calls.
+TEST(FaultPoint, GivenHAnOuterStepIsHInnerStepsInAnyNumberOfCalls) {
+  std::vector<std::string> log;
+  StubWorker stub{log};
+  StubFactory stubs;
+  FaultTrigger trigger(parse_fault_point("all-gather:2", "--fault-kill"),
+                       [&](const std::string& what) { log.push_back("FIRE " + what); }, 4);
+  FaultTrigger::Worker worker(stub, trigger);
+  FaultTrigger::Factory factory(stubs, trigger);
+  const auto ring = factory.connect(EpochSpec{1, 0, {1, 2}, 1.0});
+  for (int step = 1; step <= 2; ++step)
+    for (int part = 0; part < 2; ++part) {  // two fragments: 2 inner steps, then a sync
+      worker.run_inner_steps(1);
+      worker.run_inner_steps(1);
+      ring->send(1, ring_message(true), Payload{}, 1.0);
+    }
+  const std::vector<std::string> want = {"steps 1", "steps 1", "steps 1", "steps 1",
+                                         "steps 1", "steps 1",
+                                         "FIRE the all-gather of outer step 2 (attempt 0)",
+                                         "steps 1", "steps 1"};
+  EXPECT_EQ(log, want);
+  Node inner("inner:2");  // without H every call is an outer step: the second call fires
+  inner.worker.run_inner_steps(1);
+  inner.worker.run_inner_steps(1);
+  EXPECT_EQ(inner.log, (std::vector<std::string>{"steps 1", "FIRE the inner steps of outer step 2",
+                                                 "steps 1"}));
+}
+
 TEST(FaultPoint, AllGatherAndRecoveryMessagesAreTheirOwn) {
   Node ag("all-gather:1");
   ag.attempt(1, true);

@@ -77,6 +77,9 @@ class ProcessFaultMatrix : public TrainProcessTest {
       d.recovery.blocking = c.diloco.recovery.blocking;
       d.mesh.max_retries = c.diloco.mesh.max_retries;
       d.mesh.max_joiners_per_round = c.diloco.mesh.max_joiners_per_round;
+      d.fragments = c.diloco.fragments;
+      d.fragment_delay = c.diloco.fragment_delay;
+      d.fragment_alpha = c.diloco.fragment_alpha;
     };
     for (const auto& [id, point] : s.kill) o.kill_at[id] = parse_fault_point(point, "kill");
     Cluster cluster(o);
@@ -180,6 +183,23 @@ TEST_F(ProcessFaultMatrix, KilledDuringAllGather) {
   EXPECT_EQ(finish(p[1]), 0) << log(1);
   EXPECT_EQ(members_at(checksums(node_dir(1)), 2), 2);
   EXPECT_EQ(count_in_events(3, "retry"), 1u);
+  expect_reference({.kill = {{2, "all-gather:3"}}}, {1, 3});
+}
+
+// Streaming DiLoCo (2 fragments, each all-reduce beside 1 inner step, alpha 0.5): node 2 dies at
+// its first all-gather message of outer step 3, in the first fragment's sync. Both survivors'
+// rings of that fragment fail (each needs a message that passes node 2), they skip the second
+// fragment and retry the round without it; the reference does the same with threads.
+TEST_F(ProcessFaultMatrix, StreamingKilledDuringAFragmentsAllGather) {
+  diloco_extra_ = "  fragments: 2\n  fragment_delay: 1\n  fragment_alpha: 0.5\n";
+  write(3, 5);
+  auto p = start_nodes(3, {{2, kill_at("all-gather:3")}});
+  expect_killed(p[2], 2, "the all-gather of outer step 3 (attempt 0)");
+  EXPECT_EQ(finish(p[3]), 0) << log(3);
+  EXPECT_EQ(finish(p[1]), 0) << log(1);
+  EXPECT_EQ(members_at(checksums(node_dir(1)), 2), 2);
+  EXPECT_EQ(count_in_events(3, "retry"), 1u);
+  EXPECT_EQ(count_in_events(1, "fragment_sync"), 10u);  // 2 per step, the failed ones included
   expect_reference({.kill = {{2, "all-gather:3"}}}, {1, 3});
 }
 

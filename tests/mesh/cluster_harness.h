@@ -579,8 +579,8 @@ class Cluster {
     InnerWorker* worker = n->owned_worker.get();
     TransportFactory* transports = &faults_;
     if (const auto it = o_.kill_at.find(id); it != o_.kill_at.end()) {
-      n->trigger = std::make_unique<FaultTrigger>(it->second,
-                                                  [this, id](const std::string&) { kill(id); });
+      n->trigger = std::make_unique<FaultTrigger>(
+          it->second, [this, id](const std::string&) { kill(id); }, o_.inner_steps);
       n->trigger_worker = std::make_unique<FaultTrigger::Worker>(*worker, *n->trigger);
       n->trigger_factory = std::make_unique<FaultTrigger::Factory>(faults_, *n->trigger);
       worker = n->trigger_worker.get();
