@@ -627,6 +627,13 @@ std::string summary_table(const Summary& s) {
           num(s.allreduce_s.p90, "%.1f") + " / " + num(s.allreduce_s.mean, "%.1f s"));
   row("outer-step utilization (report form)", pct(s.outer_step_utilization));
   row("compute utilization", pct(s.compute_utilization));
+  const auto& idle = s.idle_per_outer_step_s;
+  row("idle per outer step",
+      "sync " + num(idle.sync, "%.1f") + ", outer opt " + num(idle.outer_opt, "%.1f") +
+          ", recovery " + num(idle.recovery, "%.1f") + ", other " + num(idle.other, "%.1f s"));
+  row("collective B/s / node, mean / peak", scaled(s.bytes_per_s_per_node.mean, "B/s", "G") +
+                                                " / " +
+                                                scaled(s.bytes_per_s_per_node.peak, "B/s", "G"));
   row("MFU", pct(s.mfu));
   row("wire bytes / node / outer step", scaled(s.wire_bytes_per_node_per_outer_step, "B", "G"));
   if (s.bandwidth_reduction_vs_ddp)

@@ -28,8 +28,8 @@ std::vector<std::vector<Bucket>> shard_buckets(const std::vector<Bucket>& bucket
 // Streaming DiLoCo's fragments: P contiguous runs of whole buckets (layer groups) of near-equal
 // element counts, each cut into the local ranks' shards as shard_buckets() cuts a model.
 struct Fragment {
-  std::uint64_t offset = 0;  // first element in the flat parameter vector
-  std::uint64_t count = 0;   // elements (the fragment's buckets, contiguous)
+  std::uint64_t offset = 0;                 // first element in the flat parameter vector
+  std::uint64_t count = 0;                  // elements (the fragment's buckets, contiguous)
   std::vector<std::vector<Bucket>> shards;  // per local rank
 };
 

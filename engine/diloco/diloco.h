@@ -236,8 +236,8 @@ class DilocoNode {
   bool phantom_ = false;
   std::uint64_t count_ = 0;
 
-  std::vector<float> outer_;    // theta_outer (fp32 outer copy)
-  std::vector<float> delta_;    // theta_outer - theta_local of the current step
+  std::vector<float> outer_;  // theta_outer (fp32 outer copy)
+  std::vector<float> delta_;  // theta_outer - theta_local of the current step
   // The current step's pseudo-gradient held NaN or Inf (the non-finite guard): delta_ was
   // zeroed and this node sits the step out (it asks the mesh to retry without its share).
   bool non_finite_ = false;

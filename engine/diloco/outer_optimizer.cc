@@ -23,7 +23,8 @@ void OuterOptimizer::step(std::span<float> theta, std::span<const float> gradien
   MERIDIAN_CHECK_EQ(gradient.size(), momentum_.size());
   const float lr = options_.lr;
   const float mu = options_.momentum;
-  for (std::size_t i = 0; i < theta.size(); ++i) nesterov(lr, mu, gradient[i], momentum_[i], theta[i]);
+  for (std::size_t i = 0; i < theta.size(); ++i)
+    nesterov(lr, mu, gradient[i], momentum_[i], theta[i]);
 }
 
 void OuterOptimizer::preview(std::uint64_t offset, std::span<const float> theta,

@@ -37,8 +37,8 @@ class OuterOptimizer {
   // step() would make of theta[offset, offset + n) with this gradient, element for element the
   // same arithmetic, without changing theta or the momentum (step() applies it at the round's
   // record).
-  void preview(std::uint64_t offset, std::span<const float> theta,
-               std::span<const float> gradient, std::span<float> out) const;
+  void preview(std::uint64_t offset, std::span<const float> theta, std::span<const float> gradient,
+               std::span<float> out) const;
 
   std::span<float> momentum() { return momentum_; }
   std::span<const float> momentum() const { return momentum_; }

@@ -632,7 +632,9 @@ class Cluster {
     std::function<void()> fn;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      StepRecord rec{v.epoch, v.members, v.fallback,
+      StepRecord rec{v.epoch,
+                     v.members,
+                     v.fallback,
                      std::vector<float>(v.outer_parameters.begin(), v.outer_parameters.end()),
                      std::vector<float>(v.momentum.begin(), v.momentum.end()),
                      std::vector<float>(v.pending.begin(), v.pending.end()),
@@ -658,7 +660,7 @@ class Cluster {
   std::set<std::int64_t> killed_, evictable_, corrupting_;
   std::map<std::int64_t, Trigger> triggers_;
   std::map<std::int64_t, int> connect_failures_;  // guarded by mu_
-  std::map<std::int64_t, std::uint64_t> sends_;  // collective messages sent per node
+  std::map<std::int64_t, std::uint64_t> sends_;   // collective messages sent per node
   std::map<std::int64_t, std::function<void()>> at_step_;
   std::map<std::int64_t, std::int64_t> joined_at_;
   std::map<std::int64_t, std::map<std::int64_t, StepRecord>> records_;

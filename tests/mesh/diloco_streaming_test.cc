@@ -37,7 +37,7 @@ std::vector<Range> fragments_of(int p) {
 // The synthetic worker's inner step k of node m (counted over the run, from 1) moves element i
 // by -((m + k + i) % 5 - 2), wherever it starts.
 struct Reference {
-  std::map<std::int64_t, std::vector<double>> theta;                           // after step t
+  std::map<std::int64_t, std::vector<double>> theta;                          // after step t
   std::map<std::int64_t, std::map<std::int64_t, std::vector<double>>> local;  // t -> node
 };
 
@@ -109,8 +109,8 @@ void expect_near(double got, double want, const std::string& what) {
 using Setting = std::tuple<int, int, float>;  // fragments, fragment_delay, fragment_alpha
 
 std::string setting_name(const Setting& s) {
-  return "P" + std::to_string(std::get<0>(s)) + "_tau" + std::to_string(std::get<1>(s)) +
-         "_alpha" + std::to_string(static_cast<int>(std::get<2>(s) * 100));
+  return "P" + std::to_string(std::get<0>(s)) + "_tau" + std::to_string(std::get<1>(s)) + "_alpha" +
+         std::to_string(static_cast<int>(std::get<2>(s) * 100));
 }
 
 class StreamingTest : public ::testing::TestWithParam<Setting> {
@@ -296,7 +296,8 @@ TEST(Streaming, FragmentsAreRunsOfWholeBucketsOfNearEqualSize) {
 
 TEST(Streaming, SettingsOutOfRangeAreConfigurationErrors) {
   EXPECT_NE(node_config_error(streaming_options(5, 0, 0)).find("H >= 5"), std::string::npos);
-  EXPECT_NE(node_config_error(streaming_options(2, 3, 0)).find("fragment_delay"), std::string::npos);
+  EXPECT_NE(node_config_error(streaming_options(2, 3, 0)).find("fragment_delay"),
+            std::string::npos);
   EXPECT_NE(node_config_error(streaming_options(2, 0, 1.5f)).find("fragment_alpha"),
             std::string::npos);
   ClusterOptions both = streaming_options(2, 1, 0);
