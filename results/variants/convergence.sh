@@ -7,7 +7,7 @@
 # each run's final validation loss and time to the target loss beside the blocking runs'.
 #   results/variants/convergence.sh BUILD [VARIANTS]   VARIANTS default: "delayed eager"
 # Variants as in variants.sh; one may carry more overrides after '@':
-# "delayed@diloco.outer_momentum=0" (seed 0 only).
+# "delayed@diloco.outer_momentum=0" (seed 0 only, unless SEEDS="0 1 2" says otherwise).
 # About 4 minutes of wall per run, two at a time, on 2 vCPUs.
 set -euo pipefail
 build=$(cd "${1:?usage: convergence.sh BUILD_DIR [VARIANTS]}" && pwd)
@@ -21,6 +21,7 @@ mkdir -p "$out"
 for v in $variants; do
   seeds="0 1 2"
   [[ $v == *@* ]] && seeds=0
+  seeds=${SEEDS:-$seeds}
   for seed in $seeds; do
     echo "n4-int8-H50-${v//[@=]/_}-s$seed $v $seed"
   done
@@ -44,6 +45,7 @@ rows = {}
 def point(s):
     t = s.get("target") or {}
     return {"val_loss": s.get("val_loss"), "time_to_target_s": t.get("time_s") if t.get("reached") else None,
+            "target_outer_step": t.get("outer_step") if t.get("reached") else None,
             "compute_utilization": s.get("compute_utilization"), "simulated_s": s.get("simulated_s")}
 for seed in range(3):
     rows.setdefault("blocking", {})[seed] = point(blocking[f"n4-int8-H50-s{seed}"])

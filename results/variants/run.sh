@@ -3,18 +3,22 @@
 # 20-seed ensembles under each outer-step variant, and an access-bandwidth sweep on the global
 # network. Runs go to runs/variants/ (rebuilt by this script, not committed); each ensemble's
 # ensemble.json is copied here, then summarize.py writes summary.json and table.md.
-#   results/variants/run.sh BUILD [VARIANTS]     VARIANTS default: "none delayed eager"
+#   results/variants/run.sh BUILD [VARIANTS]
+# VARIANTS default: "none delayed eager stream4 stream16 stream4-fp4" (variants.sh).
 # About 1 s of wall per steady seed and 20 s per intellect1-full seed on 2 vCPUs.
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD_DIR [VARIANTS]}" && pwd)
-variants=${2:-none delayed eager}
+variants=${2:-none delayed eager stream4 stream16 stream4-fp4}
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/variants.sh"  # variant_settings
 cd "$here/../.."
 meridian="$build/bin/meridian"
 for v in $variants; do
+  spec=$(variant_settings "$v")
+  read -r -a set_v <<< "$spec"
   for s in usa useu global full; do
     out="runs/variants/$s-$v"
-    "$meridian" sim "scenarios/intellect1-$s.yaml" --seeds 1-20 --set "diloco.overlap=$v" \
+    "$meridian" sim "scenarios/intellect1-$s.yaml" --seeds 1-20 "${set_v[@]}" \
       --out "$out" --force --no-plots > /dev/null
     mkdir -p "$here/ensembles/$s-$v"
     cp "$out/ensemble.json" "$here/ensembles/$s-$v/"
@@ -23,7 +27,7 @@ for v in $variants; do
   # checkpoints (their 60 s per step is the same for every variant), seeds 1-5.
   for b in 0.05 0.1 0.2 0.5 1 2 4; do
     out="runs/variants/bandwidth-$v-$b"
-    "$meridian" sim scenarios/intellect1-global.yaml --seeds 1-5 --set "diloco.overlap=$v" \
+    "$meridian" sim scenarios/intellect1-global.yaml --seeds 1-5 "${set_v[@]}" \
       --set "network.access_bandwidth_gbps=[$b,$b]" --set diloco.checkpoint_s=0 \
       --out "$out" --force --no-plots > /dev/null
     mkdir -p "$here/ensembles/bandwidth-$v-$b"

@@ -12,8 +12,10 @@ import sys
 here = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent)
 ens = here / "ensembles"
 SCENARIOS = ["usa", "useu", "global", "full"]
-VARIANTS = ["none", "delayed", "eager"]
-LABEL = {"none": "blocking", "delayed": "delayed", "eager": "eager"}
+VARIANTS = ["none", "delayed", "eager", "stream4", "stream16", "stream4-fp4"]
+LABEL = {"none": "blocking", "delayed": "delayed", "eager": "eager",
+         "stream4": "streaming P=4 (int8)", "stream16": "streaming P=16 (int8)",
+         "stream4-fp4": "streaming P=4 (fp4)"}
 
 
 def load(name):
@@ -86,7 +88,13 @@ for i, b in enumerate(bandwidths):
         rows = summary["bandwidth_sweep"][v]["rows"]
         cells.append(f"{100 * rows[i]['compute_utilization_min']:.1f} %" if i < len(rows) else "n/a")
     lines.append(f"| {b:g} | " + " | ".join(cells) + " |")
-lines.append("| needed for 99 % | " + " | ".join(
-    str(summary["bandwidth_sweep"][v]["needed_gbps_for_99pct"] or "> 4") for v in VARIANTS) + " |")
+def needed(v):
+    sweep = summary["bandwidth_sweep"][v]
+    if not sweep["rows"]:
+        return "n/a"
+    return str(sweep["needed_gbps_for_99pct"] or f"> {sweep['rows'][-1]['gbps']:g}")
+
+
+lines.append("| needed for 99 % | " + " | ".join(needed(v) for v in VARIANTS) + " |")
 (here / "table.md").write_text("\n".join(lines) + "\n")
 print((here / "table.md").read_text())
