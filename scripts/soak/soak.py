@@ -626,10 +626,13 @@ def window(actions, phase):
 
 
 def stall_record(gap_s, at_s, start, acts):
-    """A stall with the churn just before it (the actions of the 5 s before its start)."""
+    """A stall with the churn just before it (the actions of the 5 s before its start) and the
+    node kills among them (each can cost the members a lease and a retried round)."""
+    window = [a for a in acts if at_s - 5 <= float(a["t_s"]) <= at_s]
     before = [f"{a['action']} {a['who']}" + (f" ({a['detail'].split(';')[0]})" if a["detail"] else "")
-              for a in acts if at_s - 5 <= float(a["t_s"]) <= at_s]
-    return {"s": round(gap_s, 2), "starts_s": round(at_s - start, 1), "after": before}
+              for a in window]
+    kills = sum(1 for a in window if a["action"] == "kill")
+    return {"s": round(gap_s, 2), "starts_s": round(at_s - start, 1), "after": before, "kills": kills}
 
 
 def phase_summary(out, phase, actions):
@@ -723,6 +726,14 @@ def analyze(out):
         # shortest timeout other than the lease (a wait on a dead node that ran to a timeout).
         summary["stall_timeout_bound_s"] = min(config["allreduce_timeout_s"],
                                                config["recovery_timeout_s"])
+        # What a stall may take without any wait running to the ring's or recovery's timeout:
+        # each node killed in the 5 s before it costs at most the epoch's connect bound (twice
+        # the lease, DilocoNode::connect_timeout_s) and a retried round, one after the other
+        # (the mesh finds admitted dead joiners one round at a time, issue 36), plus the
+        # stall's own round.
+        per_kill = 2 * config["dead_after_s"] + base["round_s_median"]
+        for st in churn["longest_stalls"]:
+            st["lease_bound_s"] = round(st["kills"] * per_kill + base["round_s_median"], 2)
         summary["progress_vs_baseline"] = round(
             churn["outer_steps_per_min"] / max(1e-9, base["outer_steps_per_min"]), 3)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
