@@ -97,10 +97,11 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
     throw ConfigError("diloco: a pending pseudo-gradient to resume from needs diloco.overlap");
   // Cut here, not in run(): a configuration error is the constructor's (a simulation reports it
   // before any node's activities start).
+  const std::vector<Bucket> buckets =
+      make_buckets(worker_.bucket_boundaries(), worker_.parameter_count());
+  shards_ = shard_buckets(buckets, options_.local_ranks);
   if (options_.streaming())
-    fragments_ =
-        make_fragments(make_buckets(worker_.bucket_boundaries(), worker_.parameter_count()),
-                       options_.fragments, options_.local_ranks);
+    fragments_ = make_fragments(buckets, options_.fragments, options_.local_ranks);
 }
 
 DilocoNode::~DilocoNode() {
@@ -140,14 +141,12 @@ void DilocoNode::initialise_outer_state() {
     if (!phantom_) {
       MERIDIAN_CHECK_EQ(options_.initial_pending.size(), count_);
       delta_ = std::move(options_.initial_pending);
-      check_pseudo_gradient(options_.first_outer_step);
+      non_finite_ = check_pseudo_gradient(options_.first_outer_step, 0, count_);
     }
     options_.initial_pending = {};
     pending_ = true;
     resumed_pending_ = true;
   }
-  const std::vector<Bucket> buckets = make_buckets(worker_.bucket_boundaries(), count_);
-  shards_ = shard_buckets(buckets, options_.local_ranks);
   if (!options_.initial_local.empty()) {
     if (!phantom_) {
       MERIDIAN_CHECK_EQ(options_.initial_local.size(), count_);
@@ -299,7 +298,7 @@ void DilocoNode::ensure_epoch(const RoundRecord& r) {
 
 void DilocoNode::inner_steps(const RoundRecord& r) {
   run_phase(r.outer_step, stats_, options_.inner_steps);
-  take_pseudo_gradient(outer_, r.outer_step);
+  non_finite_ = take_pseudo_gradient(outer_, r.outer_step, 0, count_);
 }
 
 void DilocoNode::run_phase(std::int64_t outer_step, RoundStats& into, int steps) {
@@ -319,14 +318,16 @@ void DilocoNode::run_phase(std::int64_t outer_step, RoundStats& into, int steps)
   compute_end_s_ = runtime_.now_s();
 }
 
-void DilocoNode::take_pseudo_gradient(std::span<const float> base, std::int64_t outer_step) {
-  if (phantom_) return;
+bool DilocoNode::take_pseudo_gradient(std::span<const float> base, std::int64_t outer_step,
+                                      std::uint64_t offset, std::uint64_t count) {
+  if (phantom_) return false;
   const std::span<const float> local = worker_.parameters();
   MERIDIAN_CHECK_EQ(local.size(), count_);
   MERIDIAN_CHECK_EQ(base.size(), count_);
+  MERIDIAN_CHECK(offset + count <= count_);
   delta_.resize(count_);
-  for (std::uint64_t i = 0; i < count_; ++i) delta_[i] = base[i] - local[i];
-  check_pseudo_gradient(outer_step);
+  for (std::uint64_t i = offset; i < offset + count; ++i) delta_[i] = base[i] - local[i];
+  return check_pseudo_gradient(outer_step, offset, count);
 }
 
 void DilocoNode::begin_overlapped(const RoundRecord& r) {
@@ -459,7 +460,8 @@ bool DilocoNode::stream_round(const RoundRecord& r, bool connected,
       const Fragment& f = fragments_[pi];
       const int end = (p + 1) * h / p_count;  // part p ends after this many inner steps
       steps(end - tau - done);
-      take_fragment(f, r.outer_step);
+      // Any fragment's NaN or Inf makes the node sit the round out.
+      if (take_pseudo_gradient(outer_, r.outer_step, f.offset, f.count)) non_finite_ = true;
       if (ok && non_finite_) ok = false;  // it sits out: the round is retried without its share
       if (!ok) {
         // This node's round failed already (or it never connected, or sits out): the peers must
@@ -518,25 +520,6 @@ bool DilocoNode::stream_round(const RoundRecord& r, bool connected,
   return ok;
 }
 
-void DilocoNode::take_fragment(const Fragment& f, std::int64_t outer_step) {
-  if (phantom_) return;
-  const std::span<const float> local = worker_.parameters();
-  MERIDIAN_CHECK_EQ(local.size(), count_);
-  for (std::uint64_t i = f.offset; i < f.offset + f.count; ++i) delta_[i] = outer_[i] - local[i];
-  const std::span<float> range = std::span<float>(delta_).subspan(f.offset, f.count);
-  const std::uint64_t bad = count_non_finite(range);
-  if (bad == 0) return;
-  non_finite_ = true;
-  emit("nonfinite", JsonObject()
-                        .add("outer_step", outer_step)
-                        .add("faulty", id_)
-                        .add("values", bad)
-                        .add("elements", f.count)
-                        .add("detected_by", "self")
-                        .add("action", "abstain"));
-  std::fill(range.begin(), range.end(), 0.0f);
-}
-
 bool DilocoNode::sync_fragment(const RoundRecord& r, int p, std::vector<std::int64_t>& blamed) {
   const Fragment& f = fragments_[static_cast<std::size_t>(p)];
   // A member gone fails the fragment without starting its ring: every ring is aborted, so
@@ -565,18 +548,20 @@ void DilocoNode::merge_fragment(const Fragment& f) {
   worker_.parameters_updated();
 }
 
-void DilocoNode::check_pseudo_gradient(std::int64_t outer_step) {
-  const std::uint64_t bad = count_non_finite(delta_);
-  non_finite_ = bad > 0;
-  if (!non_finite_) return;
+bool DilocoNode::check_pseudo_gradient(std::int64_t outer_step, std::uint64_t offset,
+                                       std::uint64_t count) {
+  const std::span<float> range = std::span<float>(delta_).subspan(offset, count);
+  const std::uint64_t bad = count_non_finite(range);
+  if (bad == 0) return false;
   emit("nonfinite", JsonObject()
                         .add("outer_step", outer_step)
                         .add("faulty", id_)
                         .add("values", bad)
-                        .add("elements", count_)
+                        .add("elements", count)
                         .add("detected_by", "self")
                         .add("action", "abstain"));
-  std::fill(delta_.begin(), delta_.end(), 0.0f);  // its share, and its own fallback, are zero
+  std::fill(range.begin(), range.end(), 0.0f);  // its share, and its own fallback, are zero
+  return true;
 }
 
 bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed,
@@ -747,7 +732,7 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
   if (!phantom_) {
     optimizer_->step(outer_, fallback ? delta_ : reduced_);
     // The next step's pseudo-gradient, from the inner steps that ran beside this round.
-    if (phase_ran) take_pseudo_gradient(start_, next.outer_step);
+    if (phase_ran) non_finite_ = take_pseudo_gradient(start_, next.outer_step, 0, count_);
     // Streaming: each fragment's local copy was merged at its sync and has moved on since.
     if (!options_.streaming()) {
       const std::span<float> params = worker_.parameters();

@@ -178,11 +178,14 @@ class DilocoNode {
   void inner_steps(const RoundRecord& r);
   // H inner steps on the worker, their `inner_steps` event (for `outer_step`) and stats.
   void run_phase(std::int64_t outer_step, RoundStats& into, int steps);
-  // delta_ = base - the worker's parameters, then the non-finite guard.
-  void take_pseudo_gradient(std::span<const float> base, std::int64_t outer_step);
-  // The non-finite guard, before anything is sent: a pseudo-gradient with NaN or Inf is a
-  // fault of this node. It is reported (event `nonfinite`), zeroed, and this node sits out.
-  void check_pseudo_gradient(std::int64_t outer_step);
+  // delta_ = base - the worker's parameters over [offset, offset + count) (the whole model,
+  // or a streaming fragment), then the non-finite guard over it; returns whether it fired.
+  bool take_pseudo_gradient(std::span<const float> base, std::int64_t outer_step,
+                            std::uint64_t offset, std::uint64_t count);
+  // The non-finite guard over delta_[offset, offset + count), before anything is sent: a
+  // pseudo-gradient with NaN or Inf is a fault of this node. It is reported (event
+  // `nonfinite`) and zeroed; returns true, and the caller sets non_finite_ (the node sits out).
+  bool check_pseudo_gradient(std::int64_t outer_step, std::uint64_t offset, std::uint64_t count);
   // Overlapped outer steps: at a step's first attempt, make sure its pseudo-gradient is
   // pending (round 0, a resume without one: its inner steps run first; a joiner has none and
   // shares nothing), then start the next step's inner steps on phase_, beside the all-reduce.
@@ -201,8 +204,6 @@ class DilocoNode {
   // DilocoOptions::fragments). Returns whether every fragment's all-reduce succeeded
   // (`connected`: this node's rings exist); `blamed` as for all_reduce().
   bool stream_round(const RoundRecord& r, bool connected, std::vector<std::int64_t>& blamed);
-  // One fragment's pseudo-gradient (delta_ over its range), then the non-finite guard over it.
-  void take_fragment(const Fragment& f, std::int64_t outer_step);
   // One fragment's barrier and all-reduce; false when it failed (every ring is then aborted).
   bool sync_fragment(const RoundRecord& r, int p, std::vector<std::int64_t>& blamed);
   // local = alpha * local + (1 - alpha) * (the fragment's outer parameters after this step).

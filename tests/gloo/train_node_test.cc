@@ -32,50 +32,71 @@ using meridian::testing::checksums;
 using meridian::testing::read_file;
 using meridian::testing::wait_until;
 
-using TrainNodeTest = meridian::testing::TrainProcessTest;
+using Checksums = decltype(checksums(fs::path()));
+
+class TrainNodeTest : public meridian::testing::TrainProcessTest {
+ protected:
+  struct KillAndRejoin {
+    Checksums c1, c2, c4;
+  };
+  // Three nodes of run.yaml (written by the caller); node 3 pauses at its `message`-th outgoing
+  // ring message, in outer step 1's all-reduce, and is SIGKILLed there; node 4 restarts on its
+  // data shard. Every node ends; the survivors ran every step, some without node 3, and agree
+  // step by step; node 4 applied a step and agrees with them at each of its steps.
+  KillAndRejoin kill_node_3_at_message_and_rejoin(int outer_steps, int message) {
+    const std::string store = start_first();
+    const pid_t n1 = pids_.back();
+    const pid_t n2 = start(2, {"--store", store});
+    const pid_t n3 = start(3, {"--store", store, "--fault-pause-at-message",
+                               std::to_string(message), "--fault-marker",
+                               (dir_ / "paused").string()});
+    KillAndRejoin out;
+    EXPECT_TRUE(wait_until([&] { return fs::exists(dir_ / "paused"); }, 120)) << log(3);
+    if (!fs::exists(dir_ / "paused")) return out;
+    ::kill(n3, SIGKILL);
+    EXPECT_EQ(finish(n3), 128 + SIGKILL);
+    EXPECT_NE(log(3).find("paused at outgoing all-reduce message " + std::to_string(message)),
+              std::string::npos);
+    // It applied outer step 0 only: the kill interrupted outer step 1's all-reduce.
+    EXPECT_EQ(checksums(node_dir(3)).size(), 1u);
+    // Restart it under a new id, on the dead node's data shard.
+    const pid_t n4 = start(4, {"--store", store, "--shard", "2"});
+    EXPECT_EQ(finish(n2), 0) << log(2);
+    EXPECT_EQ(finish(n4), 0) << log(4);
+    EXPECT_EQ(finish(n1), 0) << log(1);
+    out = {checksums(node_dir(1)), checksums(node_dir(2)), checksums(node_dir(4))};
+    // The survivors went on to the end, and some round ran without the killed node.
+    EXPECT_EQ(out.c1.size(), static_cast<std::size_t>(outer_steps));
+    EXPECT_EQ(out.c2.size(), static_cast<std::size_t>(outer_steps));
+    bool two_members = false;
+    for (const auto& [step, v] : out.c1) two_members |= v.first == 2;
+    EXPECT_TRUE(two_members);
+    // Every step's outer parameters are identical on the survivors.
+    EXPECT_EQ(out.c1, out.c2);
+    // The rejoined node applied at least one step; at each its checksum is its peers'.
+    EXPECT_FALSE(out.c4.empty()) << log(4);
+    for (const auto& [step, v] : out.c4) {
+      const auto peer = out.c1.find(step);
+      EXPECT_NE(peer, out.c1.end()) << "outer step " << step;
+      if (peer != out.c1.end()) {
+        EXPECT_EQ(v.second, peer->second.second) << "outer step " << step;
+      }
+    }
+    return out;
+  }
+};
 
 TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   constexpr int kOuterSteps = 40;
   write_run(3, kOuterSteps);
-  const std::string store = start_first();
-  const pid_t n1 = pids_.back();
-  const pid_t n2 = start(2, {"--store", store});
   // Node 3 stops at its 20th outgoing ring message: in outer step 1's all-reduce (4 buckets,
-  // 2 (W - 1) = 4 ring sends each, so 16 per outer step). Kill it there.
-  const pid_t n3 = start(3, {"--store", store, "--fault-pause-at-message", "20", "--fault-marker",
-                             (dir_ / "paused").string()});
-  ASSERT_TRUE(wait_until([&] { return fs::exists(dir_ / "paused"); }, 120)) << log(3);
-  ::kill(n3, SIGKILL);
-  EXPECT_EQ(finish(n3), 128 + SIGKILL);
-  EXPECT_NE(log(3).find("paused at outgoing all-reduce message 20"), std::string::npos);
-  // It applied outer step 0 only: the kill interrupted outer step 1's all-reduce.
-  EXPECT_EQ(checksums(node_dir(3)).size(), 1u);
-  // Restart it under a new id, on the dead node's data shard.
-  const pid_t n4 = start(4, {"--store", store, "--shard", "2"});
-
-  EXPECT_EQ(finish(n2), 0) << log(2);
-  EXPECT_EQ(finish(n4), 0) << log(4);
-  EXPECT_EQ(finish(n1), 0) << log(1);
-
-  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2)), c4 = checksums(node_dir(4));
-  // The survivors went on to the end, and some round ran without the killed node.
-  ASSERT_EQ(c1.size(), static_cast<std::size_t>(kOuterSteps));
-  ASSERT_EQ(c2.size(), static_cast<std::size_t>(kOuterSteps));
-  bool two_members = false;
-  for (const auto& [step, v] : c1) two_members |= v.first == 2;
-  EXPECT_TRUE(two_members);
-  // Every step's outer parameters are identical on the survivors.
-  EXPECT_EQ(c1, c2);
-  // The rejoined node applied at least one step; at each (from its first) its checksum is its
-  // peers'.
-  ASSERT_FALSE(c4.empty()) << log(4);
+  // 2 (W - 1) = 4 ring sends each, so 16 per outer step).
+  const auto [c1, c2, c4] = kill_node_3_at_message_and_rejoin(kOuterSteps, 20);
+  ASSERT_FALSE(c4.empty());
   std::cout << "node 4 applied outer steps " << c4.begin()->first << ".." << c4.rbegin()->first
             << " of 0.." << kOuterSteps - 1 << std::endl;
   EXPECT_EQ(c4.rbegin()->first, kOuterSteps - 1);
-  for (const auto& [step, v] : c4) {
-    EXPECT_EQ(v.first, 3) << "outer step " << step;
-    EXPECT_EQ(v.second, c1.at(step).second) << "outer step " << step;
-  }
+  for (const auto& [step, v] : c4) EXPECT_EQ(v.first, 3) << "outer step " << step;
   EXPECT_NE(log(4).find("joining the run"), std::string::npos) << log(4);
   EXPECT_NE(log(1).find("| nodes 3 | loss "), std::string::npos) << log(1);
   // events.jsonl: the config record first, run_finished last.
@@ -94,29 +115,9 @@ TEST_F(TrainNodeTest, StreamingSurvivesAKillDuringAFragmentsAllReduce) {
   constexpr int kOuterSteps = 12;
   diloco_extra_ = "  fragments: 2\n  fragment_delay: 1\n  fragment_alpha: 0.5\n";
   write_run(3, kOuterSteps);
-  const std::string store = start_first();
-  const pid_t n1 = pids_.back();
-  const pid_t n2 = start(2, {"--store", store});
   // tiny's 4 buckets make 2 fragments: the embedding, then the rest. 16 ring sends per outer
   // step (4 per bucket at W = 3); the 18th is in step 1's first fragment, beside inner steps.
-  const pid_t n3 = start(3, {"--store", store, "--fault-pause-at-message", "18", "--fault-marker",
-                             (dir_ / "paused").string()});
-  ASSERT_TRUE(wait_until([&] { return fs::exists(dir_ / "paused"); }, 120)) << log(3);
-  ::kill(n3, SIGKILL);
-  EXPECT_EQ(finish(n3), 128 + SIGKILL);
-  EXPECT_EQ(checksums(node_dir(3)).size(), 1u);
-  const pid_t n4 = start(4, {"--store", store, "--shard", "2"});
-  EXPECT_EQ(finish(n2), 0) << log(2);
-  EXPECT_EQ(finish(n4), 0) << log(4);
-  EXPECT_EQ(finish(n1), 0) << log(1);
-  const auto c1 = checksums(node_dir(1)), c2 = checksums(node_dir(2)), c4 = checksums(node_dir(4));
-  ASSERT_EQ(c1.size(), static_cast<std::size_t>(kOuterSteps));
-  EXPECT_EQ(c1, c2);
-  bool two_members = false;
-  for (const auto& [step, v] : c1) two_members |= v.first == 2;
-  EXPECT_TRUE(two_members);
-  ASSERT_FALSE(c4.empty()) << log(4);
-  for (const auto& [step, v] : c4) EXPECT_EQ(v.second, c1.at(step).second) << "outer step " << step;
+  kill_node_3_at_message_and_rejoin(kOuterSteps, 18);
   // The fragments' syncs ran, and the round node 3 died in was retried.
   const std::string events = read_file(node_dir(1) / "events.jsonl");
   EXPECT_NE(events.find("\"type\":\"fragment_sync\""), std::string::npos);
