@@ -5,12 +5,13 @@
 # TIMING names the tests (gtest filter patterns, e.g. FaultMatrix.TwoOfFourFailAtOnce) whose
 # outcome depends on thread or process timing: they also carry the label `timing`, and `make
 # test` retries those, and only those, once (scripts/ctest_retry_timing.sh). With DISCOVER only.
+# Without DISCOVER, LABEL may be a list ("tsan;timing": the whole program is timing-dependent).
 # PROPERTIES are more ctest properties of every test of the call (e.g. FIXTURES_REQUIRED name).
 include_guard(GLOBAL)
 include(GoogleTest)
 
 function(meridian_add_gtest name)
-  cmake_parse_arguments(T "DISCOVER" "LABEL;TIMEOUT" "SOURCES;LIBS;TIMING;PROPERTIES" ${ARGN})
+  cmake_parse_arguments(T "DISCOVER" "TIMEOUT" "LABEL;SOURCES;LIBS;TIMING;PROPERTIES" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
   endif()
@@ -46,6 +47,6 @@ function(meridian_add_gtest name)
       ${T_PROPERTIES} DISCOVERY_TIMEOUT 60)
   else()
     add_test(NAME ${name} COMMAND ${name})
-    set_tests_properties(${name} PROPERTIES LABELS ${T_LABEL} TIMEOUT ${T_TIMEOUT} ${T_PROPERTIES})
+    set_tests_properties(${name} PROPERTIES LABELS "${T_LABEL}" TIMEOUT ${T_TIMEOUT} ${T_PROPERTIES})
   endif()
 endfunction()

@@ -290,7 +290,9 @@ class Cluster {
     }
     char key[64];
     std::snprintf(key, sizeof key, "mesh/join/%012lld", static_cast<long long>(id));
-    shared_store().wait({key}, 10.0);
+    // A joiner queues within milliseconds; the bound only says when to give up on one (under
+    // ThreadSanitizer on a loaded machine its thread may wait seconds for a core).
+    shared_store().wait({key}, 10.0 * kDeathSlack);
     return id;
   }
   // Crashes a node: its store calls and transports fail from now on, its events stop.
