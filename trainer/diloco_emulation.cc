@@ -99,6 +99,10 @@ class Emulation {
         .add("codec", codec_name(d.codec)).add("outer_lr", static_cast<double>(d.outer.lr))
         .add("outer_momentum", static_cast<double>(d.outer.momentum))
         .add("local_ranks", d.local_ranks);
+    if (d.codec == CodecId::kTopk)
+      diloco.add("topk_density", d.codec_params.topk_density)
+          .add("topk_bits", d.codec_params.topk_bits)
+          .add("error_feedback", static_cast<double>(d.error_feedback));
     if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
     if (d.streaming())
       diloco.add("fragments", d.fragments)

@@ -129,6 +129,10 @@ JsonObject run_config_json(const RunConfig& c) {
   data.add("files", c.data.files);
   data.add("validation_sequences", c.validation_sequences);
   diloco.add("H", d.inner_steps).add("codec", std::string(codec_name(d.codec)));
+  if (d.codec == CodecId::kTopk)
+    diloco.add("topk_density", d.codec_params.topk_density)
+        .add("topk_bits", d.codec_params.topk_bits)
+        .add("error_feedback", static_cast<double>(d.error_feedback));
   if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
   if (d.streaming())
     diloco.add("fragments", d.fragments)

@@ -90,6 +90,7 @@ int run_train_diloco(const std::vector<std::string>& argv) {
     d.inner_steps = static_cast<int>(count("inner-steps", 1).value_or(50));
     d.outer_steps = count("outer-steps", 1).value_or(4);
     d.codec = parse_codec(take("codec", "fp32"));
+    if (d.codec == CodecId::kTopk) d.error_feedback = kDefaultErrorFeedback;
     csv_path = take("csv", "");
     events_path = take("events", "");
     if (!csv_path.empty()) opt::check_writable("--csv", csv_path);

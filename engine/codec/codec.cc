@@ -10,6 +10,7 @@
 #include "engine/codec/fp4_codec.h"
 #include "engine/codec/int8_minmax_codec.h"
 #include "engine/codec/int8_prime_codec.h"
+#include "engine/codec/topk_codec.h"
 #include "engine/error.h"
 #include "engine/util/crc32c.h"
 
@@ -43,7 +44,7 @@ std::uint32_t Codec::decode_add_crc(std::span<const std::byte> in, std::span<flo
   return crc32c(in, crc);
 }
 
-std::unique_ptr<Codec> make_codec(CodecId id) {
+std::unique_ptr<Codec> make_codec(CodecId id, const CodecParams& params) {
   switch (id) {
     case CodecId::kFp32:
       return std::make_unique<Fp32Codec>();
@@ -55,6 +56,8 @@ std::unique_ptr<Codec> make_codec(CodecId id) {
       return std::make_unique<Int8MinMaxCodec>();
     case CodecId::kFp4:
       return std::make_unique<Fp4Codec>();
+    case CodecId::kTopk:
+      return std::make_unique<TopkCodec>(params.topk_density, params.topk_bits);
   }
   throw ConfigError("codec '" + std::string(codec_name(id)) + "' is not built into this engine");
 }
@@ -71,6 +74,8 @@ std::string_view codec_name(CodecId id) {
       return "int8-minmax";
     case CodecId::kFp4:
       return "fp4";
+    case CodecId::kTopk:
+      return "topk";
   }
   return "unknown";
 }

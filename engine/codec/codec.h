@@ -18,11 +18,24 @@ enum class CodecId : std::uint8_t {
   kInt8Prime = 2,   // PRIME: per-chunk RMS sigma, 256 bins over +-3 sigma, table of bin means
   kInt8MinMax = 3,  // PCCL: per-chunk min/max affine 8-bit
   kFp4 = 4,         // Streaming DiLoCo: 4-bit float E3M0, one fp32 scale per 32 values
+  kTopk = 5,        // SparseLoCo: top-k per 4096 values, b-bit codes into a table (sparse)
 };
 
 // Every codec id, in id order: for registries, tests and benchmarks that cover them all.
-inline constexpr CodecId kAllCodecIds[] = {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime,
-                                           CodecId::kInt8MinMax, CodecId::kFp4};
+inline constexpr CodecId kAllCodecIds[] = {CodecId::kFp32,       CodecId::kBf16,
+                                           CodecId::kInt8Prime,  CodecId::kInt8MinMax,
+                                           CodecId::kFp4,        CodecId::kTopk};
+// The dense codecs, whose encodings the ring all-reduce sums (every codec but topk).
+inline constexpr CodecId kRingCodecIds[] = {CodecId::kFp32, CodecId::kBf16, CodecId::kInt8Prime,
+                                            CodecId::kInt8MinMax, CodecId::kFp4};
+
+// Parameters of the codecs that take any: topk's density (kept values per value, in (0, 1]) and
+// value bits (1 to 8). The defaults are SparseLoCo's operating point (arXiv 2508.15706: 1-3 %
+// density, 2-bit values).
+struct CodecParams {
+  double topk_density = 0.02;
+  int topk_bits = 2;
+};
 
 class Codec {
  public:
@@ -57,15 +70,25 @@ class Codec {
   // True when the encoding of values is their own bytes (fp32): the ring may then send the
   // values in place, after a separate header message ("Split messages").
   virtual bool encodes_in_place() const { return false; }
+  // True when a sum of encodings is not an encoding of the sum (top-k: each rank keeps other
+  // indices). The ring all-reduce refuses such a codec; DiLoCo all-gathers its pieces instead.
+  virtual bool sparse() const { return false; }
+  // Values encoded as one unit: encoding consecutive runs of whole blocks one by one gives the
+  // same bytes (apart from per-encoding prefixes) as encoding them together. 1 for the
+  // element-wise codecs; topk selects per chunk of 4096 values, so the all-gather cuts its
+  // pieces at multiples of that and a piece's selection is the whole buffer's.
+  virtual std::size_t block_values() const { return 1; }
 };
 
-// The codec for `id`; throws ConfigError for an unknown id.
-std::unique_ptr<Codec> make_codec(CodecId id);
-// Parses "fp32", "bf16", "int8" (PRIME), "int8-minmax", "fp4"; throws ConfigError naming the
-// choices.
+// The codec for `id` (with `params` where it takes any); throws ConfigError for an unknown id or
+// a parameter out of range.
+std::unique_ptr<Codec> make_codec(CodecId id, const CodecParams& params = {});
+// Parses "fp32", "bf16", "int8" (PRIME), "int8-minmax", "fp4", "topk"; throws ConfigError naming
+// the choices.
 CodecId parse_codec(std::string_view name);
 std::string_view codec_name(CodecId id);
-// The names of every codec in id order, comma-separated: "fp32, bf16, int8, int8-minmax, fp4".
+// The names of every codec in id order, comma-separated: "fp32, bf16, int8, int8-minmax, fp4,
+// topk".
 std::string codec_choices();
 
 }  // namespace meridian

@@ -483,6 +483,200 @@ class RingPass {
   std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
 };
 
+// The all-gather of a sparse codec's encodings (ring_all_gather_sum). The buffer's n values are
+// cut into P pieces of whole codec blocks (Codec::block_values), as many blocks each as encode
+// into max_chunk_bytes and at least one; each rank encodes its pieces once. Transfer t (of (world-1)P) is step s = t / P, piece p = t % P: send rank (r-s)'s piece p
+// to rank+1, receive rank (r-s-1)'s piece p from rank-1 (step 0 sends the rank's own; later
+// steps forward, byte for byte, what arrived one step earlier, checked on arrival). Two
+// transfers in flight. Nothing is decoded until every encoding is here; then each rank adds all
+// of them in rank order, so the sum is bit-identical on every rank.
+class GatherPass {
+ public:
+  GatherPass(Transport& transport, Runtime& runtime, const Codec& codec, const RingOptions& options,
+             std::size_t count)
+      : transport_(transport),
+        runtime_(runtime),
+        codec_(codec),
+        options_(options),
+        count_(count),
+        world_(transport.size()),
+        rank_(transport.rank()) {
+    if (count_ == 0) return;
+    // Pieces of whole codec blocks (topk's selection chunks), as many as fit max_chunk_bytes and
+    // at least one, so that cutting the buffer into pieces changes no selection.
+    const std::size_t block = std::max<std::size_t>(1, codec_.block_values());
+    const std::size_t blocks = (count_ + block - 1) / block;
+    std::size_t lo = 1, hi = blocks;  // blocks per piece: the most that fit, at least 1
+    if (codec_.encoded_bytes(std::min(count_, hi * block)) <= options_.max_chunk_bytes) lo = hi;
+    while (hi - lo > 1) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      (codec_.encoded_bytes(mid * block) <= options_.max_chunk_bytes ? lo : hi) = mid;
+    }
+    piece_values_ = lo * block;
+    pieces_ = (count_ + piece_values_ - 1) / piece_values_;
+    if (2 * static_cast<std::uint64_t>(world_) * pieces_ > 0xFFFFFFFFull)
+      throw ConfigError("ring all-gather: " + std::to_string(count_) + " values in pieces of " +
+                        std::to_string(options_.max_chunk_bytes) +
+                        " bytes need more chunk ids than the wire format has; raise "
+                        "max_chunk_bytes");
+    transfers_ = static_cast<std::size_t>(world_ - 1) * pieces_;
+  }
+
+  // Gathers every rank's encoding of `values` (empty: phantom) into `messages` (grown as
+  // needed: world * P slots, reused across calls). Throws on any error; nothing of the caller's
+  // changes.
+  void run(std::span<const float> values, std::vector<std::vector<std::byte>>& messages,
+           RingStats& stats) {
+    messages_ = &messages;
+    if (count_ == 0) return;
+    phantom_ = values.empty();
+    if (!phantom_) {
+      if (messages.size() < static_cast<std::size_t>(world_) * pieces_)
+        messages.resize(static_cast<std::size_t>(world_) * pieces_);
+      for (std::size_t p = 0; p < pieces_; ++p) {
+        for (int src = 0; src < world_; ++src) message(src, p).resize(message_bytes(p));
+        const Range r = piece_range(p);
+        const std::span<std::byte> m = message(rank_, p);
+        end_seal(m, codec_.encode_crc(values.subspan(r.offset, r.count),
+                                      m.subspan(kChunkHeaderBytes),
+                                      begin_seal(chunk_id(rank_, p), codec_, m)));
+      }
+    }
+    std::size_t waited = 0;
+    for (std::size_t t = 0; t < transfers_; ++t) {
+      // Transfer t forwards what t - P received (checked when waited for) and reuses the
+      // exchange of t - 2.
+      const std::size_t need = std::max(t >= pieces_ ? t - pieces_ + 1 : 0, t >= 2 ? t - 1 : 0);
+      while (waited < need) wait(waited++, stats);
+      post(t, stats);
+    }
+    while (waited < transfers_) wait(waited++, stats);
+  }
+
+  // Decodes every gathered encoding, in rank order, into `sum` (zeroed first), and this rank's
+  // own into `own` when not empty. Throws ProtocolError / NonFiniteError naming the rank whose
+  // encoding is invalid or makes the sum non-finite (its author: forwarders only check the
+  // checksum).
+  void decode(std::span<float> sum, std::span<float> own) {
+    std::fill(sum.begin(), sum.end(), 0.0f);
+    for (int src = 0; src < world_; ++src) {
+      for (std::size_t p = 0; p < pieces_; ++p) {
+        const Range r = piece_range(p);
+        const auto payload = std::span<const std::byte>(message(src, p)).subspan(kChunkHeaderBytes);
+        try {
+          codec_.decode_add(payload, sum.subspan(r.offset, r.count));
+          if (src == rank_ && !own.empty()) codec_.decode(payload, own.subspan(r.offset, r.count));
+        } catch (const ProtocolError& e) {
+          throw ProtocolError(std::string(e.what()) + " (the encoding of rank " +
+                                  std::to_string(src) + ")",
+                              src);
+        }
+        const std::uint64_t bad = count_non_finite(sum.subspan(r.offset, r.count));
+        if (bad > 0)
+          throw NonFiniteError("ring all-gather: adding the encoding of rank " +
+                                   std::to_string(src) + " made " + std::to_string(bad) +
+                                   " values non-finite (NaN or Inf)",
+                               src);
+      }
+    }
+  }
+
+  // The pass as one phantom round (Transport::run_phantom_rings), with one piece only.
+  std::optional<PhantomRing> phantom_round() const {
+    if (pieces_ != 1 || transfers_ == 0) return std::nullopt;
+    PhantomRing round;
+    round.outer_step = options_.outer_step;
+    round.tag = tag(0, 0);
+    round.transfers = transfers_;
+    round.timeout_s = options_.timeout_s;
+    round.first_send_bytes = message_bytes(0);
+    round.send_bytes = round.recv_bytes = transfers_ * message_bytes(0);
+    return round;
+  }
+
+  ~GatherPass() {
+    for (auto& p : pending_) p.reset();
+  }
+
+ private:
+  Range piece_range(std::size_t p) const {
+    const std::size_t offset = p * piece_values_;
+    return {offset, std::min(piece_values_, count_ - offset)};
+  }
+  std::size_t message_bytes(std::size_t p) const {
+    return chunk_message_bytes(codec_, piece_range(p).count);
+  }
+  std::vector<std::byte>& message(int src, std::size_t p) { return (*messages_)[src * pieces_ + p]; }
+  // Chunk ids as the ring's all-gather numbers them, with the author's rank as the share.
+  ChunkId chunk_id(int src, std::size_t p) const {
+    ChunkId id;
+    id.epoch = transport_.epoch();
+    id.outer_step = options_.outer_step;
+    id.bucket = options_.bucket;
+    id.chunk = static_cast<std::uint32_t>((kAllGather * world_ + src) * pieces_ + p);
+    id.codec = codec_.id();
+    id.count = piece_range(p).count;
+    return id;
+  }
+  Tag tag(int step, std::size_t p) const {
+    return ring_tag(options_.bucket, kCodecPass, kAllGather, step, p, kHeader);
+  }
+  int sent_by(std::size_t t) const { return mod(rank_ - static_cast<int>(t / pieces_), world_); }
+  int received_from(std::size_t t) const { return mod(sent_by(t) - 1, world_); }
+
+  void post(std::size_t t, RingStats& stats) {
+    const std::size_t p = t % pieces_;
+    const std::size_t bytes = message_bytes(p);
+    Payload out = Payload::phantom(bytes);
+    std::span<std::byte> into;
+    if (!phantom_) {
+      out = Payload::of(std::span<const std::byte>(message(sent_by(t), p)));
+      into = message(received_from(t), p);
+    }
+    stats.bytes_sent += out.wire_bytes;
+    pending_[t % 2] = transport_.start_exchange(mod(rank_ + 1, world_), out,
+                                                mod(rank_ - 1, world_), into,
+                                                tag(static_cast<int>(t / pieces_), p));
+  }
+
+  void wait(std::size_t t, RingStats& stats) {
+    const Received got = pending_[t % 2]->wait(options_.timeout_s);
+    pending_[t % 2].reset();
+    stats.bytes_received += got.wire_bytes;
+    const std::size_t p = t % pieces_;
+    const int predecessor = mod(rank_ - 1, world_);
+    if (phantom_) {
+      if (got.wire_bytes != message_bytes(p) || got.bytes != 0)
+        throw ProtocolError("ring all-gather: phantom message of " +
+                                std::to_string(got.wire_bytes) + " wire bytes from rank " +
+                                std::to_string(predecessor) + ", expected " +
+                                std::to_string(message_bytes(p)),
+                            predecessor);
+      return;
+    }
+    try {
+      open_chunk(std::span<const std::byte>(message(received_from(t), p)).first(got.bytes),
+                 chunk_id(received_from(t), p), codec_);
+    } catch (const ProtocolError& e) {
+      throw ProtocolError(e.what(), predecessor);  // a bad message is the sender's doing
+    }
+  }
+
+  Transport& transport_;
+  Runtime& runtime_;
+  const Codec& codec_;
+  const RingOptions& options_;
+  const std::size_t count_;
+  const int world_;
+  const int rank_;
+  std::size_t piece_values_ = 0;  // values per piece (the last may hold fewer)
+  std::size_t pieces_ = 0;
+  std::size_t transfers_ = 0;
+  bool phantom_ = false;
+  std::vector<std::vector<std::byte>>* messages_ = nullptr;
+  std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
+};
+
 double relative_error(std::span<const float> result, std::span<const float> exact) {
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < exact.size(); ++i) {
@@ -518,7 +712,10 @@ std::optional<std::vector<PhantomRoundStats>> phantom_ring_rounds(
   for (std::size_t i = 0; i < counts.size(); ++i) {
     check_options(transport, options[i]);
     std::optional<PhantomRing> round =
-        RingPass(transport, runtime, codec, options[i], counts[i], kCodecPass).phantom_round();
+        codec.sparse()
+            ? GatherPass(transport, runtime, codec, options[i], counts[i]).phantom_round()
+            : RingPass(transport, runtime, codec, options[i], counts[i], kCodecPass)
+                  .phantom_round();
     if (!round) break;
     rounds.push_back(*round);
   }
@@ -555,6 +752,10 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
       throw ConfigError("ring all-reduce: buffer count " + std::to_string(buf.count) +
                         " does not match its data size " + std::to_string(buf.data.size()));
     check_options(transport, options);
+    if (codec.sparse())
+      throw ConfigError("ring all-reduce: codec " + std::string(codec.name()) +
+                        " is sparse (a sum of its encodings is not one): all-gather it "
+                        "(ring_all_gather_sum)");
 
     // Work in place on `buf`; each piece is copied to ws.work just before it first changes
     // (inside the pass that changes it), so `buf` can be restored if the round fails. The
@@ -586,6 +787,44 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
   } catch (...) {
     transport.abort();
     if (pass) pass->restore();
+    throw;
+  }
+  return stats;
+}
+
+RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Codec& codec,
+                              ReduceBuffer buf, std::span<float> own, const RingOptions& options,
+                              RingWorkspace* workspace) {
+  const double start_s = runtime.now_s();
+  RingStats stats;
+  stats.participants = transport.size();
+  RingWorkspace local;
+  RingWorkspace& ws = workspace != nullptr ? *workspace : local;
+  try {
+    const bool phantom = buf.data.empty();
+    if (!phantom && buf.count != buf.data.size())
+      throw ConfigError("ring all-gather: buffer count " + std::to_string(buf.count) +
+                        " does not match its data size " + std::to_string(buf.data.size()));
+    if (!own.empty() && own.size() != buf.data.size())
+      throw ConfigError("ring all-gather: own contribution of " + std::to_string(own.size()) +
+                        " values for a buffer of " + std::to_string(buf.data.size()));
+    check_options(transport, options);
+    GatherPass pass(transport, runtime, codec, options, buf.count);
+    pass.run(buf.data, ws.slots, stats);
+    if (!phantom && buf.count > 0) {
+      // Sum into the workspace and copy back only when every encoding decoded: a failure leaves
+      // `buf` and `own` as they were.
+      if (ws.work.size() < 2 * buf.count) ws.work.resize(2 * buf.count);
+      const std::span<float> sum = std::span(ws.work).first(buf.count);
+      const std::span<float> mine =
+          own.empty() ? std::span<float>() : std::span(ws.work).subspan(buf.count, buf.count);
+      pass.decode(sum, mine);
+      std::copy(sum.begin(), sum.end(), buf.data.begin());
+      std::copy(mine.begin(), mine.end(), own.begin());
+    }
+    stats.elapsed_s = runtime.now_s() - start_s;
+  } catch (...) {
+    transport.abort();
     throw;
   }
   return stats;

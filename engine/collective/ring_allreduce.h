@@ -81,15 +81,34 @@ struct RingWorkspace {
 // peers fail fast too) and `buf` is unchanged, so the round can be retried in a new epoch. A
 // ProtocolError about a received chunk names the sender (its peer(): this rank's predecessor).
 // While the call runs `buf` holds partial sums (nobody may read it concurrently).
-// `codec` encodes every message (the ring uses its fused paths where it has them).
+// `codec` encodes every message (the ring uses its fused paths where it has them); a sparse
+// codec is a ConfigError (use ring_all_gather_sum).
 // `workspace` may be null (a temporary one is used).
 RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& codec,
                           ReduceBuffer buf, const RingOptions& options,
                           RingWorkspace* workspace = nullptr);
 
+// For a sparse codec (Codec::sparse(), e.g. topk): on return every rank's buffer holds the sum,
+// over ranks in rank order, of decode(encode(that rank's buffer)) -- bit-identical on every
+// rank -- and `own`, when not empty (same size as the buffer), this rank's own term
+// decode(encode(buffer)), which its error feedback subtracts. Each rank's encoding travels whole
+// around the ring (world - 1 steps, two transfers in flight, pieces of whole codec blocks that
+// encode into at most max_chunk_bytes, or one block where a block alone is larger, so that the
+// cut changes no top-k selection)
+// and is decoded only once all are here; why this and not a reduce-scatter is in
+// engine/collective/README.md, "Sparse pieces". One rank alone still gets decode(encode(x)).
+// Errors as ring_all_reduce (transport aborted; `buf` and `own` unchanged); an encoding that
+// does not decode, or whose terms make the sum non-finite, is the ProtocolError /
+// NonFiniteError of its author (peer()), a message that fails its checks the predecessor's.
+// restore_on_failure and measure_error do not apply.
+RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Codec& codec,
+                              ReduceBuffer buf, std::span<float> own, const RingOptions& options,
+                              RingWorkspace* workspace = nullptr);
+
 // Phantom buffers of `counts[i]` values all-reduced one after another with `options[i]` (the
 // buckets of a timing-only simulation), handed to the transport whole when it can time them so
-// (Transport::run_phantom_rings): the leading rounds that have one piece per share, each with
+// (Transport::run_phantom_rings; for a sparse codec, rounds of ring_all_gather_sum): the
+// leading rounds that have one piece per share, each with
 // its stats and start time on the Runtime clock; empty when the first has more (the caller
 // runs it with ring_all_reduce and may try again after it); nullopt when the transport cannot
 // time rounds whole (it will not for the rest of the run: run every bucket with

@@ -496,6 +496,14 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.scalar<double>("fragment_alpha", d.fragment_alpha,
                    "a value in [0, 1] (the local copy's weight when a fragment is merged)",
                    [](const double& v) { return v >= 0 && v <= 1; });
+  r.scalar<double>("topk_density", d.topk_density,
+                   "a value in (0, 1] (codec topk: values kept per value, 0.02 = 2 %)",
+                   [](const double& v) { return v > 0 && v <= 1; });
+  r.scalar<int>("topk_bits", d.topk_bits, "an integer in [1, 8] (codec topk: bits per value)",
+                [](const int& v) { return v >= 1 && v <= 8; });
+  r.scalar<double>("error_feedback", d.error_feedback,
+                   "a value in [0, 1] (codec topk: the error feedback's decay beta)",
+                   [](const double& v) { return v >= 0 && v <= 1; });
   r.scalar<std::string>("buckets", d.buckets, "'layers' or a positive integer",
                         [](const std::string& v) {
                           if (v == "layers") return true;
@@ -539,6 +547,15 @@ void parse_diloco(Reader r, DilocoSpec& d) {
     r.fail(r.key_path("fragment_delay"),
            "at most diloco.H / diloco.fragments (" + std::to_string(d.H / d.fragments) +
                "): a fragment's sync ends within its part of the inner steps");
+  if (d.codec != "topk")
+    for (const char* key : {"topk_density", "topk_bits", "error_feedback"})
+      if (const YAML::Node n = r.get(key); n.IsDefined() && !n.IsNull())
+        r.fail(r.key_path(key), "absent unless diloco.codec is topk (it is " + d.codec + ")");
+  if (d.codec == "topk" && (d.overlap != "none" || d.fragments > 1 || d.fragment_delay > 0 ||
+                            d.fragment_alpha != 0))
+    r.fail(r.key_path("codec"),
+           "not topk with overlap or streaming: sparse outer steps run blocking (their error "
+           "feedback is taken at the outer step)");
   if ((d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0) && d.overlap != "none")
     r.fail(r.key_path("overlap"),
            "none when streaming (diloco.fragments, fragment_delay, fragment_alpha are set): "
@@ -806,6 +823,9 @@ DilocoOptions diloco_options(const RunFile& f, Mode mode) {
   o.inner_steps = d.H;
   o.outer_steps = f.outer_steps();
   o.codec = parse_codec(d.codec);
+  o.codec_params.topk_density = d.topk_density;
+  o.codec_params.topk_bits = d.topk_bits;
+  o.error_feedback = static_cast<float>(d.error_feedback_or_default());
   o.overlap = parse_overlap(d.overlap);
   o.fragments = d.fragments;
   o.fragment_delay = d.fragment_delay;
@@ -938,6 +958,10 @@ JsonObject RunFile::to_json() const {
   JsonObject dl;
   dl.add("H", diloco.H)
       .add("codec", diloco.codec);
+  if (diloco.codec == "topk")
+    dl.add("topk_density", diloco.topk_density)
+        .add("topk_bits", diloco.topk_bits)
+        .add("error_feedback", diloco.error_feedback_or_default());
   if (diloco.overlap != "none") dl.add("overlap", diloco.overlap);
   if (diloco.fragments != 1 || diloco.fragment_delay != 0 || diloco.fragment_alpha != 0)
     dl.add("fragments", diloco.fragments)

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -191,6 +193,16 @@ struct DilocoSpec {
   int fragments = 1;
   int fragment_delay = 0;
   double fragment_alpha = 0.0;
+  // codec topk (engine/diloco/README.md, "Sparse outer steps"): values kept per value, value
+  // bits, and the error feedback's beta (NaN = unset: 0.95 with topk; an error with another
+  // codec). Serialised only with topk.
+  double topk_density = 0.02;
+  int topk_bits = 2;
+  double error_feedback = std::numeric_limits<double>::quiet_NaN();
+  double error_feedback_or_default() const {
+    return std::isnan(error_feedback) ? (codec == "topk" ? double{kDefaultErrorFeedback} : 0.0)
+                                      : error_feedback;
+  }
   std::string buckets = "layers";  // "layers" (embedding, each layer, head) or an integer count
   int local_ranks = 8;             // L parallel rings per node (one flow each)
   bool aggregate = true;           // model the L rings as one flow of L× bytes and L× window

@@ -66,7 +66,7 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
       runtime_(runtime),
       events_(events),
       options_(std::move(options)),
-      codec_(make_codec(options_.codec)),
+      codec_(make_codec(options_.codec, options_.codec_params)),
       mu_(runtime.make_mutex()) {
   if (options_.inner_steps < 1) throw ConfigError("diloco: inner_steps must be >= 1");
   if (options_.local_ranks < 1) throw ConfigError("diloco: local_ranks must be >= 1");
@@ -93,6 +93,19 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
                       " are two ways of overlapping the sync; choose one");
   if (!options_.initial_local.empty() && !options_.streaming())
     throw ConfigError("diloco: local parameters to resume from need streaming (diloco.fragments)");
+  if (sparse() && (options_.streaming() || overlapped()))
+    throw ConfigError("diloco.codec " + std::string(codec_->name()) +
+                      " (sparse outer steps) runs with blocking outer steps only: overlap: none "
+                      "and one fragment (its error feedback is taken at the outer step)");
+  if (!(options_.error_feedback >= 0.0f && options_.error_feedback <= 1.0f))
+    throw ConfigError("diloco.error_feedback must be in [0, 1], got " +
+                      std::to_string(options_.error_feedback));
+  if (options_.error_feedback > 0.0f && !sparse())
+    throw ConfigError("diloco.error_feedback needs a sparse codec (topk): with codec " +
+                      std::string(codec_->name()) + " the ring all-reduce quantizes partial "
+                      "sums, so no node knows what it sent");
+  if (!options_.initial_error_feedback.empty() && !sparse())
+    throw ConfigError("diloco: an error-feedback buffer to resume from needs a sparse codec");
   if (!options_.initial_pending.empty() && !overlapped())
     throw ConfigError("diloco: a pending pseudo-gradient to resume from needs diloco.overlap");
   // Cut here, not in run(): a configuration error is the constructor's (a simulation reports it
@@ -147,6 +160,17 @@ void DilocoNode::initialise_outer_state() {
     pending_ = true;
     resumed_pending_ = true;
   }
+  if (sparse() && !phantom_) {
+    feedback_.assign(count_, 0.0f);
+    if (!options_.initial_error_feedback.empty()) {
+      MERIDIAN_CHECK_EQ(options_.initial_error_feedback.size(), count_);
+      feedback_ = std::move(options_.initial_error_feedback);
+      if (const std::uint64_t bad = count_non_finite(feedback_); bad > 0)
+        throw ConfigError("diloco: the error-feedback buffer to resume from holds " +
+                          std::to_string(bad) + " non-finite values");
+    }
+  }
+  options_.initial_error_feedback = {};
   if (!options_.initial_local.empty()) {
     if (!phantom_) {
       MERIDIAN_CHECK_EQ(options_.initial_local.size(), count_);
@@ -571,7 +595,16 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
     // Members that sit this attempt out (non-finite guard) contribute zeros and are not counted.
     const auto world = static_cast<float>(shares(r));
     reduced_.resize(count_);
-    for (std::uint64_t i = offset; i < offset + count; ++i) reduced_[i] = delta_[i] / world;
+    if (sparse()) {
+      // c = beta e + delta, whole: the gather sums the decoded terms and divides afterwards, so
+      // that each node knows exactly what it sent. A node that sits the step out sends zeros.
+      const float beta = options_.error_feedback;
+      sent_.resize(count_);
+      for (std::uint64_t i = offset; i < offset + count; ++i)
+        reduced_[i] = non_finite_ ? 0.0f : beta * feedback_[i] + delta_[i];
+    } else {
+      for (std::uint64_t i = offset; i < offset + count; ++i) reduced_[i] = delta_[i] / world;
+    }
   }
   shard_ok_.assign(options_.local_ranks, 0);
   ring_workspaces_.resize(options_.local_ranks);
@@ -597,6 +630,10 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
     if (id >= 0 && std::count(blamed.begin(), blamed.end(), id) == 0) blamed.push_back(id);
   if (!ok)
     for (auto& t : rings_) t->abort();  // every shard's peers fail fast too
+  if (ok && sparse() && !phantom_) {
+    const auto world = static_cast<float>(shares(r));
+    for (std::uint64_t i = offset; i < offset + count; ++i) reduced_[i] /= world;
+  }
   return ok;
 }
 
@@ -696,7 +733,13 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector
                    : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
       const double start_s = runtime_.now_s();
       report(b,
-             ring_all_reduce(t, runtime_, *codec_, buf, options_for(b), &ring_workspaces_[shard]),
+             sparse() ? ring_all_gather_sum(
+                            t, runtime_, *codec_, buf,
+                            phantom_ ? std::span<float>()
+                                     : std::span<float>(sent_).subspan(b.offset, b.count),
+                            options_for(b), &ring_workspaces_[shard])
+                      : ring_all_reduce(t, runtime_, *codec_, buf, options_for(b),
+                                        &ring_workspaces_[shard]),
              start_s);
     }
     shard_ok_[shard] = 1;
@@ -731,6 +774,13 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
   phase_ran_ = false;
   if (!phantom_) {
     optimizer_->step(outer_, fallback ? delta_ : reduced_);
+    if (sparse() && !non_finite_) {
+      // e = c - what was sent; a fallback applied delta whole, so only beta e is still owed.
+      // A node that sat the step out sent nothing and keeps e.
+      const float beta = options_.error_feedback;
+      for (std::uint64_t i = 0; i < count_; ++i)
+        feedback_[i] = fallback ? beta * feedback_[i] : beta * feedback_[i] + delta_[i] - sent_[i];
+    }
     // The next step's pseudo-gradient, from the inner steps that ran beside this round.
     if (phase_ran) non_finite_ = take_pseudo_gradient(start_, next.outer_step, 0, count_);
     // Streaming: each fragment's local copy was merged at its sync and has moved on since.
@@ -762,7 +812,8 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
     std::span<const float> local;
     if (options_.streaming() && !phantom_) local = worker_.parameters();
     options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members, fallback,
-                                         outer_, optimizer_->momentum(), pending, local});
+                                         outer_, optimizer_->momentum(), pending, local,
+                                         feedback_});
   }
   // Without a phase (the run's last step) nothing follows: the loop ends at this record.
   pending_ = phase_ran;

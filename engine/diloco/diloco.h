@@ -45,6 +45,10 @@ struct OuterStepView {
   // merges they are not the outer parameters, and a checkpoint needs them to resume
   // bit-identically. Empty otherwise.
   std::span<const float> local;
+  // A sparse codec (topk): this node's error-feedback buffer after the step (what it has not
+  // sent yet). Per node, not shared; a checkpoint needs it to resume bit-identically. Empty
+  // otherwise.
+  std::span<const float> error_feedback;
 };
 
 // When the all-reduce of outer step t runs (engine/diloco/README.md, "Overlapped outer steps").
@@ -61,10 +65,16 @@ const char* overlap_name(Overlap o);
 // Parses "none", "delayed", "eager"; throws ConfigError naming the choices.
 Overlap parse_overlap(std::string_view name);
 
+// The error feedback's beta that the modes give codec topk unless told otherwise. Meridian's
+// choice, not SparseLoCo's published value (the paper tunes beta): a buffer that forgets 5 % per
+// outer step, so a value the top-k never selects cannot grow without bound.
+inline constexpr float kDefaultErrorFeedback = 0.95f;
+
 struct DilocoOptions {
   int inner_steps = 100;              // H (INTELLECT-1: 100)
   std::int64_t outer_steps = 0;       // the run ends after this many outer steps (0 = never)
   CodecId codec = CodecId::kFp32;     // wire codec of the ring all-reduce
+  CodecParams codec_params;           // topk's density and value bits
   OuterOptimizerOptions outer;        // lr 0.7, Nesterov momentum 0.9
   int local_ranks = 1;                // L: one ring per shard, run in parallel
   double allreduce_timeout_s = 60.0;  // bound on every wait of the ring (a lost peer surfaces
@@ -108,6 +118,16 @@ struct DilocoOptions {
   // Resuming a streaming run: the worker's parameters at the checkpoint (OuterStepView::local);
   // empty = the outer parameters.
   std::vector<float> initial_local;
+  // Sparse outer steps (a sparse codec, topk; engine/diloco/README.md, "Sparse outer steps";
+  // SparseLoCo, arXiv 2508.15706): each node keeps an error-feedback buffer e (zeros at the
+  // start and for a joiner), sends the codec's top-k of c = beta e + delta, all-gathered
+  // (ring_all_gather_sum), and keeps e = c - decode(encode(c)). `error_feedback` is beta in
+  // [0, 1] (0: nothing is carried over); only with a sparse codec, which runs blocking outer
+  // steps (overlap none, one fragment).
+  float error_feedback = 0.0f;  // kDefaultErrorFeedback where a mode picks topk's default
+  // Resuming a sparse run: this node's buffer at the checkpoint (OuterStepView::error_feedback);
+  // empty = zeros.
+  std::vector<float> initial_error_feedback;
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
 
@@ -209,7 +229,8 @@ class DilocoNode {
   // local = alpha * local + (1 - alpha) * (the fragment's outer parameters after this step).
   void merge_fragment(const Fragment& f);
   // All-reduces reduced_ = delta_ / shares over [offset, offset + count), shard k's buckets
-  // by local rank k's ring. Returns whether every shard's ring succeeded; `blamed` gets the
+  // by local rank k's ring (a sparse codec: all-gathers the encodings of c = beta e + delta and
+  // divides their sum by shares). Returns whether every shard's ring succeeded; `blamed` gets the
   // nodes whose chunks were rejected as invalid (for the mesh to evict). `fragment` (streaming,
   // else -1) goes into the allreduce events.
   bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed,
@@ -264,6 +285,11 @@ class DilocoNode {
   bool phase_ran_ = false;               // phase_ ran this round (joined before the report)
   std::vector<float> start_;             // the parameters phase_'s inner steps started from
   std::vector<std::int64_t> newcomers_;  // joiners of the current step's first attempt
+
+  // Sparse outer steps (codec_->sparse()).
+  bool sparse() const { return codec_->sparse(); }
+  std::vector<float> feedback_;  // e: what this node has not sent yet (error feedback)
+  std::vector<float> sent_;      // decode(encode(c)): this node's term of the round's sum
 
   // Streaming outer steps (options_.streaming()).
   std::vector<Fragment> fragments_;

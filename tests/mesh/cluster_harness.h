@@ -195,6 +195,11 @@ struct ClusterOptions {
   int fragment_delay = 0;
   float fragment_alpha = 0.0f;
   std::function<std::vector<float>(std::int64_t id)> resume_local;
+  // A sparse codec (topk): its parameters and the error feedback's beta; with a resume, each
+  // node's error-feedback buffer (when set).
+  CodecParams codec_params;
+  float error_feedback = 0.0f;
+  std::function<std::vector<float>(std::int64_t id)> resume_error_feedback;
   // Another worker than the synthetic one (a TorchWorker: the thread-level reference of a
   // multi-process schedule, tests/gloo/process_fault_matrix_test.cc). Then worker(), on_launch
   // and `params`, `boundaries`, `inner_step_s`, `phantom` do not apply.
@@ -228,6 +233,7 @@ struct StepRecord {
   std::vector<float> params, momentum;
   std::vector<float> pending;  // OuterStepView::pending (overlapped runs)
   std::vector<float> local;    // OuterStepView::local (streaming runs)
+  std::vector<float> error_feedback;  // OuterStepView::error_feedback (sparse codecs)
 };
 
 using StepRecords = std::map<std::int64_t, std::map<std::int64_t, StepRecord>>;
@@ -250,6 +256,7 @@ inline void expect_resumed_matches(const StepRecords& got, const StepRecords& re
       EXPECT_EQ(rec.momentum, want.momentum) << "step " << step << " node " << id;
       EXPECT_EQ(rec.pending, want.pending) << "step " << step << " node " << id;
       EXPECT_EQ(rec.local, want.local) << "step " << step << " node " << id;
+      EXPECT_EQ(rec.error_feedback, want.error_feedback) << "step " << step << " node " << id;
     }
 }
 
@@ -615,6 +622,9 @@ class Cluster {
     d.fragment_delay = o_.fragment_delay;
     d.fragment_alpha = o_.fragment_alpha;
     if (o_.resume_local) d.initial_local = o_.resume_local(id);
+    d.codec_params = o_.codec_params;
+    d.error_feedback = o_.error_feedback;
+    if (o_.resume_error_feedback) d.initial_error_feedback = o_.resume_error_feedback(id);
     if (o_.configure) o_.configure(d);
     d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
     n->diloco = std::make_unique<DilocoNode>(*worker, n->store, *transports, runtime_, n->sink, d);
@@ -640,7 +650,8 @@ class Cluster {
                      std::vector<float>(v.outer_parameters.begin(), v.outer_parameters.end()),
                      std::vector<float>(v.momentum.begin(), v.momentum.end()),
                      std::vector<float>(v.pending.begin(), v.pending.end()),
-                     std::vector<float>(v.local.begin(), v.local.end())};
+                     std::vector<float>(v.local.begin(), v.local.end()),
+                     std::vector<float>(v.error_feedback.begin(), v.error_feedback.end())};
       records_[v.outer_step][v.node] = std::move(rec);
       auto it = at_step_.find(v.outer_step);
       if (it != at_step_.end()) {
@@ -670,6 +681,50 @@ class Cluster {
 
 // The configuration error of a one-node cluster of `o`: thrown when its node is built (the
 // DilocoNode constructor checks the options), or the node's own exit reason.
+// Node 4 of `c` (not started yet) dies at its second collective message of outer step 2, inside
+// that step's collective; the cluster runs to its end, its invariants hold (the survivors' outer
+// state stays bit-identical), a retry happened, and steps 2 onwards ran on nodes 1, 2, 3.
+inline void run_with_node_4_killed_in_step_2s_collective(Cluster& c, std::int64_t outer_steps) {
+  c.at_step(1, [&c] { c.on_send(4, 2, false, [&c] { c.kill(4); }); });
+  c.start();
+  c.join();
+  c.check_invariants();
+  EXPECT_FALSE(c.all_of_type("retry").empty());
+  const auto steps = c.steps();
+  for (std::int64_t t = 2; t < outer_steps; ++t)
+    EXPECT_EQ(steps.at(t).begin()->second.members, (std::vector<std::int64_t>{1, 2, 3}));
+}
+
+// Resumes `o` at outer step 2 from what a whole run of it recorded, carrying each node's
+// streaming local copy (`local`) or error-feedback buffer (`error_feedback`) as a checkpoint
+// would, and expects the resumed run bit-identical to the whole one. Returns whether the same
+// resume without that state still reaches the whole run's outer parameters at step 2 (where the
+// state matters, it does not).
+inline bool resume_matches_and_without_state_would(const ClusterOptions& o, bool local,
+                                                   bool error_feedback) {
+  Cluster whole(o);
+  whole.run_and_check();
+  const auto ref = whole.steps();
+  constexpr std::int64_t kDone = 2;
+  ClusterOptions r = o;
+  resume_from(r, ref, kDone, kDone * o.inner_steps);
+  const auto at_done = [&ref](std::int64_t id) -> const StepRecord& {
+    return ref.at(kDone - 1).at(id);
+  };
+  if (local) r.resume_local = [at_done](std::int64_t id) { return at_done(id).local; };
+  if (error_feedback)
+    r.resume_error_feedback = [at_done](std::int64_t id) { return at_done(id).error_feedback; };
+  Cluster resumed(r);
+  resumed.run_and_check();
+  expect_resumed_matches(resumed.steps(), ref, kDone, o.outer_steps);
+  ClusterOptions without = r;
+  without.resume_local = nullptr;
+  without.resume_error_feedback = nullptr;
+  Cluster other(without);
+  other.run_and_check();
+  return other.steps().at(kDone).at(1).params == ref.at(kDone).at(1).params;
+}
+
 inline std::string node_config_error(ClusterOptions o) {
   o.initial = 1;
   try {

@@ -8,5 +8,6 @@
 set(timing_diloco_test "Diloco.*")
 set(timing_diloco_overlap_test "Diloco/OverlapTest.*")
 set(timing_diloco_streaming_test "Diloco/StreamingTest.*")
+set(timing_diloco_sparse_test "Diloco/SparseTest.*")
 set(timing_fault_matrix_test "FaultMatrix.*")
 set(timing_store_size_test "StoreSize.*")
