@@ -238,6 +238,8 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
   if (pending) MERIDIAN_CHECK_EQ(view.outer_pending.size(), n);
   const bool local = outer && !view.outer_local.empty();
   if (local) MERIDIAN_CHECK_EQ(view.outer_local.size(), n);
+  const bool feedback = outer && !view.outer_error_feedback.empty();
+  if (feedback) MERIDIAN_CHECK_EQ(view.outer_error_feedback.size(), n);
   const auto step_done = [&](const fs::path& p) {
     if (view.after_each_step) view.after_each_step(p);
   };
@@ -267,6 +269,10 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
     auto loc = views(layout, view.outer_local, "outer_local.");
     opt.insert(opt.end(), loc.begin(), loc.end());
   }
+  if (feedback) {
+    auto ef = views(layout, view.outer_error_feedback, "outer_error_feedback.");
+    opt.insert(opt.end(), ef.begin(), ef.end());
+  }
   st::write(tmp / kOptimizerFile, opt, meta);
   step_done(tmp / kOptimizerFile);
 
@@ -277,6 +283,7 @@ std::uint64_t write_checkpoint(const fs::path& dir, const CheckpointView& view) 
   if (outer) doc["outer"] = nlohmann::json::parse(view.outer_json);
   if (pending) doc["outer"]["pending"] = true;
   if (local) doc["outer"]["local"] = true;
+  if (feedback) doc["outer"]["error_feedback"] = true;
   std::uint64_t total_bytes = 0;
   nlohmann::json manifest = {{"format", kManifestFormat}};
   for (const char* f : {kModelFile, kOptimizerFile}) {
@@ -369,7 +376,8 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) 
   const st::File opt = st::read(dir / kOptimizerFile, ro);
   const bool outer = doc.contains("outer");
   if (outer) out.outer_momentum.resize(n);
-  // outer.pending (overlapped) and outer.local (streaming): extra tensors when true.
+  // outer.pending (overlapped), outer.local (streaming) and outer.error_feedback (a sparse
+  // codec): extra tensors when true.
   const auto flagged = [&](const char* key) {
     if (!outer || !doc.at("outer").contains(key)) return false;
     const auto& flag = doc.at("outer").at(key);
@@ -379,10 +387,14 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) 
     return true;
   };
   const bool pending = flagged("pending"), local = flagged("local");
+  const bool feedback = flagged("error_feedback");
   if (pending) out.outer_pending.resize(n);
   if (local) out.outer_local.resize(n);
+  if (feedback) out.outer_error_feedback.resize(n);
   expect_tensor_count(weights, layout.size());
-  expect_tensor_count(opt, ((outer ? 3 : 2) + (pending ? 1 : 0) + (local ? 1 : 0)) * layout.size());
+  expect_tensor_count(opt, ((outer ? 3 : 2) + (pending ? 1 : 0) + (local ? 1 : 0) +
+                            (feedback ? 1 : 0)) *
+                               layout.size());
   for (const auto& p : layout) {
     copy_tensor(weights, "", p, out.params);
     copy_tensor(opt, "exp_avg.", p, out.exp_avg);
@@ -390,6 +402,7 @@ LoadedCheckpoint read_checkpoint(const fs::path& dir, const ModelConfig& model) 
     if (outer) copy_tensor(opt, "outer_momentum.", p, out.outer_momentum);
     if (pending) copy_tensor(opt, "outer_pending.", p, out.outer_pending);
     if (local) copy_tensor(opt, "outer_local.", p, out.outer_local);
+    if (feedback) copy_tensor(opt, "outer_error_feedback.", p, out.outer_error_feedback);
   }
   out.progress_json = doc.at("progress").dump();
   if (outer) out.outer_json = doc.at("outer").dump();

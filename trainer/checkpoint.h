@@ -34,6 +34,9 @@ struct CheckpointView {
   // A streaming node's local parameters (OuterStepView::local; same layout), which between its
   // fragments' merges are not the outer ones: "outer_local.<name>" when not empty.
   std::span<const float> outer_local;
+  // A sparse-codec node's error-feedback buffer (OuterStepView::error_feedback; same layout):
+  // "outer_error_feedback.<name>" when not empty.
+  std::span<const float> outer_error_feedback;
   // Called after each durable step of the write (a file written and fsynced, a rename) with
   // the path it touched; tests crash the writer there. Unset: nothing is called.
   std::function<void(const std::filesystem::path&)> after_each_step;
@@ -50,6 +53,7 @@ struct LoadedCheckpoint {
   std::vector<float> outer_momentum;  // empty unless the checkpoint holds an outer state
   std::vector<float> outer_pending;   // empty unless it holds a pending pseudo-gradient
   std::vector<float> outer_local;     // empty unless it holds streaming local parameters
+  std::vector<float> outer_error_feedback;  // empty unless it holds an error-feedback buffer
   std::string outer_json;             // "" unless the checkpoint holds an outer state
 };
 

@@ -87,6 +87,7 @@ NodeState snapshot_node_state(const OuterStepView& view, InnerWorker& worker) {
   s.momentum.assign(view.momentum.begin(), view.momentum.end());
   s.pending.assign(view.pending.begin(), view.pending.end());
   s.local.assign(view.local.begin(), view.local.end());
+  s.error_feedback.assign(view.error_feedback.begin(), view.error_feedback.end());
   for (const StateSection& sec : worker.state_sections()) {
     if (sec.name == "adamw.exp_avg")
       s.exp_avg.assign(sec.values.begin(), sec.values.end());
@@ -224,6 +225,7 @@ void CheckpointWriter::loop() {
       v.outer_momentum = s.momentum;
       v.outer_pending = s.pending;
       v.outer_local = s.local;
+      v.outer_error_feedback = s.error_feedback;
       v.outer_json = s.outer_json;
       v.after_each_step = after_each_step_;
       r.bytes = write_checkpoint(r.path, v);
@@ -424,9 +426,12 @@ void load_for_resume(const ResumeCandidate& c, const ModelConfig& model, InnerWo
   // node runs the step's inner steps again instead.
   // A streaming node's local parameters likewise hold its own shard's inner steps since each
   // fragment's merge: from another shard's checkpoint the node starts from the outer ones.
+  // An error-feedback buffer is what that shard's node has not sent yet: its owner still holds
+  // it, so from another shard's checkpoint the node starts from zeros, as a joiner does.
   if (c.own_shard) {
     options.initial_pending = std::move(l.outer_pending);
     options.initial_local = std::move(l.outer_local);
+    options.initial_error_feedback = std::move(l.outer_error_feedback);
   }
 }
 

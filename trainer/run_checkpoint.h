@@ -31,6 +31,7 @@ struct NodeState {
   std::vector<float> params, momentum;     // theta_outer and the outer (Nesterov) momentum
   std::vector<float> pending;              // overlapped: the next step's pseudo-gradient
   std::vector<float> local;                // streaming: the worker's parameters
+  std::vector<float> error_feedback;       // a sparse codec: what the node has not sent
   std::vector<float> exp_avg, exp_avg_sq;  // the worker's AdamW moments
   std::string worker_progress;             // InnerWorker::progress(): inner step, data position
   std::string outer_json;                  // {"steps_done", "epoch", "members", "node"}

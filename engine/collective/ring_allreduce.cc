@@ -483,17 +483,20 @@ class RingPass {
   std::unique_ptr<PendingExchange> pending_[2];  // declared last: destroyed before the buffers
 };
 
-// The all-gather of a sparse codec's encodings (ring_all_gather_sum). The buffer's n values are
-// cut into P pieces of whole codec blocks (Codec::block_values), as many blocks each as encode
-// into max_chunk_bytes and at least one; each rank encodes its pieces once. Transfer t (of (world-1)P) is step s = t / P, piece p = t % P: send rank (r-s)'s piece p
+// The all-gather of a sparse codec's encodings (ring_all_gather_sum). Each segment of the buffer
+// (a bucket) is cut into pieces of whole codec blocks (Codec::block_values), as many blocks each
+// as encode into max_chunk_bytes and at least one; the P pieces of all segments form one
+// schedule, and each rank encodes its pieces once. Transfer t (of (world-1)P) is step s = t / P, piece p = t % P: send rank (r-s)'s piece p
 // to rank+1, receive rank (r-s-1)'s piece p from rank-1 (step 0 sends the rank's own; later
 // steps forward, byte for byte, what arrived one step earlier, checked on arrival). Two
 // transfers in flight. Nothing is decoded until every encoding is here; then each rank adds all
 // of them in rank order, so the sum is bit-identical on every rank.
 class GatherPass {
  public:
+  // `segments`: the lengths of consecutive runs of the buffer, each encoded on its own (the
+  // buckets of a shard); empty = one run of `count`.
   GatherPass(Transport& transport, Runtime& runtime, const Codec& codec, const RingOptions& options,
-             std::size_t count)
+             std::size_t count, std::span<const std::size_t> segments = {})
       : transport_(transport),
         runtime_(runtime),
         codec_(codec),
@@ -501,19 +504,13 @@ class GatherPass {
         count_(count),
         world_(transport.size()),
         rank_(transport.rank()) {
-    if (count_ == 0) return;
-    // Pieces of whole codec blocks (topk's selection chunks), as many as fit max_chunk_bytes and
-    // at least one, so that cutting the buffer into pieces changes no selection.
-    const std::size_t block = std::max<std::size_t>(1, codec_.block_values());
-    const std::size_t blocks = (count_ + block - 1) / block;
-    std::size_t lo = 1, hi = blocks;  // blocks per piece: the most that fit, at least 1
-    if (codec_.encoded_bytes(std::min(count_, hi * block)) <= options_.max_chunk_bytes) lo = hi;
-    while (hi - lo > 1) {
-      const std::size_t mid = lo + (hi - lo) / 2;
-      (codec_.encoded_bytes(mid * block) <= options_.max_chunk_bytes ? lo : hi) = mid;
-    }
-    piece_values_ = lo * block;
-    pieces_ = (count_ + piece_values_ - 1) / piece_values_;
+    std::size_t offset = 0;
+    for (const std::size_t n : segments) cut_segment(offset, n), offset += n;
+    if (segments.empty()) cut_segment(0, count_), offset = count_;
+    if (offset != count_)
+      throw ConfigError("ring all-gather: segments of " + std::to_string(offset) +
+                        " values for a buffer of " + std::to_string(count_));
+    pieces_ = ranges_.size();
     if (2 * static_cast<std::uint64_t>(world_) * pieces_ > 0xFFFFFFFFull)
       throw ConfigError("ring all-gather: " + std::to_string(count_) + " values in pieces of " +
                         std::to_string(options_.max_chunk_bytes) +
@@ -599,10 +596,22 @@ class GatherPass {
   }
 
  private:
-  Range piece_range(std::size_t p) const {
-    const std::size_t offset = p * piece_values_;
-    return {offset, std::min(piece_values_, count_ - offset)};
+  // Cuts [offset, offset + n) into pieces of whole codec blocks (topk's selection chunks), as
+  // many as encode into max_chunk_bytes and at least one, so that the cut changes no selection.
+  void cut_segment(std::size_t offset, std::size_t n) {
+    if (n == 0) return;
+    const std::size_t block = std::max<std::size_t>(1, codec_.block_values());
+    const std::size_t blocks = (n + block - 1) / block;
+    std::size_t lo = 1, hi = blocks;  // blocks per piece: the most that fit, at least 1
+    if (codec_.encoded_bytes(std::min(n, hi * block)) <= options_.max_chunk_bytes) lo = hi;
+    while (hi - lo > 1) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      (codec_.encoded_bytes(mid * block) <= options_.max_chunk_bytes ? lo : hi) = mid;
+    }
+    for (std::size_t at = 0; at < n; at += lo * block)
+      ranges_.push_back({offset + at, std::min(lo * block, n - at)});
   }
+  Range piece_range(std::size_t p) const { return ranges_[p]; }
   std::size_t message_bytes(std::size_t p) const {
     return chunk_message_bytes(codec_, piece_range(p).count);
   }
@@ -669,7 +678,7 @@ class GatherPass {
   const std::size_t count_;
   const int world_;
   const int rank_;
-  std::size_t piece_values_ = 0;  // values per piece (the last may hold fewer)
+  std::vector<Range> ranges_;  // each piece's values
   std::size_t pieces_ = 0;
   std::size_t transfers_ = 0;
   bool phantom_ = false;
@@ -794,7 +803,7 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
 
 RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Codec& codec,
                               ReduceBuffer buf, std::span<float> own, const RingOptions& options,
-                              RingWorkspace* workspace) {
+                              RingWorkspace* workspace, std::span<const std::size_t> segments) {
   const double start_s = runtime.now_s();
   RingStats stats;
   stats.participants = transport.size();
@@ -809,7 +818,7 @@ RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Code
       throw ConfigError("ring all-gather: own contribution of " + std::to_string(own.size()) +
                         " values for a buffer of " + std::to_string(buf.data.size()));
     check_options(transport, options);
-    GatherPass pass(transport, runtime, codec, options, buf.count);
+    GatherPass pass(transport, runtime, codec, options, buf.count, segments);
     pass.run(buf.data, ws.slots, stats);
     if (!phantom && buf.count > 0) {
       // Sum into the workspace and copy back only when every encoding decoded: a failure leaves

@@ -100,10 +100,14 @@ RingStats ring_all_reduce(Transport& transport, Runtime& runtime, const Codec& c
 // Errors as ring_all_reduce (transport aborted; `buf` and `own` unchanged); an encoding that
 // does not decode, or whose terms make the sum non-finite, is the ProtocolError /
 // NonFiniteError of its author (peer()), a message that fails its checks the predecessor's.
-// restore_on_failure and measure_error do not apply.
+// restore_on_failure and measure_error do not apply. `segments`, when not empty, are the lengths
+// of consecutive runs of the buffer (summing to its count) encoded each on its own, as separate
+// calls would, but gathered in one schedule: the N - 1 hops' latency is paid once, not per run
+// (a shard's buckets: on a WAN ring that latency, not the bytes, bounds a per-bucket gather).
 RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Codec& codec,
                               ReduceBuffer buf, std::span<float> own, const RingOptions& options,
-                              RingWorkspace* workspace = nullptr);
+                              RingWorkspace* workspace = nullptr,
+                              std::span<const std::size_t> segments = {});
 
 // Phantom buffers of `counts[i]` values all-reduced one after another with `options[i]` (the
 // buckets of a timing-only simulation), handed to the transport whole when it can time them so

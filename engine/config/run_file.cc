@@ -550,7 +550,7 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   if (d.codec != "topk")
     for (const char* key : {"topk_density", "topk_bits", "error_feedback"})
       if (const YAML::Node n = r.get(key); n.IsDefined() && !n.IsNull())
-        r.fail(r.key_path(key), "absent unless diloco.codec is topk (it is " + d.codec + ")");
+        r.fail(r.key_path(key), "absent unless diloco.codec is topk (it is " + d.codec + ")", &n);
   if (d.codec == "topk" && (d.overlap != "none" || d.fragments > 1 || d.fragment_delay > 0 ||
                             d.fragment_alpha != 0))
     r.fail(r.key_path("codec"),

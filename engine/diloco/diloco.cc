@@ -608,6 +608,7 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
   }
   shard_ok_.assign(options_.local_ranks, 0);
   ring_workspaces_.resize(options_.local_ranks);
+  gather_staging_.resize(options_.local_ranks);
   shard_blame_.assign(options_.local_ranks, -1);
   const double start_s = runtime_.now_s();
   watched(r, [&] {
@@ -686,14 +687,17 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector
     ro.restore_on_failure = false;
     return ro;
   };
-  auto report = [&](const Bucket& b, const RingStats& st, double start_s) {
+  // One event per collective call: a bucket, or (a sparse gather) the shard's buckets at once,
+  // `bucket` -1 and their number in `buckets` when there are several.
+  auto report = [&](std::int64_t bucket, std::uint64_t elements, const RingStats& st,
+                    double start_s, std::size_t buckets_in_call = 1) {
     JsonObject f;
     f.add("outer_step", r.outer_step)
-        .add("bucket", static_cast<std::int64_t>(b.index))
+        .add("bucket", bucket)
         .add("epoch", r.epoch)
         .add("attempt", r.attempt)
         .add("codec", codec_name(options_.codec))
-        .add("elements", b.count)
+        .add("elements", elements)
         .add("participants", st.participants)
         .add("bytes_sent", st.bytes_sent)
         .add("bytes_received", st.bytes_received)
@@ -702,9 +706,57 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector
         .add("relative_error", st.relative_error)
         .add("local_rank", shard);
     if (fragment >= 0) f.add("fragment", fragment);
+    if (buckets_in_call > 1) f.add("buckets", static_cast<std::uint64_t>(buckets_in_call));
     emit("allreduce", std::move(f));
   };
   try {
+    if (sparse()) {
+      // One all-gather for all of the shard's buckets, each encoded on its own (segments): the
+      // ring's N - 1 hops are paid once per round, not once per bucket. The buckets lie
+      // back to back in reduced_ unless local ranks cut them (then they are staged).
+      std::vector<std::size_t> lengths;
+      std::uint64_t total = 0;
+      bool contiguous = true;
+      for (const Bucket& b : buckets) {
+        contiguous = contiguous && b.offset == buckets.front().offset + total;
+        lengths.push_back(b.count);
+        total += b.count;
+      }
+      const RingOptions ro = options_for(buckets.empty() ? Bucket{} : buckets.front());
+      const double start_s = runtime_.now_s();
+      RingStats st;
+      if (phantom_) {
+        st = ring_all_gather_sum(t, runtime_, *codec_, ReduceBuffer::phantom(total), {}, ro,
+                                 &ring_workspaces_[shard], lengths);
+      } else if (contiguous) {
+        const std::uint64_t at = buckets.empty() ? 0 : buckets.front().offset;
+        st = ring_all_gather_sum(t, runtime_, *codec_,
+                                 ReduceBuffer::of(std::span<float>(reduced_).subspan(at, total)),
+                                 std::span<float>(sent_).subspan(at, total), ro,
+                                 &ring_workspaces_[shard], lengths);
+      } else {
+        std::vector<float>& stage = gather_staging_[shard];
+        stage.resize(2 * total);
+        const auto in = std::span<float>(stage).first(total);
+        const auto own = std::span<float>(stage).subspan(total);
+        std::uint64_t k = 0;
+        for (const Bucket& b : buckets)
+          k = std::copy_n(reduced_.begin() + b.offset, b.count, in.begin() + k) - in.begin();
+        st = ring_all_gather_sum(t, runtime_, *codec_, ReduceBuffer::of(in), own, ro,
+                                 &ring_workspaces_[shard], lengths);
+        k = 0;
+        for (const Bucket& b : buckets) {
+          std::copy_n(in.begin() + k, b.count, reduced_.begin() + b.offset);
+          std::copy_n(own.begin() + k, b.count, sent_.begin() + b.offset);
+          k += b.count;
+        }
+      }
+      const std::int64_t bucket =
+          buckets.size() == 1 ? static_cast<std::int64_t>(buckets.front().index) : -1;
+      report(bucket, total, st, start_s, buckets.size());
+      shard_ok_[shard] = 1;
+      return;
+    }
     // A timing-only simulation hands runs of the buckets' rounds to the transport whole when it
     // can time them so (netsim/README.md, "Aggregation"); otherwise, and with content, bucket by
     // bucket, message by message (a transport that declines is not asked again).
@@ -723,7 +775,10 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector
         if (!whole) {
           ask_whole = false;
         } else {
-          for (const PhantomRoundStats& w : *whole) report(buckets[i++], w.stats, w.start_s);
+          for (const PhantomRoundStats& w : *whole) {
+            report(buckets[i].index, buckets[i].count, w.stats, w.start_s);
+            ++i;
+          }
           if (!whole->empty()) continue;
         }
       }
@@ -732,14 +787,8 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector
           phantom_ ? ReduceBuffer::phantom(b.count)
                    : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
       const double start_s = runtime_.now_s();
-      report(b,
-             sparse() ? ring_all_gather_sum(
-                            t, runtime_, *codec_, buf,
-                            phantom_ ? std::span<float>()
-                                     : std::span<float>(sent_).subspan(b.offset, b.count),
-                            options_for(b), &ring_workspaces_[shard])
-                      : ring_all_reduce(t, runtime_, *codec_, buf, options_for(b),
-                                        &ring_workspaces_[shard]),
+      report(b.index, b.count,
+             ring_all_reduce(t, runtime_, *codec_, buf, options_for(b), &ring_workspaces_[shard]),
              start_s);
     }
     shard_ok_[shard] = 1;

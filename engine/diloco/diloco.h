@@ -290,6 +290,8 @@ class DilocoNode {
   bool sparse() const { return codec_->sparse(); }
   std::vector<float> feedback_;  // e: what this node has not sent yet (error feedback)
   std::vector<float> sent_;      // decode(encode(c)): this node's term of the round's sum
+  // Per local rank: its buckets back to back, when local ranks cut them (gather input, own term).
+  std::vector<std::vector<float>> gather_staging_;
 
   // Streaming outer steps (options_.streaming()).
   std::vector<Fragment> fragments_;

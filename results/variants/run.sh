@@ -4,11 +4,11 @@
 # network. Runs go to runs/variants/ (rebuilt by this script, not committed); each ensemble's
 # ensemble.json is copied here, then summarize.py writes summary.json and table.md.
 #   results/variants/run.sh BUILD [VARIANTS]
-# VARIANTS default: "none delayed eager stream4 stream16 stream4-fp4" (variants.sh).
+# VARIANTS default: "none delayed eager stream4 stream16 stream4-fp4 topk" (variants.sh).
 # About 1 s of wall per steady seed and 20 s per intellect1-full seed on 2 vCPUs.
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD_DIR [VARIANTS]}" && pwd)
-variants=${2:-none delayed eager stream4 stream16 stream4-fp4}
+variants=${2:-none delayed eager stream4 stream16 stream4-fp4 topk}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/variants.sh"  # variant_settings
 cd "$here/../.."

@@ -12,10 +12,10 @@ import sys
 here = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent)
 ens = here / "ensembles"
 SCENARIOS = ["usa", "useu", "global", "full"]
-VARIANTS = ["none", "delayed", "eager", "stream4", "stream16", "stream4-fp4"]
+VARIANTS = ["none", "delayed", "eager", "stream4", "stream16", "stream4-fp4", "topk"]
 LABEL = {"none": "blocking", "delayed": "delayed", "eager": "eager",
          "stream4": "streaming P=4 (int8)", "stream16": "streaming P=16 (int8)",
-         "stream4-fp4": "streaming P=4 (fp4)"}
+         "stream4-fp4": "streaming P=4 (fp4)", "topk": "sparse top-k 2 %, 2 bits"}
 
 
 def load(name):

@@ -107,6 +107,52 @@ TEST(RingGather, SumsEveryRanksDecodedEncodingInRankOrderOnEveryRank) {
   }
 }
 
+// Segments (a shard's buckets): one schedule, each segment encoded as a call of its own would.
+TEST(RingGather, SegmentsAreEncodedEachOnItsOwnInOneGather) {
+  const TopkCodec codec(0.02, 2);
+  const int world = 3;
+  const std::vector<std::size_t> segments = {100, 0, 5000, 4096};
+  const std::size_t n = 9196;
+  const auto in = inputs(world, n);
+  InProcRing ring(world, 9);
+  RingOptions o;
+  o.timeout_s = 10;
+  o.max_chunk_bytes = 300;  // one 4096-value chunk per piece
+  GatherResult g;
+  g.sums = in;
+  g.owns.assign(world, std::vector<float>(n, -1.0f));
+  g.stats.resize(world);
+  ThreadRuntime runtime;
+  g.errors = run_ranks(world, [&](int r) {
+    g.stats[r] = ring_all_gather_sum(*ring.transports()[r], runtime, codec,
+                                     ReduceBuffer::of(g.sums[r]), g.owns[r], o, nullptr, segments);
+  });
+  std::vector<float> want(n, 0.0f);
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> own(n);
+    std::size_t at = 0;
+    for (std::size_t len : segments) {
+      for (std::size_t piece = 0; piece < len; piece += 4096) {
+        const std::size_t m = std::min<std::size_t>(4096, len - piece);
+        codec.decode(codec_test::encode(codec, std::span(in[r]).subspan(at + piece, m)),
+                     std::span(own).subspan(at + piece, m));
+      }
+      at += len;
+    }
+    for (std::size_t i = 0; i < n; ++i) want[i] += own[i];
+    ASSERT_FALSE(g.errors[r]) << "rank " << r;
+    EXPECT_EQ(g.owns[r], own) << "rank " << r;
+  }
+  for (int r = 0; r < world; ++r) EXPECT_EQ(g.sums[r], want) << "rank " << r;
+  // Segments that do not add up to the buffer are a ConfigError.
+  InProcRing one(1, 1);
+  std::vector<float> x(10);
+  const std::vector<std::size_t> wrong = {4, 5};
+  EXPECT_THROW(ring_all_gather_sum(*one.transports()[0], runtime, codec, ReduceBuffer::of(x), {},
+                                   o, nullptr, wrong),
+               ConfigError);
+}
+
 TEST(RingGather, ThePlainRingRefusesASparseCodec) {
   const TopkCodec codec;
   InProcRing ring(1, 1);

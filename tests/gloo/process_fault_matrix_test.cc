@@ -80,6 +80,8 @@ class ProcessFaultMatrix : public TrainProcessTest {
       d.fragments = c.diloco.fragments;
       d.fragment_delay = c.diloco.fragment_delay;
       d.fragment_alpha = c.diloco.fragment_alpha;
+      d.codec_params = c.diloco.codec_params;
+      d.error_feedback = c.diloco.error_feedback;
     };
     for (const auto& [id, point] : s.kill) o.kill_at[id] = parse_fault_point(point, "kill");
     Cluster cluster(o);
@@ -200,6 +202,16 @@ TEST_F(ProcessFaultMatrix, StreamingKilledDuringAFragmentsAllGather) {
   diloco_extra_ = "  fragments: 2\n  fragment_delay: 1\n  fragment_alpha: 0.5\n";
   killed_during_all_gather();
   EXPECT_EQ(count_in_events(1, "fragment_sync"), 10u);  // 2 per step, the failed ones included
+}
+
+// Sparse outer steps (codec topk, 5 % density, error feedback 0.95, outer momentum 0: SparseLoCo's
+// rule): node 2 dies at its first message of outer step 3's all-gather of the sparse encodings;
+// the survivors retry without it and match the thread-level reference, error feedback included
+// (the outer parameters after every step depend on each node's buffer).
+TEST_F(ProcessFaultMatrix, SparseKilledDuringTheAllGather) {
+  codec_ = "topk";
+  diloco_extra_ = "  topk_density: 0.05\n  outer_momentum: 0\n";
+  killed_during_all_gather();
 }
 
 // Nodes 2 and 4 of four die in the inner steps of the same outer step (in the ring, the first

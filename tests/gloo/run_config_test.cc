@@ -128,6 +128,33 @@ TEST_F(RunConfigTest, DilocoCodecTakesEveryCodecName) {
   }
 }
 
+// codec topk: its keys reach DilocoOptions (error_feedback 0.95 unless given), belong to topk
+// alone, and topk runs blocking.
+TEST_F(RunConfigTest, TopkKeysReachTheEngineAndBelongToTopkAlone) {
+  RunConfig c = load_run_config(write("model: {config: tiny}\ndiloco: {codec: topk}\n"));
+  EXPECT_EQ(c.diloco.codec, CodecId::kTopk);
+  EXPECT_EQ(c.diloco.codec_params.topk_density, 0.02);
+  EXPECT_EQ(c.diloco.codec_params.topk_bits, 2);
+  EXPECT_EQ(c.diloco.error_feedback, kDefaultErrorFeedback);
+  c = load_run_config(write("model: {config: tiny}\ndiloco: {codec: topk, topk_density: 0.01, "
+                            "topk_bits: 4, error_feedback: 0}\n"));
+  EXPECT_EQ(c.diloco.codec_params.topk_density, 0.01);
+  EXPECT_EQ(c.diloco.codec_params.topk_bits, 4);
+  EXPECT_EQ(c.diloco.error_feedback, 0.0f);
+  EXPECT_EQ(load_run_config(write("model: {config: tiny}\n")).diloco.error_feedback, 0.0f);
+  std::string e = error_of("diloco:\n  codec: int8\n  error_feedback: 0.9\n");
+  EXPECT_NE(e.find(":3: key 'diloco.error_feedback': expected absent unless diloco.codec is topk"),
+            std::string::npos)
+      << e;
+  e = error_of("diloco:\n  codec: topk\n  topk_bits: 9\n");
+  EXPECT_NE(e.find("key 'diloco.topk_bits': expected an integer in [1, 8]"), std::string::npos)
+      << e;
+  e = error_of("diloco:\n  codec: topk\n  overlap: eager\n");
+  EXPECT_NE(e.find("key 'diloco.codec': expected not topk with overlap or streaming"),
+            std::string::npos)
+      << e;
+}
+
 TEST_F(RunConfigTest, BadValuesNameTheKeyAndWhatWasExpected) {
   std::string e = error_of("run: {outer_steps: 0}\n");
   EXPECT_NE(e.find(":1: key 'run.outer_steps': expected a positive integer, got '0'"),
@@ -135,7 +162,7 @@ TEST_F(RunConfigTest, BadValuesNameTheKeyAndWhatWasExpected) {
       << e;
   e = error_of("diloco:\n  codec: int3\n");
   EXPECT_NE(e.find(":2: key 'diloco.codec': expected one of fp32, bf16, int8, int8-minmax, fp4, "
-                   "got 'int3'"),
+                   "topk, got 'int3'"),
             std::string::npos)
       << e;
   e = error_of("diloco: {H: many}\n");

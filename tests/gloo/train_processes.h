@@ -136,7 +136,8 @@ class TrainProcessTest : public ::testing::Test {
         << "output: {dir: " << (dir_ / out_).string() << "}\n"
         << "data:\n  shards: " << shards_ << "\n  cache_dir: " << MERIDIAN_TRAINER_CACHE_DIR
         << "\n  validation_sequences: 2\n"
-        << "diloco:\n  H: 4\n  codec: int8\n  local_ranks: 1\n  timeout_s: " << allreduce_timeout_s_
+        << "diloco:\n  H: 4\n  codec: " << codec_ << "\n  local_ranks: 1\n  timeout_s: "
+        << allreduce_timeout_s_
         << "\n"
         << "  admission_timeout_s: 90\n  round_timeout_s: 90\n"
         << diloco_extra_
@@ -191,6 +192,7 @@ class TrainProcessTest : public ::testing::Test {
   fs::path dir_;
   std::string out_ = "out";  // output.dir (under dir_) of the next write_run
   std::string diloco_extra_;  // more lines of the diloco section ("  key: value\n" each)
+  std::string codec_ = "int8";  // diloco.codec
   std::string run_file_;     // the run file start() gives ("" = dir_/run.yaml)
   std::vector<pid_t> pids_;
   // RUN.yaml's data shards and liveness (write_run).

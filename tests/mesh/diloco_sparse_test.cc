@@ -96,6 +96,16 @@ Reference reference(const ClusterOptions& o) {
   return ref;
 }
 
+// What one node sends in one gather of all buckets: n - 1 hops of every bucket's encoding, one
+// message each (a bucket's encoding fits one piece here).
+std::uint64_t expected_gather_bytes(const ClusterOptions& o) {
+  const TopkCodec codec(o.codec_params.topk_density, o.codec_params.topk_bits);
+  std::uint64_t bytes = 0;
+  for (std::size_t b = 0; b + 1 < o.boundaries.size(); ++b)
+    bytes += 56 + codec.encoded_bytes(o.boundaries[b + 1] - o.boundaries[b]);
+  return static_cast<std::uint64_t>(o.initial - 1) * bytes;
+}
+
 using Setting = std::tuple<float, float>;  // error_feedback beta, outer momentum
 
 std::string setting_name(const Setting& s) {
@@ -123,13 +133,14 @@ TEST_P(SparseTest, OuterStateAndErrorFeedbackMatchTheReference) {
     }
   // Each node's buffer is its own: what it did not send differs from the others'.
   EXPECT_NE(steps.at(0).at(1).error_feedback, steps.at(0).at(2).error_feedback);
-  // Every gather moved the sparse encodings only: per bucket and node, (n - 1) messages of
-  // 56 + encoded_bytes(bucket) bytes.
-  const TopkCodec codec(o.codec_params.topk_density, o.codec_params.topk_bits);
+  // One gather per node and step for both buckets, which moved the sparse encodings only:
+  // n - 1 messages of 56 + encoded_bytes(bucket) bytes per bucket.
+  EXPECT_EQ(c.all_of_type("allreduce").size(), static_cast<std::size_t>(o.initial * o.outer_steps));
   for (const Event& e : c.all_of_type("allreduce")) {
-    const auto elements = std::stoull(field(e, "elements"));
-    EXPECT_EQ(std::stoull(field(e, "bytes_sent")), (o.initial - 1) * (56 + codec.encoded_bytes(elements)));
+    EXPECT_EQ(std::stoull(field(e, "bytes_sent")), expected_gather_bytes(o));
     EXPECT_EQ(field(e, "codec"), "\"topk\"");
+    EXPECT_EQ(field(e, "bucket"), "-1");
+    EXPECT_EQ(field(e, "buckets"), "2");
   }
 }
 
@@ -174,16 +185,32 @@ TEST_P(SparseTest, PhantomWorkersRunTheSparseLoop) {
   Cluster c(o);
   c.run_and_check();
   EXPECT_EQ(c.all_of_type("outer_step").size(), static_cast<std::size_t>(o.initial * o.outer_steps));
-  const TopkCodec codec(o.codec_params.topk_density, o.codec_params.topk_bits);
   for (const Event& e : c.all_of_type("allreduce"))
-    EXPECT_EQ(std::stoull(field(e, "bytes_sent")),
-              (o.initial - 1) * (56 + codec.encoded_bytes(std::stoull(field(e, "elements")))));
+    EXPECT_EQ(std::stoull(field(e, "bytes_sent")), expected_gather_bytes(o));
 }
 
 INSTANTIATE_TEST_SUITE_P(Diloco, SparseTest,
                          ::testing::Values(Setting{0.5f, 0.0f}, Setting{1.0f, 0.9f},
                                            Setting{0.0f, 0.0f}),
                          [](const auto& info) { return setting_name(info.param); });
+
+// Two local ranks cut each bucket in two: each rank's ring gathers its halves, staged back to
+// back, and the result is the same rule (the reference encodes per bucket slice).
+TEST(Sparse, LocalRanksGatherTheirSlicesOfEveryBucket) {
+  ClusterOptions o = sparse_options(0.5f, 0.0f);
+  o.local_ranks = 2;
+  Cluster c(o);
+  c.run_and_check();
+  ClusterOptions sliced = o;  // the same rule on the slices: [0, 50), [50, 100), [100, 200), ...
+  sliced.local_ranks = 1;
+  sliced.boundaries = {0, 50, 100, 200, 300};
+  const Reference ref = reference(sliced);
+  for (const auto& [t, by_node] : c.steps())
+    for (const auto& [id, rec] : by_node) {
+      ASSERT_EQ(rec.params, ref.theta.at(t)) << "step " << t << " node " << id;
+      ASSERT_EQ(rec.error_feedback, ref.error.at(t).at(id)) << "step " << t << " node " << id;
+    }
+}
 
 TEST(Sparse, SettingsOutOfRangeAreConfigurationErrors) {
   ClusterOptions o = sparse_options(0.5f, 0.0f);

@@ -415,18 +415,21 @@ TEST_F(RunCheckpointTest, ResumeFromStartsFromWhatItIsTold) {
   EXPECT_NE(all.find((node2 / "step-000000000003").string() + ": "), std::string::npos) << all;
 }
 
-// Overlapped and streaming nodes carry one more vector each (the pending pseudo-gradient, the
-// local parameters): written as outer_pending.* / outer_local.* beside a flag in progress.json,
-// read back bit for bit into DilocoOptions by this shard's node only.
-TEST_F(RunCheckpointTest, PendingAndLocalVectorsRoundTripToTheirOwnShardOnly) {
+// Overlapped, streaming and sparse nodes carry one more vector each (the pending
+// pseudo-gradient, the local parameters, the error-feedback buffer): written as outer_pending.*
+// / outer_local.* / outer_error_feedback.* beside a flag in progress.json, read back bit for bit
+// into DilocoOptions by this shard's node only.
+TEST_F(RunCheckpointTest, PendingLocalAndErrorFeedbackVectorsRoundTripToTheirOwnShardOnly) {
   NodeState s = state(4, 0);
   s.pending.resize(n_);
   s.local.resize(n_);
+  s.error_feedback.resize(n_);
   for (std::uint64_t i = 0; i < n_; ++i) {
     s.pending[i] = 0.125f * static_cast<float>(i) - 3.0f;
     s.local[i] = s.params[i] + 0.0625f;
+    s.error_feedback[i] = -0.03125f * static_cast<float>(i);
   }
-  const std::vector<float> pending = s.pending, local = s.local;
+  const std::vector<float> pending = s.pending, local = s.local, feedback = s.error_feedback;
   NodeState only_local = state(5, 0);
   only_local.local = local;
   write(1, {s, only_local});
@@ -438,10 +441,12 @@ TEST_F(RunCheckpointTest, PendingAndLocalVectorsRoundTripToTheirOwnShardOnly) {
   load_for_resume(candidates[1], model_, w, d);
   EXPECT_EQ(d.initial_pending, pending);
   EXPECT_EQ(d.initial_local, local);
+  EXPECT_EQ(d.initial_error_feedback, feedback);
   EXPECT_EQ(w.params, state(4, 0).params);  // the outer parameters, as always
   DilocoOptions d5;
   load_for_resume(candidates[0], model_, w, d5);
   EXPECT_TRUE(d5.initial_pending.empty());
+  EXPECT_TRUE(d5.initial_error_feedback.empty());
   EXPECT_EQ(d5.initial_local, local);
   // Another shard's node takes the outer state only.
   const auto other = find(1, nullptr, parse_resume_from("other-shard"));
@@ -449,6 +454,7 @@ TEST_F(RunCheckpointTest, PendingAndLocalVectorsRoundTripToTheirOwnShardOnly) {
   DilocoOptions d_other;
   load_for_resume(other[0], model_, w, d_other);
   EXPECT_TRUE(d_other.initial_local.empty());
+  EXPECT_TRUE(d_other.initial_error_feedback.empty());
 }
 
 TEST(ResumeAgreement, TheNewestStepEveryNodeHasElseAClearError) {
