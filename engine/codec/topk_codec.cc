@@ -4,10 +4,11 @@
 #include "engine/codec/topk_codec.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <numeric>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,34 +30,47 @@ std::size_t record_bytes(std::size_t entries, int bits) {
   return (std::size_t{1} << bits) * sizeof(float) + packed_bytes(entries, bits);
 }
 
-// LSB-first bit writer over a zeroed byte span.
+// LSB-first bit writer: fields of at most 24 bits gathered in a 64-bit accumulator, whole bytes
+// flushed; flush() writes the last partial byte (its unused high bits 0).
 class BitWriter {
  public:
   explicit BitWriter(std::span<std::byte> out) : out_(out) {}
   void put(std::uint32_t value, int bits) {
-    for (int b = 0; b < bits; ++b, ++pos_)
-      if ((value >> b) & 1u) out_[pos_ / 8] |= static_cast<std::byte>(1u << (pos_ % 8));
+    acc_ |= static_cast<std::uint64_t>(value) << held_;
+    held_ += bits;
+    for (; held_ >= 8; held_ -= 8, acc_ >>= 8) out_[at_++] = static_cast<std::byte>(acc_ & 0xFF);
+  }
+  void flush() {
+    if (held_ > 0) out_[at_++] = static_cast<std::byte>(acc_ & 0xFF);
+    held_ = 0;
+    acc_ = 0;
   }
 
  private:
   std::span<std::byte> out_;
-  std::size_t pos_ = 0;
+  std::uint64_t acc_ = 0;
+  int held_ = 0;
+  std::size_t at_ = 0;
 };
 
+// LSB-first bit reader of fields of at most 24 bits; never reads past `in`.
 class BitReader {
  public:
   explicit BitReader(std::span<const std::byte> in) : in_(in) {}
   std::uint32_t get(int bits) {
-    std::uint32_t v = 0;
-    for (int b = 0; b < bits; ++b, ++pos_)
-      v |= static_cast<std::uint32_t>((std::to_integer<unsigned>(in_[pos_ / 8]) >> (pos_ % 8)) & 1u)
-           << b;
+    for (; held_ < bits && at_ < in_.size(); held_ += 8)
+      acc_ |= static_cast<std::uint64_t>(std::to_integer<unsigned>(in_[at_++])) << held_;
+    const auto v = static_cast<std::uint32_t>(acc_ & ((std::uint64_t{1} << bits) - 1));
+    acc_ >>= bits;
+    held_ -= bits;
     return v;
   }
 
  private:
   std::span<const std::byte> in_;
-  std::size_t pos_ = 0;
+  std::uint64_t acc_ = 0;
+  int held_ = 0;
+  std::size_t at_ = 0;
 };
 
 // What the encoder makes of a value: NaN is 0, +-inf is +-FLT_MAX, so every table is finite.
@@ -93,6 +107,10 @@ void TopkCodec::encode(std::span<const float> in, std::span<std::byte> out) cons
   out[3] = static_cast<std::byte>(kLog2Chunk);
   const std::size_t bins = std::size_t{1} << bits_;
   std::vector<std::uint16_t> order(kChunk);
+  std::vector<std::uint64_t> keys(kChunk);
+  std::vector<std::uint32_t> mag(kChunk);
+  constexpr int kBinShift = 20;  // 31-bit magnitudes -> 2048 bins
+  std::vector<std::uint32_t> hist(std::size_t{1} << (31 - kBinShift));
   std::vector<std::uint32_t> codes(kChunk);
   std::vector<double> sum(bins);
   std::vector<std::size_t> n(bins);
@@ -102,13 +120,33 @@ void TopkCodec::encode(std::span<const float> in, std::span<std::byte> out) cons
     const std::size_t k = kept(len);
     float x[kChunk];
     std::transform(in.begin() + base, in.begin() + base + len, x, sanitized);
-    // The k entries of largest |x|, ties to the lower index, then in index order.
-    std::iota(order.begin(), order.begin() + len, std::uint16_t{0});
-    std::nth_element(order.begin(), order.begin() + (k - 1), order.begin() + len,
-                     [&](std::uint16_t a, std::uint16_t b) {
-                       const float ma = std::fabs(x[a]), mb = std::fabs(x[b]);
-                       return ma > mb || (ma == mb && a < b);
-                     });
+    // The k entries of largest |x|, ties to the lower index, then in index order. |x|'s bits
+    // order as the magnitudes do (x finite). A histogram of their top 11 bits finds the bin that
+    // holds the k-th largest: every entry above it is kept, and the rest of k come from that bin
+    // by a selection on 64-bit keys (|x|'s bits above the complement of the index, so that a
+    // descending order of keys is the order wanted). Two passes and a small selection instead of
+    // a selection over the whole chunk (2.5x its rate here, results/bench/codec.md).
+    std::fill(hist.begin(), hist.end(), 0u);
+    for (std::size_t j = 0; j < len; ++j) {
+      mag[j] = std::bit_cast<std::uint32_t>(x[j]) & 0x7FFFFFFFu;
+      ++hist[mag[j] >> kBinShift];
+    }
+    std::size_t above = 0, bin = hist.size() - 1;
+    for (; above + hist[bin] < k; --bin) above += hist[bin];
+    std::size_t kept_above = 0, candidates = 0;
+    for (std::size_t j = 0; j < len; ++j) {
+      const std::size_t b = mag[j] >> kBinShift;
+      if (b > bin) {
+        order[kept_above++] = static_cast<std::uint16_t>(j);
+      } else if (b == bin) {
+        keys[candidates++] = static_cast<std::uint64_t>(mag[j]) << 32 | (0xFFFFFFFFu - j);
+      }
+    }
+    const std::size_t need = k - above;
+    std::nth_element(keys.begin(), keys.begin() + (need - 1), keys.begin() + candidates,
+                     std::greater<std::uint64_t>());
+    for (std::size_t j = 0; j < need; ++j)
+      order[kept_above + j] = static_cast<std::uint16_t>(0xFFFFFFFFu - (keys[j] & 0xFFFFFFFFu));
     std::sort(order.begin(), order.begin() + k);
     float lo = x[order[0]], hi = lo;
     for (std::size_t j = 1; j < k; ++j) {
@@ -139,6 +177,7 @@ void TopkCodec::encode(std::span<const float> in, std::span<std::byte> out) cons
       w.put(order[j], kIndexBits);
       w.put(codes[j], bits_);
     }
+    w.flush();
     at += record_bytes(k, bits_);
   }
 }
