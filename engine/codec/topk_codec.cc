@@ -183,8 +183,7 @@ void TopkCodec::encode(std::span<const float> in, std::span<std::byte> out) cons
 }
 
 template <typename Begin, typename Put>
-void TopkCodec::walk(std::span<const std::byte> in, std::size_t count, Begin begin,
-                     Put put) const {
+void TopkCodec::walk(std::span<const std::byte> in, std::size_t count, Begin begin, Put put) const {
   MERIDIAN_CHECK_EQ(in.size(), encoded_bytes(count));
   std::uint16_t k16;
   std::memcpy(&k16, in.data(), 2);
@@ -217,8 +216,8 @@ void TopkCodec::walk(std::span<const std::byte> in, std::size_t count, Begin beg
         if (!apply && (static_cast<std::int64_t>(index) <= previous || index >= len))
           throw ProtocolError("topk codec: chunk " + std::to_string(base / kChunk) + " entry " +
                               std::to_string(j) + " has index " + std::to_string(index) +
-                              " (indices must ascend within the chunk's " +
-                              std::to_string(len) + " values)");
+                              " (indices must ascend within the chunk's " + std::to_string(len) +
+                              " values)");
         previous = index;
         if (apply) put(base + index, table[code]);
       }

@@ -23,10 +23,10 @@ namespace meridian {
 //
 // Encoding a chunk: the k_L entries of largest |x| (ties go to the lower index), listed by
 // ascending index; NaN is taken as 0 and +-inf as +-FLT_MAX (as a node's outer loop never sends
-// either, this only keeps every payload valid). Their codes cut [min, max] of the kept values into 2^b equal
-// bins (q = floor((x - min) / (max - min) 2^b), the top edge in the last bin); table[q] is the
-// mean of the kept values in bin q (computed in double, rounded to fp32), or the bin's centre
-// when no value fell in it. So every kept value decodes to its bin's mean: |x^ - x| < (max -
+// either, this only keeps every payload valid). Their codes cut [min, max] of the kept values into
+// 2^b equal bins (q = floor((x - min) / (max - min) 2^b), the top edge in the last bin); table[q]
+// is the mean of the kept values in bin q (computed in double, rounded to fp32), or the bin's
+// centre when no value fell in it. So every kept value decodes to its bin's mean: |x^ - x| < (max -
 // min) / 2^b, and the sum of the kept values is preserved up to fp32 rounding.
 // Decode validates the prefix, that every table value is finite and that indices ascend
 // strictly within the chunk: a corrupt payload raises ProtocolError before anything is written.

@@ -64,7 +64,8 @@ std::vector<std::vector<float>> inputs(int world, std::size_t n) {
 TEST(RingGather, SumsEveryRanksDecodedEncodingInRankOrderOnEveryRank) {
   const TopkCodec codec(0.02, 2);
   for (int world : {1, 2, 3, 5}) {
-    for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{5000}, std::size_t{3 * 4096 + 7}}) {
+    for (std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{5000}, std::size_t{3 * 4096 + 7}}) {
       // 300 bytes: one 4096-value chunk per piece (its 164 bytes fit, two do not).
       for (std::size_t max_bytes : {std::size_t{300}, std::size_t{4} << 20}) {
         const auto in = inputs(world, n);
@@ -94,7 +95,8 @@ TEST(RingGather, SumsEveryRanksDecodedEncodingInRankOrderOnEveryRank) {
         for (int r = 0; r < world; ++r) {
           ASSERT_FALSE(g.errors[r]) << at << ", rank " << r;
           for (std::size_t i = 0; i < n; ++i) {
-            ASSERT_EQ(std::bit_cast<std::uint32_t>(g.sums[r][i]), std::bit_cast<std::uint32_t>(want[i]))
+            ASSERT_EQ(std::bit_cast<std::uint32_t>(g.sums[r][i]),
+                      std::bit_cast<std::uint32_t>(want[i]))
                 << at << ", rank " << r << ", element " << i;
             ASSERT_EQ(g.owns[r][i], own[r][i]) << at << ", rank " << r << ", element " << i;
           }
@@ -148,8 +150,8 @@ TEST(RingGather, SegmentsAreEncodedEachOnItsOwnInOneGather) {
   InProcRing one(1, 1);
   std::vector<float> x(10);
   const std::vector<std::size_t> wrong = {4, 5};
-  EXPECT_THROW(ring_all_gather_sum(*one.transports()[0], runtime, codec, ReduceBuffer::of(x), {},
-                                   o, nullptr, wrong),
+  EXPECT_THROW(ring_all_gather_sum(*one.transports()[0], runtime, codec, ReduceBuffer::of(x), {}, o,
+                                   nullptr, wrong),
                ConfigError);
 }
 

@@ -88,8 +88,7 @@ Reference reference(const ClusterOptions& o) {
       theta[i] = theta[i] - lr * (avg + mu * buf[i]);
     }
     for (std::int64_t m = 1; m <= n; ++m)
-      for (std::size_t i = 0; i < count; ++i)
-        e[m][i] = beta * e[m][i] + delta[m][i] - sent[m][i];
+      for (std::size_t i = 0; i < count; ++i) e[m][i] = beta * e[m][i] + delta[m][i] - sent[m][i];
     ref.theta[t] = theta;
     ref.error[t] = e;
   }
@@ -115,7 +114,9 @@ std::string setting_name(const Setting& s) {
 
 class SparseTest : public ::testing::TestWithParam<Setting> {
  protected:
-  ClusterOptions options() const { return sparse_options(std::get<0>(GetParam()), std::get<1>(GetParam())); }
+  ClusterOptions options() const {
+    return sparse_options(std::get<0>(GetParam()), std::get<1>(GetParam()));
+  }
 };
 
 TEST_P(SparseTest, OuterStateAndErrorFeedbackMatchTheReference) {
@@ -184,7 +185,8 @@ TEST_P(SparseTest, PhantomWorkersRunTheSparseLoop) {
   o.phantom = true;
   Cluster c(o);
   c.run_and_check();
-  EXPECT_EQ(c.all_of_type("outer_step").size(), static_cast<std::size_t>(o.initial * o.outer_steps));
+  EXPECT_EQ(c.all_of_type("outer_step").size(),
+            static_cast<std::size_t>(o.initial * o.outer_steps));
   for (const Event& e : c.all_of_type("allreduce"))
     EXPECT_EQ(std::stoull(field(e, "bytes_sent")), expected_gather_bytes(o));
 }

@@ -1,7 +1,5 @@
 // The top-k codec (engine/codec/topk_codec.h): which values are kept, what they decode to, the
 // sizes its parameters give, and the errors of a payload it did not make.
-#include "engine/codec/topk_codec.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/codec/topk_codec.h"
 #include "engine/error.h"
 #include "tests/unit/codec_test_util.h"
 
@@ -25,13 +24,12 @@ using codec_test::gaussian;
 
 // The indices of the k largest |x| in [begin, begin + len), ties to the lower index: the
 // selection written out plainly, by a full sort.
-std::set<std::size_t> reference_top(const std::vector<float>& x, std::size_t begin,
-                                    std::size_t len, std::size_t k) {
+std::set<std::size_t> reference_top(const std::vector<float>& x, std::size_t begin, std::size_t len,
+                                    std::size_t k) {
   std::vector<std::size_t> idx(len);
   std::iota(idx.begin(), idx.end(), begin);
-  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
-    return std::fabs(x[a]) > std::fabs(x[b]);
-  });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](std::size_t a, std::size_t b) { return std::fabs(x[a]) > std::fabs(x[b]); });
   return std::set<std::size_t>(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k));
 }
 
