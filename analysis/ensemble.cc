@@ -36,6 +36,8 @@ const Figure kFigures[] = {
     {"mfu", "MFU", true, [](const Summary& s) { return s.mfu; }},
     {"allreduce_s_p50", "all-reduce p50 (s)", false,
      [](const Summary& s) { return s.allreduce_s.p50; }},
+    {"allreduce_s_iqr", "all-reduce within-run IQR, p75 - p25 (s)", false,
+     [](const Summary& s) { return s.allreduce_s.iqr(); }},
     {"simulated_s", "simulated time (s)", false, [](const Summary& s) { return s.simulated_s; }},
     {"sync_s_per_outer_step", "sync a node waited per outer step (s)", false,
      [](const Summary& s) { return s.idle_per_outer_step_s.sync; }},

@@ -27,7 +27,9 @@ struct EnsembleRun {
 
 // ensemble.json: `seeds`, `runs` (seed, folder, status and the run-level figures), `metrics`
 // ({median, p5, p25, p75, p95, min, max, count} over the seeds that ran, for
-// compute_utilization, outer_step_utilization, mfu, allreduce_s_p50, simulated_s),
+// compute_utilization, outer_step_utilization, mfu, allreduce_s_p50, allreduce_s_iqr (each
+// run's p75 - p25 of its outer steps' all-reduce: how much one run varies in time),
+// simulated_s, sync_s_per_outer_step, bytes_per_s_mean, bytes_per_s_peak),
 // `allreduce_s_pooled` (p10, p50, p90, mean, count over every outer step of every run) and
 // `allreduce_s_by_step` (per outer step number, in order: {outer_step, count, p10, p50, p90}
 // over the seeds whose run has that step). Percentiles as summary.h's (type 7). Deterministic

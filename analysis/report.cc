@@ -214,6 +214,10 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
       seconds(s.allreduce_s.p10) + " / " + seconds(s.allreduce_s.p50) + " / " +
           seconds(s.allreduce_s.p90),
       "per outer step, slowest node; linear interpolation between order statistics");
+  row("all-reduce p5 / p25 / p75 / p95",
+      seconds(s.allreduce_s.p5) + " / " + seconds(s.allreduce_s.p25) + " / " +
+          seconds(s.allreduce_s.p75) + " / " + seconds(s.allreduce_s.p95),
+      "the same; p75 - p25 is the run's spread (IQR) of the all-reduce in time");
   row("all-reduce mean", seconds(s.allreduce_s.mean), "");
   row("inner step", seconds(s.inner_step_s), "compute time per inner step");
   row("wire bytes per node per outer step", bytes(s.wire_bytes_per_node_per_outer_step),

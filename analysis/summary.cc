@@ -71,11 +71,16 @@ Distribution distribution(const std::vector<double>& values) {
   d.count = values.size();
   if (values.empty()) {
     d.p10 = d.p50 = d.p90 = d.mean = d.min = d.max = kNaN;
+    d.p5 = d.p25 = d.p75 = d.p95 = kNaN;
     return d;
   }
+  d.p5 = percentile(values, 0.05);
   d.p10 = percentile(values, 0.10);
+  d.p25 = percentile(values, 0.25);
   d.p50 = percentile(values, 0.50);
+  d.p75 = percentile(values, 0.75);
   d.p90 = percentile(values, 0.90);
+  d.p95 = percentile(values, 0.95);
   double sum = 0;
   for (double v : values) sum += v;
   d.mean = sum / static_cast<double>(values.size());
@@ -485,9 +490,13 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["compute_utilization_per_node"] = per_node;
   j["outer_step_utilization"] = num(s.outer_step_utilization);
   j["mfu"] = num(s.mfu);
-  j["allreduce_s"] = {{"p10", num(s.allreduce_s.p10)},
+  j["allreduce_s"] = {{"p5", num(s.allreduce_s.p5)},
+                      {"p10", num(s.allreduce_s.p10)},
+                      {"p25", num(s.allreduce_s.p25)},
                       {"p50", num(s.allreduce_s.p50)},
+                      {"p75", num(s.allreduce_s.p75)},
                       {"p90", num(s.allreduce_s.p90)},
+                      {"p95", num(s.allreduce_s.p95)},
                       {"mean", num(s.allreduce_s.mean)},
                       {"count", s.allreduce_s.count}};
   j["inner_step_s"] = num(s.inner_step_s);
@@ -625,6 +634,9 @@ std::string summary_table(const Summary& s) {
   row("all-reduce p10 / p50 / p90 / mean",
       num(s.allreduce_s.p10, "%.1f") + " / " + num(s.allreduce_s.p50, "%.1f") + " / " +
           num(s.allreduce_s.p90, "%.1f") + " / " + num(s.allreduce_s.mean, "%.1f s"));
+  row("all-reduce p5 / p25 / p75 / p95",
+      num(s.allreduce_s.p5, "%.1f") + " / " + num(s.allreduce_s.p25, "%.1f") + " / " +
+          num(s.allreduce_s.p75, "%.1f") + " / " + num(s.allreduce_s.p95, "%.1f s"));
   row("outer-step utilization (report form)", pct(s.outer_step_utilization));
   row("compute utilization", pct(s.compute_utilization));
   const auto& idle = s.idle_per_outer_step_s;

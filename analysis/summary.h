@@ -21,6 +21,8 @@ double percentile(std::vector<double> values, double p);
 struct Distribution {
   std::size_t count = 0;
   double p10 = 0, p50 = 0, p90 = 0, mean = 0, min = 0, max = 0;  // NaN when count == 0
+  double p5 = 0, p25 = 0, p75 = 0, p95 = 0;                      // likewise
+  double iqr() const { return p75 - p25; }
 };
 Distribution distribution(const std::vector<double>& values);
 

@@ -93,6 +93,15 @@ TEST(Ensemble, MediansIntervalsAndThePooledSteps) {
   EXPECT_NEAR(u["p75"].get<double>(), 0.8, 1e-12);
   // Per-run all-reduce medians 10.5, 20.5, ..., 50.5.
   EXPECT_NEAR(e["metrics"]["allreduce_s_p50"]["median"].get<double>(), 30.5, 1e-12);
+  // Each run's within-run IQR: steps {10k, 10k + 1}, p25 at h = 0.25, p75 at h = 0.75: 0.5.
+  const auto& iqr = e["metrics"]["allreduce_s_iqr"];
+  EXPECT_EQ(iqr["count"], 5);
+  EXPECT_NEAR(iqr["median"].get<double>(), 0.5, 1e-12);
+  EXPECT_NEAR(e["runs"][0]["allreduce_s_iqr"].get<double>(), 0.5, 1e-12);
+  // The table a person reads has the row.
+  EXPECT_NE(ensemble_markdown(e).find("| all-reduce within-run IQR, p75 - p25 (s) | 0.5 |"),
+            std::string::npos)
+      << ensemble_markdown(e);
   // Pooled: the ten steps 10, 11, 20, 21, ..., 50, 51.
   const auto& p = e["allreduce_s_pooled"];
   EXPECT_EQ(p["count"], 10);

@@ -117,6 +117,12 @@ TEST(Summary, AllreducePercentilesOfTheSlowestNode) {
   EXPECT_DOUBLE_EQ(s.allreduce_s.p90, 3.8);
   EXPECT_DOUBLE_EQ(s.allreduce_s.mean, 3.0);
   EXPECT_EQ(s.allreduce_s.count, 3u);
+  // p5: h=0.1 -> 2.1; p25: h=0.5 -> 2.5; p75: h=1.5 -> 3.5; p95: h=1.9 -> 3.9; IQR 1.
+  EXPECT_DOUBLE_EQ(s.allreduce_s.p5, 2.1);
+  EXPECT_DOUBLE_EQ(s.allreduce_s.p25, 2.5);
+  EXPECT_DOUBLE_EQ(s.allreduce_s.p75, 3.5);
+  EXPECT_DOUBLE_EQ(s.allreduce_s.p95, 3.9);
+  EXPECT_DOUBLE_EQ(s.allreduce_s.iqr(), 1.0);
 }
 
 TEST(Summary, InnerStepTime) {
@@ -185,6 +191,10 @@ TEST(Summary, JsonHasTheSchemaKeys) {
         "nodes", "outer_steps", "recovery", "idle_s", "loss", "perplexity"})
     EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_DOUBLE_EQ(j["allreduce_s"]["p90"].get<double>(), 3.8);
+  EXPECT_DOUBLE_EQ(j["allreduce_s"]["p5"].get<double>(), 2.1);
+  EXPECT_DOUBLE_EQ(j["allreduce_s"]["p25"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(j["allreduce_s"]["p75"].get<double>(), 3.5);
+  EXPECT_DOUBLE_EQ(j["allreduce_s"]["p95"].get<double>(), 3.9);
   EXPECT_DOUBLE_EQ(j["compute_utilization_per_node"]["1"].get<double>(), 0.5);
   EXPECT_EQ(j["nodes"]["max"].get<int>(), 3);
 }
