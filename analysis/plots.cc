@@ -465,8 +465,10 @@ struct EnsembleFigure {
 const EnsembleFigure kEnsembleFigures[] = {
     {"compute_utilization", "Compute utilization", "compute utilization [%]", 100},
     {"mfu", "MFU", "model FLOPs utilization [%]", 100},
-    {"allreduce_s_p50", "All-reduce, median of each run",
+    {"allreduce_s_p50", "All-reduce, run median",
      "all-reduce time per outer step, run median [s]", 1},
+    {"allreduce_s_iqr", "All-reduce, within-run IQR",
+     "all-reduce p75 - p25 over a run's outer steps [s]", 1},
 };
 const char* const kBoxConvention =
     "box: p25-p75, line: median, whiskers: p5-p95 over the seeds; dots: one seed each";
@@ -495,7 +497,9 @@ void fig_ensemble_box(Script& sc, const std::vector<const EnsembleData*>& ens,
     for (const auto& r : ens[i]->ensemble["runs"]) {
       if (r["status"] != "ok") continue;
       out << r["seed"].get<std::int64_t>();
-      for (const EnsembleFigure& f : kEnsembleFigures) out << " " << as_written(r[f.key]);
+      // An ensemble written before a figure existed has no value for it: NaN.
+      for (const EnsembleFigure& f : kEnsembleFigures)
+        out << " " << as_written(r.value(f.key, nlohmann::json()));
       const double spread = std::fmod(static_cast<double>(k++) * 0.6180339887, 1.0) - 0.5;
       out << " " << 0.36 + 0.2 * spread << "\n";
     }
@@ -509,7 +513,12 @@ void fig_ensemble_box(Script& sc, const std::vector<const EnsembleData*>& ens,
       auto out = open_data(sc.data(file));
       out << "# x p5 p25 median p75 p95 seeds label: ensemble.json metrics." << f.key << "\n";
       for (std::size_t i = 0; i < ens.size(); ++i) {
-        const auto& m = ens[i]->ensemble["metrics"][f.key];
+        const auto& metrics = ens[i]->ensemble["metrics"];
+        if (!metrics.contains(f.key)) {  // written before the figure existed: no box
+          out << i + 1 << " NaN NaN NaN NaN NaN 0 \"" << ens[i]->label << "\"\n";
+          continue;
+        }
+        const auto& m = metrics[f.key];
         const double p5 = json_number(m["p5"]), p95 = json_number(m["p95"]);
         out << i + 1 << " " << as_written(m["p5"]) << " " << as_written(m["p25"]) << " "
             << as_written(m["median"]) << " " << as_written(m["p75"]) << " " << as_written(m["p95"])
