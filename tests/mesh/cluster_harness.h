@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -231,8 +232,8 @@ struct StepRecord {
   std::vector<std::int64_t> members;
   bool fallback = false;
   std::vector<float> params, momentum;
-  std::vector<float> pending;  // OuterStepView::pending (overlapped runs)
-  std::vector<float> local;    // OuterStepView::local (streaming runs)
+  std::vector<float> pending;         // OuterStepView::pending (overlapped runs)
+  std::vector<float> local;           // OuterStepView::local (streaming runs)
   std::vector<float> error_feedback;  // OuterStepView::error_feedback (sparse codecs)
 };
 
@@ -287,19 +288,36 @@ class Cluster {
     for (int i = 1; i <= o_.initial; ++i) launch(i, true);
   }
   // Starts a joiner with a fresh id and returns it once the joiner is in the join queue (so a
-  // call from an at_step() action is admitted at the next outer-step boundary, deterministically).
+  // call from an at_step() action is admitted at the next outer-step boundary, deterministically),
+  // or once it has ended: a joiner started after the run's final record was written finds the
+  // run over and leaves at once, its queue entry erased with its lease, possibly before a wait
+  // for the key saw it (the store-size test's last joiner did, now and then: 10 s and a failed
+  // test).
   std::int64_t add_joiner() {
     std::int64_t id;
+    Node* n;
     {
       std::lock_guard<std::mutex> lock(mu_);
       id = next_id_++;
       launch_locked(id, false);
+      n = nodes_.at(id).get();
     }
     char key[64];
     std::snprintf(key, sizeof key, "mesh/join/%012lld", static_cast<long long>(id));
     // A joiner queues within milliseconds; the bound only says when to give up on one (under
     // ThreadSanitizer on a loaded machine its thread may wait seconds for a core).
-    shared_store().wait({key}, 10.0 * kDeathSlack);
+    const double bound_s = 10.0 * kDeathSlack;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
+    while (!n->ended) {
+      try {
+        shared_store().wait({key}, 0.05);
+        break;
+      } catch (const TimeoutError&) {
+      }
+      if (std::chrono::steady_clock::now() > deadline)
+        throw TimeoutError("harness: joiner " + std::to_string(id) +
+                           " neither queued nor ended within " + std::to_string(bound_s) + " s");
+    }
     return id;
   }
   // Crashes a node: its store calls and transports fail from now on, its events stop.
@@ -490,6 +508,7 @@ class Cluster {
     std::unique_ptr<FaultTrigger::Factory> trigger_factory;
     std::unique_ptr<DilocoNode> diloco;
     NodeResult result;
+    std::atomic<bool> ended{false};  // run() returned (result is final)
     std::unique_ptr<std::thread> thread;
   };
 
@@ -637,6 +656,7 @@ class Cluster {
         raw->result.exit = NodeExit::kLost;
         raw->result.what = std::string("uncaught: ") + e.what();
       }
+      raw->ended = true;
     });
   }
 
