@@ -626,13 +626,17 @@ def window(actions, phase):
 
 
 def stall_record(gap_s, at_s, start, acts):
-    """A stall with the churn just before it (the actions of the 5 s before its start) and the
-    node kills among them (each can cost the members a lease and a retried round)."""
+    """A stall with the churn just before it (`after`: the actions of the 5 s before its start),
+    the churn while it lasted (`during`), and the node kills among both (each can cost the
+    members a lease and a retried round: a joiner admitted by the round just ended and killed a
+    moment later holds up the next one as much as one killed a moment before)."""
+    def text(a):
+        return f"{a['action']} {a['who']}" + (f" ({a['detail'].split(';')[0]})" if a["detail"] else "")
     window = [a for a in acts if at_s - 5 <= float(a["t_s"]) <= at_s]
-    before = [f"{a['action']} {a['who']}" + (f" ({a['detail'].split(';')[0]})" if a["detail"] else "")
-              for a in window]
-    kills = sum(1 for a in window if a["action"] == "kill")
-    return {"s": round(gap_s, 2), "starts_s": round(at_s - start, 1), "after": before, "kills": kills}
+    inside = [a for a in acts if at_s < float(a["t_s"]) <= at_s + gap_s]
+    kills = sum(1 for a in window + inside if a["action"] == "kill")
+    return {"s": round(gap_s, 2), "starts_s": round(at_s - start, 1),
+            "after": [text(a) for a in window], "during": [text(a) for a in inside], "kills": kills}
 
 
 def phase_summary(out, phase, actions):
@@ -727,7 +731,8 @@ def analyze(out):
         summary["stall_timeout_bound_s"] = min(config["allreduce_timeout_s"],
                                                config["recovery_timeout_s"])
         # What a stall may take without any wait running to the ring's or recovery's timeout:
-        # each node killed in the 5 s before it costs at most the epoch's connect bound (twice
+        # each node killed in the 5 s before it or while it lasts costs at most the epoch's
+        # connect bound (twice
         # the lease, DilocoNode::connect_timeout_s) and a retried round, one after the other
         # (the mesh finds admitted dead joiners one round at a time, issue 36), plus the
         # stall's own round.
