@@ -1,11 +1,16 @@
 // Ensembles over seeds (see ensemble.h).
 #include "analysis/ensemble.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <exception>
+#include <filesystem>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "engine/error.h"
 
@@ -60,6 +65,48 @@ std::string fmt(const nlohmann::json& v, bool percent) {
 }
 
 }  // namespace
+
+std::vector<int> run_seeds(const SweepRunner& runner, const std::string& scenario,
+                           const std::vector<std::int64_t>& seeds,
+                           const std::vector<std::string>& args, const std::string& out, int jobs,
+                           const std::function<bool()>& stop,
+                           const std::function<void(std::size_t k, int status)>& on_done) {
+  std::vector<int> codes(seeds.size(), -1);
+  std::atomic<std::size_t> next{0};
+  std::mutex mu;  // one on_done at a time
+  const auto work_on = [&] {
+    for (std::size_t k; (k = next++) < seeds.size() && !(stop && stop());) {
+      const std::string name = "seed-" + std::to_string(seeds[k]);
+      std::vector<std::string> child = {"sim",
+                                        scenario,
+                                        "--out",
+                                        (std::filesystem::path(out) / name).string(),
+                                        "--force",
+                                        "--seed",
+                                        std::to_string(seeds[k])};
+      child.insert(child.end(), args.begin(), args.end());
+      codes[k] = runner(child, (std::filesystem::path(out) / (name + ".log")).string());
+      std::lock_guard<std::mutex> lock(mu);
+      if (on_done) on_done(k, codes[k]);
+    }
+  };
+  std::exception_ptr error;  // the first, rethrown once every worker has ended
+  const auto work = [&] {
+    try {
+      work_on();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error) error = std::current_exception();
+      next = seeds.size();  // start nothing more
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int j = 1; j < jobs; ++j) workers.emplace_back(work);
+  work();
+  for (std::thread& t : workers) t.join();
+  if (error) std::rethrow_exception(error);
+  return codes;
+}
 
 std::vector<std::int64_t> parse_seed_list(const std::string& option, const std::string& text) {
   std::vector<std::int64_t> seeds;

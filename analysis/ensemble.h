@@ -6,18 +6,31 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "analysis/summary.h"
+#include "analysis/sweep.h"
 
 namespace meridian::analysis {
 
 // "1-20", "3", "1,4,9", "1-3,10": seeds in the order given, each at most once. ConfigError
 // (naming `option`) for anything else, a descending range, or more than 10,000 seeds.
 std::vector<std::int64_t> parse_seed_list(const std::string& option, const std::string& text);
+
+// Runs `meridian sim SCENARIO --out OUT/seed-<S> --force --seed S ARGS...` once per seed with
+// `runner`, up to `jobs` at once (each child's output in OUT/seed-<S>.log). Each seed's run is the
+// same whatever runs beside it. Returns each seed's exit status, in seed-list order; -1 for a
+// seed never started because `stop()` said so (an interrupt). `on_done(k, status)` runs after
+// seed k ends, one call at a time.
+std::vector<int> run_seeds(const SweepRunner& runner, const std::string& scenario,
+                           const std::vector<std::int64_t>& seeds,
+                           const std::vector<std::string>& args, const std::string& out, int jobs,
+                           const std::function<bool()>& stop,
+                           const std::function<void(std::size_t k, int status)>& on_done);
 
 struct EnsembleRun {
   std::int64_t seed = 0;

@@ -19,7 +19,8 @@ inline std::string default_run_folder(const std::string& name) { return "runs/" 
 // The files whose presence means a folder already holds a run: a simulation's or a node's events
 // and summary, a sweep's table, a fine-tune's result.
 inline constexpr std::initializer_list<const char*> kRunFolderMarkers = {
-    "events.jsonl", "summary.json", "sweep.csv", "result.json", "ensemble.json"};
+    "events.jsonl", "summary.json", "sweep.csv", "result.json", "ensemble.json",
+    "calibration.json"};
 
 // Makes `dir` ready for a new run: creates it when missing; when it already holds a run (one of
 // kRunFolderMarkers), throws ConfigError naming the folder, the file found, `option` (how the

@@ -87,7 +87,8 @@ void configure_network(sg4::Engine& e, const Scenario& sc, double gamma_scale) {
   }
   const bool profiles = (n.variability_period_s > 0 && n.variability_min_fraction < 1) ||
                         (any_capacity && n.variation.bandwidth_varies()) ||
-                        n.variation.loss_episodes() || (any_loss && n.variation.paths_change());
+                        n.variation.loss_episodes() || n.variation.access_varies() ||
+                        (any_loss && n.variation.paths_change());
   if (profiles) e.set_config("network/optim:Full");
 }
 
@@ -172,7 +173,8 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc, int connections_per_
       auto* l = world->create_split_duplex_link("backbone:" + name, capacity_Bps);
       l->set_latency(latency_s);
       for (auto* dir : {l->get_link_up(), l->get_link_down()})
-        attach_bandwidth_variation(dir, capacity_Bps, variation, sc.run.seed);
+        attach_bandwidth_variation(dir, capacity_Bps, variation.bandwidth_cv,
+                                   variation.bandwidth_correlation_s, sc.run.seed);
       sl.shared = l;
     } else {
       auto* l = world->create_link("backbone:" + name, kBackboneBps);
@@ -232,6 +234,11 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc, int connections_per_
             kVariabilityPeriods * sc.network.variability_period_s));
       }
     }
+    // Cross traffic at the node's provider (network.variation.access_*): each direction's
+    // available bandwidth varies around the drawn access bandwidth, mean-preserving.
+    for (auto* dir : {l->get_link_up(), l->get_link_down()})
+      attach_bandwidth_variation(dir, bps, sc.network.variation.access_cv,
+                                 sc.network.variation.access_correlation_s, sc.run.seed);
     l->seal();
     access.push_back(l);
   }

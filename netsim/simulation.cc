@@ -272,8 +272,10 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   // A round's flows follow path changes message by message; a bandwidth or loss process is
   // sampled at 8 points of each round (netsim/README.md, "Aggregation").
   const VariationSpec& variation = sc.network.variation;
-  w.net.set_merge_phantom_rings(sc.diloco.aggregate,
-                                variation.bandwidth_varies() || variation.loss_episodes() ? 8 : 1);
+  w.net.set_merge_phantom_rings(
+      sc.diloco.aggregate,
+      variation.bandwidth_varies() || variation.loss_episodes() || variation.access_varies() ? 8
+                                                                                             : 1);
   w.options = options_of_file;
   w.plugin = options.worker;
   w.make_node = options.make_node;

@@ -88,10 +88,10 @@ double connection_bound(CongestionControl cc, const TcpSpec& tcp, double rtt_s, 
   return bound;
 }
 
-void attach_bandwidth_variation(sg4::Link* link, double capacity_Bps, const VariationSpec& v,
-                                std::uint64_t seed) {
+void attach_bandwidth_variation(sg4::Link* link, double capacity_Bps, double cv,
+                                double correlation_s, std::uint64_t seed) {
   using simgrid::kernel::profile::ProfileBuilder;
-  if (!v.bandwidth_varies() || capacity_Bps <= 0) return;
+  if (cv <= 0 || correlation_s <= 0 || capacity_Bps <= 0) return;
   // log(bandwidth / capacity) is an AR(1) process sampled every quarter correlation time:
   // stationary N(−σ²/2, σ²) with σ² = ln(1 + cv²), so that its mean is the capacity and its
   // coefficient of variation cv.
@@ -101,9 +101,9 @@ void attach_bandwidth_variation(sg4::Link* link, double capacity_Bps, const Vari
     bool started = false;
   };
   auto st = std::make_shared<Ar1>(Ar1{host_draw_state(seed, link->get_name(), 10)});
-  const double dt = v.bandwidth_correlation_s / 4;
-  const double phi = std::exp(-dt / v.bandwidth_correlation_s);
-  const double sigma = std::sqrt(std::log1p(v.bandwidth_cv * v.bandwidth_cv));
+  const double dt = correlation_s / 4;
+  const double phi = std::exp(-dt / correlation_s);
+  const double sigma = std::sqrt(std::log1p(cv * cv));
   auto cb = [st, dt, phi, sigma, capacity_Bps](std::vector<DatedValue>& values) {
     for (int k = 0; k < kProfileChunk; ++k) {
       if (!st->started) {

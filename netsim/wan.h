@@ -65,10 +65,12 @@ class PathTimeline {
 // +inf when neither binds.
 double connection_bound(CongestionControl cc, const TcpSpec& tcp, double rtt_s, double loss);
 
-// Attaches the available-bandwidth process of a shared site-pair link (mean `capacity_Bps`,
-// network.variation's coefficient of variation and correlation time) before it is sealed.
-void attach_bandwidth_variation(simgrid::s4u::Link* link, double capacity_Bps,
-                                const VariationSpec& v, std::uint64_t seed);
+// Attaches an available-bandwidth process to a link before it is sealed: log-normal AR(1) of mean
+// `capacity_Bps`, coefficient of variation `cv` and correlation time `correlation_s` (a shared
+// site-pair link: network.variation.bandwidth_*; a node's access link: access_*). Seeded from
+// `seed` and the link's name; nothing when cv or correlation_s is 0.
+void attach_bandwidth_variation(simgrid::s4u::Link* link, double capacity_Bps, double cv,
+                                double correlation_s, std::uint64_t seed);
 
 class WanModel {
  public:

@@ -72,46 +72,27 @@ int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds
   const analysis::SweepRunner runner = analysis::self_runner();
   InterruptScope interrupt;
   ProgressLine progress;
-  // Up to `jobs` children at once; each seed's run is the same whatever runs beside it, and the
-  // runs are listed in seed-list order, so the ensemble does not depend on `jobs`.
-  std::vector<int> codes(seeds.size(), -1);  // -1: not run (interrupted)
-  std::atomic<std::size_t> next{0};
-  std::mutex mu;  // guards the progress line, `done` and stderr
+  std::vector<std::string> child_args = {"--simgrid-log", simgrid_log};
+  for (const std::string& o : overrides) child_args.insert(child_args.end(), {"--set", o});
   std::size_t done = 0;
-  const auto work = [&] {
-    for (std::size_t k; (k = next++) < seeds.size() && !InterruptScope::received();) {
-      const std::string name = "seed-" + std::to_string(seeds[k]);
-      std::vector<std::string> child = {"sim",
-                                        path,
-                                        "--out",
-                                        (std::filesystem::path(out) / name).string(),
-                                        "--force",
-                                        "--seed",
-                                        std::to_string(seeds[k]),
-                                        "--simgrid-log",
-                                        simgrid_log};
-      for (const std::string& o : overrides) child.insert(child.end(), {"--set", o});
-      codes[k] = runner(child, (std::filesystem::path(out) / (name + ".log")).string());
-      std::lock_guard<std::mutex> lock(mu);
-      ++done;
-      if (codes[k] != 0) {
-        progress.clear();
-        std::cerr << "meridian sim: seed " << seeds[k] << " failed (exit " << codes[k] << "), see "
-                  << (std::filesystem::path(out) / (name + ".log")).string() << "\n";
-      }
-      progress.update(double(done) / seeds.size(),
-                      std::to_string(done) + " of " + std::to_string(seeds.size()) + " seeds (" +
-                          std::to_string(jobs) + " at a time)",
-                      true);
-    }
-  };
   progress.update(0.0, "0 of " + std::to_string(seeds.size()) + " seeds", true);
-  {
-    std::vector<std::thread> workers;
-    for (int j = 1; j < jobs; ++j) workers.emplace_back(work);
-    work();
-    for (std::thread& t : workers) t.join();
-  }
+  // The runs are listed in seed-list order, so the ensemble does not depend on `jobs`.
+  const std::vector<int> codes = analysis::run_seeds(
+      runner, path, seeds, child_args, out, jobs, [] { return InterruptScope::received() != 0; },
+      [&](std::size_t k, int code) {
+        ++done;
+        if (code != 0) {
+          progress.clear();
+          std::cerr << "meridian sim: seed " << seeds[k] << " failed (exit " << code << "), see "
+                    << (std::filesystem::path(out) / ("seed-" + std::to_string(seeds[k]) + ".log"))
+                           .string()
+                    << "\n";
+        }
+        progress.update(double(done) / seeds.size(),
+                        std::to_string(done) + " of " + std::to_string(seeds.size()) + " seeds (" +
+                            std::to_string(jobs) + " at a time)",
+                        true);
+      });
   std::vector<analysis::EnsembleRun> runs;
   for (std::size_t k = 0; k < seeds.size(); ++k) {
     if (codes[k] < 0) continue;  // never started

@@ -387,10 +387,14 @@ void parse_network(Reader r, NetworkSpec& n) {
     v.scalar<double>("loss_episode_loss", x.loss_episode_loss,
                      "a packet loss fraction in [0, 0.5)",
                      [](const double& f) { return f >= 0 && f < 0.5; });
+    v.scalar<double>("access_cv", x.access_cv, "a coefficient of variation >= 0",
+                     non_negative<double>());
+    v.scalar<double>("access_correlation_s", x.access_correlation_s, "seconds >= 0",
+                     non_negative<double>());
     v.scalar<std::string>("source", x.source, "where the numbers come from");
     v.finish();
     const bool any = x.bandwidth_cv > 0 || x.path_change_interval_s > 0 ||
-                     x.loss_episode_interval_s > 0;
+                     x.loss_episode_interval_s > 0 || x.access_cv > 0;
     if (any && x.source.empty()) v.fail(v.key_path("source"), "the source of the numbers");
   }
   {
@@ -924,6 +928,8 @@ JsonObject RunFile::to_json() const {
       .add("loss_episode_interval_s", v.loss_episode_interval_s)
       .add("loss_episode_s", v.loss_episode_s)
       .add("loss_episode_loss", v.loss_episode_loss)
+      .add("access_cv", v.access_cv)
+      .add("access_correlation_s", v.access_correlation_s)
       .add("source", v.source);
   net.add("variation", variation);
   std::string paths = "[";

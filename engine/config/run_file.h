@@ -115,7 +115,8 @@ struct PathSpec {
   std::string source;
 };
 
-// Variation in time of the inter-site paths (network.variation); 0 turns a process off.
+// Variation in time of the inter-site paths and of the nodes' access links (network.variation);
+// 0 turns a process off.
 struct VariationSpec {
   double bandwidth_cv = 0.0;             // coefficient of variation of a shared path's capacity
   double bandwidth_correlation_s = 0.0;  // its correlation time (AR(1) in log space)
@@ -124,9 +125,12 @@ struct VariationSpec {
   double loss_episode_interval_s = 0.0;  // mean time between loss episodes
   double loss_episode_s = 0.0;           // mean length of one
   double loss_episode_loss = 0.0;        // packet loss during one
+  double access_cv = 0.0;                // coefficient of variation of each node's access bandwidth
+  double access_correlation_s = 0.0;     // its correlation time (AR(1) in log space)
   std::string source;
 
   bool bandwidth_varies() const { return bandwidth_cv > 0 && bandwidth_correlation_s > 0; }
+  bool access_varies() const { return access_cv > 0 && access_correlation_s > 0; }
   bool paths_change() const { return path_change_interval_s > 0 && path_change_rtt_fraction > 0; }
   bool loss_episodes() const {
     return loss_episode_interval_s > 0 && loss_episode_s > 0 && loss_episode_loss > 0;
