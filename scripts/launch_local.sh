@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Starts a standalone `meridian store` and N node processes on this machine, then waits for the
-# nodes and stops the store. Placeholders in the node command: {node} (0..N-1), {store}
-# (HOST:PORT of the store), {secret} (the secret file). Not a cluster scheduler.
+# nodes and stops the store. Placeholders in the node command: {node} (1..N: node ids start at
+# 1), {store} (HOST:PORT of the store), {secret} (the secret file). Not a cluster scheduler.
 #
 #   scripts/launch_local.sh [--meridian BIN] [--secret-file F] N -- NODE_COMMAND...
 # e.g. scripts/launch_local.sh 4 -- build/bin/meridian train run.yaml --node-id {node} \
@@ -42,7 +42,7 @@ store=$(sed -n 's/^store listening on \([^ ]*\).*/\1/p' "$workdir/store.out")
 echo "store at $store" >&2
 
 pids=()
-for ((i = 0; i < n; i++)); do
+for ((i = 1; i <= n; i++)); do
   args=()
   for a in "$@"; do
     a=${a//\{node\}/$i}; a=${a//\{store\}/$store}; a=${a//\{secret\}/$secret}
