@@ -1,44 +1,23 @@
+// Base64 through OpenSSL's EVP_EncodeBlock / EVP_DecodeBlock. OpenSSL's decoder skips
+// whitespace and ignores where padding sits, so the input is checked first: RFC 4648's alphabet,
+// a multiple of 4, '=' only as the last one or two characters.
 #include "engine/util/base64.h"
+
+#include <openssl/evp.h>
+
+#include <climits>
 
 #include "engine/error.h"
 
 namespace meridian {
-namespace {
-
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-int sextet(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
-}  // namespace
 
 std::string base64_encode(const std::string& in) {
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  std::size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const unsigned v = (static_cast<unsigned char>(in[i]) << 16) |
-                       (static_cast<unsigned char>(in[i + 1]) << 8) |
-                       static_cast<unsigned char>(in[i + 2]);
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += kAlphabet[(v >> 6) & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i < in.size()) {
-    unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    if (i + 1 < in.size()) v |= static_cast<unsigned char>(in[i + 1]) << 8;
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < in.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
+  if (in.size() > std::size_t{INT_MAX} / 4 * 3) throw Error("base64: input too large");
+  std::string out((in.size() + 2) / 3 * 4 + 1, '\0');  // + the terminating NUL OpenSSL writes
+  const int n = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                                reinterpret_cast<const unsigned char*>(in.data()),
+                                static_cast<int>(in.size()));
+  out.resize(static_cast<std::size_t>(n));
   return out;
 }
 
@@ -46,22 +25,24 @@ std::string base64_decode(const std::string& text) {
   if (text.size() % 4 != 0)
     throw ProtocolError("base64: length " + std::to_string(text.size()) +
                         " is not a multiple of 4");
-  std::string out;
-  out.reserve(text.size() / 4 * 3);
-  for (std::size_t i = 0; i < text.size(); i += 4) {
-    const bool last = i + 4 == text.size();
-    const int pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=') : 0;
-    unsigned v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const int s = k >= 4 - pad ? 0 : sextet(text[i + k]);
-      if (s < 0)
-        throw ProtocolError("base64: invalid character at offset " + std::to_string(i + k));
-      v = (v << 6) | static_cast<unsigned>(s);
-    }
-    out += static_cast<char>(v >> 16);
-    if (pad < 2) out += static_cast<char>((v >> 8) & 0xff);
-    if (pad < 1) out += static_cast<char>(v & 0xff);
+  if (text.size() > INT_MAX) throw ProtocolError("base64: input too large");
+  const std::size_t n = text.size();
+  const std::size_t pad = n == 0 ? 0 : (text[n - 1] == '=') + (text[n - 2] == '=');
+  if (pad == 1 && text[n - 2] == '=')
+    throw ProtocolError("base64: invalid character at offset " + std::to_string(n - 2));
+  for (std::size_t i = 0; i + pad < n; ++i) {
+    const char c = text[i];
+    const bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                    c == '+' || c == '/';
+    if (!ok) throw ProtocolError("base64: invalid character at offset " + std::to_string(i));
   }
+  std::string out(n / 4 * 3, '\0');
+  const int got =
+      EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(text.data()), static_cast<int>(n));
+  if (got < 0 || static_cast<std::size_t>(got) != out.size())
+    throw ProtocolError("base64: OpenSSL could not decode it");
+  out.resize(out.size() - pad);  // EVP_DecodeBlock counts the padding as zero bytes
   return out;
 }
 

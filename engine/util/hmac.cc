@@ -1,40 +1,30 @@
-// HMAC-SHA256 (RFC 2104): H((K' ^ opad) || H((K' ^ ipad) || m)), K' = key hashed when longer
-// than one 64-byte block, zero-padded otherwise. Tested against RFC 4231 in tests/gloo.
+// HMAC-SHA256 (RFC 2104) through OpenSSL's one-shot HMAC(). Tested against RFC 4231 in
+// tests/gloo/sha256_test.cc.
 #include "engine/util/hmac.h"
 
-#include <algorithm>
-#include <array>
+#include <openssl/crypto.h>
+#include <openssl/hmac.h>
+
+#include <climits>
+
+#include "engine/error.h"
 
 namespace meridian {
 
 Sha256Digest hmac_sha256(std::string_view key, std::string_view message) {
-  constexpr std::size_t kBlock = 64;
-  std::array<std::uint8_t, kBlock> block_key{};
-  if (key.size() > kBlock) {
-    const Sha256Digest hashed = sha256(key);
-    std::copy(hashed.begin(), hashed.end(), block_key.begin());
-  } else {
-    std::copy(key.begin(), key.end(), block_key.begin());
-  }
-  std::array<std::uint8_t, kBlock> inner_pad, outer_pad;
-  for (std::size_t i = 0; i < kBlock; ++i) {
-    inner_pad[i] = block_key[i] ^ 0x36;
-    outer_pad[i] = block_key[i] ^ 0x5c;
-  }
-  Sha256 inner;
-  inner.update(inner_pad);
-  inner.update(message);
-  const Sha256Digest inner_digest = inner.finish();
-  Sha256 outer;
-  outer.update(outer_pad);
-  outer.update(inner_digest);
-  return outer.finish();
+  if (key.size() > INT_MAX) throw Error("hmac: key longer than OpenSSL takes");
+  Sha256Digest out;
+  unsigned int n = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), out.data(),
+           &n) == nullptr ||
+      n != out.size())
+    throw Error("hmac: OpenSSL's HMAC-SHA256 failed");
+  return out;
 }
 
 bool digests_equal(const Sha256Digest& a, const Sha256Digest& b) {
-  std::uint8_t diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
-  return diff == 0;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 }  // namespace meridian

@@ -1,6 +1,6 @@
-// SHA-256 (FIPS 180-4), written against the standard library only, for the store's
-// challenge-response and run-configuration hashes. Not a general crypto library: no
-// constant-time guarantees beyond what HMAC verification needs (see hmac.h).
+// SHA-256 and hex for the store's challenge-response, the run-configuration hashes, epoch keys
+// and checkpoint manifests: OpenSSL's libcrypto (EVP) behind a small interface, so that callers
+// see no OpenSSL type.
 #pragma once
 
 #include <array>
@@ -10,25 +10,27 @@
 #include <string>
 #include <string_view>
 
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
+
 namespace meridian {
 
 using Sha256Digest = std::array<std::uint8_t, 32>;
 
-// Incremental hashing: update() any number of times, then finish() once.
+// Incremental hashing: update() any number of times, then finish() once. Throws Error when
+// OpenSSL fails (out of memory) and on update() or finish() after finish().
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
   void update(std::span<const std::uint8_t> data);
   void update(std::string_view text);
+  void update(const void* data, std::size_t bytes);
   Sha256Digest finish();
 
  private:
-  void compress(const std::uint8_t* block);
-
-  std::array<std::uint32_t, 8> state_;
-  std::array<std::uint8_t, 64> buffer_{};
-  std::size_t buffered_ = 0;
-  std::uint64_t total_bytes_ = 0;
+  evp_md_ctx_st* ctx_;
   bool finished_ = false;
 };
 

@@ -1,12 +1,14 @@
-// SHA-256 against the FIPS 180-2 examples and HMAC-SHA256 against RFC 4231's test cases.
-// Exact digests: any bit wrong fails.
-#include "engine/util/sha256.h"
-
+// SHA-256 against the FIPS 180-2 examples, HMAC-SHA256 against RFC 4231's test cases and base64
+// against RFC 4648's (engine/util/, OpenSSL behind them). Exact outputs: any bit wrong fails.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "engine/error.h"
+#include "engine/util/base64.h"
 #include "engine/util/hmac.h"
+#include "engine/util/sha256.h"
 
 namespace meridian {
 namespace {
@@ -75,6 +77,43 @@ TEST(HmacSha256, DigestsEqualComparesEveryByte) {
   EXPECT_TRUE(digests_equal(a, b));
   b[31] ^= 1;
   EXPECT_FALSE(digests_equal(a, b));
+  b = a;
+  b[0] ^= 0x80;
+  EXPECT_FALSE(digests_equal(a, b));
+}
+
+TEST(Sha256, RefusesUseAfterFinish) {
+  Sha256 h;
+  h.update("abc");
+  h.finish();
+  EXPECT_THROW(h.update("d"), Error);
+  EXPECT_THROW(h.finish(), Error);
+}
+
+// RFC 4648 section 10, both ways, and what a strict decoder refuses.
+TEST(Base64, RoundTripsRfc4648VectorsAndRefusesWhatIsNotBase64) {
+  const std::vector<std::pair<std::string, std::string>> vectors = {{"", ""},
+                                                                    {"f", "Zg=="},
+                                                                    {"fo", "Zm8="},
+                                                                    {"foo", "Zm9v"},
+                                                                    {"foob", "Zm9vYg=="},
+                                                                    {"fooba", "Zm9vYmE="},
+                                                                    {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, coded] : vectors) {
+    EXPECT_EQ(base64_encode(plain), coded);
+    EXPECT_EQ(base64_decode(coded), plain);
+  }
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes += static_cast<char>(i);
+  EXPECT_EQ(base64_decode(base64_encode(bytes)), bytes);
+  for (const char* bad : {"Zg=", "Zm9v\n", "Zm 9", "Z=9v", "Zm=v", "Zg=a", "====", "Zm9*"}) {
+    try {
+      base64_decode(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("base64"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
