@@ -25,6 +25,7 @@
 #include "cli/command.h"
 #include "cli/compose/compose.h"
 #include "cli/compose/real_node.h"
+#include "cli/train/terminal_notices.h"
 #include "engine/codec/codec.h"
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
@@ -359,6 +360,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   // Flushed per record: a node killed at any point (SIGKILL, churn) leaves every event it
   // emitted (a record costs ~2 us more so, bench/event_sink_bench.cc; a node writes tens a second).
   JsonlEventSink events(events_file, EventFlush::kEachRecord);
+  TerminalNotices notices(events);  // the few records an operator must see, also on stderr
   Runtime& runtime = real.runtime();
   std::string command = "meridian train";
   for (const auto& s : argv) command += " " + s;
@@ -489,7 +491,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     last_tokens = tokens;
   };
   const std::unique_ptr<DilocoNode> node_owner =
-      compose::make_node({node_worker, store, node_transports, runtime, events}, d);
+      compose::make_node({node_worker, store, node_transports, runtime, notices}, d);
   DilocoNode& node = *node_owner;
   d.initial_momentum = {};
 

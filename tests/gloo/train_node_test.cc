@@ -99,6 +99,12 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
   for (const auto& [step, v] : c4) EXPECT_EQ(v.first, 3) << "outer step " << step;
   EXPECT_NE(log(4).find("joining the run"), std::string::npos) << log(4);
   EXPECT_NE(log(1).find("| nodes 3 | loss "), std::string::npos) << log(1);
+  // The terminal says what happened (issue 34), not only events.jsonl: the joiner's admission
+  // and live recovery, and on a survivor the round that lost node 3 and the smaller epoch.
+  EXPECT_NE(log(4).find("node 4: admitted at epoch "), std::string::npos) << log(4);
+  EXPECT_NE(log(4).find("node 4: live recovery: "), std::string::npos) << log(4);
+  EXPECT_NE(log(1).find("node 1: outer step 2: all-reduce retry 1 ("), std::string::npos) << log(1);
+  EXPECT_NE(log(1).find(": 2 nodes ["), std::string::npos) << log(1);
   // events.jsonl: the config record first, run_finished last.
   const std::string events = read_file(node_dir(4) / "events.jsonl");
   EXPECT_EQ(events.rfind("{\"t\":", 0), 0u);
