@@ -54,6 +54,23 @@ TEST(Scenario, DefaultsAreIntellect1) {
   EXPECT_EQ(host_slot_names(sc), (std::vector<std::string>{"a-0", "a-1", "b-0"}));
 }
 
+// The default blocking checkpoint (INTELLECT-1's 60 s) is said when it weighs in a scenario's
+// outer step (issue 34), and not when the scenario chose it or it is small.
+TEST(Scenario, TheDefaultCheckpointIsNotedWhereItWeighs) {
+  const auto notes = [](const std::vector<std::string>& overrides) {
+    return parse_scenario(kMinimal, "min.yaml", overrides).notes_for(config::Mode::kSimulate);
+  };
+  const auto toy = notes({"hardware.step_time_s=0.5", "diloco.H=10"});  // 5 s of inner steps
+  ASSERT_EQ(toy.size(), 1u);
+  EXPECT_NE(toy[0].find("min.yaml: diloco.checkpoint_s: the default, INTELLECT-1's blocking 60 s "
+                        "checkpoint per outer step, is 1200 % of this scenario's 5 s"),
+            std::string::npos)
+      << toy[0];
+  EXPECT_TRUE(notes({"hardware.step_time_s=0.5", "diloco.H=10", "diloco.checkpoint_s=60"}).empty());
+  EXPECT_TRUE(notes({"hardware.step_time_s=0.5", "diloco.H=10", "diloco.checkpoint_s=0"}).empty());
+  EXPECT_TRUE(notes({}).empty());  // INTELLECT-1's own 38 minutes: 60 s is 2.6 %
+}
+
 TEST(Scenario, OverridesApply) {
   Scenario sc = parse_scenario(kMinimal, "min.yaml", {"diloco.H=500", "run.seed=7"});
   EXPECT_EQ(sc.diloco.H, 500);
