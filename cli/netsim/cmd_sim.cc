@@ -35,6 +35,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: meridian sim SCENARIO.yaml [--out DIR] [--force] [--seed N | --seeds LIST]\n"
     "                    [--no-plots] [--jobs N] [--set key.path=value ...] [--simgrid-log L]\n"
+    "                    [--print-config]\n"
     "  Simulates the scenario (SimGrid network model, modelled compute, churn trace);\n"
     "  with `worker: torch` every node also trains a real LibTorch model (emulation).\n"
     "  --out DIR      output folder (default: the scenario's output.dir, else runs/<name>)\n"
@@ -52,6 +53,8 @@ constexpr const char* kUsage =
     "                 is the same for any N\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
     "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
+    "  --print-config the resolved configuration (every key, defaults included, as the run's\n"
+    "                 `config` record has it) as JSON on stdout, then exit without running\n"
     "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
 
 // `--seeds`: one `meridian sim` child per seed (SimGrid runs once per process), each into
@@ -130,7 +133,7 @@ int run_sim(const std::vector<std::string>& args) {
   std::vector<std::string> overrides;
   std::string simgrid_log = "critical";
   std::string seeds_text;
-  bool force = false, plots = true;
+  bool force = false, plots = true, print_config = false;
   int jobs = 0;  // --jobs; 0: the default
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -149,6 +152,8 @@ int run_sim(const std::vector<std::string>& args) {
       force = true;
     else if (a == "--no-plots")
       plots = false;
+    else if (a == "--print-config")
+      print_config = true;
     else if (a == "--jobs")
       jobs = static_cast<int>(opt::integer_in("--jobs", value(), 1, 256));
     else if (a == "-h" || a == "--help") {
@@ -171,6 +176,10 @@ int run_sim(const std::vector<std::string>& args) {
   netsim::Scenario sc = netsim::load_scenario(path, overrides);
   for (const std::string& note : sc.notes_for(config::Mode::kSimulate))
     std::cerr << "meridian sim: " << note << "\n";
+  if (print_config) {
+    std::cout << nlohmann::json::parse(sc.to_json().str()).dump(2) << "\n";
+    return kExitOk;
+  }
   if (!seeds_text.empty()) {
     const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", seeds_text);
     for (const std::string& o : overrides)

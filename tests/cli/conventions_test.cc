@@ -294,5 +294,18 @@ TEST_F(CliTest, SimGivenAPlatformXmlSaysWhatAScenarioIs) {
   EXPECT_NE(r.err.find("network.platform_xml"), std::string::npos) << r.err;
 }
 
+// `sim --print-config` shows the resolved configuration, defaults included, and runs nothing
+// (issue 34: defaults arrived silently).
+TEST_F(CliTest, SimPrintConfigShowsTheResolvedConfigurationAndRunsNothing) {
+  const std::string scenario = std::string(MERIDIAN_SOURCE_DIR) + "/scenarios/intellect1-usa.yaml";
+  const Ran r = meridian("sim '" + scenario + "' --print-config --set diloco.H=7");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["diloco"]["H"], 7);                      // the --set
+  EXPECT_EQ(j["diloco"]["retries"], 3);                // the file
+  EXPECT_EQ(j["diloco"]["nonfinite_evict_after"], 3);  // a default the file does not give
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));
+}
+
 }  // namespace
 }  // namespace meridian
