@@ -63,6 +63,10 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
     // Unreachable for a lease's length, the store has ended every lease: the node is out.
     co.reconnect_timeout_s = std::max(2.0, c.diloco.mesh.dead_after_s);
     co.io_timeout_s = io_timeout_s;
+    if (a.log)  // not half a minute of silence before "Connection refused" (issue 34)
+      co.on_wait = [log = a.log, id = a.node_id](const std::string& line) {
+        log("node " + std::to_string(id) + ": " + line);
+      };
     store_ = std::make_unique<TcpStore>(co);  // a refusal (secret, version, configuration) throws
   }
   if (c.transport == "nccl") {

@@ -118,6 +118,9 @@ struct TcpStoreClientOptions {
   std::optional<double> reconnect_timeout_s;
   double io_timeout_s = 30.0;       // a request that does not wait (waits add their own timeout)
   StoreLimits limits;
+  // Told, as a line for a person, while connecting keeps failing (2 s in, then every 10 s);
+  // none: silent until the deadline's error.
+  std::function<void(const std::string&)> on_wait;
 };
 
 // meridian::Store over TCP. Each concurrent caller uses its own connection (a small pool, one

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "engine/error.h"
 #include "engine/store/tcp_store.h"
@@ -54,8 +55,16 @@ int TcpStore::take_connection() {
       store_wire::now_s() + (joined_ ? options_.reconnect_timeout_s.value_or(
                                             options_.connect_timeout_s)
                                       : options_.connect_timeout_s);
-  return store_wire::dial(options_.host, options_.port, deadline_s,
-                          [&](int fd) { join(fd, deadline_s); });
+  const auto on_wait = [&](const std::string& error, double waited_s) {
+    if (!options_.on_wait) return;
+    char text[96];
+    std::snprintf(text, sizeof text, "not reachable for %.0f s; retrying for %.0f s more", waited_s,
+                  std::max(0.0, deadline_s - store_wire::now_s()));
+    options_.on_wait("the store at " + options_.host + ":" + std::to_string(options_.port) +
+                     " is " + text + " (" + error + ")");
+  };
+  return store_wire::dial(
+      options_.host, options_.port, deadline_s, [&](int fd) { join(fd, deadline_s); }, on_wait);
 }
 
 void TcpStore::join(int fd, double deadline_s) {

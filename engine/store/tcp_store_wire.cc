@@ -234,17 +234,24 @@ int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
 }
 
 int dial(const std::string& host, std::uint16_t port, double deadline_s,
-         const std::function<void(int fd)>& handshake) {
+         const std::function<void(int fd)>& handshake,
+         const std::function<void(const std::string& error, double waited_s)>& on_wait) {
   double backoff_s = 0.01;
+  const double start_s = now_s();
+  double next_notice_s = start_s + 2.0;
   for (;;) {
     int fd = -1;
     try {
       fd = dial_once(host, port, deadline_s);
       if (handshake) handshake(fd);
       return fd;
-    } catch (const PeerLostError&) {
+    } catch (const PeerLostError& e) {
       if (fd >= 0) ::close(fd);
       if (now_s() + backoff_s >= deadline_s) throw;
+      if (on_wait && now_s() >= next_notice_s) {
+        on_wait(e.what(), now_s() - start_s);
+        next_notice_s = now_s() + 10.0;
+      }
       std::this_thread::sleep_for(std::chrono::duration<double>(backoff_s));
       backoff_s = std::min(backoff_s * 2, 0.5);
     } catch (...) {

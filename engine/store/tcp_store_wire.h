@@ -109,8 +109,11 @@ int dial_once(const std::string& host, std::uint16_t port, double deadline_s);
 // throws PeerLostError (a server not up yet, refused or unreachable: nodes may start before the
 // store; or one that closes the connection before its welcome) until the deadline, when the
 // last PeerLostError is rethrown. Any other error closes the socket and propagates at once.
+// `on_wait(error, waited_s)`, when given, is told while it keeps failing: once 2 s in, then every
+// 10 s (so that a person is not left with half a minute of silence).
 int dial(const std::string& host, std::uint16_t port, double deadline_s,
-         const std::function<void(int fd)>& handshake = {});
+         const std::function<void(int fd)>& handshake = {},
+         const std::function<void(const std::string& error, double waited_s)>& on_wait = {});
 void send_all(int fd, std::string_view data, double deadline_s);
 // Reads one frame body whose length must lie in [1, max_body_bytes] (else ProtocolError,
 // before allocating).

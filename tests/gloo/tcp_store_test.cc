@@ -248,18 +248,25 @@ TEST(TcpStoreServerTest, WithoutAConfigurationHashTheFirstNodeToJoinFixesTheRuns
   EXPECT_EQ(server.stats().refused, 1u);
 }
 
-TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
-  // Hold an ephemeral port without listening (connections to it are refused), start the client,
-  // then hand the port to the server: the client's refused attempts are retried until it joins.
-  const int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// Binds an ephemeral loopback port without listening: connections to it are refused until
+// `holder` is closed (then the port may be handed to a server).
+void hold_a_refusing_port(int& holder, std::uint16_t& port) {
+  holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
   ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  port = ntohs(a.sin_port);
+}
+
+TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
+  // Hold an ephemeral port without listening (connections to it are refused), start the client,
+  // then hand the port to the server: the client's refused attempts are retried until it joins.
+  int holder = -1;
   TcpStoreClientOptions c;
-  c.port = ntohs(a.sin_port);
+  ASSERT_NO_FATAL_FAILURE(hold_a_refusing_port(holder, c.port));
   c.identity = {kSecret, "0.1.0", ""};
   c.connect_timeout_s = 30.0;
   std::string seen;
@@ -275,6 +282,28 @@ TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
   early.join();
   EXPECT_EQ(seen, "v");
   EXPECT_EQ(server.stats().joined, 2u);
+}
+
+// A store that is not there is said while the client waits (issue 34: half a minute of silence,
+// then "Connection refused"): a line about 2 s in naming the address and the error, then the
+// deadline's PeerLostError. The port is held bound but not listening, so it refuses.
+TEST(TcpStoreServerTest, AClientWaitingForAnAbsentStoreSaysSoBeforeItsDeadline) {
+  int holder = -1;
+  TcpStoreClientOptions c;
+  ASSERT_NO_FATAL_FAILURE(hold_a_refusing_port(holder, c.port));
+  c.identity = {kSecret, "0.1.0", ""};
+  c.connect_timeout_s = 6.0;
+  std::vector<std::string> lines;
+  c.on_wait = [&](const std::string& line) { lines.push_back(line); };
+  EXPECT_THROW(TcpStore{c}, PeerLostError);
+  ::close(holder);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(
+      lines[0].find("the store at 127.0.0.1:" + std::to_string(c.port) + " is not reachable for "),
+      std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[0].find(" s more ("), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("refused"), std::string::npos) << lines[0];
 }
 
 TEST(TcpStoreServerTest, AnEmptySecretIsAConfigurationError) {
