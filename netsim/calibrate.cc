@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine/error.h"
+#include "engine/util/splitmix64.h"
 
 namespace meridian::netsim::calibrate {
 namespace {
@@ -31,14 +32,7 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-double unit(std::uint64_t& state) { return double(splitmix(state) >> 11) * 0x1.0p-53; }
+double unit(std::uint64_t& state) { return double(splitmix64(state) >> 11) * 0x1.0p-53; }
 
 }  // namespace
 
@@ -46,12 +40,6 @@ double FitInput::value_at(double u) const {
   u = std::clamp(u, 0.0, 1.0);
   if (log) return std::exp(std::log(lo) + u * (std::log(hi) - std::log(lo)));
   return lo + u * (hi - lo);
-}
-
-double FitInput::unit_of(double value) const {
-  const double u = log ? (std::log(value) - std::log(lo)) / (std::log(hi) - std::log(lo))
-                       : (value - lo) / (hi - lo);
-  return std::clamp(u, 0.0, 1.0);
 }
 
 FitInput parse_fit(const std::string& text) {
@@ -240,7 +228,7 @@ Search::Search(std::size_t dims, int budget, std::uint64_t seed)
   std::vector<std::vector<int>> order(dims);
   for (auto& o : order) {
     for (int k = 0; k < n; ++k) o.push_back(k);
-    for (int k = n - 1; k > 0; --k) std::swap(o[k], o[splitmix(rng) % (k + 1)]);
+    for (int k = n - 1; k > 0; --k) std::swap(o[k], o[splitmix64(rng) % (k + 1)]);
   }
   for (int k = 0; k < n; ++k) {
     std::vector<double> p(dims);

@@ -22,8 +22,7 @@ struct FitInput {
   double lo = 0, hi = 0;
   bool log = false;
 
-  double value_at(double unit) const;  // unit in [0, 1] -> the range
-  double unit_of(double value) const;  // the inverse, clamped to [0, 1]
+  double value_at(double unit) const;  // unit in [0, 1] (clamped) -> the range
 };
 
 // "KEY=LO:HI" or "KEY=LO:HI:log". ConfigError (naming --fit and the text) for a missing '=',
@@ -87,7 +86,6 @@ class Search {
   const std::vector<double>& best() const { return best_; }
   double best_residual() const { return best_residual_; }
   int evaluations() const { return evaluations_; }
-  double step() const { return step_; }
 
  private:
   void fill_poll();

@@ -162,14 +162,15 @@ std::string yaml_quoted(const std::string& s) {
   return q + "\"";
 }
 
-// A fitted network.variation key needs a source: the scenario's own, plus what was fitted.
-std::vector<std::string> source_overrides(const Options& o, const cal::Observation& observed) {
+// A fitted network.variation key needs a source: the scenario's own (`sc`, as loaded with the
+// fixed overrides), plus what was fitted.
+std::vector<std::string> source_overrides(const Options& o, const netsim::Scenario& sc,
+                                          const cal::Observation& observed) {
   std::string fitted;
   for (const cal::FitInput& in : o.inputs)
     if (in.key.rfind("network.variation.", 0) == 0)
       fitted += (fitted.empty() ? "" : ", ") + in.key.substr(18);
   if (fitted.empty()) return {};
-  const netsim::Scenario sc = netsim::load_scenario(o.scenario, o.overrides);
   std::string source = sc.network.variation.source;
   source += (source.empty() ? "" : "; ") + fitted + ": fitted by meridian calibrate to " +
             observed.source;
@@ -414,7 +415,7 @@ int run_calibrate(const std::vector<std::string>& args) {
     o.jobs = static_cast<int>(
         std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, seeds.size()));
   std::vector<std::string> fixed = o.overrides;
-  for (const std::string& s : source_overrides(o, observed)) fixed.push_back(s);
+  for (const std::string& s : source_overrides(o, sc, observed)) fixed.push_back(s);
   std::vector<double> centre;
   for (const cal::FitInput& in : o.inputs) centre.push_back(in.value_at(0.5));
   std::vector<std::string> centre_settings = fixed;

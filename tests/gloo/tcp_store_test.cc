@@ -249,8 +249,9 @@ TEST(TcpStoreServerTest, WithoutAConfigurationHashTheFirstNodeToJoinFixesTheRuns
 }
 
 // Binds an ephemeral loopback port without listening: connections to it are refused until
-// `holder` is closed (then the port may be handed to a server).
-void hold_a_refusing_port(int& holder, std::uint16_t& port) {
+// `holder` is closed (then the port may be handed to a server). `c`: a client of that port
+// with the tests' identity.
+void hold_a_refusing_port(int& holder, TcpStoreClientOptions& c) {
   holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -258,7 +259,8 @@ void hold_a_refusing_port(int& holder, std::uint16_t& port) {
   ASSERT_EQ(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   socklen_t len = sizeof(a);
   ASSERT_EQ(::getsockname(holder, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  port = ntohs(a.sin_port);
+  c.port = ntohs(a.sin_port);
+  c.identity = {kSecret, "0.1.0", ""};
 }
 
 TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
@@ -266,8 +268,7 @@ TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
   // then hand the port to the server: the client's refused attempts are retried until it joins.
   int holder = -1;
   TcpStoreClientOptions c;
-  ASSERT_NO_FATAL_FAILURE(hold_a_refusing_port(holder, c.port));
-  c.identity = {kSecret, "0.1.0", ""};
+  ASSERT_NO_FATAL_FAILURE(hold_a_refusing_port(holder, c));
   c.connect_timeout_s = 30.0;
   std::string seen;
   std::thread early([&] { seen = TcpStore(c).get("k", 30.0); });
@@ -290,8 +291,7 @@ TEST(TcpStoreServerTest, AClientStartedBeforeTheServerJoinsOnceItListens) {
 TEST(TcpStoreServerTest, AClientWaitingForAnAbsentStoreSaysSoBeforeItsDeadline) {
   int holder = -1;
   TcpStoreClientOptions c;
-  ASSERT_NO_FATAL_FAILURE(hold_a_refusing_port(holder, c.port));
-  c.identity = {kSecret, "0.1.0", ""};
+  ASSERT_NO_FATAL_FAILURE(hold_a_refusing_port(holder, c));
   c.connect_timeout_s = 6.0;
   std::vector<std::string> lines;
   c.on_wait = [&](const std::string& line) { lines.push_back(line); };

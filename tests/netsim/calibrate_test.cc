@@ -25,12 +25,11 @@ TEST(CalibrateFit, ParsesARangeAndMapsTheUnitIntervalOntoIt) {
   EXPECT_EQ(lin.key, "network.access_bandwidth_gbps[1]");
   EXPECT_DOUBLE_EQ(lin.value_at(0.0), 2);
   EXPECT_DOUBLE_EQ(lin.value_at(0.25), 4);
-  EXPECT_DOUBLE_EQ(lin.unit_of(4), 0.25);
-  EXPECT_DOUBLE_EQ(lin.unit_of(50), 1.0);  // clamped
+  EXPECT_DOUBLE_EQ(lin.value_at(1.5), 10);  // clamped
   const FitInput lg = parse_fit("network.variation.access_correlation_s=30:3000:log");
   EXPECT_TRUE(lg.log);
   EXPECT_NEAR(lg.value_at(0.5), 300, 1e-9);
-  EXPECT_NEAR(lg.unit_of(300), 0.5, 1e-12);
+  EXPECT_NEAR(lg.value_at(1.0), 3000, 1e-9);
   EXPECT_EQ(settings({lin, lg}, {4, 300}),
             (std::vector<std::string>{"network.access_bandwidth_gbps[1]=4",
                                       "network.variation.access_correlation_s=300"}));
