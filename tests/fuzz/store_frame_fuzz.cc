@@ -10,8 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "engine/error.h"
@@ -26,15 +29,32 @@ using namespace meridian;
 constexpr char kSecret[] = "fuzz secret";
 constexpr char kVersion[] = "0.1.0";
 
+// Connects to the input's server. Thousands of inputs a second leave as many loopback connections
+// in TIME_WAIT, and when a second program does the same (another fuzzer, a test) the kernel can
+// run short of local ports for a while: EADDRNOTAVAIL is waited out (bounded), as any client
+// would; any other failure, or a shortage that lasts, stops the harness with the reason. The
+// harness's own connection ends with a reset (SO_LINGER 0), so it leaves no TIME_WAIT behind.
 int loopback_connect(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  MERIDIAN_CHECK(fd >= 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  MERIDIAN_CHECK_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  return fd;
+  const double deadline = store_wire::now_s() + 10;
+  for (;;) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    MERIDIAN_CHECK(fd >= 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      const linger reset{1, 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+      return fd;
+    }
+    const int error = errno;
+    ::close(fd);
+    if (error != EADDRNOTAVAIL || store_wire::now_s() > deadline)
+      throw std::runtime_error("harness: connect to 127.0.0.1:" + std::to_string(port) + ": " +
+                               std::strerror(error));
+    ::usleep(10'000);
+  }
 }
 
 // Reads the greeting and joins with the right secret, as tests/gloo/raw_store_client.h does.
