@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "engine/error.h"
 
@@ -175,6 +176,14 @@ EventBody parse_body(const std::string& type, const Fields& f) {
     return RunInterruptedRecord{f.string("reason"), f.number("simulated_s"),
                                 f.integer("outer_steps"),
                                 f.optional_integer("outer_steps_planned")};
+  if (type == "run_resumed") {
+    RunResumedRecord r{f.integer("life"), f.string("via"), std::nullopt};
+    if (r.via != "checkpoint" && r.via != "live_recovery")
+      f.fail("via", "must be checkpoint or live_recovery, got '" + r.via + "'");
+    if (r.via == "checkpoint") r.from_outer_step = f.integer("from_outer_step");
+    if (r.life < 2) f.fail("life", "must be >= 2 (the first life has no run_resumed)");
+    return r;
+  }
   if (type == "node_lost")
     return NodeLostRecord{f.string("exit"), f.string("reason"), f.integer("outer_steps")};
   return UnknownRecord{};
@@ -231,6 +240,24 @@ std::vector<EventRecord> read_one_file(const std::string& file) {
   return read_events(in, file);
 }
 
+// The lives of one real node's file: a `config` record starts each (a node restarted with
+// --resume appends to its file). Simulation files have one. Names are "FILE" for the first life
+// and "FILE (life N, line L)" for the others.
+void split_lives(std::vector<EventRecord> records, const std::string& file,
+                 std::vector<std::vector<EventRecord>>& streams, std::vector<std::string>& names) {
+  int life = 0;
+  for (EventRecord& r : records) {
+    if (life == 0 || r.as<ConfigRecord>()) {
+      ++life;
+      streams.emplace_back();
+      names.push_back(life == 1 ? file
+                                : file + " (life " + std::to_string(life) + ", from line " +
+                                      std::to_string(r.line) + ")");
+    }
+    streams.back().push_back(std::move(r));
+  }
+}
+
 // DIR/node-<ID>/events.jsonl of a real run, in node-id order; empty when there are none.
 std::vector<std::string> node_stream_files(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -272,6 +299,12 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
   std::optional<std::string> interrupted;  // the reason of the first stream interrupted
   std::int64_t outer_steps = 0;
   std::optional<std::int64_t> planned;
+  // The last resume on the common clock: an interruption before it was resumed from.
+  double last_resume_s = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < streams.size(); ++i)
+    for (const EventRecord& e : streams[i])
+      if (e.as<RunResumedRecord>())
+        last_resume_s = std::max(last_resume_s, e.t_s + origin[i] - origin[first]);
   for (std::size_t i = 0; i < streams.size(); ++i) {
     const double shift_s = origin[i] - origin[first];
     for (EventRecord& e : streams[i]) {
@@ -286,7 +319,7 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
         outer_steps = std::max(outer_steps, f ? f->outer_steps : x->outer_steps);
         if (const auto p = f ? f->outer_steps_planned : x->outer_steps_planned)
           planned = std::max(planned.value_or(*p), *p);
-        if (x && !interrupted) interrupted = x->reason;
+        if (x && !interrupted && e.t_s >= last_resume_s) interrupted = x->reason;
         if (!finished || e.t_s >= finished->t_s) finished = std::move(e);
         continue;
       }
@@ -294,7 +327,9 @@ std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>
     }
   }
   // The last process's final record, spanning the run on the common clock; one process
-  // interrupted makes the run interrupted.
+  // interrupted makes the run interrupted. A final record older than the last resume ended a
+  // life that was resumed from: the run went on after it and has not ended (yet).
+  if (finished && finished->t_s < last_resume_s) finished.reset();
   if (finished) {
     if (interrupted) {
       finished->type = "run_interrupted";
@@ -326,11 +361,18 @@ std::vector<EventRecord> read_events_file(const std::string& path) {
     const std::vector<std::string> files = node_stream_files(path);
     if (!files.empty()) {
       std::vector<std::vector<EventRecord>> streams;
-      for (const std::string& f : files) streams.push_back(read_one_file(f));
-      return merge_node_streams(std::move(streams), files);
+      std::vector<std::string> names;
+      for (const std::string& f : files) split_lives(read_one_file(f), f, streams, names);
+      return merge_node_streams(std::move(streams), names);
     }
   }
-  return read_one_file(events_path(path));
+  // One file: a simulation's, or one real node's, whose lives (if it was resumed) are merged.
+  const std::string file = events_path(path);
+  std::vector<std::vector<EventRecord>> streams;
+  std::vector<std::string> names;
+  split_lives(read_one_file(file), file, streams, names);
+  if (streams.empty()) return {};
+  return merge_node_streams(std::move(streams), names);
 }
 
 }  // namespace meridian::analysis

@@ -150,6 +150,12 @@ struct NodeLostRecord {
   std::string reason;
   std::int64_t outer_steps = 0;  // applied by this node
 };
+// A real node restarted with --resume: the first record of its new life after `config`.
+struct RunResumedRecord {
+  std::int64_t life = 2;
+  std::string via;                              // "checkpoint" or "live_recovery"
+  std::optional<std::int64_t> from_outer_step;  // checkpoint resumes: the steps it holds
+};
 // A type this reader does not know (a newer writer): kept, ignored by the statistics.
 struct UnknownRecord {};
 
@@ -158,7 +164,8 @@ using EventBody =
                  RecoveryStartedRecord, RecoveryFinishedRecord, FailDetectedRecord, NodeLeftRecord,
                  EpochFormedRecord, InnerStepsRecord, AllreduceRecord, RetryRecord, FallbackRecord,
                  NonFiniteRecord, OuterStepRecord, CheckpointRecord, EvaluationRecord,
-                 RunFinishedRecord, RunInterruptedRecord, NodeLostRecord, UnknownRecord>;
+                 RunFinishedRecord, RunInterruptedRecord, NodeLostRecord, RunResumedRecord,
+                 UnknownRecord>;
 
 struct EventRecord {
   double t_s = 0;
@@ -191,7 +198,10 @@ std::vector<EventRecord> read_events_file(const std::string& path);
 // interrupted process makes the run interrupted) records become one at the last
 // of them (its `simulated_s` the run's wall time on the common clock; a process that ended with
 // `node_lost` has none, its record stays as it is); the result is ordered by
-// time (stable). `names` label the streams in errors.
+// time (stable). An interruption earlier than a later `run_resumed` was resumed from: it
+// does not make the run interrupted. The lives of a resumed node's file (each from its `config`
+// record on) are streams of their own (read_events_file splits them). `names` label the streams
+// in errors.
 std::vector<EventRecord> merge_node_streams(std::vector<std::vector<EventRecord>> streams,
                                             const std::vector<std::string>& names);
 

@@ -205,6 +205,8 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
       s.complete      ? ""
       : s.interrupted ? "interrupted: " + s.interrupted_reason
                       : "incomplete");
+  if (!s.resumes.empty())
+    row("resumed", resumes_text(s), "run_resumed records: a real run restarted with --resume");
   row("tokens", count(s.tokens), "sum over nodes of inner_steps.tokens");
   row("compute utilization", pct(s.compute_utilization), "inner compute / node alive time");
   row("outer-step utilization", pct(s.outer_step_utilization),

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "engine/error.h"
 
@@ -35,7 +36,7 @@ struct WireTally {
 };
 
 struct NodeLife {
-  std::optional<double> started, admitted, left, failed, first_event;
+  std::optional<double> started, admitted, left, failed, first_event, last_event;
   bool initial = false;
   bool crashed = false;  // node_left with graceful = false
   std::string host;      // node_started.host
@@ -121,7 +122,8 @@ Summary summarize(const std::vector<EventRecord>& events) {
   const RunInterruptedRecord* interrupted = nullptr;
   double finished_t = 0, last_t = 0, first_t = std::numeric_limits<double>::infinity();
 
-  std::map<std::int64_t, NodeLife> lives;
+  std::map<std::int64_t, NodeLife> lives;                       // each node's current life
+  std::map<std::int64_t, std::vector<NodeLife>> earlier_lives;  // lives before a run_resumed
   std::map<std::int64_t, NodeStats> nodes;
   std::map<std::pair<std::int64_t, std::int64_t>, WireTally> wire;  // (node, outer step)
   std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> step_participants;
@@ -136,8 +138,13 @@ Summary summarize(const std::vector<EventRecord>& events) {
     last_t = std::max(last_t, e.t_s);
     if (e.node >= 0) {
       first_t = std::min(first_t, e.t_s);
+      if (const auto* r = e.as<RunResumedRecord>()) {  // a new life of the node begins
+        if (lives.count(e.node)) earlier_lives[e.node].push_back(std::exchange(lives[e.node], {}));
+        s.resumes.push_back({e.node, e.t_s, r->via, r->from_outer_step});
+      }
       NodeLife& life = lives[e.node];
       if (!life.first_event) life.first_event = e.t_s;
+      life.last_event = e.t_s;
       nodes[e.node].node = e.node;
     }
     if (const auto* r = e.as<ConfigRecord>()) {
@@ -248,29 +255,40 @@ Summary summarize(const std::vector<EventRecord>& events) {
   double alive_total = 0;
   const std::vector<std::string> hosts = starting_hosts(s.config);
   for (auto& [id, n] : nodes) {
-    const NodeLife& life = lives[id];
-    n.initial = life.initial;
-    n.host = life.host;
-    if (n.host.empty() && life.initial && id >= 0 && id < static_cast<std::int64_t>(hosts.size()))
+    std::vector<NodeLife> all = earlier_lives[id];
+    all.push_back(lives[id]);
+    n.initial = all.front().initial;
+    for (const NodeLife& life : all)
+      if (!life.host.empty()) n.host = life.host;
+    if (n.host.empty() && n.initial && id >= 0 && id < static_cast<std::int64_t>(hosts.size()))
       n.host = hosts[static_cast<std::size_t>(id)];
-    // A joiner's wall time counts from its start: waiting for admission and recovering are
-    // time its GPUs are held without computing (the simulator's summary counts the same way).
-    std::optional<double> start = life.started ? life.started : life.admitted;
-    if (!start) start = life.first_event;  // a writer without lifecycle records
-    n.start_s = *start;
-    n.end_s = s.run_end_s;
-    n.end_reason = "run_end";
-    if (life.left && *life.left <= n.end_s)
-      n.end_s = *life.left, n.end_reason = life.crashed ? "failed" : "left";
-    if (life.failed && *life.failed < n.end_s) n.end_s = *life.failed, n.end_reason = "failed";
-    n.end_s = std::max(n.end_s, n.start_s);
-    n.alive_s = n.end_s - n.start_s;
-    alive_total += n.alive_s;
-    if (n.alive_s > 0) {
-      deltas.push_back({n.start_s, +1});
-      deltas.push_back({n.end_s, -1});
+    n.alive_s = 0;
+    for (std::size_t k = 0; k < all.size(); ++k) {
+      const NodeLife& life = all[k];
+      const bool last_life = k + 1 == all.size();
+      // A joiner's wall time counts from its start: waiting for admission and recovering are
+      // time its GPUs are held without computing (the simulator's summary counts the same way).
+      std::optional<double> start = life.started ? life.started : life.admitted;
+      if (!start) start = life.first_event;  // a writer without lifecycle records
+      // An earlier life ends with its last record (the process was stopped or killed), the last
+      // life with the run unless it left or failed before.
+      double end = last_life ? s.run_end_s : life.last_event.value_or(*start);
+      std::string reason = last_life ? "run_end" : "stopped";
+      if (life.left && *life.left <= end)
+        end = *life.left, reason = life.crashed ? "failed" : "left";
+      if (life.failed && *life.failed < end) end = *life.failed, reason = "failed";
+      end = std::max(end, *start);
+      if (k == 0) n.start_s = *start;
+      n.end_s = end;
+      n.end_reason = reason;
+      n.alive_s += end - *start;
+      if (end > *start) {
+        deltas.push_back({*start, +1});
+        deltas.push_back({end, -1});
+      }
+      if (reason == "failed") ++s.failures;
     }
-    if (n.end_reason == "failed") ++s.failures;
+    alive_total += n.alive_s;
   }
   std::sort(deltas.begin(), deltas.end());
   {
@@ -294,6 +312,24 @@ Summary summarize(const std::vector<EventRecord>& events) {
       t_prev = t;
     }
     if (s.nodes.min == std::numeric_limits<std::int64_t>::max()) s.nodes.min = 0;
+  }
+  // Time with no node alive (a whole-run stop before a resume), and the steps trained twice.
+  for (std::size_t i = 0; i < s.node_count.size(); ++i) {
+    const double t = s.node_count[i].first;
+    const double until = i + 1 < s.node_count.size() ? s.node_count[i + 1].first : s.run_end_s;
+    if (s.node_count[i].second == 0 && t >= s.run_start_s && until > t)
+      s.stopped_s += std::min(until, s.run_end_s) - t;
+  }
+  std::map<std::int64_t, double> resumed_from;  // checkpoint step -> its first resume's time
+  for (const Summary::Resume& r : s.resumes)
+    if (r.from_outer_step && !resumed_from.count(*r.from_outer_step))
+      resumed_from[*r.from_outer_step] = r.t_s;
+  for (const auto& [from, t] : resumed_from) {
+    std::int64_t applied_before = 0;  // outer steps done before that resume
+    for (const EventRecord& e : events)
+      if (const auto* r = e.as<OuterStepRecord>(); r && e.t_s < t)
+        applied_before = std::max(applied_before, r->outer_step + 1);
+    s.outer_steps_redone += std::max<std::int64_t>(0, applied_before - from);
   }
   const double span_s = s.run_end_s - s.run_start_s;
   s.nodes.alive_mean = safe_div(alive_total, span_s);
@@ -479,6 +515,16 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["outer_steps"] = s.outer_steps;
   j["outer_steps_planned"] =
       s.outer_steps_planned ? J(*s.outer_steps_planned) : J(nullptr);  // unknown in old files
+  J resumes = J::array();
+  for (const Summary::Resume& r : s.resumes)
+    resumes.push_back(
+        {{"node", r.node},
+         {"t_s", num(r.t_s - s.run_start_s)},
+         {"via", r.via},
+         {"from_outer_step", r.from_outer_step ? J(*r.from_outer_step) : J(nullptr)}});
+  j["resumes"] = resumes;
+  j["stopped_s"] = num(s.stopped_s);
+  j["outer_steps_redone"] = s.outer_steps_redone;
   j["complete"] = s.complete;
   j["interrupted"] = s.interrupted;
   j["interrupted_reason"] = s.interrupted ? J(s.interrupted_reason) : J(nullptr);
@@ -578,6 +624,29 @@ std::string outer_steps_text(const Summary& s) {
                                 : "");
 }
 
+std::string resumes_text(const Summary& s) {
+  if (s.resumes.empty()) return "never";
+  std::set<std::int64_t> from;
+  std::set<std::int64_t> live;
+  for (const Summary::Resume& r : s.resumes) {
+    if (r.from_outer_step)
+      from.insert(*r.from_outer_step);
+    else
+      live.insert(r.node);
+  }
+  std::string out;
+  for (const std::int64_t f : from)
+    out += std::string(out.empty() ? "" : ", ") + "after outer step " + std::to_string(f);
+  if (!live.empty())
+    out += std::string(out.empty() ? "" : ", ") + std::to_string(live.size()) +
+           " node(s) by live recovery";
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                " (%zu node restart(s); %.1f s with no node alive; %lld outer step(s) redone)",
+                s.resumes.size(), s.stopped_s, static_cast<long long>(s.outer_steps_redone));
+  return out + buf;
+}
+
 std::string run_end_text(const Summary& s) {
   if (s.complete) return "";
   if (s.interrupted)
@@ -627,6 +696,7 @@ std::string summary_table(const Summary& s) {
   row("simulated time",
       num(s.simulated_s, "%.0f s") + " (" + num(s.simulated_s / 86400, "%.2f days") + ")");
   row("outer steps", outer_steps_text(s));
+  if (!s.resumes.empty()) row("resumed", resumes_text(s));
   row("nodes min / mean / max", num(double(s.nodes.min), "%.0f") + " / " +
                                     num(s.nodes.mean, "%.2f") + " / " +
                                     num(double(s.nodes.max), "%.0f"));

@@ -37,7 +37,10 @@ struct NodeStats {
   std::string host;
   bool initial = false;
   double start_s = 0, end_s = 0, alive_s = 0;
-  std::string end_reason;  // "left", "failed" (crash or fail_detected) or "run_end"
+  // Of its last life: "left", "failed" (crash or fail_detected) or "run_end"; an earlier life
+  // of a node restarted with --resume ends "stopped" (its last record) unless it left or failed.
+  // start_s is its first life's start, end_s its last's end, alive_s the sum over its lives.
+  std::string end_reason;
   double compute_s = 0;    // Σ inner_steps.compute_s
   double allreduce_s = 0;  // Σ outer_step.allreduce_s
   double sync_s = 0;       // Σ outer_step.exposed_s (overlapped), else Σ allreduce_s
@@ -129,6 +132,19 @@ struct Summary {
   // Nodes whose file ends with `node_lost`, one line each: "node 3 lost after 4 outer steps:
   // <reason>" (exit "lost" or "evicted").
   std::vector<std::string> lost;
+  // Real runs restarted with --resume (`run_resumed` records), in time order: where and how each
+  // node's new life began. stopped_s: time between the run's start and end with no node alive
+  // (the run was down until the resume); outer_steps_redone: outer steps applied before a resume
+  // from an earlier checkpoint and trained again after it (per distinct checkpoint step).
+  struct Resume {
+    std::int64_t node = -1;
+    double t_s = 0;
+    std::string via;
+    std::optional<std::int64_t> from_outer_step;
+  };
+  std::vector<Resume> resumes;
+  double stopped_s = 0;
+  std::int64_t outer_steps_redone = 0;
 
   std::optional<double> loss;        // last outer step with a loss
   std::optional<double> perplexity;  // exp(loss)
@@ -170,6 +186,9 @@ std::string outer_steps_text(const Summary& s);
 // (SIGINT) after 160 of 904 planned outer steps", or "Incomplete: ..." when the events stop
 // without a final record (naming the nodes that gave up as lost, when some did).
 std::string run_end_text(const Summary& s);
+// "after outer step 20 (3 node restart(s); 41.2 s with no node alive; 4 outer step(s) redone)", or
+// "never": the run's resumes (Summary::resumes) in words.
+std::string resumes_text(const Summary& s);
 
 // The headline numbers as an aligned text table (what `meridian sim` prints on stdout).
 std::string summary_table(const Summary& s);

@@ -263,13 +263,47 @@ JsonObject config_event(const trainer::RunConfig& c, const std::string& command,
   return f;
 }
 
-// A resumed node keeps its earlier life's files: `path` becomes `path`.1 (or .2, ...).
-void keep_previous(const std::string& path) {
-  if (!std::filesystem::exists(path)) return;
-  for (int n = 1;; ++n) {
-    const std::string to = path + "." + std::to_string(n);
-    if (!std::filesystem::exists(to)) return std::filesystem::rename(path, to);
+// A resumed node continues its earlier life's files (one history per node: the report covers the
+// whole run). A line the earlier life was killed in the middle of writing (no newline at the
+// end) is cut off and said so, so that a file stays one valid record per line. Returns what the
+// file holds then ("" when it does not exist).
+std::string continue_file(const std::string& path, int node_id) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return "";
+  std::string text;
+  {
+    std::ifstream in(path, std::ios::binary);
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (in.bad()) throw ConfigError(path + ": cannot be read to continue it (--resume)");
   }
+  if (!text.empty() && text.back() != '\n') {
+    const std::size_t newline = text.rfind('\n');
+    const std::size_t keep = newline == std::string::npos ? 0 : newline + 1;
+    std::cerr << "node " << node_id << ": " << path << ": the earlier life's last line was cut "
+              << "short (" << text.size() - keep << " bytes: the process was killed while "
+              << "writing it); dropped" << std::endl;
+    std::filesystem::resize_file(path, keep, ec);
+    if (ec) throw ConfigError(path + ": cannot drop its torn last line: " + ec.message());
+    text.resize(keep);
+  }
+  return text;
+}
+
+// How many lives an events file holds: one `config` record starts each.
+int lives_in(const std::string& events_text) {
+  int lives = 0;
+  const std::string config = "\"type\":\"config\"";
+  for (std::size_t at = 0; (at = events_text.find(config, at)) != std::string::npos; ++at) ++lives;
+  return lives;
+}
+
+// The `run_resumed` record a resumed life writes after its `config` (engine/events/SCHEMA.md).
+Event run_resumed_event(double t_s, int node_id, int life, const char* via,
+                        std::optional<std::int64_t> from, const std::string& checkpoint) {
+  JsonObject f;
+  f.add("life", life).add("via", std::string(via));
+  if (from) f.add("from_outer_step", *from).add("checkpoint", checkpoint);
+  return Event{t_s, node_id, "run_resumed", f};
 }
 
 // The `checkpoint` event of one write (engine/events/SCHEMA.md).
@@ -351,12 +385,17 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
 
   const std::string dir = c.output_dir + "/node-" + std::to_string(a.node_id);
   std::filesystem::create_directories(dir);
-  if (a.resume)
-    for (const char* f : {"/events.jsonl", "/checksums.tsv"}) keep_previous(dir + f);
-  std::ofstream events_file(dir + "/events.jsonl", std::ios::trunc);
-  std::ofstream checksums(dir + "/checksums.tsv", std::ios::trunc);
+  // A resumed node appends to its files; the first life creates them.
+  // This life's number when resumed: after the lives the file holds (2 at least: a resume whose
+  // earlier files are elsewhere, another output.dir, is still a restart).
+  const int life =
+      a.resume ? std::max(2, lives_in(continue_file(dir + "/events.jsonl", a.node_id)) + 1) : 1;
+  const bool new_checksums = !a.resume || continue_file(dir + "/checksums.tsv", a.node_id).empty();
+  const auto mode = a.resume ? std::ios::app : std::ios::trunc;
+  std::ofstream events_file(dir + "/events.jsonl", mode);
+  std::ofstream checksums(dir + "/checksums.tsv", mode);
   if (!events_file || !checksums) throw ConfigError(dir + ": cannot create the node's files");
-  checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
+  if (new_checksums) checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
   // Flushed per record: a node killed at any point (SIGKILL, churn) leaves every event it
   // emitted (a record costs ~2 us more so, bench/event_sink_bench.cc; a node writes tens a second).
   JsonlEventSink events(events_file, EventFlush::kEachRecord);
@@ -394,6 +433,8 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   } else if (a.resume && !initial) {
     std::cerr << "node " << a.node_id << ": --resume: the run is under way; joining it by live "
               << "recovery (no checkpoint is read)" << std::endl;
+    events.emit(
+        run_resumed_event(runtime.now_s(), a.node_id, life, "live_recovery", std::nullopt, ""));
   } else if (a.resume) {
     const auto skipped = [&](const trainer::SkippedCheckpoint& s) {
       std::cerr << "node " << a.node_id << ": checkpoint " << s.path.string()
@@ -421,6 +462,8 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     const auto it = std::find_if(found.begin(), found.end(),
                                  [&](const auto& f) { return f.steps_done == from; });
     trainer::load_for_resume(*it, c.trainer.model, worker, d);
+    events.emit(
+        run_resumed_event(runtime.now_s(), a.node_id, life, "checkpoint", from, it->path.string()));
     std::cerr << "node " << a.node_id << ": resuming after outer step " << from << "/"
               << d.outer_steps << " from " << it->path.string()
               << (it->own_shard ? "" : " (another shard's: outer state only, fresh inner state)")
@@ -456,7 +499,9 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
   auto last = t0;
   std::int64_t last_tokens = 0;
   std::mutex out_mu;
+  std::atomic<std::int64_t> run_steps_done{0};  // the run's outer steps done, as this node saw
   d.on_outer_step = [&](const OuterStepView& v) {
+    run_steps_done = std::max(run_steps_done.load(), v.outer_step + 1);
     if (writer) {
       // Every member must write the same steps (a resume needs one step all of them have):
       // by step count and at the end, or by the round's first member's clock.
@@ -521,7 +566,9 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
     events.emit(Event{runtime.now_s(), a.node_id, "node_lost", lost});
   } else {
     JsonObject fin;
-    fin.add("simulated_s", wall_s).add("outer_steps", r.outer_steps_applied);
+    // The run's outer steps (a node that joined late or resumed applied fewer itself).
+    fin.add("simulated_s", wall_s).add("outer_steps", run_steps_done.load());
+    fin.add("outer_steps_planned", d.outer_steps);
     events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
   }
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "

@@ -139,6 +139,81 @@ TEST(Events, OneInterruptedProcessMakesTheMergedRunInterrupted) {
   EXPECT_DOUBLE_EQ(x->simulated_s, 4);
 }
 
+// A node restarted with --resume appends its new life to its file: each life is a stream on its
+// own clock, and an interruption the run was resumed from does not make it interrupted.
+std::string two_lives_of_node_1() {
+  return real_config(1000) + "\n" +
+         R"({"t":0.5,"node":1,"type":"node_started","initial":true})"
+         "\n"
+         R"({"t":3,"node":-1,"type":"run_interrupted","reason":"SIGTERM",)"
+         R"("simulated_s":3,"outer_steps":4,"outer_steps_planned":10})"
+         "\n" +
+         real_config(1100) + "\n" +
+         R"({"t":0.25,"node":1,"type":"run_resumed","life":2,"via":"checkpoint",)"
+         R"("from_outer_step":4,"checkpoint":"ckpt/node-1/00000000000000004"})"
+         "\n"
+         R"({"t":0.5,"node":1,"type":"node_started","initial":true})"
+         "\n"
+         R"({"t":9,"node":-1,"type":"run_finished","simulated_s":9,"outer_steps":10,)"
+         R"("outer_steps_planned":10})"
+         "\n";
+}
+
+TEST(Events, AResumedNodesLivesAreOneHistoryOnOneClock) {
+  const std::string dir = ::testing::TempDir() + "/events_test_resumed";
+  std::filesystem::remove_all(dir);
+  write_file(dir + "/node-1/events.jsonl", two_lives_of_node_1());
+  for (const std::string& path : {dir, dir + "/node-1/events.jsonl"}) {
+    SCOPED_TRACE(path);
+    const auto events = read_events_file(path);
+    std::vector<std::pair<std::string, double>> got;
+    for (const auto& e : events) got.push_back({e.type, e.t_s});
+    const std::vector<std::pair<std::string, double>> want = {{"config", 0},
+                                                              {"node_started", 0.5},
+                                                              {"run_resumed", 100.25},
+                                                              {"node_started", 100.5},
+                                                              {"run_finished", 109}};
+    EXPECT_EQ(got, want);
+    const auto* resumed = events[2].as<RunResumedRecord>();
+    ASSERT_NE(resumed, nullptr);
+    EXPECT_EQ(resumed->life, 2);
+    EXPECT_EQ(resumed->via, "checkpoint");
+    EXPECT_EQ(resumed->from_outer_step, 4);
+    const auto* fin = events.back().as<RunFinishedRecord>();
+    ASSERT_NE(fin, nullptr);  // the SIGTERM was resumed from: the run finished
+    EXPECT_EQ(fin->outer_steps, 10);
+    EXPECT_DOUBLE_EQ(fin->simulated_s, 109);
+  }
+}
+
+// A resumed life that was killed in turn: the run has not ended (the earlier life's final record
+// is not the run's).
+TEST(Events, AResumedRunWhoseLastLifeStopsIsIncomplete) {
+  const std::string dir = ::testing::TempDir() + "/events_test_resumed_killed";
+  std::filesystem::remove_all(dir);
+  std::string text = two_lives_of_node_1();
+  text.erase(text.rfind(R"({"t":9)"));
+  write_file(dir + "/node-1/events.jsonl", text);
+  const auto events = read_events_file(dir);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().type, "node_started");
+  for (const auto& e : events) {
+    EXPECT_EQ(e.as<RunInterruptedRecord>(), nullptr);
+    EXPECT_EQ(e.as<RunFinishedRecord>(), nullptr);
+  }
+}
+
+TEST(Events, RunResumedFieldsAreChecked) {
+  const std::string line = R"({"t":1,"node":1,"type":"run_resumed","life":2,"via":"magic"})";
+  EXPECT_NE(error_of(kConfig + "\n" + line + "\n").find("via"), std::string::npos);
+  const std::string no_step =
+      R"({"t":1,"node":1,"type":"run_resumed","life":2,"via":"checkpoint"})";
+  EXPECT_NE(error_of(kConfig + "\n" + no_step + "\n").find("from_outer_step"), std::string::npos);
+  const std::string live =
+      R"({"t":1,"node":1,"type":"run_resumed","life":3,"via":"live_recovery"})";
+  EXPECT_EQ(error_of(kConfig + "\n" + live + "\n"), "(no error)");
+}
+
 TEST(Events, NodeFilesWithoutAClockOriginAreRefused) {
   const std::string dir = ::testing::TempDir() + "/events_test_real_old";
   std::filesystem::remove_all(dir);

@@ -215,6 +215,71 @@ TEST(Summary, ACrashReportedByTheNodeItselfIsAFailure) {
   EXPECT_EQ(s.failures, 1);
 }
 
+EventRecord record(double t_s, std::int64_t node, const std::string& type, EventBody body) {
+  EventRecord e;
+  e.t_s = t_s;
+  e.node = node;
+  e.type = type;
+  e.body = std::move(body);
+  return e;
+}
+
+// A real run of two nodes stopped at t = 10 (both killed after outer step 4) and resumed at
+// t = 50 from the checkpoint of 3 outer steps: the whole history in one summary.
+TEST(Summary, AResumedRunIsOneHistoryWithItsStopAndItsRedoneSteps) {
+  std::vector<EventRecord> events = {record(0, -1, "config", ConfigRecord{"real"})};
+  const auto step = [](std::int64_t k) {
+    OuterStepRecord r;
+    r.outer_step = k;
+    r.participants = 2;
+    r.inner_s = 1.5;
+    r.allreduce_s = 0.5;
+    return r;
+  };
+  for (std::int64_t node : {1, 2})
+    events.push_back(record(0, node, "node_started", NodeStartedRecord{true}));
+  for (std::int64_t k = 0; k <= 4; ++k)
+    for (std::int64_t node : {1, 2})
+      events.push_back(record(2.0 * (k + 1), node, "outer_step", step(k)));
+  for (std::int64_t node : {1, 2})
+    events.push_back(record(50, node, "run_resumed", RunResumedRecord{2, "checkpoint", 3}));
+  for (std::int64_t node : {1, 2})
+    events.push_back(record(50.5, node, "node_started", NodeStartedRecord{true}));
+  for (std::int64_t k = 3; k <= 5; ++k)
+    for (std::int64_t node : {1, 2})
+      events.push_back(record(46.0 + 2 * k, node, "outer_step", step(k)));
+  events.push_back(record(57, -1, "run_finished", RunFinishedRecord{57, 6, 6}));
+
+  const Summary s = summarize(events);
+  EXPECT_TRUE(s.complete);
+  EXPECT_EQ(outer_steps_text(s), "6 of 6 planned");
+  ASSERT_EQ(s.resumes.size(), 2u);
+  EXPECT_EQ(s.resumes[0].from_outer_step, 3);
+  EXPECT_EQ(s.resumes[1].via, "checkpoint");
+  EXPECT_DOUBLE_EQ(s.stopped_s, 40.5);  // from the last record of the first lives to the restart
+  EXPECT_EQ(s.outer_steps_redone, 2);   // steps 3 and 4, applied before and trained again
+  ASSERT_EQ(s.per_node.size(), 2u);
+  for (const NodeStats& n : s.per_node) {
+    EXPECT_DOUBLE_EQ(n.alive_s, 10 + 6.5) << n.node;  // both lives, not the stop between them
+    EXPECT_DOUBLE_EQ(n.start_s, 0);
+    EXPECT_DOUBLE_EQ(n.end_s, 57);
+    EXPECT_EQ(n.end_reason, "run_end");
+  }
+  EXPECT_EQ(s.failures, 0);
+  // The alive-node count: 2, none during the stop, 2 again.
+  const std::vector<std::pair<double, std::int64_t>> count = {{0, 2}, {10, 0}, {50.5, 2}, {57, 0}};
+  EXPECT_EQ(s.node_count, count);
+  EXPECT_EQ(
+      resumes_text(s),
+      "after outer step 3 (2 node restart(s); 40.5 s with no node alive; 2 outer step(s) redone)");
+  const auto j = to_json(s);
+  EXPECT_EQ(j["outer_steps_redone"], 2);
+  EXPECT_DOUBLE_EQ(j["stopped_s"].get<double>(), 40.5);
+  ASSERT_EQ(j["resumes"].size(), 2u);
+  EXPECT_EQ(j["resumes"][0]["from_outer_step"], 3);
+  EXPECT_NE(summary_table(s).find("resumed"), std::string::npos);
+}
+
 TEST(Summary, NoConfigRecordIsAnError) {
   std::vector<EventRecord> events = read_events_file(kData + "/small_run.jsonl");
   events.erase(events.begin());

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -215,11 +216,23 @@ class TrainResumeTest : public TrainNodeTest {
       ASSERT_FALSE(mine.empty());
       EXPECT_EQ(mine.rbegin()->first, kOuterSteps - 1);
       EXPECT_EQ(mine.rbegin()->second, ref.rbegin()->second);
-      // The first life's files are kept beside the second's.
-      EXPECT_TRUE(fs::exists(node_dir(id) / "events.jsonl.1"));
-      EXPECT_NE(read_file(node_dir(id) / "events.jsonl").find("\"type\":\"checkpoint\""),
-                std::string::npos);
+      // One history: the second life appended to the first's file, after a run_resumed record.
+      EXPECT_FALSE(fs::exists(node_dir(id) / "events.jsonl.1"));
+      const std::string events = read_file(node_dir(id) / "events.jsonl");
+      EXPECT_NE(events.find("\"type\":\"checkpoint\""), std::string::npos);
+      EXPECT_NE(events.find("\"type\":\"run_resumed\",\"life\":"), std::string::npos) << events;
     }
+    // The report covers the whole run: every planned step done, and where it resumed.
+    const fs::path html = dir_ / (name + "-report.html");
+    const std::string cmd = std::string(MERIDIAN_BIN) + " report " + (dir_ / name).string() +
+                            " --out " + html.string() + " > " + (dir_ / "report.log").string() +
+                            " 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file(dir_ / "report.log");
+    const std::string page = read_file(html);
+    EXPECT_NE(
+        page.find(std::to_string(kOuterSteps) + " of " + std::to_string(kOuterSteps) + " planned"),
+        std::string::npos);
+    EXPECT_NE(page.find("after outer step"), std::string::npos);
   }
 };
 
@@ -255,7 +268,10 @@ TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
     f.put('\x7f');
   }
   fs::copy(dir_ / "ckpt-killed", dir_ / "ckpt-fewer", fs::copy_options::recursive);
+  // A SIGKILL in the middle of writing a record leaves half a line: the resumed node drops it.
+  std::ofstream(node_dir(1) / "events.jsonl", std::ios::app) << R"({"t":9.5,"node":1,"type":"out)";
   resume_and_compare("killed");
+  EXPECT_NE(log(1).find("last line was cut short (29 bytes"), std::string::npos) << log(1);
   EXPECT_NE(log(1).find("checkpoint " + damaged.string() + " skipped"), std::string::npos)
       << log(1);
   EXPECT_NE(log(1).find("SHA-256 mismatch"), std::string::npos) << log(1);
