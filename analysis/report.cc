@@ -154,10 +154,10 @@ std::vector<std::string> pngs_of(const std::vector<std::string>& files) {
   return pngs;
 }
 
-void write_page(const std::string& path, const std::string& html) {
+void write_page(const std::string& path, const std::string& text) {
   std::ofstream file(path, std::ios::binary);
   if (!file) throw ConfigError(path + ": cannot write the report");
-  file << html;
+  file << text;
   if (!file.flush()) throw ConfigError(path + ": write failed");
 }
 
@@ -306,6 +306,10 @@ std::string write_report(const std::string& run_dir, const ReportOptions& option
   const std::string out =
       options.output.empty() ? (fs::path(run.dir) / "report.html").string() : options.output;
   write_page(out, report_html(run, pngs));
+  // A real run's folder (one events file per node, no events.jsonl of its own) has no
+  // summary.json: the report writes the merged run's, the figures a simulation's holds.
+  if (fs::is_directory(run_dir) && !fs::exists(fs::path(run_dir) / "events.jsonl"))
+    write_page((fs::path(run.dir) / "summary.json").string(), to_json(run.summary).dump(2) + "\n");
   return out;
 }
 

@@ -15,6 +15,8 @@ constexpr const char* kUsage =
     "  Writes RUN_DIR/report.html (or FILE): summary table, per-node table, every plot of\n"
     "  `meridian plot` embedded in the page, and the resolved configuration. The page has no\n"
     "  external resources and opens from disk. Needs gnuplot (apt-get install -y gnuplot-nox).\n"
+    "  The output folder of a real run (`meridian train`: DIR/node-<ID>/events.jsonl) also gets\n"
+    "  RUN_DIR/summary.json, the merged run's figures as a simulation's summary.json has them.\n"
     "  RUN_DIR may also be an ensemble of `meridian sim --seeds` (a folder with ensemble.json):\n"
     "  the page then has the ensemble's table, its figures (`meridian plot` of the ensemble)\n"
     "  and a link to each seed's run.\n"

@@ -48,7 +48,9 @@ const char* kUsage =
     "  --fit KEY=LO:HI   an input to fit and its range, any `--set` key path, e.g.\n"
     "                    network.access_bandwidth_gbps[0]=0.5:8 (a list's element),\n"
     "                    network.variation.access_cv=0:1; :log searches the range on a log scale\n"
-    "  --observed FILE   what was seen: a run folder or its events.jsonl or summary.json (the\n"
+    "  --observed FILE   what was seen: a run folder (a simulation's, or a real run's output\n"
+    "                    folder of node-<ID>/events.jsonl) or its events.jsonl or summary.json "
+    "(the\n"
     "                    all-reduce p5, p25, p50, p75, p95 and the outer-step utilization), or a\n"
     "                    YAML file: allreduce_s: {p5: .., p25: .., p50: .., p75: .., p95: ..},\n"
     "                    outer_step_utilization: 0.957, source: \"...\" (any subset of p5, p10,\n"
@@ -130,12 +132,20 @@ std::optional<Options> parse_options(const std::vector<std::string>& args) {
 cal::Observation load_observation(const std::string& path) {
   fs::path p = path;
   std::error_code ec;
-  if (fs::is_directory(p, ec)) p /= "events.jsonl";
-  if (!fs::exists(p, ec)) throw ConfigError("--observed: '" + p.string() + "' does not exist");
-  const std::string ext = p.extension().string();
-  if (ext == ".jsonl")
+  const auto from_events = [&] {
     return cal::observation_from_summary(
         analysis::to_json(analysis::summarize(analysis::read_events_file(p.string()))), p.string());
+  };
+  if (fs::is_directory(p, ec)) {  // a simulation's folder, or a real run's (node-<ID>/ files)
+    if (!analysis::has_events(p.string()))
+      throw ConfigError("--observed: '" + p.string() +
+                        "' holds no events.jsonl (a simulation's) and no node-<ID>/events.jsonl "
+                        "(a real run's)");
+    return from_events();
+  }
+  if (!fs::exists(p, ec)) throw ConfigError("--observed: '" + p.string() + "' does not exist");
+  const std::string ext = p.extension().string();
+  if (ext == ".jsonl") return from_events();
   std::ifstream in(p);
   std::stringstream text;
   text << in.rdbuf();

@@ -12,6 +12,11 @@
 #   SCENARIO=FILE (in results/fidelity/, instead of scenario-<codec>.yaml; its network then gives
 #     the simulated delays, and NETDELAY_DELAY the real ones, e.g. "--matrix FILE"; RTT_MS > 0
 #     only switches the delay harness on)
+#   RUN_FILE=FILE (in results/fidelity/, instead of run-<codec>.yaml)
+#   RATE_CV=C RATE_CORR_S=T RATE_SEED=S: the nodes' access rates vary in time around RATE_MBIT
+#     (scripts/netns/vary_rate.py: each direction a mean-preserving log-normal AR(1), CV C,
+#     correlation time T s, seeded), logged to the run folder's rates.tsv; SIM_SKIP=1 leaves out
+#     the simulation of the run (the fidelity loop, loop/run.sh, simulates it its own way)
 #   results/fidelity/run.sh table [RUN...]   only the comparison and plots (RUN: int8, int8-rtt0...)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,8 +32,10 @@ NODES=4
 # harness's stats and load); table and `meridian plot` need the node folders back beside them.
 unpack() { [[ -d $1/node-1 || ! -f $1/raw.tar.xz ]] || tar -xJf "$1/raw.tar.xz" -C "$1"; }
 pack() {
+  local rates=()
+  [[ -f $1/rates.tsv ]] && rates=(rates.tsv)
   (cd "$1" && tar -cJf raw.tar.xz node-* node*.log store.log netdelay-stats.txt namespaces.txt \
-    machine.txt run.yaml)
+    machine.txt run.yaml "${rates[@]}")
 }
 
 table() {  # the comparison table, its plot, and analysis/'s side-by-side figures
@@ -65,12 +72,13 @@ for codec in $CODECS; do
   rm -rf "$real" "$sim"
   mkdir -p "$real"
   echo "RTT_MS=$RTT_MS TAG=$TAG NODE_SYSCTL='${NODE_SYSCTL:-}' TBF_BURST='${TBF_BURST:-}'" \
-    "SCENARIO='${SCENARIO:-}' NETDELAY_DELAY='${NETDELAY_DELAY:-}' $0 $BUILD $codec" \
-    >"$real/command.txt"
+    "SCENARIO='${SCENARIO:-}' NETDELAY_DELAY='${NETDELAY_DELAY:-}' RUN_FILE='${RUN_FILE:-}'" \
+    "RATE_CV='${RATE_CV:-}' RATE_CORR_S='${RATE_CORR_S:-}' RATE_SEED='${RATE_SEED:-}'" \
+    "SIM_SKIP='${SIM_SKIP:-}' $0 $BUILD $codec" >"$real/command.txt"
   # The run's own copy of the run file: only output.dir differs (".": the folder the copy is in;
   # not part of the configuration hash). The nodes write $real/node-<ID>/, which
   # `meridian plot/report $real` merge onto one clock.
-  sed "s|^  dir: real-.*|  dir: .|" "$OUT/run-$codec.yaml" >"$real/run.yaml"
+  sed "s|^  dir: real-.*|  dir: .|" "$OUT/${RUN_FILE:-run-$codec.yaml}" >"$real/run.yaml"
   log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s," \
     "${NETDELAY_DELAY:+delays $NETDELAY_DELAY}${NETDELAY_DELAY:-RTT $RTT_MS ms}"
   MERIDIAN=$M "$NETNS" up "$prefix" $((NODES + 1)) "$RATE_MBIT" "$RTT_MS" >"$real/namespaces.txt"
@@ -83,6 +91,13 @@ for codec in $CODECS; do
     sleep 0.05
   done
   grep -q '^store listening on ' "$work/store.out" || { log "the store did not start"; exit 1; }
+  vary_pid=""
+  if [[ -n ${RATE_CV:-} ]]; then
+    python3 scripts/netns/vary_rate.py --prefix "$prefix" --nodes "$NODES" --mean-mbit "$RATE_MBIT" \
+      --cv "$RATE_CV" --correlation-s "${RATE_CORR_S:?RATE_CORR_S with RATE_CV}" \
+      --seed "${RATE_SEED:-1}" --hz "$("$NETNS" hz)" --log "$real/rates.tsv" &
+    vary_pid=$!
+  fi
   { echo "# load before the run"; uptime; } >"$real/machine.txt"
   log "$codec: training ($(uptime | sed 's/.*load/load/'))"
   pids=()
@@ -95,12 +110,18 @@ for codec in $CODECS; do
   status=0
   for p in "${pids[@]}"; do wait "$p" || status=$?; done
   { echo "# load after the run"; uptime; } >>"$real/machine.txt"
+  if [[ -n $vary_pid ]]; then kill "$vary_pid" 2>/dev/null || true; wait "$vary_pid" || true; fi
   kill "$store_pid" 2>/dev/null || true
   wait "$store_pid" 2>/dev/null || true
   "$NETNS" down "$prefix" $((NODES + 1))
   cp "$("$NETNS" dir "$prefix")/stats" "$real/netdelay-stats.txt"
   [[ $status -eq 0 ]] || { log "$codec: a node failed (status $status), see $real/node*.log"; exit 1; }
 
+  if [[ -n ${SIM_SKIP:-} ]]; then
+    "$M" report "$real" >/dev/null
+    pack "$real"
+    continue
+  fi
   step_s=$(python3 "$OUT/compare.py" step-time "$real")
   log "$codec: measured inner step $step_s s; simulating"
   sim_args=("$OUT/${SCENARIO:-scenario-$codec.yaml}" --out "$sim"

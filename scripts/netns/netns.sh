@@ -8,6 +8,7 @@
 #   netns.sh up PREFIX N RATE_MBIT [RTT_MS]  make PREFIX-0..N-1; prints "namespace IP" per node
 #   netns.sh ip PREFIX I                     the IP of node I
 #   netns.sh down PREFIX N                   remove them, stop the forwarder (idempotent)
+#   netns.sh hz                              the kernel's timer frequency (tbf bursts follow it)
 #
 # With RTT_MS the nodes' veths end in namespace PREFIX-sw, where `meridian netdelay` forwards
 # between them with RTT_MS/2 one way (any pair), or with the delays of NETDELAY_DELAY (e.g.
@@ -77,6 +78,8 @@ case "$cmd" in
     echo "$(subnet "$2").$(( $3 + 1 ))" ;;
   dir)
     state_dir "$2" ;;
+  hz)
+    kernel_hz ;;
   up)
     prefix=$2; n=$3; rate=$4; rtt=${5:-}
     net=$(subnet "$prefix")

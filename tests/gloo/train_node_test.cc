@@ -233,6 +233,11 @@ class TrainResumeTest : public TrainNodeTest {
         page.find(std::to_string(kOuterSteps) + " of " + std::to_string(kOuterSteps) + " planned"),
         std::string::npos);
     EXPECT_NE(page.find("after outer step"), std::string::npos);
+    // And the merged run's summary.json beside it, as a simulation has one.
+    const auto summary = nlohmann::json::parse(read_file(dir_ / name / "summary.json"));
+    EXPECT_EQ(summary["outer_steps"], kOuterSteps);
+    EXPECT_EQ(summary["complete"], true);
+    EXPECT_EQ(summary["resumes"].size(), 3u);  // each node once
   }
 };
 

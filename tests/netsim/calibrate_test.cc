@@ -219,6 +219,26 @@ TEST_F(CalibrateRecovery, RecoversKnownInputsFromASimulatedRunsEvents) {
   EXPECT_NE(text.str().find("fitted by meridian calibrate"), std::string::npos);
   EXPECT_TRUE(fs::exists(out / "calibration.md"));
   EXPECT_FALSE(fs::exists(out / "work"));  // the points' runs are not kept
+  // A real run's output folder (node-<ID>/events.jsonl, one per process) is observed the same
+  // way; a folder with neither kind of events is refused, naming both.
+  const fs::path real = dir_ / "real";
+  fs::create_directories(real / "node-1");
+  fs::copy_file(observed / "events.jsonl", real / "node-1" / "events.jsonl");
+  ASSERT_EQ(meridian("calibrate '" + scenario + "' --observed '" + real.string() + "'" + fixed +
+                     " --fit network.access_bandwidth_gbps=0.3:3:log --seeds 1 --evaluations 2"
+                     " --out '" +
+                     (dir_ / "from-real").string() + "'"),
+            0)
+      << stderr_text();
+  std::ifstream from_real(dir_ / "from-real" / "calibration.json");
+  EXPECT_EQ(nlohmann::json::parse(from_real).at("observed").at("allreduce_s"),
+            j.at("observed").at("allreduce_s"));
+  fs::create_directories(dir_ / "empty");
+  EXPECT_EQ(meridian("calibrate '" + scenario + "' --observed '" + (dir_ / "empty").string() +
+                     "' --fit network.access_bandwidth_gbps=0.3:3 --out '" +
+                     (dir_ / "none").string() + "'"),
+            2);
+  EXPECT_NE(stderr_text().find("no node-<ID>/events.jsonl"), std::string::npos) << stderr_text();
   // A second calibration into the same folder is refused without --force.
   EXPECT_EQ(meridian("calibrate '" + scenario + "' --observed '" + observed.string() +
                      "' --fit network.access_bandwidth_gbps=0.3:3 --out '" + out.string() + "'"),
