@@ -80,7 +80,7 @@ for codec in $CODECS; do
   # `meridian plot/report $real` merge onto one clock.
   sed "s|^  dir: real-.*|  dir: .|" "$OUT/${RUN_FILE:-run-$codec.yaml}" >"$real/run.yaml"
   log "$codec: namespaces ($NODES nodes + the store), $RATE_MBIT Mbit/s," \
-    "${NETDELAY_DELAY:+delays $NETDELAY_DELAY}${NETDELAY_DELAY:-RTT $RTT_MS ms}"
+    "$([[ -n ${NETDELAY_DELAY:-} ]] && echo "delays $NETDELAY_DELAY" || echo "RTT $RTT_MS ms")"
   MERIDIAN=$M "$NETNS" up "$prefix" $((NODES + 1)) "$RATE_MBIT" "$RTT_MS" >"$real/namespaces.txt"
   store_ip=$("$NETNS" ip "$prefix" "$NODES")
   ip netns exec "$prefix-$NODES" "$M" store --bind "$store_ip" --port 29500 \

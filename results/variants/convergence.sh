@@ -66,3 +66,5 @@ for v, by in rows.items():
 for v, a in agg.items():
     print(v, a["seeds"], a["val_loss_mean"], a["time_to_target_s_mean"])
 PY
+# README.md's tables from the new outputs (its prose is by hand: read it against them).
+python3 "$here/readme_tables.py" "$here"

@@ -35,3 +35,5 @@ for v in $variants; do
   done
 done
 python3 "$here/summarize.py" "$here"
+# README.md's tables from the new outputs (its prose is by hand: read it against them).
+python3 "$here/readme_tables.py" "$here"
