@@ -63,7 +63,13 @@ void Reader::fail(const std::string& key, const std::string& expected,
 YAML::Node Reader::get(const std::string& k) {
   seen_.insert(k);
   if (!node_ || !node_.IsMap()) return YAML::Node();
-  return node_[k];
+  YAML::Node n = node_[k];
+  if (origin_->given && n.IsDefined() && !n.IsNull()) {
+    const std::string path = key_path(k);
+    const std::string* ov = origin_->override_of(path);
+    (*origin_->given)[path] = ov ? "--set " + *ov : where(origin_->file_of(path), &n);
+  }
+  return n;
 }
 
 bool Reader::present(const std::string& k) const {

@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <type_traits>
@@ -36,6 +37,10 @@ struct Origin {
   // The override that set `key_path`, a key below it or the section it is in; nullptr when a
   // file did.
   const std::string* override_of(const std::string& key_path) const;
+
+  // When not null, Reader::get records here where each key it found came from, by key path:
+  // "FILE:LINE" or "--set TEXT" (`meridian check` prints it beside the resolved values).
+  std::map<std::string, std::string>* given = nullptr;
 };
 
 // "file:LINE" where the node has a position in the file, else "file".

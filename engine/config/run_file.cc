@@ -139,9 +139,12 @@ void parse_train(Reader r, TrainSpec& t) {
 }
 
 // A model config (trainer/configs/): a run file holding only `model:` and `train:`, read over
-// `m` and `t`.
-void read_model_config(const std::string& path, ModelSpec& m, TrainSpec& t) {
-  const Document doc = Document::load(path, {}, "model config");
+// `m` and `t`; where its keys came from goes to `given` when not null (the run file's own keys,
+// read after, replace them).
+void read_model_config(const std::string& path, ModelSpec& m, TrainSpec& t,
+                       std::map<std::string, std::string>* given = nullptr) {
+  Document doc = Document::load(path, {}, "model config");
+  doc.origin().given = given;
   Reader r = doc.reader("a model config");
   const bool has_model = r.present("model");
   {
@@ -179,7 +182,7 @@ void parse_model_and_train(Reader& top, ModelSpec& m, TrainSpec& t) {
       top.fail(named ? "model" : "model.config", e.what(), named ? &model : nullptr);
     }
     m.config = config;
-    read_model_config(path, m, t);
+    read_model_config(path, m, t, top.origin().given);
   }
   if (!named) {
     parse_model_keys(r, m);
@@ -644,6 +647,7 @@ RunFile parse_root(Document& doc) {
   RunFile f;
   f.file = origin.file;
   f.base_dir = origin.base_dir;
+  origin.given = &f.given;  // every key read below says where it came from
   for (auto it = root.begin(); it != root.end(); ++it)
     if (it->first.IsScalar()) f.sections.push_back(it->first.Scalar());
   Reader r = doc.reader();
@@ -799,11 +803,11 @@ int RunFile::initial_nodes() const {
 
 std::vector<std::string> RunFile::notes_for(Mode mode) const {
   std::vector<std::string> notes;
-  const auto given = [&](const char* s) {
+  const auto has_section = [&](const char* s) {
     return std::find(sections.begin(), sections.end(), s) != sections.end();
   };
   const auto note = [&](const char* s, const std::string& why) {
-    if (given(s)) notes.push_back(file + ": " + s + ": not used by " + why + " (ignored)");
+    if (has_section(s)) notes.push_back(file + ": " + s + ": not used by " + why + " (ignored)");
   };
   if (mode == Mode::kReal) {
     for (const char* s : {"hardware", "network", "churn"})
@@ -825,6 +829,37 @@ std::vector<std::string> RunFile::notes_for(Mode mode) const {
                     file.c_str(), diloco.checkpoint_s, 100 * diloco.checkpoint_s / compute_s,
                     compute_s);
       notes.push_back(text);
+    }
+    // A checkpoint the scenario chose that blocks longer than the compute it follows.
+    if (diloco.checkpoint_s_given && compute_s > 0 && diloco.checkpoint_s > compute_s) {
+      char text[320];
+      std::snprintf(text, sizeof text,
+                    "%s: diloco.checkpoint_s: a blocking %.3g s checkpoint per outer step is "
+                    "longer than the %.3g s of inner steps it follows: compute utilization at "
+                    "most %.0f %%",
+                    file.c_str(), diloco.checkpoint_s, compute_s,
+                    100 * compute_s / (compute_s + diloco.checkpoint_s));
+      notes.push_back(text);
+    }
+    // INTELLECT-1's per-node defaults (8 H100s, 128 sequences of 8,192 tokens a step) on a model
+    // far smaller than its 10 B: a planner of a small run rarely means them.
+    const double params = static_cast<double>(model.param_count());
+    if (params < 1e9) {
+      std::string keys;
+      const auto inherited = [&](const char* key, const std::string& value) {
+        if (!given.count(key)) keys += std::string(keys.empty() ? "" : ", ") + key + " " + value;
+      };
+      inherited("hardware.gpus_per_node", std::to_string(hardware.gpus_per_node));
+      inherited("train.batch", std::to_string(train.batch));
+      if (!keys.empty()) {
+        char text[400];
+        std::snprintf(text, sizeof text,
+                      "%s: the model has %.3g M parameters, but these keys keep INTELLECT-1's "
+                      "per-node defaults (a 10 B model on 8 H100s): %s; set them for this run's "
+                      "nodes",
+                      file.c_str(), params / 1e6, keys.c_str());
+        notes.push_back(text);
+      }
     }
   }
   return notes;

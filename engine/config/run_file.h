@@ -9,9 +9,10 @@
 // netsim/README.md. Data only: the modes map it to their backends.
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -293,6 +294,9 @@ struct RunFile {
   // "torch" (real LibTorch training of `model` with `train` and `data`, trainer/emulation).
   std::string worker = "modeled";
   std::vector<std::string> sections;  // the top-level sections the file gave
+  // Every key the file (or a --set) gave, by key path ("diloco.H", "network.nodes[0].count"):
+  // where it came from, "FILE:LINE" or "--set TEXT". A key not here has its default.
+  std::map<std::string, std::string> given;
 
   std::int64_t tokens_per_inner_step() const {
     return static_cast<std::int64_t>(train.batch) * model.seq_len;
@@ -305,7 +309,9 @@ struct RunFile {
   int initial_nodes() const;
   JsonObject to_json() const;
   // One line per section the file gave that `mode` does not use ("network: not used by a real
-  // run"), for the command to print; never an error, never silently misread.
+  // run"), and per value that looks wrong for the run (a blocking checkpoint longer than the
+  // compute it follows, INTELLECT-1's per-node defaults on a small model), for the command to
+  // print; never an error, never silently misread.
   std::vector<std::string> notes_for(Mode mode) const;
 };
 

@@ -307,5 +307,53 @@ TEST_F(CliTest, SimPrintConfigShowsTheResolvedConfigurationAndRunsNothing) {
   EXPECT_FALSE(fs::exists(dir_ / "runs"));
 }
 
+// Issue 34: `meridian check` validates without running, lists every resolved value with where
+// it came from, and says what looks wrong, for every mode the file is for.
+TEST_F(CliTest, CheckListsEveryValueWithItsOriginAndWarns) {
+  write_tiny_scenario(dir_ / "tiny.yaml");
+  const auto line_of = [](const std::string& text, const std::string& key) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind(key + ": ", 0) == 0) return line;
+    return std::string("(no line for " + key + ")");
+  };
+  const Ran r = meridian("check tiny.yaml --set diloco.H=3");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("valid for simulate (meridian sim) and real (meridian train)"),
+            std::string::npos)
+      << r.out;
+  // "KEY: VALUE" then padding then "# ORIGIN", one line per key.
+  const auto says = [&](const std::string& key, const std::string& value,
+                        const std::string& origin) {
+    const std::string line = line_of(r.out, key);
+    return line.rfind(key + ": " + value + " ", 0) == 0 && line.size() >= origin.size() + 2 &&
+           line.compare(line.size() - origin.size() - 2, std::string::npos, "# " + origin) == 0;
+  };
+  EXPECT_TRUE(says("diloco.H", "3", "--set diloco.H=3")) << r.out;
+  EXPECT_TRUE(says("diloco.checkpoint_s", "0", "tiny.yaml:9")) << r.out;
+  EXPECT_TRUE(says("hardware.step_time_s", "1", "tiny.yaml:4")) << r.out;
+  EXPECT_TRUE(says("diloco.retries", "3", "default")) << r.out;
+  EXPECT_TRUE(says("network.nodes[0].count", "2", "tiny.yaml:8")) << r.out;
+  EXPECT_TRUE(says("network.nodes[0].start", "true", "default")) << r.out;
+  // The warnings: INTELLECT-1's per-node defaults on a tiny model (simulate), and the sections
+  // a real run does not use.
+  EXPECT_NE(r.err.find("(a 10 B model on 8 H100s): hardware.gpus_per_node 8; set them"),
+            std::string::npos)
+      << r.err;  // train.batch is not named: the file gave it
+  EXPECT_NE(
+      r.err.find("warning (real (meridian train)): tiny.yaml: network: not used by a real run"),
+      std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(dir_ / "runs"));  // nothing ran
+
+  const Ran real = meridian("check tiny.yaml --mode real");
+  ASSERT_EQ(real.rc, 0) << real.err;
+  EXPECT_NE(real.out.find("valid for real (meridian train)\n"), std::string::npos) << real.out;
+  const Ran bad = meridian("check tiny.yaml --set diloco.H=0");
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("--set diloco.H=0: key 'diloco.H'"), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+}
+
 }  // namespace
 }  // namespace meridian

@@ -66,9 +66,50 @@ TEST(Scenario, TheDefaultCheckpointIsNotedWhereItWeighs) {
                         "checkpoint per outer step, is 1200 % of this scenario's 5 s"),
             std::string::npos)
       << toy[0];
-  EXPECT_TRUE(notes({"hardware.step_time_s=0.5", "diloco.H=10", "diloco.checkpoint_s=60"}).empty());
+  EXPECT_TRUE(notes({"hardware.step_time_s=0.5", "diloco.H=10", "diloco.checkpoint_s=2"}).empty());
   EXPECT_TRUE(notes({"hardware.step_time_s=0.5", "diloco.H=10", "diloco.checkpoint_s=0"}).empty());
   EXPECT_TRUE(notes({}).empty());  // INTELLECT-1's own 38 minutes: 60 s is 2.6 %
+  // A checkpoint the scenario chose is said only when it is longer than the compute it follows.
+  const auto chosen = notes({"hardware.step_time_s=0.5", "diloco.H=10", "diloco.checkpoint_s=60"});
+  ASSERT_EQ(chosen.size(), 1u);
+  EXPECT_NE(chosen[0].find("min.yaml: diloco.checkpoint_s: a blocking 60 s checkpoint per outer "
+                           "step is longer than the 5 s of inner steps it follows: compute "
+                           "utilization at most 8 %"),
+            std::string::npos)
+      << chosen[0];
+}
+
+// INTELLECT-1's per-node defaults (8 GPUs, batch 128) on a small model are said, by key, unless
+// the scenario (or its model config) gives them.
+TEST(Scenario, IntellectPerNodeDefaultsOnASmallModelAreNoted) {
+  const std::string small = std::string(kMinimal) +
+                            "model: {layers: 2, hidden: 64, heads: 2, kv_heads: 1, ffn: 128, "
+                            "vocab: 256, seq_len: 16}\ndiloco: {checkpoint_s: 0}\n";
+  const auto notes = [&](const std::vector<std::string>& overrides) {
+    return parse_scenario(small, "small.yaml", overrides).notes_for(config::Mode::kSimulate);
+  };
+  const auto both = notes({});
+  ASSERT_EQ(both.size(), 1u);
+  EXPECT_NE(both[0].find("small.yaml: the model has "), std::string::npos) << both[0];
+  EXPECT_NE(both[0].find("keep INTELLECT-1's per-node defaults (a 10 B model on 8 H100s): "
+                         "hardware.gpus_per_node 8, train.batch 128; set them"),
+            std::string::npos)
+      << both[0];
+  const auto one = notes({"train.batch=4"});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].find("train.batch"), std::string::npos) << one[0];
+  EXPECT_TRUE(notes({"train.batch=4", "hardware.gpus_per_node=1"}).empty());
+  // INTELLECT-1's own model (the default) is not small.
+  EXPECT_TRUE(parse_scenario(kMinimal, "min.yaml").notes_for(config::Mode::kSimulate).empty());
+}
+
+// Every key the file or a --set gave is recorded with where it came from.
+TEST(Scenario, EveryGivenKeySaysWhereItCameFrom) {
+  const auto sc = parse_scenario(kMinimal, "min.yaml", {"diloco.H=7"});
+  EXPECT_EQ(sc.given.at("diloco.H"), "--set diloco.H=7");
+  EXPECT_EQ(sc.given.at("network.rtt[0].ms"), "min.yaml:3");
+  EXPECT_EQ(sc.given.at("network.nodes[1].start"), "min.yaml:4");
+  EXPECT_EQ(sc.given.count("diloco.retries"), 0u);  // a default
 }
 
 TEST(Scenario, OverridesApply) {

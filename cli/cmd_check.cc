@@ -1,0 +1,112 @@
+// `meridian check RUN.yaml`: reads and validates a run file without running it, and prints its
+// resolved configuration, each value with where it came from (FILE:LINE, --set, or the
+// default), and the warnings the run would print. Engine only: the run file's one strict reader
+// (engine/config/run_file.h) and its notes.
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/args.h"
+#include "cli/command.h"
+#include "engine/config/run_file.h"
+#include "engine/error.h"
+
+namespace meridian::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: meridian check RUN.yaml [--mode simulate|real] [--set key.path=value ...]\n"
+    "  Reads and validates a run file as `meridian sim` (mode simulate) and `meridian train`\n"
+    "  (mode real) would, without running anything. Prints, on stdout, the resolved\n"
+    "  configuration: every key with its value and where the value came from (FILE:LINE of the\n"
+    "  run file, of a sites file or model config it names, `--set ...`, or `default`); then,\n"
+    "  on stderr, the warnings the run would print: sections the mode does not use, and values\n"
+    "  that look wrong for the run (a blocking checkpoint longer than the compute it follows,\n"
+    "  INTELLECT-1's checkpoint or per-node defaults on a small model).\n"
+    "  --mode M   check for one mode only (default: simulate when the file has a network\n"
+    "             section, and real)\n"
+    "  --set k=v  an override, as the run would take it\n"
+    "  Exit 0: valid for every mode checked (warnings may remain); 2: the file, an override or\n"
+    "  a mode refused it, with the reason.\n";
+
+// "key: value  # origin" lines for every leaf of `j`, lists of scalars as one value.
+void list(const nlohmann::json& j, const std::string& path, const config::RunFile& f,
+          std::vector<std::pair<std::string, std::string>>& out) {
+  const auto scalar_list = [](const nlohmann::json& a) {
+    for (const auto& v : a)
+      if (v.is_structured()) return false;
+    return true;
+  };
+  if (j.is_object() && !j.empty()) {
+    for (auto it = j.begin(); it != j.end(); ++it)
+      list(it.value(), path.empty() ? it.key() : path + "." + it.key(), f, out);
+  } else if (j.is_array() && !j.empty() && !scalar_list(j)) {
+    for (std::size_t i = 0; i < j.size(); ++i)
+      list(j[i], path + "[" + std::to_string(i) + "]", f, out);
+  } else {
+    out.push_back({path + ": " + j.dump(), ""});
+    const auto g = f.given.find(path);
+    out.back().second = g != f.given.end() ? g->second : "default";
+  }
+}
+
+int run_check(const std::vector<std::string>& args) {
+  std::string path, mode_text;
+  std::vector<std::string> overrides;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
+    if (a == "--mode")
+      mode_text = value();
+    else if (a == "--set")
+      overrides.push_back(value());
+    else if (!a.empty() && a[0] == '-')
+      throw ConfigError("unknown option '" + a + "'\n" + kUsage);
+    else if (path.empty())
+      path = a;
+    else
+      throw ConfigError("one run file at a time ('" + path + "' and '" + a + "')\n" + kUsage);
+  }
+  if (path.empty()) throw ConfigError(std::string("no run file given\n") + kUsage);
+  if (!mode_text.empty() && mode_text != "simulate" && mode_text != "real")
+    throw ConfigError("--mode: expected simulate or real, got '" + mode_text + "'");
+
+  const config::RunFile f = config::load_run_file(path, overrides);
+  std::vector<std::pair<config::Mode, const char*>> modes;
+  const bool has_network = !f.network.nodes.empty();
+  if (mode_text == "simulate" || (mode_text.empty() && has_network))
+    modes.push_back({config::Mode::kSimulate, "simulate (meridian sim)"});
+  if (mode_text == "real" || mode_text.empty())
+    modes.push_back({config::Mode::kReal, "real (meridian train)"});
+  std::string valid;
+  for (const auto& [mode, name] : modes) {
+    config::check_for(f, mode);  // a refusal is the ConfigError the run would give
+    valid += std::string(valid.empty() ? "" : " and ") + name;
+  }
+
+  std::vector<std::pair<std::string, std::string>> lines;
+  list(nlohmann::json::parse(f.to_json().str()), "", f, lines);
+  std::size_t width = 0;
+  for (const auto& l : lines) width = std::max(width, l.first.size());
+  std::cout << "# " << path << ": valid for " << valid << "\n"
+            << "# the resolved configuration: key: value, and where the value came from\n";
+  for (const auto& [text, origin] : lines)
+    std::cout << text << std::string(width - text.size() + 2, ' ') << "# " << origin << "\n";
+  std::size_t warnings = 0;
+  for (const auto& [mode, name] : modes)
+    for (const std::string& note : f.notes_for(mode)) {
+      std::cerr << "warning (" << name << "): " << note << "\n";
+      ++warnings;
+    }
+  std::cerr << "meridian check: " << path << " is valid for " << valid << "; " << warnings
+            << " warning(s)\n";
+  return kExitOk;
+}
+
+MERIDIAN_COMMAND("check",
+                 "validate a run file without running it: resolved values, their origin, warnings",
+                 kUsage, run_check);
+
+}  // namespace
+}  // namespace meridian::cli
