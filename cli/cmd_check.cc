@@ -1,7 +1,8 @@
 // `meridian check RUN.yaml`: reads and validates a run file without running it, and prints its
 // resolved configuration, each value with where it came from (FILE:LINE, --set, or the
-// default), and the warnings the run would print. Engine only: the run file's one strict reader
-// (engine/config/run_file.h) and its notes.
+// default), and the warnings the run would print. The run file's one strict reader
+// (engine/config/run_file.h) and its notes; for the real mode also the trainer's resolution of
+// the file where this build has the trainer (cli/run_config_hash.h), as `meridian train` does.
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/run_config_hash.h"
 #include "engine/config/run_file.h"
 #include "engine/error.h"
 
@@ -24,6 +26,9 @@ constexpr const char* kUsage =
     "  on stderr, the warnings the run would print: sections the mode does not use, and values\n"
     "  that look wrong for the run (a blocking checkpoint longer than the compute it follows,\n"
     "  INTELLECT-1's checkpoint or per-node defaults on a small model).\n"
+    "  For the real mode it also resolves the file as a node does (model config, data, store)\n"
+    "  and prints the configuration hash the nodes send their store (`meridian store --config`\n"
+    "  compares the same).\n"
     "  --mode M   check for one mode only (default: simulate when the file has a network\n"
     "             section, and real)\n"
     "  --set k=v  an override, as the run would take it\n"
@@ -79,9 +84,13 @@ int run_check(const std::vector<std::string>& args) {
     modes.push_back({config::Mode::kSimulate, "simulate (meridian sim)"});
   if (mode_text == "real" || mode_text.empty())
     modes.push_back({config::Mode::kReal, "real (meridian train)"});
-  std::string valid;
+  std::string valid, hash;
   for (const auto& [mode, name] : modes) {
     config::check_for(f, mode);  // a refusal is the ConfigError the run would give
+    // A real node resolves more than the file's reader does (its model config, data and store
+    // settings): the same resolution, with its refusals, where this build has the trainer.
+    if (mode == config::Mode::kReal && run_config_hash_fn())
+      hash = run_config_hash_fn()(path, overrides);
     valid += std::string(valid.empty() ? "" : " and ") + name;
   }
 
@@ -90,6 +99,8 @@ int run_check(const std::vector<std::string>& args) {
   std::size_t width = 0;
   for (const auto& l : lines) width = std::max(width, l.first.size());
   std::cout << "# " << path << ": valid for " << valid << "\n"
+            << (hash.empty() ? ""
+                             : "# configuration hash (what a node sends its store): " + hash + "\n")
             << "# the resolved configuration: key: value, and where the value came from\n";
   for (const auto& [text, origin] : lines)
     std::cout << text << std::string(width - text.size() + 2, ' ') << "# " << origin << "\n";

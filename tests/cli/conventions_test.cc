@@ -349,6 +349,12 @@ TEST_F(CliTest, CheckListsEveryValueWithItsOriginAndWarns) {
   const Ran real = meridian("check tiny.yaml --mode real");
   ASSERT_EQ(real.rc, 0) << real.err;
   EXPECT_NE(real.out.find("valid for real (meridian train)\n"), std::string::npos) << real.out;
+  if (has_command("train")) {  // the trainer resolves the file as a node does
+    const std::string key = "# configuration hash (what a node sends its store): ";
+    const std::size_t at = real.out.find(key);
+    ASSERT_NE(at, std::string::npos) << real.out;
+    EXPECT_EQ(real.out.find('\n', at) - at - key.size(), 64u) << real.out;  // SHA-256, hex
+  }
   const Ran bad = meridian("check tiny.yaml --set diloco.H=0");
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--set diloco.H=0: key 'diloco.H'"), std::string::npos) << bad.err;
