@@ -50,9 +50,8 @@ void list(const nlohmann::json& j, const std::string& path, const config::RunFil
     for (std::size_t i = 0; i < j.size(); ++i)
       list(j[i], path + "[" + std::to_string(i) + "]", f, out);
   } else {
-    out.push_back({path + ": " + j.dump(), ""});
     const auto g = f.given.find(path);
-    out.back().second = g != f.given.end() ? g->second : "default";
+    out.push_back({path + ": " + j.dump(), g != f.given.end() ? g->second : "default"});
   }
 }
 

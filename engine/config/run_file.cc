@@ -530,7 +530,6 @@ void parse_diloco(Reader r, DilocoSpec& d) {
                 "pseudo-gradient before it is evicted; 0 = never)",
                 non_negative<int>());
   r.scalar<double>("outer_opt_s", d.outer_opt_s, "seconds >= 0", non_negative<double>());
-  d.checkpoint_s_given = r.present("checkpoint_s");
   r.scalar<double>("checkpoint_s", d.checkpoint_s, "seconds >= 0", non_negative<double>());
   r.scalar<double>("dead_after_s", d.dead_after_s, "seconds > 0", positive<double>());
   r.scalar<double>("heartbeat_s", d.heartbeat_s, "seconds > 0", positive<double>());
@@ -820,7 +819,8 @@ std::vector<std::string> RunFile::notes_for(Mode mode) const {
     // INTELLECT-1's blocking checkpoint is the default: say so where it weighs (issue 34: a
     // 4-node toy spent 240 of 252 simulated seconds in checkpoints without a word).
     const double compute_s = diloco.H * inner_step_s();
-    if (!diloco.checkpoint_s_given && diloco.checkpoint_s > 0.05 * compute_s) {
+    const bool checkpoint_given = given.count("diloco.checkpoint_s") > 0;  // else the default
+    if (!checkpoint_given && diloco.checkpoint_s > 0.05 * compute_s) {
       char text[320];
       std::snprintf(text, sizeof text,
                     "%s: diloco.checkpoint_s: the default, INTELLECT-1's blocking %.0f s "
@@ -831,7 +831,7 @@ std::vector<std::string> RunFile::notes_for(Mode mode) const {
       notes.push_back(text);
     }
     // A checkpoint the scenario chose that blocks longer than the compute it follows.
-    if (diloco.checkpoint_s_given && compute_s > 0 && diloco.checkpoint_s > compute_s) {
+    if (checkpoint_given && compute_s > 0 && diloco.checkpoint_s > compute_s) {
       char text[320];
       std::snprintf(text, sizeof text,
                     "%s: diloco.checkpoint_s: a blocking %.3g s checkpoint per outer step is "

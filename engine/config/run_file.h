@@ -219,7 +219,6 @@ struct DilocoSpec {
   int nonfinite_evict_after = 3;
   double outer_opt_s = 0.0;    // CPU time of the outer step (not given by the sources)
   double checkpoint_s = 60.0;  // blocking save per outer step (intellect1.md §2.4)
-  bool checkpoint_s_given = false;  // the file or a --set gave it (else the default above)
   double dead_after_s = 6.0;   // heartbeat eviction delay (paper)
   double heartbeat_s = 2.0;
   double outer_lr = 0.7;        // Nesterov outer SGD (intellect1.md §2.2)
