@@ -13,7 +13,7 @@ DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes zlib1g-dev \
   linux-doc-6.1 python3.11-doc perl-doc git-doc postgresql-doc-15 manpages manpages-dev \
   iproute2 ethtool chromium nodejs libns3-dev etcd-server etcd-client libssl-dev \
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev slurmctld slurmd slurm-client
 
 .PHONY: all deps configure build check-build test demo clean format post-training
 

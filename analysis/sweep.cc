@@ -416,7 +416,8 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
 
 SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>& axes,
                       const SweepRunner& runner, std::ostream& progress) {
-  if (options.plots) find_gnuplot(options.plot.gnuplot);  // before hours of simulation
+  const bool parts = options.part_count > 0;
+  if (options.plots && !parts) find_gnuplot(options.plot.gnuplot);  // before hours of simulation
   SweepResult result;
   result.axes = axes;
   result.command = options.command;
@@ -437,28 +438,47 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
   fs::create_directories(options.out_dir, ec);
   if (ec) throw ConfigError(options.out_dir + ": cannot create the sweep folder: " + ec.message());
   const auto sweep_t0 = std::chrono::steady_clock::now();
+  std::size_t todo = points.size();  // this process's points
+  if (parts)
+    todo = points.size() / options.part_count +
+           (options.part_index < points.size() % options.part_count ? 1 : 0);
   auto report_progress = [&](std::size_t done) {
     if (options.on_progress)
       options.on_progress(
-          done, points.size(),
+          done, todo,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep_t0).count());
   };
-  report_progress(0);
+  std::string missing;  // --gather: points that have no exit status
+  if (!options.gather) report_progress(0);
   for (std::size_t i = 0; i < points.size(); ++i) {
     SweepPointResult r;
     r.point = points[i];
     r.dir = (fs::path(options.out_dir) / r.point.name).string();
-    // The sweep claimed its folder (the command's --force): the point folders are its own.
-    std::vector<std::string> args = {"sim", options.scenario, "--out", r.dir, "--force"};
-    if (options.seed) args.insert(args.end(), {"--seed", std::to_string(*options.seed)});
-    for (const auto& [k, v] : r.point.settings) args.insert(args.end(), {"--set", k + "=" + v});
-    const std::string log = r.dir + ".log";
-    progress << "[" << i + 1 << "/" << points.size() << "] " << r.point.name << " ... "
-             << std::flush;
-    const auto t0 = std::chrono::steady_clock::now();
-    r.exit_code = runner(args, log);
-    const double took_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string log = r.dir + ".log", exit_file = r.dir + ".exit";
+    if (options.gather) {
+      std::ifstream in(exit_file);
+      if (!(in >> r.exit_code)) {
+        missing += (missing.empty() ? "" : ", ") + r.point.name;
+        continue;
+      }
+    } else if (parts && i % options.part_count != options.part_index) {
+      continue;
+    } else {
+      // The sweep claimed its folder (the command's --force): the point folders are its own.
+      std::vector<std::string> args = {"sim", options.scenario, "--out", r.dir, "--force"};
+      if (options.seed) args.insert(args.end(), {"--seed", std::to_string(*options.seed)});
+      for (const auto& [k, v] : r.point.settings) args.insert(args.end(), {"--set", k + "=" + v});
+      progress << "[" << i + 1 << "/" << points.size() << "] " << r.point.name << " ... "
+               << std::flush;
+      const auto t0 = std::chrono::steady_clock::now();
+      r.exit_code = runner(args, log);
+      const double took_s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (parts) std::ofstream(exit_file) << r.exit_code << "\n";
+      char took[32];
+      std::snprintf(took, sizeof took, "%.1f s", took_s);
+      progress << (r.exit_code == 0 ? "ok" : "FAILED") << " (" << took << ")\n";
+    }
     if (r.exit_code != 0) {
       r.error =
           "exit " + std::to_string(r.exit_code) + "; log " + log + ":\n" + file_tail(log, 400);
@@ -469,13 +489,16 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
         r.error = e.what();
       }
     }
-    char took[32];
-    std::snprintf(took, sizeof took, "%.1f s", took_s);
-    progress << (r.summary ? "ok" : "FAILED") << " (" << took << ")\n";
-    if (!r.error.empty()) progress << "  " << r.error << "\n";
+    if (!r.error.empty() && !options.gather) progress << "  " << r.error << "\n";
     result.points.push_back(std::move(r));
-    report_progress(i + 1);
+    if (!options.gather) report_progress(result.points.size());
   }
+  if (!missing.empty())
+    throw ConfigError("--gather: " + options.out_dir + " has no finished run of point(s) " +
+                      missing +
+                      " (no <point>.exit): a part has not finished, did not start, or "
+                      "ran another grid; run it (--part I/N) and gather again");
+  if (parts) return result;  // the table and figures are the gather's
   write_sweep_tables(result, options.out_dir, result.files);
   if (options.plots) plot_sweep(result, options.out_dir, options.plot, result.files);
   return result;

@@ -52,6 +52,12 @@ struct SweepOptions {
   // Called before the first point (done 0) and after each: points done, of total, wall
   // seconds since the first started. Default: none.
   std::function<void(std::size_t done, std::size_t total, double elapsed_s)> on_progress;
+  // One share of the grid (a task of a job array): only points number part_index,
+  // part_index + part_count, ... run, each leaving its exit status in DIR/<point>.exit; no
+  // table or figures. `gather`: nothing runs; the table and figures of the points that ran in
+  // parts (ConfigError naming those without an exit status).
+  std::size_t part_index = 0, part_count = 0;  // part_count 0: the whole grid
+  bool gather = false;
 };
 
 // The progress line: "sweep: 2/6 points done, ETA 1 min 10 s" (the ETA from the mean time per

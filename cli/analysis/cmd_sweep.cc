@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "cli/run_folder.h"
 #include "cli/scenario_check.h"
+#include "cli/slurm.h"
 #include "engine/error.h"
 
 namespace meridian::cli {
@@ -21,6 +22,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: meridian sweep SCENARIO.yaml --set KEY=V1,V2,... [--set ...] [--out DIR]\n"
     "                      [--seed N] [--no-plots] [--title TEXT] [--pdf] [--force]\n"
+    "                      [--part I/N|slurm | --gather]\n"
     "  Runs `meridian sim SCENARIO.yaml --out DIR/<point> --set KEY=V ...` for every point of\n"
     "  the grid (the cartesian product of the --set lists; a single value is applied to every\n"
     "  point), then writes DIR/sweep.csv, DIR/sweep.md and, for each key with several values,\n"
@@ -31,6 +33,10 @@ constexpr const char* kUsage =
     "  --title TEXT  a title above every sweep plot\n"
     "  --pdf         also write each plot as PDF\n"
     "  --force       write into DIR even if it holds another sweep (its points are replaced)\n"
+    "  --part I/N    run only points number I, I+N, ... of the grid (from 0), each leaving its\n"
+    "                exit status in DIR/<point>.exit; no table yet. `--part slurm`: this task's\n"
+    "                share of a Slurm job array (scripts/slurm/README.md)\n"
+    "  --gather      run nothing: the table and plots of the points the parts ran in DIR\n"
     "  Exit status 1 when a point failed (the others are still in the table).\n"
     "  example: meridian sweep scenarios/intellect1-global.yaml --set diloco.H=50,100,500 \\\n"
     "             --set diloco.codec=fp32,int8 --out results/sweep-H-codec\n";
@@ -63,6 +69,12 @@ int run_sweep_command(const std::vector<std::string>& args) {
       options.plot.title = value();
     } else if (a == "--pdf") {
       options.plot.pdf = true;
+    } else if (a == "--part") {
+      const slurm::Part p = slurm::parse_part("--part", value(), slurm::process_env());
+      options.part_index = p.index;
+      options.part_count = p.count;
+    } else if (a == "--gather") {
+      options.gather = true;
     } else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
@@ -89,7 +101,10 @@ int run_sweep_command(const std::vector<std::string>& args) {
 
   // The sweep's folder is claimed once, before any point: its point folders are then its own
   // (each `meridian sim` child is given --force for them).
-  claim_run_folder(options.out_dir, force);
+  if (options.gather && options.part_count > 0)
+    throw ConfigError("--part and --gather: give one of them");
+  // Parts share the folder: each claims it (none writes a table); the gather writes over none.
+  if (!options.gather) claim_run_folder(options.out_dir, force);
   options.command = "meridian sweep";
   for (const std::string& a : args) options.command += " " + a;
   if (const ScenarioCheck& check = scenario_check())
@@ -117,6 +132,13 @@ int run_sweep_command(const std::vector<std::string>& args) {
   const analysis::SweepResult result =
       analysis::run_sweep(options, axes, analysis::self_runner(),
                           tty ? static_cast<std::ostream&>(pending) : std::cout);
+  if (options.part_count > 0) {
+    std::cout << "\npart " << options.part_index << " of " << options.part_count << ": "
+              << result.points.size() - result.failed() << " of " << result.points.size()
+              << " points ok, in " << options.out_dir << "/<point>/\n"
+              << "  once every part has run: the same command with --gather instead of --part\n";
+    return result.failed() ? kExitFailed : kExitOk;
+  }
   std::cout << "\n"
             << result.points.size() - result.failed() << " of " << result.points.size()
             << " points ok; wrote:\n";

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "cli/interrupt.h"
 #include "cli/progress.h"
 #include "cli/run_folder.h"
+#include "cli/slurm.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
@@ -35,7 +37,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: meridian sim SCENARIO.yaml [--out DIR] [--force] [--seed N | --seeds LIST]\n"
     "                    [--no-plots] [--jobs N] [--set key.path=value ...] [--simgrid-log L]\n"
-    "                    [--print-config]\n"
+    "                    [--print-config] [--part I/N|slurm | --gather]\n"
     "  Simulates the scenario (SimGrid network model, modelled compute, churn trace);\n"
     "  with `worker: torch` every node also trains a real LibTorch model (emulation).\n"
     "  --out DIR      output folder (default: the scenario's output.dir, else runs/<name>)\n"
@@ -51,76 +53,99 @@ constexpr const char* kUsage =
     "  --no-plots     with --seeds: no figures (then gnuplot is not needed)\n"
     "  --jobs N       with --seeds: seeds run N at a time (default: one per CPU); the ensemble\n"
     "                 is the same for any N\n"
+    "  --part I/N     with --seeds: run only seeds number I, I+N, I+2N, ... of LIST (from 0),\n"
+    "                 each into DIR/seed-<N> with its exit status in DIR/seed-<N>.exit; no\n"
+    "                 ensemble yet. `--part slurm`: this task's share of a Slurm job array\n"
+    "                 (sbatch --array; scripts/slurm/ensemble.sh submits one and its gather)\n"
+    "  --gather       with --seeds: run nothing; the ensemble of the parts that ran in DIR\n"
+    "                 (every seed must have run), the same as one process would have made\n"
     "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
     "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
     "  --print-config the resolved configuration (every key, defaults included, as the run's\n"
     "                 `config` record has it) as JSON on stdout, then exit without running\n"
     "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
 
-// `--seeds`: one `meridian sim` child per seed (SimGrid runs once per process), each into
-// DIR/seed-<N> with the same settings, then the distributions across them (analysis/ensemble.h).
-int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds,
-                 const std::vector<std::string>& overrides, const std::string& out, bool force,
-                 bool plots, const std::string& simgrid_log, int jobs,
-                 const std::vector<std::string>& args) {
-  const analysis::PlotOptions plot_options;
-  try {
-    if (plots) analysis::find_gnuplot(plot_options.gnuplot);  // before the seeds run
-  } catch (const ConfigError& e) {
-    throw ConfigError(std::string(e.what()) + " (or --no-plots)");
-  }
-  claim_run_folder(out, force);
-  std::string command = "meridian sim";
-  for (const std::string& a : args) command += " " + a;
-  const analysis::SweepRunner runner = analysis::self_runner();
-  InterruptScope interrupt;
+// An ensemble's settings: `--seeds` and what goes with it.
+struct EnsembleArgs {
+  std::string path;  // the scenario
+  std::vector<std::int64_t> seeds;
+  std::vector<std::string> overrides;
+  std::string out;
+  bool force = false, plots = true, gather = false;
+  std::optional<slurm::Part> part;  // --part: only this share of the seeds
+  std::string simgrid_log;
+  int jobs = 1;
+  std::string command;  // the command line, for ensemble.json
+};
+
+std::filesystem::path seed_file(const EnsembleArgs& e, std::int64_t seed, const char* suffix) {
+  return std::filesystem::path(e.out) / ("seed-" + std::to_string(seed) + suffix);
+}
+
+// Runs the seeds (those of --part, when given) as `meridian sim` children, each into
+// DIR/seed-<N> (SimGrid runs once per process). Returns each seed's exit status, -1 for a seed
+// this process did not run.
+std::vector<int> run_seeds(const EnsembleArgs& e) {
+  std::vector<std::int64_t> mine;
+  std::vector<std::size_t> index;  // mine[k] is e.seeds[index[k]]
+  for (std::size_t k = 0; k < e.seeds.size(); ++k)
+    if (!e.part || slurm::owns(*e.part, k)) {
+      mine.push_back(e.seeds[k]);
+      index.push_back(k);
+    }
   ProgressLine progress;
-  std::vector<std::string> child_args = {"--simgrid-log", simgrid_log};
-  for (const std::string& o : overrides) child_args.insert(child_args.end(), {"--set", o});
+  std::vector<std::string> child_args = {"--simgrid-log", e.simgrid_log};
+  for (const std::string& o : e.overrides) child_args.insert(child_args.end(), {"--set", o});
   std::size_t done = 0;
-  progress.update(0.0, "0 of " + std::to_string(seeds.size()) + " seeds", true);
+  progress.update(0.0, "0 of " + std::to_string(mine.size()) + " seeds", true);
   // The runs are listed in seed-list order, so the ensemble does not depend on `jobs`.
   const std::vector<int> codes = analysis::run_seeds(
-      runner, path, seeds, child_args, out, jobs, [] { return InterruptScope::received() != 0; },
+      analysis::self_runner(), e.path, mine, child_args, e.out, e.jobs,
+      [] { return InterruptScope::received() != 0; },
       [&](std::size_t k, int code) {
         ++done;
         if (code != 0) {
           progress.clear();
-          std::cerr << "meridian sim: seed " << seeds[k] << " failed (exit " << code << "), see "
-                    << (std::filesystem::path(out) / ("seed-" + std::to_string(seeds[k]) + ".log"))
-                           .string()
-                    << "\n";
+          std::cerr << "meridian sim: seed " << mine[k] << " failed (exit " << code << "), see "
+                    << seed_file(e, mine[k], ".log").string() << "\n";
         }
-        progress.update(double(done) / seeds.size(),
-                        std::to_string(done) + " of " + std::to_string(seeds.size()) + " seeds (" +
-                            std::to_string(jobs) + " at a time)",
+        progress.update(double(done) / mine.size(),
+                        std::to_string(done) + " of " + std::to_string(mine.size()) + " seeds (" +
+                            std::to_string(e.jobs) + " at a time)",
                         true);
       });
+  progress.finish();
+  std::vector<int> all(e.seeds.size(), -1);
+  for (std::size_t k = 0; k < mine.size(); ++k) all[index[k]] = codes[k];
+  return all;
+}
+
+// DIR/ensemble.json and .md (and the figures) from the seeds' runs; `codes` as run_seeds().
+int write_ensemble(const EnsembleArgs& e, const std::vector<int>& codes) {
   std::vector<analysis::EnsembleRun> runs;
-  for (std::size_t k = 0; k < seeds.size(); ++k) {
+  for (std::size_t k = 0; k < e.seeds.size(); ++k) {
     if (codes[k] < 0) continue;  // never started
-    const std::string name = "seed-" + std::to_string(seeds[k]);
-    analysis::EnsembleRun run{seeds[k], name, std::nullopt};
+    const std::string name = "seed-" + std::to_string(e.seeds[k]);
+    analysis::EnsembleRun run{e.seeds[k], name, std::nullopt};
     if (codes[k] == 0)
       run.summary = analysis::summarize(analysis::read_events_file(
-          (std::filesystem::path(out) / name / "events.jsonl").string()));
+          (std::filesystem::path(e.out) / name / "events.jsonl").string()));
     runs.push_back(std::move(run));
   }
-  progress.finish();
-  const nlohmann::json e = analysis::ensemble_json(runs, path, command);
-  std::ofstream(std::filesystem::path(out) / "ensemble.json") << e.dump(2) << "\n";
-  const std::string md = analysis::ensemble_markdown(e);
-  std::ofstream(std::filesystem::path(out) / "ensemble.md") << md;
-  std::cout << md << "  runs: " << out << "/seed-<N>/\n";
-  if (plots) {
-    const std::string plots_dir = (std::filesystem::path(out) / "plots").string();
-    const auto files =
-        analysis::plot_ensembles({analysis::load_ensemble(out)}, plots_dir, plot_options);
+  const nlohmann::json j = analysis::ensemble_json(runs, e.path, e.command);
+  std::ofstream(std::filesystem::path(e.out) / "ensemble.json") << j.dump(2) << "\n";
+  const std::string md = analysis::ensemble_markdown(j);
+  std::ofstream(std::filesystem::path(e.out) / "ensemble.md") << md;
+  std::cout << md << "  runs: " << e.out << "/seed-<N>/\n";
+  if (e.plots) {
+    const std::string plots_dir = (std::filesystem::path(e.out) / "plots").string();
+    const auto files = analysis::plot_ensembles({analysis::load_ensemble(e.out)}, plots_dir,
+                                                analysis::PlotOptions());
     std::cout << "  figures: " << files.size() << " files in " << plots_dir << "\n";
   }
   if (const int sig = InterruptScope::received()) {
     std::cerr << "meridian sim: interrupted (" << InterruptScope::name(sig) << ") after "
-              << runs.size() << " of " << seeds.size() << " seeds\n";
+              << runs.size() << " of " << e.seeds.size() << " seeds\n";
     return InterruptScope::exit_code(sig);
   }
   for (const auto& r : runs)
@@ -128,12 +153,70 @@ int run_ensemble(const std::string& path, const std::vector<std::int64_t>& seeds
   return kExitOk;
 }
 
+// --gather: the exit status each part wrote beside its seeds (DIR/seed-<N>.exit); ConfigError
+// naming the seeds that have none (their part has not run, or ran with other --seeds).
+std::vector<int> gathered_codes(const EnsembleArgs& e) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(e.out, ec))
+    throw ConfigError("--gather: " + e.out + " is not a folder (--out: where the parts ran)");
+  std::vector<int> codes;
+  std::string missing;
+  for (std::int64_t seed : e.seeds) {
+    std::ifstream in(seed_file(e, seed, ".exit"));
+    int code = -1;
+    if (!(in >> code) || code < 0) {
+      missing += (missing.empty() ? "" : ", ") + std::to_string(seed);
+      code = -1;
+    }
+    codes.push_back(code);
+  }
+  if (!missing.empty())
+    throw ConfigError("--gather: " + e.out + " has no finished run of seed(s) " + missing +
+                      " (no seed-<N>.exit): a part has not finished, did not start, or ran other "
+                      "--seeds; run it (--part I/N) and gather again");
+  return codes;
+}
+
+// `--seeds`: the whole ensemble in this process's children, one part of it (`--part`: a task of
+// a job array; each seed's exit status is written to DIR/seed-<N>.exit), or the ensemble of
+// parts that ran (`--gather`). A gathered ensemble is the one a single process would have made.
+int run_ensemble(const EnsembleArgs& e) {
+  if (e.plots && !e.part) {
+    try {
+      analysis::find_gnuplot(analysis::PlotOptions().gnuplot);  // before the seeds run
+    } catch (const ConfigError& err) {
+      throw ConfigError(std::string(err.what()) + " (or --no-plots)");
+    }
+  }
+  if (e.gather) return write_ensemble(e, gathered_codes(e));
+  claim_run_folder(e.out, e.force);
+  InterruptScope interrupt;
+  const std::vector<int> codes = run_seeds(e);
+  if (!e.part) return write_ensemble(e, codes);
+  int ok = 0, failed = 0;
+  std::string ran;
+  for (std::size_t k = 0; k < e.seeds.size(); ++k) {
+    if (codes[k] < 0) continue;
+    std::ofstream(seed_file(e, e.seeds[k], ".exit")) << codes[k] << "\n";
+    (codes[k] == 0 ? ok : failed) += 1;
+    ran += (ran.empty() ? "" : ",") + std::to_string(e.seeds[k]);
+  }
+  std::cout << "part " << e.part->index << " of " << e.part->count << ": seeds "
+            << (ran.empty() ? "(none)" : ran) << " ran, " << ok << " ok, " << failed
+            << " failed, in " << e.out << "/seed-<N>/\n"
+            << "  once every part has run: meridian sim " << e.path
+            << " --seeds <the same LIST> --out " << e.out << " --gather\n";
+  if (const int sig = InterruptScope::received()) return InterruptScope::exit_code(sig);
+  return failed == 0 ? kExitOk : kExitFailed;
+}
+
 int run_sim(const std::vector<std::string>& args) {
   std::string path, out;
   std::vector<std::string> overrides;
   std::string simgrid_log = "critical";
   std::string seeds_text;
-  bool force = false, plots = true, print_config = false;
+  bool force = false, plots = true, print_config = false, gather = false;
+  std::optional<slurm::Part> part;
   int jobs = 0;  // --jobs; 0: the default
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -156,6 +239,10 @@ int run_sim(const std::vector<std::string>& args) {
       print_config = true;
     else if (a == "--jobs")
       jobs = static_cast<int>(opt::integer_in("--jobs", value(), 1, 256));
+    else if (a == "--part")
+      part = slurm::parse_part("--part", value(), slurm::process_env());
+    else if (a == "--gather")
+      gather = true;
     else if (a == "-h" || a == "--help") {
       std::cout << kUsage;
       return kExitOk;
@@ -184,12 +271,27 @@ int run_sim(const std::vector<std::string>& args) {
     const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", seeds_text);
     for (const std::string& o : overrides)
       if (o.rfind("run.seed=", 0) == 0) throw ConfigError("--seeds and --seed: give one of them");
+    if (part && gather) throw ConfigError("--part and --gather: give one of them");
     if (jobs == 0)  // default: one child per CPU, no more than there are seeds
       jobs = static_cast<int>(std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1,
                                                        seeds.size()));
-    return run_ensemble(path, seeds, overrides, out.empty() ? sc.output_dir + "-seeds" : out, force,
-                        plots, simgrid_log, jobs, args);
+    EnsembleArgs e;
+    e.path = path;
+    e.seeds = seeds;
+    e.overrides = overrides;
+    e.out = out.empty() ? sc.output_dir + "-seeds" : out;
+    e.force = force;
+    e.plots = plots;
+    e.gather = gather;
+    e.part = part;
+    e.simgrid_log = simgrid_log;
+    e.jobs = jobs;
+    e.command = "meridian sim";
+    for (const std::string& a : args) e.command += " " + a;
+    return run_ensemble(e);
   }
+  if (part || gather)
+    throw ConfigError(std::string(gather ? "--gather" : "--part") + ": only with --seeds");
   if (!plots) throw ConfigError("--no-plots: only with --seeds (a single run draws no figures)");
   if (jobs != 0) throw ConfigError("--jobs: only with --seeds (a single run is one process)");
   if (out.empty()) out = sc.output_dir;

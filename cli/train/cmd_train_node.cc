@@ -3,6 +3,9 @@
 // etcd cluster: `store: etcd://...` in RUN.yaml) and the Gloo transport, with a TorchWorker. Starts
 // a run or joins a running one by live recovery. Not a launcher (scripts/start_nodes.sh starts N of
 // these) and not the in-process emulation.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -25,6 +28,7 @@
 #include "cli/command.h"
 #include "cli/compose/compose.h"
 #include "cli/compose/real_node.h"
+#include "cli/slurm.h"
 #include "cli/train/terminal_notices.h"
 #include "engine/codec/codec.h"
 #include "engine/diloco/diloco.h"
@@ -47,6 +51,7 @@ constexpr char kUsage[] =
     "usage: meridian train FILE --node-id ID --secret-file F\n"
     "                      (--store HOST:PORT | --serve-store PORT) [options]\n"
     "       (without --store and --serve-store when FILE says `store: {address: etcd://...}`)\n"
+    "       srun meridian train FILE --secret-file F [options]   (on Slurm: see below)\n"
     "  FILE                  the run file (cli/train/README.md, \"The run file\"): the same\n"
     "                        schema `meridian sim` simulates; its network, hardware and churn\n"
     "                        sections describe the simulated world and are ignored here\n"
@@ -55,7 +60,7 @@ constexpr char kUsage[] =
     "                        nccl where this meridian was built with it, one GPU per node)\n"
     "  --cuda-device G       with nccl: the GPU this node's communicator uses (default 0)\n"
     "  --node-id ID          this node's id (>= 1, unused in this run; a restarted node takes a\n"
-    "                        new one)\n"
+    "                        new one; under srun without it: the task's rank + 1)\n"
     "  --store HOST:PORT     the run's store (another node's embedded one or `meridian store`)\n"
     "  --serve-store PORT    embed the store in this node (0 = a free port), bound to --bind\n"
     "  --bind HOST           address the embedded store listens on (default: the run file's\n"
@@ -92,6 +97,13 @@ constexpr char kUsage[] =
     "                        outgoing live-recovery message, serving a joiner), admitted (a\n"
     "                        joiner, right after its admission, before it fetches its state)\n"
     "\n"
+    "Under Slurm (`srun meridian train FILE --secret-file F`, no --node-id): task T of the\n"
+    "step is node T + 1; with the embedded TCP store task 0 serves it on --serve-store PORT\n"
+    "(default 15000 + the job id's last four digits) at its host's address, and the others\n"
+    "connect to the step's first host; --host defaults to the address SLURMD_NODENAME resolves\n"
+    "to. The step needs at least run.nodes tasks; tasks beyond them join by live recovery.\n"
+    "scripts/slurm/ has an sbatch example (cli/train/README.md, \"On a Slurm cluster\").\n"
+    "\n"
     "A node whose store has no round yet starts the run (round 0 forms once run.nodes nodes are\n"
     "queued); otherwise it joins the running one through live recovery. Writes\n"
     "<output.dir>/node-<ID>/events.jsonl (engine/events/SCHEMA.md) and checksums.tsv (outer_step,\n"
@@ -101,7 +113,8 @@ constexpr char kUsage[] =
 
 struct NodeArgs {
   // bind "": the run file's store.bind; transport "": its transport.kind.
-  std::string run_yaml, store, secret_file, bind, port_file, host = "127.0.0.1", transport;
+  // host "": 127.0.0.1, or under Slurm this task's host's address.
+  std::string run_yaml, store, secret_file, bind, port_file, host, transport;
   std::vector<std::string> overrides;  // --set
   std::string device = "cpu";
   std::int64_t node_id = -1;
@@ -114,9 +127,10 @@ struct NodeArgs {
   trainer::ResumeFrom resume_from;             // --resume-from
   std::uint64_t exit_in_checkpoint_write = 0;  // 0 = never
   FaultPoint kill_at;                          // n = 0: never
+  std::optional<slurm::Task> slurm;            // started by srun without --node-id
 };
 
-NodeArgs parse_args(const std::vector<std::string>& args) {
+NodeArgs parse_args(const std::vector<std::string>& args, const slurm::Env& env) {
   NodeArgs a;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& f = args[i];
@@ -172,7 +186,8 @@ NodeArgs parse_args(const std::vector<std::string>& args) {
     }
   }
   if (a.run_yaml.empty()) throw ConfigError("the run file is required");
-  if (a.node_id < 1) throw ConfigError("--node-id is required");
+  if (a.node_id < 1 && !(a.slurm = slurm::task(env)))
+    throw ConfigError("--node-id is required (or start the nodes with srun: see below)");
   if (a.secret_file.empty()) throw ConfigError("--secret-file is required");
   if (!a.store.empty() && a.serve_port >= 0)
     throw ConfigError("give one of --store HOST:PORT and --serve-store PORT, not both");
@@ -338,8 +353,72 @@ void say_if_store_gone(const NodeArgs& a, const std::string& host, std::uint16_t
   }
 }
 
-int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
+// The IPv4 address host name `name` resolves to; ConfigError naming `what` otherwise.
+std::string address_of(const std::string& name, const std::string& what) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(name.c_str(), nullptr, &hints, &res); rc != 0 || !res)
+    throw ConfigError(what + " '" + name + "' does not resolve to an IPv4 address (" +
+                      ::gai_strerror(rc) + "): give --host ADDR");
+  char text[INET_ADDRSTRLEN] = {};
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, text, sizeof text);
+  ::freeaddrinfo(res);
+  return text;
+}
+
+// Under srun without --node-id: the node's id, address and store from Slurm's environment
+// (cli/slurm.h). Task 0 serves the embedded store (unless the run file names an etcd cluster or
+// --store names another store); every other task connects to the step's first host, where task
+// 0 runs under Slurm's block and cyclic distributions. Outside Slurm: the defaults.
+void place_with_slurm(NodeArgs& a, const trainer::RunConfig& c) {
+  if (!a.slurm) {
+    if (a.host.empty()) a.host = "127.0.0.1";
+    return;
+  }
+  const slurm::Task& t = *a.slurm;
+  a.node_id = static_cast<std::int64_t>(t.rank) + 1;
+  const std::string where = "Slurm job " + std::to_string(t.job_id) + " step " +
+                            std::to_string(t.step_id) + ", task " + std::to_string(t.rank) +
+                            " of " + std::to_string(t.tasks);
+  if (t.tasks < static_cast<std::uint64_t>(c.initial_nodes))
+    throw ConfigError(
+        a.run_yaml + ": the run starts with run.nodes = " + std::to_string(c.initial_nodes) +
+        " nodes, but " + where + " has fewer tasks: srun -n " + std::to_string(c.initial_nodes) +
+        " or more (tasks beyond run.nodes join by live recovery)");
+  if (a.host.empty()) {
+    a.host = address_of(t.host, "this task's host (SLURMD_NODENAME)");
+    if (t.hosts > 1 && a.host.rfind("127.", 0) == 0)
+      throw ConfigError("this task's host name '" + t.host + "' (SLURMD_NODENAME) resolves to " +
+                        a.host + ", a loopback address the step's other " +
+                        std::to_string(t.hosts - 1) + " host(s) cannot reach: give --host ADDR");
+  }
+  std::string store_note;
+  if (c.store.empty() && a.store.empty()) {
+    if (a.serve_port == 0)
+      throw ConfigError(
+          "--serve-store 0 under Slurm: the other tasks cannot learn a port chosen "
+          "at random; give a port, or none (15000 + the job id's last four digits)");
+    const auto port = a.serve_port > 0 ? static_cast<std::uint16_t>(a.serve_port)
+                                       : slurm::default_store_port(t.job_id);
+    if (t.rank == 0) {
+      a.serve_port = port;
+      if (a.bind.empty()) a.bind = a.host;
+      store_note = "; serving the run's store on " + a.bind + ":" + std::to_string(port);
+    } else {
+      a.serve_port = -1;
+      a.store = t.first_host + ":" + std::to_string(port);
+      store_note = "; the run's store: task 0's, " + a.store;
+    }
+  }
+  std::cerr << "node " << a.node_id << ": " << where << " on " << t.host << " (" << a.host << ")"
+            << store_note << std::endl;
+}
+
+int run_node(NodeArgs a, const std::vector<std::string>& argv) {
   trainer::RunConfig c = trainer::load_run_config(a.run_yaml, a.overrides);
+  place_with_slurm(a, c);
   for (const std::string& note : c.file.notes_for(config::Mode::kReal))
     std::cerr << "node " << a.node_id << ": " << note << std::endl;
   if (!a.transport.empty()) c.transport = a.transport;
@@ -616,7 +695,7 @@ int run_node(const NodeArgs& a, const std::vector<std::string>& argv) {
 int run_train_node(const std::vector<std::string>& args) {
   NodeArgs a;
   try {
-    a = parse_args(args);
+    a = parse_args(args, slurm::process_env());
   } catch (const ConfigError& e) {
     std::cerr << "meridian train: " << e.what() << "\n" << kUsage;
     return kExitUsage;

@@ -197,21 +197,34 @@ TEST_F(CliTest, SimWritesRunsNameAndNeverOverAnotherRunUnlessForced) {
   EXPECT_EQ(slurp(dir_ / "empty" / "notes.txt"), "mine\n");
 }
 
+// A scenario whose seeds draw different bandwidths (a U[0.5, 4] Gb/s range), so that their runs
+// differ: dir_/ens.yaml.
+static void write_ensemble_scenario(const fs::path& dir) {
+  std::ofstream(dir / "ens.yaml") << "run: {name: ens, outer_steps: 2}\n"
+                                     "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4,\n"
+                                     "        ffn: 512, vocab: 1000, seq_len: 128}\n"
+                                     "hardware: {step_time_s: 1}\n"
+                                     "network:\n"
+                                     "  access_bandwidth_gbps: [0.5, 4.0]\n"
+                                     "  sites: [{name: a}, {name: b}]\n"
+                                     "  rtt: [{a: a, b: b, ms: 80, source: test}]\n"
+                                     "  nodes: [{site: a, count: 2}, {site: b, count: 2}]\n"
+                                     "diloco: {H: 2, buckets: \"1\", local_ranks: 1, "
+                                     "checkpoint_s: 0}\n";
+}
+
+// An ensemble.json without its command line (which names the folder it was run into).
+static std::string without_command(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  j.erase("command");
+  return j.dump();
+}
+
 // Issue 18: an ensemble over seeds. Draw-dependent bandwidths (a U[0.5, 4] Gb/s range) make the
 // seeds' runs differ; the same seed list gives a byte-identical ensemble.json.
 TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
   if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
-  std::ofstream(dir_ / "ens.yaml") << "run: {name: ens, outer_steps: 2}\n"
-                                      "model: {layers: 2, hidden: 256, heads: 4, kv_heads: 4,\n"
-                                      "        ffn: 512, vocab: 1000, seq_len: 128}\n"
-                                      "hardware: {step_time_s: 1}\n"
-                                      "network:\n"
-                                      "  access_bandwidth_gbps: [0.5, 4.0]\n"
-                                      "  sites: [{name: a}, {name: b}]\n"
-                                      "  rtt: [{a: a, b: b, ms: 80, source: test}]\n"
-                                      "  nodes: [{site: a, count: 2}, {site: b, count: 2}]\n"
-                                      "diloco: {H: 2, buckets: \"1\", local_ranks: 1, "
-                                      "checkpoint_s: 0}\n";
+  write_ensemble_scenario(dir_);
   const Ran first = meridian("sim ens.yaml --seeds 1-3 --out e1");
   ASSERT_EQ(first.rc, 0) << first.err;
   for (int seed = 1; seed <= 3; ++seed)
@@ -230,11 +243,6 @@ TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
   ASSERT_EQ(second.rc, 0) << second.err;
   EXPECT_FALSE(fs::exists(dir_ / "e2" / "plots"));
   // Everything but the command line (which names the other folder) is the same.
-  auto without_command = [](const std::string& text) {
-    nlohmann::json j = nlohmann::json::parse(text);
-    j.erase("command");
-    return j.dump();
-  };
   EXPECT_EQ(without_command(slurp(dir_ / "e2" / "ensemble.json")), without_command(ensemble));
 
   // The seeds drew different bandwidths, so their all-reduce times differ.
@@ -271,6 +279,74 @@ TEST_F(CliTest, SimSeedsRunsAnEnsembleDeterministically) {
   const Ran zero = meridian("sim ens.yaml --seeds 1-2 --out e5 --jobs 0");
   EXPECT_EQ(zero.rc, 2);
   EXPECT_NE(zero.err.find("--jobs"), std::string::npos) << zero.err;
+}
+
+// Issue 34: a sweep in parts (`--part I/N`, a job array's tasks), then gathered: the table one
+// process writes; a gather before every part ran names the points missing.
+TEST_F(CliTest, SweepInPartsGathersToTheSameTable) {
+  if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
+  write_ensemble_scenario(dir_);
+  const std::string grid = "sweep ens.yaml --set diloco.H=1,2,3 --no-plots";
+  const Ran whole = meridian(grid + " --out whole");
+  ASSERT_EQ(whole.rc, 0) << whole.err;
+  const Ran part1 = meridian(grid + " --out parts --part 1/2");
+  ASSERT_EQ(part1.rc, 0) << part1.err;
+  EXPECT_NE(part1.out.find("part 1 of 2: 1 of 1 points ok"), std::string::npos) << part1.out;
+  EXPECT_FALSE(fs::exists(dir_ / "parts" / "sweep.csv"));
+  const Ran early = meridian(grid + " --out parts --gather");
+  EXPECT_EQ(early.rc, 2);
+  EXPECT_NE(early.err.find("no finished run of point(s) diloco.H=1, diloco.H=3"), std::string::npos)
+      << early.err;
+  ASSERT_EQ(meridian(grid + " --out parts --part 0/2").rc, 0);
+  const Ran gathered = meridian(grid + " --out parts --gather");
+  ASSERT_EQ(gathered.rc, 0) << gathered.err;
+  EXPECT_EQ(slurp(dir_ / "parts" / "sweep.csv"), slurp(dir_ / "whole" / "sweep.csv"));
+  EXPECT_EQ(meridian(grid + " --out parts --part 0/2 --gather").rc, 2);
+}
+
+// Issue 34: an ensemble in parts (the tasks of a job array, `--part I/N`), then gathered: the
+// same ensemble.json as one process makes, and a gather that names the seeds no part ran.
+TEST_F(CliTest, SimSeedsInPartsGatherToTheSameEnsemble) {
+  if (!has_command("sim")) GTEST_SKIP() << "built without the simulator";
+  write_ensemble_scenario(dir_);
+  const Ran whole = meridian("sim ens.yaml --seeds 1-5 --out whole --no-plots --jobs 1");
+  ASSERT_EQ(whole.rc, 0) << whole.err;
+
+  const Ran part1 = meridian("sim ens.yaml --seeds 1-5 --out parts --no-plots --part 1/2");
+  ASSERT_EQ(part1.rc, 0) << part1.err;
+  EXPECT_NE(part1.out.find("part 1 of 2: seeds 2,4 ran, 2 ok, 0 failed"), std::string::npos)
+      << part1.out;
+  EXPECT_FALSE(fs::exists(dir_ / "parts" / "ensemble.json"));
+  EXPECT_FALSE(fs::exists(dir_ / "parts" / "seed-1"));
+  EXPECT_EQ(slurp(dir_ / "parts" / "seed-4.exit"), "0\n");
+  // Gathered before part 0 ran: refused, naming its seeds.
+  const Ran early = meridian("sim ens.yaml --seeds 1-5 --out parts --no-plots --gather");
+  EXPECT_EQ(early.rc, 2);
+  EXPECT_NE(early.err.find("has no finished run of seed(s) 1, 3, 5"), std::string::npos)
+      << early.err;
+
+  const Ran part0 = meridian("sim ens.yaml --seeds=1-5 --out=parts --no-plots --part=0/2");
+  ASSERT_EQ(part0.rc, 0) << part0.err;
+  const Ran gathered = meridian("sim ens.yaml --seeds 1-5 --out parts --no-plots --gather");
+  ASSERT_EQ(gathered.rc, 0) << gathered.err;
+  EXPECT_EQ(without_command(slurp(dir_ / "parts" / "ensemble.json")),
+            without_command(slurp(dir_ / "whole" / "ensemble.json")));
+
+  // Malformed parts, a part outside a job array, and the options' company.
+  for (const char* bad : {"2/2", "1", "a/3", "1/0"}) {
+    const Ran r = meridian(std::string("sim ens.yaml --seeds 1-5 --out bad --part ") + bad);
+    EXPECT_EQ(r.rc, 2) << bad;
+    EXPECT_NE(r.err.find("--part: expected I/N"), std::string::npos) << r.err;
+  }
+  const Ran outside = meridian("sim ens.yaml --seeds 1-5 --out bad --part slurm");
+  EXPECT_EQ(outside.rc, 2);
+  EXPECT_NE(outside.err.find("not a task of a Slurm job array"), std::string::npos) << outside.err;
+  const Ran single = meridian("sim ens.yaml --out bad --part 0/2");
+  EXPECT_EQ(single.rc, 2);
+  EXPECT_NE(single.err.find("--part: only with --seeds"), std::string::npos) << single.err;
+  const Ran both = meridian("sim ens.yaml --seeds 1-5 --out parts --part 0/2 --gather");
+  EXPECT_EQ(both.rc, 2);
+  EXPECT_NE(both.err.find("--part and --gather: give one of them"), std::string::npos) << both.err;
 }
 
 TEST_F(CliTest, FinetuneRefusesAFolderThatHoldsARunBeforeTraining) {
