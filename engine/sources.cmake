@@ -12,12 +12,12 @@ set(meridian_core_sources
   collective/ring_allreduce.cc collective/ring_allreduce.h
   diloco/buckets.cc diloco/buckets.h diloco/diloco.cc diloco/diloco.h
   diloco/outer_optimizer.cc diloco/outer_optimizer.h
-  events/event_sink.cc events/event_sink.h events/json.cc events/json.h
+  events/config_record.cc events/config_record.h events/event_sink.cc events/event_sink.h events/json.cc events/json.h
   mesh/elastic_mesh.cc mesh/elastic_mesh.h mesh/ring_order.cc mesh/ring_order.h
   mesh/round_record.cc mesh/round_record.h
   recovery/live_recovery.cc recovery/live_recovery.h
   util/base64.cc util/base64.h util/crc32c.cc util/crc32c.h util/epoch_keys.cc util/epoch_keys.h
-  util/finite.h util/hmac.cc util/hmac.h util/sha256.cc util/sha256.h util/splitmix64.h
+  util/files.cc util/files.h util/finite.h util/hmac.cc util/hmac.h util/sha256.cc util/sha256.h util/splitmix64.h
   wire/chunk.cc wire/chunk.h
   # The lease bookkeeping every store shares.
   store/lease_table.cc store/lease_table.h)

@@ -17,6 +17,7 @@
 #include "engine/codec/codec.h"
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
+#include "engine/events/config_record.h"
 #include "netsim/churn.h"
 #include "netsim/modeled_worker.h"
 #include "netsim/platform.h"
@@ -290,18 +291,20 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     w.speed.push_back(std::make_shared<double>(w.pf.speed_factor[i]));
 
   {
-    JsonObject metrics;
-    metrics.add("param_count", sc.model.param_count())
-        .add("flops_per_token", sc.model.flops_per_token())
-        .add("tokens_per_inner_step", sc.tokens_per_inner_step())
-        .add("gpus_per_node", sc.hardware.gpus_per_node)
-        .add("peak_flops_per_gpu", sc.hardware.peak_flops_per_gpu)
-        .add("H", sc.diloco.H)
-        .add("codec", sc.diloco.codec)
-        .add("local_ranks", L);
-    JsonObject versions;
-    versions.add("meridian", "0.1.0").add("simgrid", SIMGRID_VERSION_STRING);
-    JsonObject cfg = sc.to_json();
+    ConfigRecord record;
+    record.mode = options.worker.mode;
+    record.seed = sc.run.seed;
+    record.command = options.command;
+    record.metrics = {sc.model.param_count(),
+                      sc.model.flops_per_token(),
+                      sc.tokens_per_inner_step(),
+                      sc.hardware.gpus_per_node,
+                      sc.hardware.peak_flops_per_gpu,
+                      sc.diloco.H,
+                      sc.diloco.codec,
+                      L};
+    record.versions.add("meridian", MERIDIAN_VERSION).add("simgrid", SIMGRID_VERSION_STRING);
+    JsonObject& cfg = record.config = sc.to_json();
     cfg.add("platform", w.pf.to_json());
     // What SimGrid was actually given: aggregated lanes carry L flows' bytes and window.
     JsonObject simulated;
@@ -316,14 +319,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
     simulated.add("wan", wan->to_json());
     cfg.add("simulated", simulated);
     if (options.worker.make_worker) cfg.add("trainer", options.worker.config);
-    JsonObject f;
-    f.add("mode", options.worker.mode)
-        .add("seed", sc.run.seed)
-        .add("command", options.command)
-        .add("versions", versions)
-        .add("metrics", metrics)
-        .add("config", cfg);
-    sink.emit(Event{0.0, -1, "config", f});
+    sink.emit(Event{0.0, -1, "config", config_record_fields(record)});
   }
 
   std::vector<int> initial_slots;

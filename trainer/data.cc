@@ -16,6 +16,7 @@
 
 #include "engine/error.h"
 #include "engine/util/crc32c.h"
+#include "engine/util/files.h"
 #include "engine/util/splitmix64.h"
 #include "trainer/docs_corpus.h"
 
@@ -48,18 +49,6 @@ std::string read_all(const fs::path& p) {
   std::ostringstream os;
   os << in.rdbuf();
   return os.str();
-}
-
-// Writes `text` to `path` atomically (temporary name, then rename).
-void write_atomically(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(tmp.string() + ": cannot create");
-    out << text;
-    if (!out.flush()) throw Error(tmp.string() + ": write failed");
-  }
-  fs::rename(tmp, path);
 }
 
 // Runs argv[0] (searched in PATH when not absolute) with stdin/stdout redirected to files
@@ -232,8 +221,8 @@ TokenizedCorpus prepare_corpus(const DataOptions& options) {
   const std::string key = (fortunes ? "fortunes_" : "debian-docs_") + c.corpus_checksum + "_v" + std::to_string(options.vocab);
   const fs::path train_txt = cache / (key + ".train.txt"), val_txt = cache / (key + ".val.txt");
   const fs::path model = cache / (key + ".model");
-  if (!fs::exists(train_txt)) write_atomically(train_txt, train_text);
-  if (!fs::exists(val_txt)) write_atomically(val_txt, val_text);
+  if (!fs::exists(train_txt)) write_file_atomically(train_txt, train_text);
+  if (!fs::exists(val_txt)) write_file_atomically(val_txt, val_text);
   const std::string tag = ".tmp" + std::to_string(::getpid());
   const auto slow_step = slow_step_of(options);
   // The tokenizer's input: the fortunes' training text; for the large corpus a deterministic
@@ -242,7 +231,7 @@ TokenizedCorpus prepare_corpus(const DataOptions& options) {
   fs::path spm_input = train_txt;
   if (!fortunes && !fs::exists(model)) {
     spm_input = cache / (key + ".spm.txt");
-    if (!fs::exists(spm_input)) write_atomically(spm_input, tokenizer_sample(docs, options));
+    if (!fs::exists(spm_input)) write_file_atomically(spm_input, tokenizer_sample(docs, options));
   }
   if (!fs::exists(model)) {
     slow_step("training the SentencePiece tokenizer on " + std::to_string(c.train_documents) +

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine/error.h"
+#include "engine/events/config_record.h"
 #include "engine/fault/cuttable_store.h"
 #include "trainer/precision.h"
 
@@ -83,7 +84,7 @@ class Emulation {
     const auto& m = o_.worker.config.model;
     const auto& t = o_.worker.config.train;
     const auto& d = o_.diloco;
-    JsonObject model, train, diloco, churn, metrics, versions;
+    JsonObject model, train, diloco, churn;
     model.add("name", m.name).add("layers", m.layers).add("hidden", m.hidden)
         .add("heads", m.heads).add("kv_heads", m.kv_heads).add("ffn", m.ffn)
         .add("vocab", m.vocab).add("seq_len", m.seq_len).add("rope_theta", m.rope_theta);
@@ -119,15 +120,21 @@ class Emulation {
     config.add("model", model).add("train", train).add("diloco", diloco).add("churn", churn)
         .add("corpus", corpus_.corpus_checksum)
         .add("train_tokens", static_cast<std::uint64_t>(corpus_.train->size()));
-    metrics.add("param_count", parameter_count(m)).add("flops_per_token", flops_per_token(m))
-        .add("tokens_per_inner_step", static_cast<std::int64_t>(t.batch) * m.seq_len)
-        .add("gpus_per_node", 0).add("peak_flops_per_gpu", 0.0).add("H", d.inner_steps)
-        .add("codec", codec_name(d.codec)).add("local_ranks", d.local_ranks);
-    versions.add("meridian", o_.version);
-    Event e{runtime_.now_s(), -1, "config", {}};
-    e.fields.add("mode", "emulate").add("seed", o_.worker.seed).add("command", o_.command)
-        .add("versions", versions).add("metrics", metrics).add("config", config);
-    events_.emit(e);
+    ConfigRecord record;
+    record.mode = "emulate";
+    record.seed = o_.worker.seed;
+    record.command = o_.command;
+    record.versions.add("meridian", o_.version);
+    record.metrics = {parameter_count(m),
+                      flops_per_token(m),
+                      std::int64_t{t.batch} * m.seq_len,
+                      0,
+                      0.0,
+                      d.inner_steps,
+                      std::string(codec_name(d.codec)),
+                      d.local_ranks};
+    record.config = config;
+    events_.emit(Event{runtime_.now_s(), -1, "config", config_record_fields(record)});
     start_s_ = runtime_.now_s();
   }
 

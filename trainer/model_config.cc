@@ -96,8 +96,8 @@ std::uint64_t non_embedding_parameter_count(const ModelConfig& m) {
 }
 
 double flops_per_token(const ModelConfig& m) {
-  return 6.0 * static_cast<double>(non_embedding_parameter_count(m)) +
-         12.0 * m.layers * m.heads * m.head_dim() * static_cast<double>(m.seq_len);
+  return config::prime_flops_per_token(non_embedding_parameter_count(m), m.layers, m.heads,
+                                       m.head_dim(), m.seq_len);
 }
 
 std::string describe(const ModelConfig& m) {

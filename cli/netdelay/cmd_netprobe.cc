@@ -26,6 +26,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "engine/error.h"
+#include "engine/util/files.h"
 
 namespace meridian::cli {
 namespace {
@@ -173,11 +174,8 @@ int run_serve(const std::vector<std::string>& args) {
   if (listen(lfd, 8) != 0) fail_errno("listen");
   socklen_t len = sizeof addr;
   getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
-  if (!port_file.empty()) {
-    const std::string tmp = port_file + ".tmp";  // appears complete or not at all
-    std::ofstream(tmp) << ntohs(addr.sin_port) << "\n";
-    std::rename(tmp.c_str(), port_file.c_str());
-  }
+  if (!port_file.empty())  // appears complete or not at all
+    write_file_atomically(port_file, std::to_string(ntohs(addr.sin_port)) + "\n");
   std::cerr << "netprobe: listening on " << bind_host << ":" << ntohs(addr.sin_port) << std::endl;
   struct Worker {
     std::thread thread;

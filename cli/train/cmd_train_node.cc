@@ -33,6 +33,7 @@
 #include "engine/codec/codec.h"
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
+#include "engine/events/config_record.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
 #include "engine/fault/fault_point.h"
@@ -40,6 +41,7 @@
 #include "engine/store/tcp_store.h"
 #include "engine/store/tcp_store_wire.h"
 #include "engine/util/crc32c.h"
+#include "engine/util/files.h"
 #include "trainer/run_checkpoint.h"
 #include "trainer/run_config.h"
 #include "trainer/torch_worker.h"
@@ -200,17 +202,6 @@ NodeArgs parse_args(const std::vector<std::string>& args, const slurm::Env& env)
   return a;
 }
 
-// Writes `text` to `path` atomically (a reader never sees a partial file).
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) throw Error(tmp + ": write failed");
-  }
-  std::filesystem::rename(tmp, path);
-}
-
 // Passes inner steps through and keeps the last loss and the tokens, for the progress line.
 class ProgressWorker final : public ForwardingWorker {
  public:
@@ -246,7 +237,7 @@ class PausingFactory final : public TransportFactory {
   void count() {
     if (++sent_ != at_) return;
     events_.flush();
-    write_atomically(marker_, std::to_string(at_) + "\n");
+    write_file_atomically(marker_, std::to_string(at_) + "\n");
     std::cerr << "fault: paused at outgoing all-reduce message " << at_ << std::endl;
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // until the test kills us
   }
@@ -261,21 +252,22 @@ class PausingFactory final : public TransportFactory {
 JsonObject config_event(const trainer::RunConfig& c, const std::string& command,
                         double clock_origin_unix_s) {
   const auto& m = c.trainer.model;
-  JsonObject versions, metrics;
-  versions.add("meridian", kVersion);
-  metrics.add("param_count", trainer::parameter_count(m));
-  metrics.add("flops_per_token", trainer::flops_per_token(m));
-  metrics.add("tokens_per_inner_step",
-              static_cast<std::int64_t>(c.trainer.train.batch) * m.seq_len);
-  metrics.add("gpus_per_node", 0).add("peak_flops_per_gpu", 0.0);
-  metrics.add("H", c.diloco.inner_steps)
-      .add("codec", std::string(codec_name(c.diloco.codec)))
-      .add("local_ranks", c.diloco.local_ranks);
-  JsonObject f;
-  f.add("mode", "real").add("seed", c.seed).add("command", command);
-  f.add("clock_origin_unix_s", clock_origin_unix_s);
-  f.add("versions", versions).add("metrics", metrics).add("config", trainer::run_config_json(c));
-  return f;
+  ConfigRecord record;
+  record.mode = "real";
+  record.seed = c.seed;
+  record.command = command;
+  record.clock_origin_unix_s = clock_origin_unix_s;
+  record.versions.add("meridian", kVersion);
+  record.metrics = {trainer::parameter_count(m),
+                    trainer::flops_per_token(m),
+                    std::int64_t{c.trainer.train.batch} * m.seq_len,
+                    0,
+                    0.0,
+                    c.diloco.inner_steps,
+                    std::string(codec_name(c.diloco.codec)),
+                    c.diloco.local_ranks};
+  record.config = trainer::run_config_json(c);
+  return config_record_fields(record);
 }
 
 // A resumed node continues its earlier life's files (one history per node: the report covers the
@@ -452,7 +444,7 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
     std::cout << "store listening on " << real.served_bind() << ":" << real.served_port()
               << std::endl;
     if (!a.port_file.empty())
-      write_atomically(a.port_file, std::to_string(real.served_port()) + "\n");
+      write_file_atomically(a.port_file, std::to_string(real.served_port()) + "\n");
   }
   Store& store = real.store();
   // A store that already holds a round record means the run is under way: join it.

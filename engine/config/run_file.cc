@@ -35,9 +35,14 @@ std::uint64_t ModelSpec::param_count() const {
   return non_embedding_params() + std::uint64_t(vocab) * hidden;
 }
 
+double prime_flops_per_token(std::uint64_t non_embedding_params, int layers, int heads,
+                             double head_dim, int seq_len) {
+  return 6.0 * double(non_embedding_params) + 12.0 * layers * heads * head_dim * seq_len;
+}
+
 double ModelSpec::flops_per_token() const {
-  const double d_head = double(hidden) / heads;
-  return 6.0 * double(non_embedding_params()) + 12.0 * layers * heads * d_head * seq_len;
+  return prime_flops_per_token(non_embedding_params(), layers, heads, double(hidden) / heads,
+                               seq_len);
 }
 
 std::vector<std::uint64_t> ModelSpec::bucket_boundaries() const {

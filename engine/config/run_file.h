@@ -34,6 +34,12 @@ struct TcpSpec {
 
 // `model:` a Llama-style decoder. `config: NAME` (a file in trainer/configs/, or a .yaml path)
 // supplies a base for the keys below and for `train:`; `model: NAME` is short for it.
+// PRIME's training FLOPs per token: 6·N_non-embedding + 12·L·H·d_head·T (forward and backward
+// of the weights, and attention over a sequence of T). One formula for the simulator's model
+// (ModelSpec) and the trainer's (trainer/model_config.h).
+double prime_flops_per_token(std::uint64_t non_embedding_params, int layers, int heads,
+                             double head_dim, int seq_len);
+
 struct ModelSpec {
   std::string config;     // "" = none: the keys below over INTELLECT-1's defaults
   std::string name;       // for logs and checkpoints ("" = the config's, or "unnamed")
