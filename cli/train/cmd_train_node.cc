@@ -408,6 +408,251 @@ void place_with_slurm(NodeArgs& a, const trainer::RunConfig& c) {
             << store_note << std::endl;
 }
 
+// The embedded store must outlive every node that uses it: peers finishing their last round,
+// and nodes still queued or recovering when the run ended (they learn so from the store and
+// leave). So the serving node waits until no node holds a liveness lease any more (the mesh's
+// hb/ keys: each ends with a graceful leave, or dead_after_s after a crash), bounded.
+void keep_store_until_nodes_leave(std::int64_t node_id, Store& store, const DilocoOptions& d) {
+  try {
+    const std::string alive = d.mesh.prefix + "hb/";  // ElasticMesh::key_heartbeat
+    const double bound_s = 2 * d.mesh.dead_after_s + d.allreduce_timeout_s + d.recovery.timeout_s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
+    std::uint64_t revision = store.watch({alive}, 0, 0.0);  // the current revision
+    for (bool said = false;;) {
+      const auto holders = store.list(alive);
+      if (holders.empty()) break;
+      const double left_s =
+          std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      if (left_s <= 0) {
+        std::cerr << "node " << node_id << ": stopping the embedded store with " << holders.size()
+                  << " node(s) still alive after " << bound_s << " s" << std::endl;
+        break;
+      }
+      if (!said)
+        std::cerr << "node " << node_id << ": keeping the embedded store up until "
+                  << holders.size() << " other node(s) have left" << std::endl;
+      said = true;
+      revision = store.watch({alive}, revision, left_s);
+    }
+  } catch (const Error& e) {
+    std::cerr << "node " << node_id << ": at the end: " << e.what() << std::endl;
+  }
+}
+
+// --resume: joins a run under way by live recovery, or restarts the run from the newest
+// checkpoint every resuming node has (verified; refused with each candidate's reason), with the
+// `run_resumed` record of this life either way.
+void resume(const NodeArgs& a, const trainer::RunConfig& c, compose::RealNode& real, bool initial,
+            int life, DilocoOptions& d, InnerWorker& worker, JsonlEventSink& events) {
+  Store& store = real.store();
+  Runtime& runtime = real.runtime();
+  const auto node_ckpt_dir = trainer::node_checkpoint_dir(c.checkpoint.dir, a.node_id);
+  if (!initial && store.list(d.mesh.prefix + "hb/").empty()) {
+    throw ConfigError(
+        "--resume: the store holds a run with no live node; a whole-run resume "
+        "starts from a fresh store (restart `meridian store`, or --serve-store)");
+  } else if (!initial) {
+    std::cerr << "node " << a.node_id << ": --resume: the run is under way; joining it by live "
+              << "recovery (no checkpoint is read)" << std::endl;
+    events.emit(
+        run_resumed_event(runtime.now_s(), a.node_id, life, "live_recovery", std::nullopt, ""));
+  } else {
+    const auto skipped = [&](const trainer::SkippedCheckpoint& s) {
+      std::cerr << "node " << a.node_id << ": checkpoint " << s.path.string()
+                << " skipped: " << s.reason << std::endl;
+      JsonObject f;
+      f.add("path", s.path.string()).add("reason", s.reason);
+      events.emit(Event{runtime.now_s(), a.node_id, "checkpoint_skipped", f});
+    };
+    std::vector<trainer::ResumeCandidate> found;
+    try {
+      found = trainer::find_resume_candidates(c.checkpoint.dir, c.trainer.model, real.shard(),
+                                              c.shards, a.resume_from, skipped);
+    } catch (const ConfigError&) {
+      // Refused: tell the other resuming nodes now rather than let them wait for this one.
+      try {
+        trainer::agree_resume_step(store, c.initial_nodes, {}, d.mesh.admission_timeout_s);
+      } catch (const Error&) {
+      }
+      throw;
+    }
+    std::vector<std::int64_t> steps;
+    for (const auto& f : found) steps.push_back(f.steps_done);
+    const std::int64_t from =
+        trainer::agree_resume_step(store, c.initial_nodes, steps, d.mesh.admission_timeout_s);
+    const auto it = std::find_if(found.begin(), found.end(),
+                                 [&](const auto& f) { return f.steps_done == from; });
+    trainer::load_for_resume(*it, c.trainer.model, worker, d);
+    events.emit(
+        run_resumed_event(runtime.now_s(), a.node_id, life, "checkpoint", from, it->path.string()));
+    std::cerr << "node " << a.node_id << ": resuming after outer step " << from << "/"
+              << d.outer_steps << " from " << it->path.string()
+              << (it->own_shard ? "" : " (another shard's: outer state only, fresh inner state)")
+              << std::endl;
+    if (const int moved = trainer::set_aside_newer(node_ckpt_dir, from))
+      std::cerr << "node " << a.node_id << ": moved " << moved << " newer checkpoint(s) to "
+                << (node_ckpt_dir / "superseded").string() << std::endl;
+  }
+}
+
+// What a node does after each outer step it applied: a checkpoint when one is due, the step's
+// line in checksums.tsv and the progress line on stdout.
+class OuterStepReport {
+ public:
+  OuterStepReport(std::int64_t node_id, const trainer::RunConfig& c, const DilocoOptions& d,
+                  Store& store, Runtime& runtime, ProgressWorker& worker,
+                  trainer::CheckpointWriter* writer, std::ostream& checksums)
+      : node_id_(node_id),
+        ck_(c.checkpoint),
+        d_(d),
+        store_(store),
+        runtime_(runtime),
+        worker_(worker),
+        writer_(writer),
+        checksums_(checksums),
+        last_checkpoint_s_(runtime.now_s()),
+        last_(std::chrono::steady_clock::now()) {}
+
+  void after(const OuterStepView& v) {
+    run_steps_done_ = std::max(run_steps_done_.load(), v.outer_step + 1);
+    if (writer_ && checkpoint_due(v)) {
+      writer_->wait_idle();
+      writer_->submit(trainer::snapshot_node_state(v, worker_));
+      last_checkpoint_s_ = runtime_.now_s();
+    }
+    const auto bytes = std::as_bytes(v.outer_parameters);
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes));
+    std::lock_guard<std::mutex> lock(mu_);
+    checksums_ << v.outer_step << "\t" << v.epoch << "\t" << v.members.size() << "\t" << crc << "\n"
+               << std::flush;
+    const auto now = std::chrono::steady_clock::now();
+    const double dt_s = std::chrono::duration<double>(now - last_).count();
+    const std::int64_t tokens = worker_.tokens;
+    std::ostringstream line;
+    line << "node " << node_id_ << " | outer step " << v.outer_step + 1 << "/" << d_.outer_steps
+         << " | epoch " << v.epoch << " | nodes " << v.members.size() << " | loss " << std::fixed
+         << std::setprecision(4) << worker_.loss.load() << " | " << std::setprecision(0)
+         << (dt_s > 0 ? (tokens - last_tokens_) / dt_s : 0.0) << " tokens/s"
+         << (v.fallback ? " | fallback" : "");
+    std::cout << line.str() << std::endl;
+    last_ = now;
+    last_tokens_ = tokens;
+  }
+
+  // The run's outer steps done, as this node saw them.
+  std::int64_t run_steps_done() const { return run_steps_done_.load(); }
+
+ private:
+  // Every member must write the same steps (a resume needs one step all of them have): by step
+  // count and at the end, or by the round's first member's clock.
+  bool checkpoint_due(const OuterStepView& v) {
+    const bool last_step = v.outer_step + 1 >= d_.outer_steps;
+    bool due = last_step || (ck_.every_steps > 0 && (v.outer_step + 1) % ck_.every_steps == 0) ||
+               (ck_.every_s > 0 && runtime_.now_s() - last_checkpoint_s_ >= ck_.every_s);
+    if (ck_.every_s > 0 && !last_step)
+      due = trainer::agree_checkpoint_due(store_, v, due, 2 * d_.mesh.dead_after_s);
+    return due;
+  }
+
+  const std::int64_t node_id_;
+  const trainer::CheckpointOptions& ck_;
+  const DilocoOptions& d_;
+  Store& store_;
+  Runtime& runtime_;
+  ProgressWorker& worker_;
+  trainer::CheckpointWriter* const writer_;  // null: no checkpoints
+  std::ostream& checksums_;
+  double last_checkpoint_s_;
+  std::chrono::steady_clock::time_point last_;
+  std::int64_t last_tokens_ = 0;
+  std::mutex mu_;
+  std::atomic<std::int64_t> run_steps_done_{0};
+};
+
+compose::RealNodeArgs real_node_args(const NodeArgs& a, const StoreIdentity& identity) {
+  compose::RealNodeArgs ra;
+  ra.file = a.run_yaml;
+  ra.node_id = a.node_id;
+  ra.store = a.store;
+  ra.serve_port = a.serve_port;
+  ra.bind = a.bind;
+  ra.host = a.host;
+  ra.shard = a.shard;
+  ra.cuda_device = a.cuda_device;
+  ra.identity = identity;
+  ra.log = [](const std::string& line) { std::cerr << line << std::endl; };
+  return ra;
+}
+
+// The node's files in <output.dir>/node-<ID>/ (cli/train/README.md), and which life of the node
+// this process is.
+struct NodeFiles {
+  std::ofstream events, checksums;
+  int life = 1;
+};
+
+// A first life creates the files; a resumed node appends to its earlier lives' (one history per
+// node). A resumed life's number follows the lives the file holds (2 at least: a resume whose
+// earlier files are elsewhere, another output.dir, is still a restart).
+NodeFiles open_node_files(const NodeArgs& a, const std::string& output_dir) {
+  const std::string dir = output_dir + "/node-" + std::to_string(a.node_id);
+  std::filesystem::create_directories(dir);
+  NodeFiles f;
+  f.life =
+      a.resume ? std::max(2, lives_in(continue_file(dir + "/events.jsonl", a.node_id)) + 1) : 1;
+  const bool new_checksums = !a.resume || continue_file(dir + "/checksums.tsv", a.node_id).empty();
+  const auto mode = a.resume ? std::ios::app : std::ios::trunc;
+  f.events.open(dir + "/events.jsonl", mode);
+  f.checksums.open(dir + "/checksums.tsv", mode);
+  if (!f.events || !f.checksums) throw ConfigError(dir + ": cannot create the node's files");
+  if (new_checksums) f.checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
+  return f;
+}
+
+// What a node's file ends with: `run_finished` with the run's outer steps (a node that joined
+// late or resumed applied fewer itself), or, when the run did not finish for this node,
+// `node_lost` with what happened.
+Event last_record(double t_s, std::int64_t node_id, const NodeResult& r, double wall_s,
+                  std::int64_t run_steps_done, int outer_steps_planned) {
+  JsonObject f;
+  if (r.exit == NodeExit::kLost || r.exit == NodeExit::kEvicted) {
+    f.add("exit", node_exit_name(r.exit)).add("reason", r.what);
+    f.add("outer_steps", r.outer_steps_applied).add("elapsed_s", wall_s);
+    return Event{t_s, node_id, "node_lost", f};
+  }
+  f.add("simulated_s", wall_s).add("outer_steps", run_steps_done);
+  f.add("outer_steps_planned", outer_steps_planned);
+  return Event{t_s, -1, "run_finished", f};
+}
+
+// The node's checkpoint writer (FILE's `checkpoint:`): a `checkpoint` record per write, a line on
+// stderr for one not written, and --fault-exit-in-checkpoint-write's fault point.
+std::unique_ptr<trainer::CheckpointWriter> checkpoint_writer(const NodeArgs& a,
+                                                             const trainer::RunConfig& c,
+                                                             Runtime& runtime,
+                                                             JsonlEventSink& events) {
+  std::function<void(const std::filesystem::path&)> fault;
+  if (a.exit_in_checkpoint_write > 0) {
+    auto done = std::make_shared<std::uint64_t>(0);
+    fault = [done, k = a.exit_in_checkpoint_write, &events](const std::filesystem::path& p) {
+      if (++*done < k) return;
+      std::cerr << "fault: exit in a checkpoint write, after " << p.string() << std::endl;
+      events.flush();
+      ::_exit(3);
+    };
+  }
+  return std::make_unique<trainer::CheckpointWriter>(
+      trainer::node_checkpoint_dir(c.checkpoint.dir, a.node_id), c.trainer.model, c.checkpoint.keep,
+      [&runtime, &events, id = a.node_id](const trainer::CheckpointWriteResult& r) {
+        events.emit(Event{runtime.now_s(), id, "checkpoint", checkpoint_event(r)});
+        if (!r.written)
+          std::cerr << "node " << id << ": checkpoint " << r.path << " not written: " << r.error
+                    << std::endl;
+      },
+      fault);
+}
+
 int run_node(NodeArgs a, const std::vector<std::string>& argv) {
   trainer::RunConfig c = trainer::load_run_config(a.run_yaml, a.overrides);
   place_with_slurm(a, c);
@@ -428,18 +673,7 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
   sigaddset(&signals, SIGUSR1);  // wakes the watcher at the end
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  compose::RealNodeArgs ra;
-  ra.file = a.run_yaml;
-  ra.node_id = a.node_id;
-  ra.store = a.store;
-  ra.serve_port = a.serve_port;
-  ra.bind = a.bind;
-  ra.host = a.host;
-  ra.shard = a.shard;
-  ra.cuda_device = a.cuda_device;
-  ra.identity = identity;
-  ra.log = [](const std::string& line) { std::cerr << line << std::endl; };
-  compose::RealNode real(c, ra);
+  compose::RealNode real(c, real_node_args(a, identity));
   if (real.server()) {
     std::cout << "store listening on " << real.served_bind() << ":" << real.served_port()
               << std::endl;
@@ -454,19 +688,10 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
     throw ConfigError(node_ckpt_dir.string() +
                       " holds checkpoints of an earlier run: start with --resume, or remove it");
 
-  const std::string dir = c.output_dir + "/node-" + std::to_string(a.node_id);
-  std::filesystem::create_directories(dir);
-  // A resumed node appends to its files; the first life creates them.
-  // This life's number when resumed: after the lives the file holds (2 at least: a resume whose
-  // earlier files are elsewhere, another output.dir, is still a restart).
-  const int life =
-      a.resume ? std::max(2, lives_in(continue_file(dir + "/events.jsonl", a.node_id)) + 1) : 1;
-  const bool new_checksums = !a.resume || continue_file(dir + "/checksums.tsv", a.node_id).empty();
-  const auto mode = a.resume ? std::ios::app : std::ios::trunc;
-  std::ofstream events_file(dir + "/events.jsonl", mode);
-  std::ofstream checksums(dir + "/checksums.tsv", mode);
-  if (!events_file || !checksums) throw ConfigError(dir + ": cannot create the node's files");
-  if (new_checksums) checksums << "outer_step\tepoch\tmembers\tcrc32c\n" << std::flush;
+  NodeFiles files = open_node_files(a, c.output_dir);
+  const int life = files.life;
+  std::ofstream& events_file = files.events;
+  std::ofstream& checksums = files.checksums;
   // Flushed per record: a node killed at any point (SIGKILL, churn) leaves every event it
   // emitted (a record costs ~2 us more so, bench/event_sink_bench.cc; a node writes tens a second).
   JsonlEventSink events(events_file, EventFlush::kEachRecord);
@@ -497,115 +722,12 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
 
   DilocoOptions d = c.diloco;
   d.ring_watchdog_s = d.mesh.heartbeat_interval_s;  // a frozen peer costs a lease, not the timeout
-  if (a.resume && !initial && store.list(d.mesh.prefix + "hb/").empty()) {
-    throw ConfigError(
-        "--resume: the store holds a run with no live node; a whole-run resume "
-        "starts from a fresh store (restart `meridian store`, or --serve-store)");
-  } else if (a.resume && !initial) {
-    std::cerr << "node " << a.node_id << ": --resume: the run is under way; joining it by live "
-              << "recovery (no checkpoint is read)" << std::endl;
-    events.emit(
-        run_resumed_event(runtime.now_s(), a.node_id, life, "live_recovery", std::nullopt, ""));
-  } else if (a.resume) {
-    const auto skipped = [&](const trainer::SkippedCheckpoint& s) {
-      std::cerr << "node " << a.node_id << ": checkpoint " << s.path.string()
-                << " skipped: " << s.reason << std::endl;
-      JsonObject f;
-      f.add("path", s.path.string()).add("reason", s.reason);
-      events.emit(Event{runtime.now_s(), a.node_id, "checkpoint_skipped", f});
-    };
-    std::vector<trainer::ResumeCandidate> found;
-    try {
-      found = trainer::find_resume_candidates(ck.dir, c.trainer.model, real.shard(), c.shards,
-                                              a.resume_from, skipped);
-    } catch (const ConfigError&) {
-      // Refused: tell the other resuming nodes now rather than let them wait for this one.
-      try {
-        trainer::agree_resume_step(store, c.initial_nodes, {}, d.mesh.admission_timeout_s);
-      } catch (const Error&) {
-      }
-      throw;
-    }
-    std::vector<std::int64_t> steps;
-    for (const auto& f : found) steps.push_back(f.steps_done);
-    const std::int64_t from =
-        trainer::agree_resume_step(store, c.initial_nodes, steps, d.mesh.admission_timeout_s);
-    const auto it = std::find_if(found.begin(), found.end(),
-                                 [&](const auto& f) { return f.steps_done == from; });
-    trainer::load_for_resume(*it, c.trainer.model, worker, d);
-    events.emit(
-        run_resumed_event(runtime.now_s(), a.node_id, life, "checkpoint", from, it->path.string()));
-    std::cerr << "node " << a.node_id << ": resuming after outer step " << from << "/"
-              << d.outer_steps << " from " << it->path.string()
-              << (it->own_shard ? "" : " (another shard's: outer state only, fresh inner state)")
-              << std::endl;
-    if (const int moved = trainer::set_aside_newer(node_ckpt_dir, from))
-      std::cerr << "node " << a.node_id << ": moved " << moved << " newer checkpoint(s) to "
-                << (node_ckpt_dir / "superseded").string() << std::endl;
-  }
-  std::unique_ptr<trainer::CheckpointWriter> writer;
-  if (ck.enabled()) {
-    std::function<void(const std::filesystem::path&)> fault;
-    if (a.exit_in_checkpoint_write > 0) {
-      auto done = std::make_shared<std::uint64_t>(0);
-      fault = [done, k = a.exit_in_checkpoint_write, &events](const std::filesystem::path& p) {
-        if (++*done < k) return;
-        std::cerr << "fault: exit in a checkpoint write, after " << p.string() << std::endl;
-        events.flush();
-        ::_exit(3);
-      };
-    }
-    writer = std::make_unique<trainer::CheckpointWriter>(
-        node_ckpt_dir, c.trainer.model, ck.keep,
-        [&](const trainer::CheckpointWriteResult& r) {
-          events.emit(Event{runtime.now_s(), a.node_id, "checkpoint", checkpoint_event(r)});
-          if (!r.written)
-            std::cerr << "node " << a.node_id << ": checkpoint " << r.path
-                      << " not written: " << r.error << std::endl;
-        },
-        fault);
-  }
-  double last_checkpoint_s = runtime.now_s();
+  if (a.resume) resume(a, c, real, initial, life, d, worker, events);
+  std::unique_ptr<trainer::CheckpointWriter> writer =
+      ck.enabled() ? checkpoint_writer(a, c, runtime, events) : nullptr;
   const auto t0 = std::chrono::steady_clock::now();
-  auto last = t0;
-  std::int64_t last_tokens = 0;
-  std::mutex out_mu;
-  std::atomic<std::int64_t> run_steps_done{0};  // the run's outer steps done, as this node saw
-  d.on_outer_step = [&](const OuterStepView& v) {
-    run_steps_done = std::max(run_steps_done.load(), v.outer_step + 1);
-    if (writer) {
-      // Every member must write the same steps (a resume needs one step all of them have):
-      // by step count and at the end, or by the round's first member's clock.
-      const bool last_step = v.outer_step + 1 >= d.outer_steps;
-      bool due = last_step || (ck.every_steps > 0 && (v.outer_step + 1) % ck.every_steps == 0) ||
-                 (ck.every_s > 0 && runtime.now_s() - last_checkpoint_s >= ck.every_s);
-      if (ck.every_s > 0 && !last_step)
-        due = trainer::agree_checkpoint_due(store, v, due, 2 * d.mesh.dead_after_s);
-      if (due) {
-        writer->wait_idle();
-        writer->submit(trainer::snapshot_node_state(v, worker));
-        last_checkpoint_s = runtime.now_s();
-      }
-    }
-    const auto bytes = std::as_bytes(v.outer_parameters);
-    char crc[16];
-    std::snprintf(crc, sizeof crc, "%08x", crc32c(bytes));
-    std::lock_guard<std::mutex> lock(out_mu);
-    checksums << v.outer_step << "\t" << v.epoch << "\t" << v.members.size() << "\t" << crc << "\n"
-              << std::flush;
-    const auto now = std::chrono::steady_clock::now();
-    const double dt_s = std::chrono::duration<double>(now - last).count();
-    const std::int64_t tokens = worker.tokens;
-    std::ostringstream line;
-    line << "node " << a.node_id << " | outer step " << v.outer_step + 1 << "/" << d.outer_steps
-         << " | epoch " << v.epoch << " | nodes " << v.members.size() << " | loss " << std::fixed
-         << std::setprecision(4) << worker.loss.load() << " | " << std::setprecision(0)
-         << (dt_s > 0 ? (tokens - last_tokens) / dt_s : 0.0) << " tokens/s"
-         << (v.fallback ? " | fallback" : "");
-    std::cout << line.str() << std::endl;
-    last = now;
-    last_tokens = tokens;
-  };
+  OuterStepReport report(a.node_id, c, d, store, runtime, worker, writer.get(), checksums);
+  d.on_outer_step = [&report](const OuterStepView& v) { report.after(v); };
   const std::unique_ptr<DilocoNode> node_owner =
       compose::make_node({node_worker, store, node_transports, runtime, notices}, d);
   DilocoNode& node = *node_owner;
@@ -629,19 +751,8 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
 
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (r.exit == NodeExit::kLost || r.exit == NodeExit::kEvicted) {
-    // The run did not finish for this node: its file ends with what happened instead.
-    JsonObject lost;
-    lost.add("exit", node_exit_name(r.exit)).add("reason", r.what);
-    lost.add("outer_steps", r.outer_steps_applied).add("elapsed_s", wall_s);
-    events.emit(Event{runtime.now_s(), a.node_id, "node_lost", lost});
-  } else {
-    JsonObject fin;
-    // The run's outer steps (a node that joined late or resumed applied fewer itself).
-    fin.add("simulated_s", wall_s).add("outer_steps", run_steps_done.load());
-    fin.add("outer_steps_planned", d.outer_steps);
-    events.emit(Event{runtime.now_s(), -1, "run_finished", fin});
-  }
+  events.emit(
+      last_record(runtime.now_s(), a.node_id, r, wall_s, report.run_steps_done(), d.outer_steps));
   std::cerr << "node " << a.node_id << ": " << node_exit_name(r.exit) << " after "
             << r.outer_steps_applied << " outer steps" << (r.what.empty() ? "" : ": ") << r.what
             << std::endl;
@@ -649,38 +760,7 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
     const auto [host, port] = compose::split_host_port(a.store);
     say_if_store_gone(a, host, port);
   }
-  // The embedded store must outlive every node that uses it: peers finishing their last round,
-  // and nodes still queued or recovering when the run ended (they learn so from the store and
-  // leave). So the serving node waits until no node holds a liveness lease any more (the mesh's
-  // hb/ keys: each ends with a graceful leave, or dead_after_s after a crash), bounded.
-  if (real.server()) {
-    try {
-      const std::string alive = d.mesh.prefix + "hb/";  // ElasticMesh::key_heartbeat
-      const double bound_s = 2 * d.mesh.dead_after_s + d.allreduce_timeout_s + d.recovery.timeout_s;
-      const auto deadline =
-          std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
-      std::uint64_t revision = store.watch({alive}, 0, 0.0);  // the current revision
-      for (bool said = false;;) {
-        const auto holders = store.list(alive);
-        if (holders.empty()) break;
-        const double left_s =
-            std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-        if (left_s <= 0) {
-          std::cerr << "node " << a.node_id << ": stopping the embedded store with "
-                    << holders.size() << " node(s) still alive after " << bound_s << " s"
-                    << std::endl;
-          break;
-        }
-        if (!said)
-          std::cerr << "node " << a.node_id << ": keeping the embedded store up until "
-                    << holders.size() << " other node(s) have left" << std::endl;
-        said = true;
-        revision = store.watch({alive}, revision, left_s);
-      }
-    } catch (const Error& e) {
-      std::cerr << "node " << a.node_id << ": at the end: " << e.what() << std::endl;
-    }
-  }
+  if (real.server()) keep_store_until_nodes_leave(a.node_id, store, d);
   return (r.exit == NodeExit::kFinished || r.exit == NodeExit::kLeft) ? kExitOk : kExitFailed;
 }
 
