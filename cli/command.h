@@ -17,10 +17,15 @@ struct Command {
   std::string summary;  // one line for `meridian help`
   std::string usage;    // full usage text for `meridian help NAME` and argument errors
   CommandFn run;
+  // Runs in meridian-torch (cli/elsewhere.cc): `run` replaces this process by it, whatever the
+  // arguments (--help included).
+  bool elsewhere = false;
 };
 
 bool register_command(Command c);
 const std::vector<Command>& commands();
+// This process's command line as main() received it (argv[0] first).
+const std::vector<std::string>& invocation();
 
 // Exit codes: 0 ok, 1 run failed (e.g. peers lost beyond retries), 2 bad usage or input.
 inline constexpr int kExitOk = 0;

@@ -23,6 +23,13 @@ bool register_command(Command c) {
 
 const std::vector<Command>& commands() { return registry(); }
 
+std::vector<std::string>& invocation_storage() {
+  static std::vector<std::string> v;
+  return v;
+}
+
+const std::vector<std::string>& invocation() { return invocation_storage(); }
+
 namespace {
 
 void print_help(std::ostream& os) {
@@ -42,11 +49,13 @@ void print_help(std::ostream& os) {
 
 int main(int argc, char** argv) {
   using namespace meridian::cli;
+  invocation_storage().assign(argv, argv + argc);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
     if (args.size() >= 2 && !opt::asks_for_help({args[1]})) {
       for (const auto& c : commands())
         if (c.name == args[1]) {
+          if (c.elsewhere) return c.run({});  // prints its usage there
           std::cout << c.usage;
           return kExitOk;
         }
@@ -60,7 +69,7 @@ int main(int argc, char** argv) {
   for (const auto& c : commands()) {
     if (c.name != args[0]) continue;
     const std::vector<std::string> rest(args.begin() + 1, args.end());
-    if (opt::asks_for_help(rest)) {
+    if (opt::asks_for_help(rest) && !c.elsewhere) {
       std::cout << c.usage;
       return kExitOk;
     }

@@ -14,6 +14,7 @@
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/run_folder.h"
+#include "cli/torch_commands.h"
 #include "engine/error.h"
 #include "trainer/post/finetune/domain_corpus.h"
 #include "trainer/post/finetune/finetune.h"
@@ -184,9 +185,7 @@ int run_finetune(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("finetune",
-                 "train/adapt the model on the general or domain corpus (Spectrum-aware)", kUsage,
-                 run_finetune);
+MERIDIAN_COMMAND("finetune", torch_command_summary("finetune"), kUsage, run_finetune);
 
 }  // namespace
 }  // namespace meridian::cli

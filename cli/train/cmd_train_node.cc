@@ -29,6 +29,7 @@
 #include "cli/compose/compose.h"
 #include "cli/compose/real_node.h"
 #include "cli/slurm.h"
+#include "cli/torch_commands.h"
 #include "cli/train/terminal_notices.h"
 #include "engine/codec/codec.h"
 #include "engine/diloco/diloco.h"
@@ -783,9 +784,7 @@ int run_train_node(const std::vector<std::string>& args) {
   }
 }
 
-MERIDIAN_COMMAND("train-node",
-                 "one DiLoCo node of a real run (Gloo + TCP store); `meridian train RUN.yaml`",
-                 kUsage, run_train_node);
+MERIDIAN_COMMAND("train-node", torch_command_summary("train-node"), kUsage, run_train_node);
 
 }  // namespace
 }  // namespace meridian::cli

@@ -6,6 +6,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/torch_commands.h"
 #include "trainer/data.h"
 
 namespace meridian::cli {
@@ -50,8 +51,7 @@ int run_corpus(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("corpus", "tokenize a training corpus into the cache and print its size", kUsage,
-                 run_corpus);
+MERIDIAN_COMMAND("corpus", torch_command_summary("corpus"), kUsage, run_corpus);
 
 }  // namespace
 }  // namespace meridian::cli

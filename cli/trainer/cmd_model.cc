@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/torch_commands.h"
 #include "engine/error.h"
 #include "trainer/model_config.h"
 
@@ -27,8 +28,7 @@ int run_model(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("model", "print a model's parameter count and FLOPs per token", kUsage,
-                 run_model);
+MERIDIAN_COMMAND("model", torch_command_summary("model"), kUsage, run_model);
 
 }  // namespace
 }  // namespace meridian::cli

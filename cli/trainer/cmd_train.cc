@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/progress.h"
+#include "cli/torch_commands.h"
 #include "engine/error.h"
 #include "trainer/adamw.h"
 #include "trainer/torch_worker.h"
@@ -185,8 +186,7 @@ int run_train(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("train", "train one LibTorch worker on its data shard (loss curve as CSV)",
-                 kUsage, run_train);
+MERIDIAN_COMMAND("train", torch_command_summary("train"), kUsage, run_train);
 
 }  // namespace
 }  // namespace meridian::cli

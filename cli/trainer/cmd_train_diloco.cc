@@ -15,6 +15,7 @@
 #include "cli/command.h"
 #include "cli/compose/thread_world.h"
 #include "cli/progress.h"
+#include "cli/torch_commands.h"
 #include "engine/codec/codec.h"
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
@@ -168,9 +169,7 @@ int run_train_diloco(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("train-diloco",
-                 "emulate DiLoCo: N LibTorch nodes as threads, in-process ring, optional churn",
-                 kUsage, run_train_diloco);
+MERIDIAN_COMMAND("train-diloco", torch_command_summary("train-diloco"), kUsage, run_train_diloco);
 
 }  // namespace
 }  // namespace meridian::cli

@@ -18,7 +18,7 @@ case $cmd in
   start)
     mkdir -p "$root/bin"
     # A copy of the binary: rebuilding the checkout during the soak does not change what it runs.
-    cp "$build/bin/meridian" "$root/bin/meridian"
+    cp "$build/bin/meridian" "$build/bin/meridian-torch" "$root/bin/"  # the front and its other half
     git rev-parse HEAD > "$root/commit"
     for store in tcp etcd; do
       OMP_NUM_THREADS=1 setsid nohup nice -n 10 timeout --signal=TERM 3900 \

@@ -34,9 +34,14 @@ class CliTest : public testing::TempDirTest {
  protected:
   // Runs `meridian ARGS` (ARGS as shell words) in `cwd` (default: this test's folder).
   Ran meridian(const std::string& args, const fs::path& cwd = {}) {
+    return run(MERIDIAN_BIN, args, cwd);
+  }
+  // Runs `ENV BINARY ARGS` (ENV: assignments such as "LD_DEBUG=libs", or "").
+  Ran run(const std::string& binary, const std::string& args, const fs::path& cwd = {},
+          const std::string& env = "") {
     const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    const std::string command = "cd '" + (cwd.empty() ? dir_ : cwd).string() + "' && '" +
-                                MERIDIAN_BIN + "' " + args + " >'" + out.string() + "' 2>'" +
+    const std::string command = "cd '" + (cwd.empty() ? dir_ : cwd).string() + "' && " + env +
+                                " '" + binary + "' " + args + " >'" + out.string() + "' 2>'" +
                                 err.string() + "' </dev/null";
     const int status = std::system(command.c_str());
     Ran r;
@@ -108,6 +113,35 @@ TEST_F(CliTest, EveryCommandAnswersHelp) {
     EXPECT_EQ(late.out, help.out);
   }
   EXPECT_EQ(meridian("help version").out, meridian("version --help").out);
+}
+
+// Issue 33: the front `meridian` loads no LibTorch (a timing-only process starts in ~0.08 s, not
+// ~0.8: results/bench/startup.md); the commands that need it run in meridian-torch beside it,
+// listed, answered and run the same from either.
+TEST_F(CliTest, TheFrontLoadsNoLibTorchAndHandsTorchCommandsOn) {
+  const fs::path torch = fs::path(MERIDIAN_BIN).parent_path() / "meridian-torch";
+  if (!fs::exists(torch)) GTEST_SKIP() << "built without the trainer: one executable";
+  const Ran help = meridian("help");
+  EXPECT_EQ(help.out, run(torch, "help").out);
+  EXPECT_NE(help.out.find("\n  train-node "), std::string::npos) << help.out;
+  for (const char* args : {"train-node --help", "help train", "train-diloco -h"}) {
+    const Ran front = meridian(args), there = run(torch, args);
+    EXPECT_EQ(front.rc, 0) << args << ": " << front.err;
+    EXPECT_EQ(front.out, there.out) << args;
+    EXPECT_EQ(front.out.rfind("usage: meridian ", 0), 0u) << front.out;
+  }
+  const Ran model = meridian("model tiny");
+  EXPECT_EQ(model.rc, 0) << model.err;
+  EXPECT_EQ(model.out, run(torch, "model tiny").out);
+  EXPECT_NE(model.out.find("parameters: "), std::string::npos) << model.out;
+  const Ran bad = meridian("model");
+  EXPECT_EQ(bad.rc, run(torch, "model").rc);
+
+  // What the dynamic loader opened (LD_DEBUG=libs names every library it loads).
+  const Ran front_libs = run(MERIDIAN_BIN, "--version", {}, "LD_DEBUG=libs");
+  ASSERT_NE(front_libs.err.find("libc.so"), std::string::npos) << "LD_DEBUG had no effect";
+  EXPECT_EQ(front_libs.err.find("libtorch"), std::string::npos) << "the front loads LibTorch";
+  EXPECT_NE(run(torch, "--version", {}, "LD_DEBUG=libs").err.find("libtorch"), std::string::npos);
 }
 
 TEST_F(CliTest, VersionAndTopLevelHelp) {
