@@ -115,8 +115,10 @@ void idle_and_rates(Summary& s, const std::map<std::int64_t, NodeStats>& nodes,
 
 }  // namespace
 
-Summary summarize(const std::vector<EventRecord>& events) {
-  Summary s;
+namespace {
+
+// What one pass over the events gathers, per node, per outer step and for the run.
+struct Tally {
   const ConfigRecord* config = nullptr;
   const RunFinishedRecord* finished = nullptr;
   const RunInterruptedRecord* interrupted = nullptr;
@@ -134,7 +136,8 @@ Summary summarize(const std::vector<EventRecord>& events) {
   std::set<std::pair<std::int64_t, std::int64_t>> retried;  // (outer step, attempt)
   std::set<std::tuple<std::int64_t, std::int64_t, std::string>> non_finite;  // step, node, action
 
-  for (const EventRecord& e : events) {
+  // Adds one record (the counters it moves directly go to `s`).
+  void add(const EventRecord& e, Summary& s) {
     last_t = std::max(last_t, e.t_s);
     if (e.node >= 0) {
       first_t = std::min(first_t, e.t_s);
@@ -155,7 +158,14 @@ Summary summarize(const std::vector<EventRecord>& events) {
     } else if (const auto* r = e.as<RunInterruptedRecord>()) {
       interrupted = r;
       finished_t = e.t_s;
-    } else if (const auto* r = e.as<NodeStartedRecord>()) {
+    } else if (!add_life_record(e, s)) {
+      add_work_record(e, s);
+    }
+  }
+
+  // The records of a node's life: start, admission, leave, failure. False for any other.
+  bool add_life_record(const EventRecord& e, Summary& s) {
+    if (const auto* r = e.as<NodeStartedRecord>()) {
       NodeLife& life = lives[e.node];
       if (!life.started) life.started = e.t_s;
       life.initial = r->initial;
@@ -174,7 +184,15 @@ Summary summarize(const std::vector<EventRecord>& events) {
     } else if (const auto* r = e.as<FailDetectedRecord>()) {
       NodeLife& life = lives[r->failed];
       if (!life.failed || e.t_s < *life.failed) life.failed = e.t_s;
-    } else if (const auto* r = e.as<RecoveryFinishedRecord>()) {
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // The records of the work: recoveries, inner steps, all-reduces, outer steps and their faults.
+  void add_work_record(const EventRecord& e, Summary& s) {
+    if (const auto* r = e.as<RecoveryFinishedRecord>()) {
       nodes[e.node].recovery_s += r->elapsed_s;
       ++s.recovery.count;
       s.recovery.total_s += r->elapsed_s;
@@ -220,43 +238,49 @@ Summary summarize(const std::vector<EventRecord>& events) {
                        std::to_string(r->outer_steps) + " outer steps: " + r->reason);
     }
   }
-  s.retries = static_cast<std::int64_t>(retried.size());
-  for (const auto& [step, node, action] : non_finite)
+};
+
+// The run's identity (its `config` record), its span and how it ended.
+void run_span(Summary& s, const Tally& t) {
+  s.retries = static_cast<std::int64_t>(t.retried.size());
+  for (const auto& [step, node, action] : t.non_finite)
     s.non_finite.push_back("outer step " + std::to_string(step) + ": node " + std::to_string(node) +
                            (action == "abstain" ? " sat out"
                             : action == "evict" ? " evicted (non-finite outer steps in a row)"
                                                 : " blamed by a receiver"));
-  if (!config) throw ConfigError("events: no 'config' record (the first line of events.jsonl)");
+  if (!t.config) throw ConfigError("events: no 'config' record (the first line of events.jsonl)");
 
-  s.mode = config->mode;
-  s.metrics = config->metrics;
-  s.config = config->config;
-  s.versions = config->versions;
-  s.command = config->command;
-  s.seed = config->seed;
+  s.mode = t.config->mode;
+  s.metrics = t.config->metrics;
+  s.config = t.config->config;
+  s.versions = t.config->versions;
+  s.command = t.config->command;
+  s.seed = t.config->seed;
 
   // The run spans from its first node event to run_finished (or its last event if it crashed).
-  s.run_start_s = std::isfinite(first_t) ? first_t : 0.0;
+  s.run_start_s = std::isfinite(t.first_t) ? t.first_t : 0.0;
   // run_interrupted ends the run like run_finished, short of its plan.
-  s.complete = finished != nullptr;
-  s.interrupted = !finished && interrupted;
-  if (s.interrupted) s.interrupted_reason = interrupted->reason;
-  s.outer_steps_planned = finished      ? finished->outer_steps_planned
-                          : interrupted ? interrupted->outer_steps_planned
-                                        : std::nullopt;
-  const bool ended = finished || interrupted;
-  s.run_end_s = ended ? std::max(finished_t, s.run_start_s) : last_t;
-  s.simulated_s = finished      ? finished->simulated_s
-                  : interrupted ? interrupted->simulated_s
-                                : s.run_end_s - s.run_start_s;
+  s.complete = t.finished != nullptr;
+  s.interrupted = !t.finished && t.interrupted;
+  if (s.interrupted) s.interrupted_reason = t.interrupted->reason;
+  s.outer_steps_planned = t.finished      ? t.finished->outer_steps_planned
+                          : t.interrupted ? t.interrupted->outer_steps_planned
+                                          : std::nullopt;
+  const bool ended = t.finished || t.interrupted;
+  s.run_end_s = ended ? std::max(t.finished_t, s.run_start_s) : t.last_t;
+  s.simulated_s = t.finished      ? t.finished->simulated_s
+                  : t.interrupted ? t.interrupted->simulated_s
+                                  : s.run_end_s - s.run_start_s;
+}
 
-  // Alive intervals, and from them the node count as a step function.
+// Each node's alive intervals (a node's lives, each from its start to its end); returns the
+// +1/-1 steps of the alive count at their times, and adds up `alive_total`.
+std::vector<std::pair<double, int>> alive_intervals(Summary& s, Tally& t, double& alive_total) {
   std::vector<std::pair<double, int>> deltas;
-  double alive_total = 0;
   const std::vector<std::string> hosts = starting_hosts(s.config);
-  for (auto& [id, n] : nodes) {
-    std::vector<NodeLife> all = earlier_lives[id];
-    all.push_back(lives[id]);
+  for (auto& [id, n] : t.nodes) {
+    std::vector<NodeLife> all = t.earlier_lives[id];
+    all.push_back(t.lives[id]);
     n.initial = all.front().initial;
     for (const NodeLife& life : all)
       if (!life.host.empty()) n.host = life.host;
@@ -290,30 +314,36 @@ Summary summarize(const std::vector<EventRecord>& events) {
     }
     alive_total += n.alive_s;
   }
+  return deltas;
+}
+
+// The node count as a step function of time (and its extremes), from the alive count's steps.
+void node_count(Summary& s, std::vector<std::pair<double, int>> deltas) {
   std::sort(deltas.begin(), deltas.end());
-  {
-    std::int64_t count = 0;
-    double t_prev = s.run_start_s;
-    s.nodes.min = std::numeric_limits<std::int64_t>::max();
-    s.nodes.max = 0;
-    std::size_t i = 0;
-    s.node_count.push_back({s.run_start_s, 0});
-    while (i < deltas.size()) {
-      const double t = deltas[i].first;
-      if (t > t_prev) {  // only intervals of positive length count towards min/max
-        s.nodes.min = std::min(s.nodes.min, count);
-        s.nodes.max = std::max(s.nodes.max, count);
-      }
-      while (i < deltas.size() && deltas[i].first == t) count += deltas[i++].second;
-      if (s.node_count.back().first == t)
-        s.node_count.back().second = count;
-      else
-        s.node_count.push_back({t, count});
-      t_prev = t;
+  std::int64_t count = 0;
+  double t_prev = s.run_start_s;
+  s.nodes.min = std::numeric_limits<std::int64_t>::max();
+  s.nodes.max = 0;
+  std::size_t i = 0;
+  s.node_count.push_back({s.run_start_s, 0});
+  while (i < deltas.size()) {
+    const double t = deltas[i].first;
+    if (t > t_prev) {  // only intervals of positive length count towards min/max
+      s.nodes.min = std::min(s.nodes.min, count);
+      s.nodes.max = std::max(s.nodes.max, count);
     }
-    if (s.nodes.min == std::numeric_limits<std::int64_t>::max()) s.nodes.min = 0;
+    while (i < deltas.size() && deltas[i].first == t) count += deltas[i++].second;
+    if (s.node_count.back().first == t)
+      s.node_count.back().second = count;
+    else
+      s.node_count.push_back({t, count});
+    t_prev = t;
   }
-  // Time with no node alive (a whole-run stop before a resume), and the steps trained twice.
+  if (s.nodes.min == std::numeric_limits<std::int64_t>::max()) s.nodes.min = 0;
+}
+
+// Time with no node alive (a whole-run stop before a resume), and the steps trained twice.
+void stopped_and_redone(Summary& s, const std::vector<EventRecord>& events) {
   for (std::size_t i = 0; i < s.node_count.size(); ++i) {
     const double t = s.node_count[i].first;
     const double until = i + 1 < s.node_count.size() ? s.node_count[i + 1].first : s.run_end_s;
@@ -331,65 +361,75 @@ Summary summarize(const std::vector<EventRecord>& events) {
         applied_before = std::max(applied_before, r->outer_step + 1);
     s.outer_steps_redone += std::max<std::int64_t>(0, applied_before - from);
   }
-  const double span_s = s.run_end_s - s.run_start_s;
-  s.nodes.alive_mean = safe_div(alive_total, span_s);
-  s.nodes.mean = s.nodes.alive_mean;  // replaced by the participants' mean when steps finished
+}
 
-  // Per node: utilization and idle time.
+// Utilization, idle time, tokens and MFU, per node and for the run.
+void utilization_and_mfu(Summary& s, Tally& t, double alive_total,
+                         const std::vector<EventRecord>& events) {
   double compute_total = 0;
-  for (auto& [id, n] : nodes) {
+  for (auto& [id, n] : t.nodes) {
     compute_total += n.compute_s;
     n.compute_utilization = safe_div(n.compute_s, n.alive_s);
     n.idle_s = std::max(0.0, n.alive_s - n.compute_s - n.sync_s - n.outer_opt_s - n.recovery_s);
     s.idle_s += n.idle_s;
   }
   s.compute_utilization = safe_div(compute_total, alive_total);
-  s.inner_step_s = safe_div(inner_compute_total, inner_steps_total);
+  s.inner_step_s = safe_div(t.inner_compute_total, t.inner_steps_total);
   if (s.recovery.count > 0)
     s.recovery.mean_s = s.recovery.total_s / static_cast<double>(s.recovery.count);
 
   // Tokens: Σ inner_steps.tokens; runs without inner_steps records fall back to outer_step.tokens.
-  s.tokens = inner_tokens_total;
-  if (!any_inner)
+  s.tokens = t.inner_tokens_total;
+  if (!t.any_inner)
     for (const EventRecord& e : events)
       if (const auto* r = e.as<OuterStepRecord>()) {
         s.tokens += r->tokens;
-        nodes[e.node].tokens += r->tokens;
+        t.nodes[e.node].tokens += r->tokens;
       }
 
   // MFU = flops_per_token × tokens/s / (mean GPUs × peak), mean GPUs = mean nodes × GPUs/node.
   // With mean nodes = Σ alive / span this is flops_per_token × tokens / (Σ alive × GPUs × peak).
   s.mfu = safe_div(s.metrics.flops_per_token * s.tokens,
                    alive_total * s.metrics.gpus_per_node * s.metrics.peak_flops_per_gpu);
+}
 
-  // Per outer step.
+// One outer step's figures from every node's record of it.
+OuterStepStats outer_step(const Summary& s, std::int64_t step,
+                          const std::vector<const OuterStepRecord*>& recs, double t_end_s,
+                          double prev_end) {
+  OuterStepStats st;
+  st.outer_step = step;
+  st.t_end_s = t_end_s;
+  st.duration_s = st.t_end_s - prev_end;
+  double inner_sum = 0, loss_sum = 0;
+  int loss_n = 0;
+  for (const OuterStepRecord* r : recs) {
+    inner_sum += r->inner_s;
+    st.allreduce_s = std::max(st.allreduce_s, r->allreduce_s);
+    st.sync_s = std::max(st.sync_s, r->sync_s());
+    st.participants = std::max(st.participants, r->participants);
+    st.tokens += r->tokens;
+    if (r->loss) loss_sum += *r->loss, ++loss_n;
+  }
+  st.inner_s = inner_sum / static_cast<double>(recs.size());
+  st.utilization = safe_div(st.inner_s, st.inner_s + st.sync_s);
+  st.compute_utilization = safe_div(st.inner_s, st.duration_s);
+  st.mfu = safe_div(s.metrics.flops_per_token * st.tokens,
+                    st.duration_s * static_cast<double>(st.participants) * s.metrics.gpus_per_node *
+                        s.metrics.peak_flops_per_gpu);
+  if (loss_n > 0) st.loss = loss_sum / loss_n;
+  return st;
+}
+
+// The per-outer-step table, and what the run's figures take from it.
+void outer_steps(Summary& s, const Tally& t) {
   std::vector<double> slowest_allreduce;
   double prev_end = s.run_start_s, cumulative = 0, util_sum = 0;
-  for (const auto& [step, recs] : by_step) {
-    OuterStepStats st;
-    st.outer_step = step;
-    st.t_end_s = by_step_t[step];
-    st.duration_s = st.t_end_s - prev_end;
+  for (const auto& [step, recs] : t.by_step) {
+    OuterStepStats st = outer_step(s, step, recs, t.by_step_t.at(step), prev_end);
     prev_end = st.t_end_s;
-    double inner_sum = 0, loss_sum = 0;
-    int loss_n = 0;
-    for (const OuterStepRecord* r : recs) {
-      inner_sum += r->inner_s;
-      st.allreduce_s = std::max(st.allreduce_s, r->allreduce_s);
-      st.sync_s = std::max(st.sync_s, r->sync_s());
-      st.participants = std::max(st.participants, r->participants);
-      st.tokens += r->tokens;
-      if (r->loss) loss_sum += *r->loss, ++loss_n;
-    }
-    st.inner_s = inner_sum / static_cast<double>(recs.size());
-    st.utilization = safe_div(st.inner_s, st.inner_s + st.sync_s);
-    st.compute_utilization = safe_div(st.inner_s, st.duration_s);
     cumulative += st.tokens;
     st.cumulative_tokens = cumulative;
-    st.mfu = safe_div(s.metrics.flops_per_token * st.tokens,
-                      st.duration_s * static_cast<double>(st.participants) *
-                          s.metrics.gpus_per_node * s.metrics.peak_flops_per_gpu);
-    if (loss_n > 0) st.loss = loss_sum / loss_n;
     slowest_allreduce.push_back(st.allreduce_s);
     util_sum += std::isfinite(st.utilization) ? st.utilization : 0.0;
     s.steps.push_back(st);
@@ -417,37 +457,43 @@ Summary summarize(const std::vector<EventRecord>& events) {
     if (total_s > 0) s.nodes.mean = weighted / total_s;
   }
   s.allreduce_s = distribution(slowest_allreduce);
-  s.outer_steps = finished      ? finished->outer_steps
-                  : interrupted ? interrupted->outer_steps
-                                : static_cast<std::int64_t>(s.steps.size());
+  s.outer_steps = t.finished      ? t.finished->outer_steps
+                  : t.interrupted ? t.interrupted->outer_steps
+                                  : static_cast<std::int64_t>(s.steps.size());
   for (auto it = s.steps.rbegin(); it != s.steps.rend(); ++it)
     if (it->loss) {
       s.loss = it->loss;
       s.perplexity = std::exp(*it->loss);
       break;
     }
+}
 
-  // Wire bytes and the fp32 data-parallel comparison, over the same (node, outer step) pairs.
+// Wire bytes per node and the fp32 data-parallel comparison, over the same (node, outer step)
+// pairs; then the idle breakdown and the byte rates.
+void wire_bytes(Summary& s, Tally& t, const std::vector<EventRecord>& events) {
   double sent_total = 0, ddp_total = 0;
-  for (const auto& [key, w] : wire) {
-    NodeStats& n = nodes[key.first];
+  for (const auto& [key, w] : t.wire) {
+    NodeStats& n = t.nodes[key.first];
     n.node = key.first;
     n.bytes_sent += w.sent();
     n.bytes_received += w.received();
     n.allreduce_record_s += w.elapsed_s();
     sent_total += w.sent();
-    auto p = step_participants.find(key);
+    auto p = t.step_participants.find(key);
     const double ranks =
-        static_cast<double>(p != step_participants.end() ? p->second : w.participants);
+        static_cast<double>(p != t.step_participants.end() ? p->second : w.participants);
     if (ranks > 1)
       ddp_total += 2.0 * (ranks - 1.0) / ranks * 4.0 * s.metrics.param_count *
                    static_cast<double>(s.metrics.H);
   }
-  s.wire_bytes_per_node_per_outer_step = safe_div(sent_total, static_cast<double>(wire.size()));
-  idle_and_rates(s, nodes, wire, events);
+  s.wire_bytes_per_node_per_outer_step = safe_div(sent_total, static_cast<double>(t.wire.size()));
+  idle_and_rates(s, t.nodes, t.wire, events);
   if (sent_total > 0) s.bandwidth_reduction_vs_ddp = ddp_total / sent_total;
+}
 
-  for (auto& [id, n] : nodes) s.per_node.push_back(n);
+// Validation loss per outer step (the mean over the nodes that evaluated it), its curve against
+// time and tokens, and when it first reached the trainer's target loss.
+void validation(Summary& s, const std::vector<EventRecord>& events) {
   std::map<std::int64_t, std::pair<double, int>> val;  // outer step -> (Σ val_loss, count)
   std::map<std::int64_t, double> val_t;                 // outer step -> last evaluation's t
   for (const auto& e : events)
@@ -476,6 +522,26 @@ Summary summarize(const std::vector<EventRecord>& events) {
         break;
       }
   }
+}
+
+}  // namespace
+
+Summary summarize(const std::vector<EventRecord>& events) {
+  Summary s;
+  Tally t;
+  for (const EventRecord& e : events) t.add(e, s);
+  run_span(s, t);
+  double alive_total = 0;
+  node_count(s, alive_intervals(s, t, alive_total));
+  stopped_and_redone(s, events);
+  const double span_s = s.run_end_s - s.run_start_s;
+  s.nodes.alive_mean = safe_div(alive_total, span_s);
+  s.nodes.mean = s.nodes.alive_mean;  // replaced by the participants' mean when steps finished
+  utilization_and_mfu(s, t, alive_total, events);
+  outer_steps(s, t);
+  wire_bytes(s, t, events);
+  for (auto& [id, n] : t.nodes) s.per_node.push_back(n);
+  validation(s, events);
   return s;
 }
 
