@@ -1,4 +1,4 @@
-// The composition layer (DESIGN.md "Layers"): maps a resolved run file and a mode to the seams a
+// The composition layer (ARCHITECTURE.md "Layers"): maps a resolved run file and a mode to seams a
 // node runs on (Runtime, Store, TransportFactory, InnerWorker, DilocoOptions) and builds the
 // node. make_node is the one place a DilocoNode is constructed; the modes (the simulator's
 // driver, the thread emulation, a real process) assemble the parts and ask it for the node.

@@ -77,7 +77,7 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
 #else
     throw ConfigError(a.file + ": transport.kind: nccl, but this meridian was built without NCCL "
                                "(CUDA and nccl.h not found at configure time: cmake "
-                               "-DMERIDIAN_WITH_NCCL=ON, DESIGN.md \"GPU machines\")");
+                               "-DMERIDIAN_WITH_NCCL=ON, ARCHITECTURE.md \"GPU machines\")");
 #endif
   } else {
     gloo_transport::GlooOptions go;

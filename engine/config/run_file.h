@@ -1,4 +1,4 @@
-// RunFile: the resolved run file, one schema for every mode (DESIGN.md "Files"): `meridian sim
+// RunFile: the resolved run file, one schema for all modes (ARCHITECTURE.md "Files"): `meridian sim
 // FILE` simulates it (run, model, hardware, network, diloco, recovery, churn, output; with
 // `worker: torch` also train and data) and `meridian train FILE --node-id N` runs it for real
 // (run, model, train, data, diloco, recovery, store, transport, checkpoint, output). Parsed

@@ -1,4 +1,4 @@
-// DilocoNode: one node's DiLoCo outer loop over the elastic mesh (DESIGN.md "One outer step"):
+// DilocoNode: one node's DiLoCo outer loop on the elastic mesh (ARCHITECTURE.md "One outer step"):
 // admission and live recovery, H inner steps on the InnerWorker, the pseudo-gradient
 // theta_outer - theta_local pre-divided by the world size and ring-all-reduced per bucket (one
 // ring per local rank, in parallel), Nesterov outer SGD on the fp32 outer copy, copy back.
