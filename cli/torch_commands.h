@@ -16,10 +16,9 @@ inline constexpr TorchCommand kTorchCommands[] = {
     {"corpus", "tokenize a training corpus into the cache and print its size"},
     {"finetune", "train/adapt the model on the general or domain corpus (Spectrum-aware)"},
     {"model", "print a model's parameter count and FLOPs per token"},
-    {"train", "train one LibTorch worker on its data shard (loss curve as CSV)"},
+    {"train", "a node of a real run (RUN.yaml), or one LibTorch worker alone (loss curve as CSV)"},
     {"train-diloco",
      "emulate DiLoCo: N LibTorch nodes as threads, in-process ring, optional churn"},
-    {"train-node", "one DiLoCo node of a real run (Gloo + TCP store); `meridian train RUN.yaml`"},
 };
 
 // The summary of torch command `name` ("" for another name).

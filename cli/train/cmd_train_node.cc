@@ -1,5 +1,5 @@
-// `meridian train RUN.yaml --node-id ID ...` (registered as `train-node`; `meridian train` forwards
-// here when its first argument is a file): one DiLoCo node per process over the TCP store (or an
+// `meridian train RUN.yaml --node-id ID ...` (`meridian train` runs it when its first argument is
+// a file: cli/train/train_node.h): one DiLoCo node per process over the TCP store (or an
 // etcd cluster: `store: etcd://...` in RUN.yaml) and the Gloo transport, with a TorchWorker. Starts
 // a run or joins a running one by live recovery. Not a launcher (scripts/start_nodes.sh starts N of
 // these) and not the in-process emulation.
@@ -29,8 +29,8 @@
 #include "cli/compose/compose.h"
 #include "cli/compose/real_node.h"
 #include "cli/slurm.h"
-#include "cli/torch_commands.h"
 #include "cli/train/terminal_notices.h"
+#include "cli/train/train_node.h"
 #include "engine/codec/codec.h"
 #include "engine/diloco/diloco.h"
 #include "engine/error.h"
@@ -765,6 +765,10 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
   return (r.exit == NodeExit::kFinished || r.exit == NodeExit::kLeft) ? kExitOk : kExitFailed;
 }
 
+}  // namespace
+
+const char* const kTrainNodeUsage = kUsage;
+
 int run_train_node(const std::vector<std::string>& args) {
   NodeArgs a;
   try {
@@ -784,7 +788,4 @@ int run_train_node(const std::vector<std::string>& args) {
   }
 }
 
-MERIDIAN_COMMAND("train-node", torch_command_summary("train-node"), kUsage, run_train_node);
-
-}  // namespace
 }  // namespace meridian::cli

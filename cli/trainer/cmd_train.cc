@@ -12,6 +12,9 @@
 #include "cli/command.h"
 #include "cli/progress.h"
 #include "cli/torch_commands.h"
+#ifdef MERIDIAN_HAVE_TRAIN_NODE
+#include "cli/train/train_node.h"
+#endif
 #include "engine/error.h"
 #include "trainer/adamw.h"
 #include "trainer/torch_worker.h"
@@ -19,8 +22,9 @@
 namespace meridian::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meridian train [options]   (or: meridian train RUN.yaml ..., see train-node)\n"
+constexpr const char* kWorkerUsage =
+    "usage: meridian train [options]   one LibTorch worker alone, no network (the baseline of\n"
+    "                                  the convergence study; a node of a real run: above)\n"
     "  --model NAME|FILE.yaml   model and train config (default small)\n"
     "  --steps N                inner steps to run (default 100)\n"
     "  --batch B                sequences per step (default: the config's)\n"
@@ -39,10 +43,14 @@ constexpr const char* kUsage =
     "  --corpus-files a,b       fortune files to use (default: all installed)\n"
     "  --checkpoint DIR         save a checkpoint there at the end\n"
     "  --resume DIR             start from a checkpoint (verified against its manifest.json:\n"
-    "                           size and SHA-256 of every file; refused when any check fails)\n"
-    "A real run's node (`meridian train RUN.yaml`) resumes with --resume and, when its own data\n"
-    "shard has no valid checkpoint, refuses unless told --resume-from=other-shard|STEP_DIR\n"
-    "(`meridian train-node --help`, cli/train/README.md).\n";
+    "                           size and SHA-256 of every file; refused when any check fails)\n";
+
+// One help text for both forms: a node of a real run (when this build has it), then the worker.
+#ifdef MERIDIAN_HAVE_TRAIN_NODE
+const std::string kUsage = std::string(kTrainNodeUsage) + "\n" + kWorkerUsage;
+#else
+const std::string kUsage = kWorkerUsage;
+#endif
 
 struct Args {
   std::map<std::string, std::string> kv;
@@ -88,11 +96,13 @@ Args parse(const std::vector<std::string>& argv) {
 int run_train(const std::vector<std::string>& argv) {
   // `meridian train RUN.yaml ...`: one node of a real run (cli/train/, built with Gloo).
   if (!argv.empty() && argv[0].rfind("--", 0) != 0) {
-    for (const Command& c : commands())
-      if (c.name == "train-node") return c.run(argv);
+#ifdef MERIDIAN_HAVE_TRAIN_NODE
+    return run_train_node(argv);
+#else
     std::cerr << "meridian train RUN.yaml: this build has no Gloo transport "
                  "(configure with -DMERIDIAN_WITH_GLOO=ON)\n";
     return kExitUsage;
+#endif
   }
   trainer::TorchWorkerOptions o;
   int steps = 0, eval_every = 0;

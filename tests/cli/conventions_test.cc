@@ -123,8 +123,8 @@ TEST_F(CliTest, TheFrontLoadsNoLibTorchAndHandsTorchCommandsOn) {
   if (!fs::exists(torch)) GTEST_SKIP() << "built without the trainer: one executable";
   const Ran help = meridian("help");
   EXPECT_EQ(help.out, run(torch, "help").out);
-  EXPECT_NE(help.out.find("\n  train-node "), std::string::npos) << help.out;
-  for (const char* args : {"train-node --help", "help train", "train-diloco -h"}) {
+  EXPECT_NE(help.out.find("\n  train "), std::string::npos) << help.out;
+  for (const char* args : {"train --help", "help train", "train-diloco -h"}) {
     const Ran front = meridian(args), there = run(torch, args);
     EXPECT_EQ(front.rc, 0) << args << ": " << front.err;
     EXPECT_EQ(front.out, there.out) << args;
@@ -142,6 +142,26 @@ TEST_F(CliTest, TheFrontLoadsNoLibTorchAndHandsTorchCommandsOn) {
   ASSERT_NE(front_libs.err.find("libc.so"), std::string::npos) << "LD_DEBUG had no effect";
   EXPECT_EQ(front_libs.err.find("libtorch"), std::string::npos) << "the front loads LibTorch";
   EXPECT_NE(run(torch, "--version", {}, "LD_DEBUG=libs").err.find("libtorch"), std::string::npos);
+}
+
+// Issue 33: `train` and `train-node` were one command in two. `meridian train` is the one: its
+// help gives a real run's node first, then the single worker, and the old name is gone.
+TEST_F(CliTest, TrainIsOneCommandWithOneHelpText) {
+  if (!has_command("train")) GTEST_SKIP() << "built without the trainer";
+  const Ran help = meridian("train --help");
+  EXPECT_EQ(help.rc, 0) << help.err;
+  EXPECT_EQ(help.out.rfind("usage: meridian train FILE --node-id ID", 0), 0u) << help.out;
+  EXPECT_NE(help.out.find("usage: meridian train [options]   one LibTorch worker alone"),
+            std::string::npos)
+      << help.out;
+  EXPECT_FALSE(has_command("train-node"));
+  const Ran gone = meridian("train-node --help");
+  EXPECT_EQ(gone.rc, 2);
+  EXPECT_NE(gone.err.find("unknown command 'train-node'"), std::string::npos) << gone.err;
+  // A node's own errors still name `meridian train`.
+  const Ran node = meridian("train missing.yaml --node-id 1");
+  EXPECT_EQ(node.rc, 2);
+  EXPECT_NE(node.err.find("meridian train: "), std::string::npos) << node.err;
 }
 
 TEST_F(CliTest, VersionAndTopLevelHelp) {

@@ -1,0 +1,14 @@
+// `meridian train RUN.yaml ...`: one DiLoCo node of a real run (cli/train/cmd_train_node.cc).
+// `meridian train` (cli/trainer/cmd_train.cc) runs it when its first argument is a file, and
+// prints its usage before the single worker's.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace meridian::cli {
+
+extern const char* const kTrainNodeUsage;
+int run_train_node(const std::vector<std::string>& args);
+
+}  // namespace meridian::cli
