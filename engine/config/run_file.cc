@@ -263,6 +263,223 @@ void parse_hardware(Reader r, HardwareSpec& h) {
   r.finish();
 }
 
+// A list under key `k` of `r` (a null node when absent); ConfigError when it is not a list.
+YAML::Node sequence(Reader& r, const std::string& k) {
+  YAML::Node s = r.get(k);
+  if (s && !s.IsNull() && !s.IsSequence()) r.fail(r.key_path(k), "a list", &s);
+  return s;
+}
+
+// A site that network.sites does not list: the error gives the value, where it stands and the
+// names it could have been.
+void known_site(Reader& s, const std::string& k, const std::string& v, const NetworkSpec& n) {
+  for (const SiteSpec& site : n.sites)
+    if (site.name == v) return;
+  const YAML::Node given = s.get(k);
+  std::string names;
+  for (const SiteSpec& site : n.sites) names += (names.empty() ? "" : ", ") + site.name;
+  s.fail(s.key_path(k),
+         names.empty() ? std::string("a site, but network.sites lists none")
+                       : "one of the sites listed in network.sites (" + names + ")",
+         &given);
+}
+
+// network.access_bandwidth_gbps: one bandwidth, or a range nodes draw from.
+void parse_access_bandwidth(Reader& r, NetworkSpec& n) {
+  YAML::Node bw = r.get("access_bandwidth_gbps");
+  if (bw && !bw.IsNull()) {
+    const std::string key = r.key_path("access_bandwidth_gbps");
+    const char* want = "a bandwidth in Gb/s or a range [min, max] with 0 < min <= max";
+    try {
+      if (bw.IsScalar()) {
+        double v = bw.as<double>();
+        n.access_bandwidth_gbps = {v, v};
+      } else if (bw.IsSequence() && bw.size() == 2) {
+        n.access_bandwidth_gbps = {bw[0].as<double>(), bw[1].as<double>()};
+      } else {
+        r.fail(key, want, &bw);
+      }
+    } catch (const YAML::Exception&) {
+      r.fail(key, want, &bw);
+    }
+    auto [lo, hi] = n.access_bandwidth_gbps;
+    if (!(lo > 0 && lo <= hi && std::isfinite(hi))) r.fail(key, want, &bw);
+  }
+}
+
+// network.sites: each a unique name and a description.
+void parse_sites(Reader& r, NetworkSpec& n) {
+  std::set<std::string> site_names;
+  YAML::Node sites = sequence(r, "sites");
+  for (std::size_t i = 0; sites && i < sites.size(); ++i) {
+    Reader s = r.element(sites[i], r.key_path("sites[" + std::to_string(i) + "]"));
+    SiteSpec site;
+    s.scalar<std::string>("name", site.name, "a non-empty site name",
+                          [](const std::string& v) { return !v.empty(); });
+    s.scalar<std::string>("region", site.region, "a description");
+    s.finish();
+    if (site.name.empty()) s.fail(s.key_path("name"), "a non-empty site name");
+    if (!site_names.insert(site.name).second) s.fail(s.key_path("name"), "a unique site name");
+    n.sites.push_back(site);
+  }
+}
+
+// network.rtt: a measured round-trip time, with its source, per site pair.
+void parse_rtt(Reader& r, NetworkSpec& n) {
+  YAML::Node rtt = sequence(r, "rtt");
+  for (std::size_t i = 0; rtt && i < rtt.size(); ++i) {
+    Reader s = r.element(rtt[i], r.key_path("rtt[" + std::to_string(i) + "]"));
+    RttSpec e;
+    s.scalar<std::string>("a", e.a, "a site name");
+    s.scalar<std::string>("b", e.b, "a site name");
+    s.scalar<double>("ms", e.rtt_ms, "a round-trip time in ms > 0", positive<double>());
+    s.scalar<std::string>("source", e.source, "where the number comes from");
+    s.finish();
+    known_site(s, "a", e.a, n);
+    known_site(s, "b", e.b, n);
+    if (e.rtt_ms <= 0) s.fail(s.key_path("ms"), "a round-trip time in ms > 0");
+    if (e.source.empty()) s.fail(s.key_path("source"), "the source of the measurement");
+    n.rtt.push_back(e);
+  }
+}
+
+// network.paths: the loss and shared capacity of a site pair, with their source.
+void parse_paths(Reader& r, NetworkSpec& n) {
+  YAML::Node paths = sequence(r, "paths");
+  for (std::size_t i = 0; paths && i < paths.size(); ++i) {
+    Reader s = r.element(paths[i], r.key_path("paths[" + std::to_string(i) + "]"));
+    PathSpec e;
+    s.scalar<std::string>("a", e.a, "a site name");
+    s.scalar<std::string>("b", e.b, "a site name");
+    s.scalar<double>("loss", e.loss, "a packet loss fraction in [0, 0.5)",
+                     [](const double& v) { return v >= 0 && v < 0.5; });
+    s.scalar<double>("capacity_gbps", e.capacity_gbps, "Gb/s >= 0 (0: not shared)",
+                     non_negative<double>());
+    s.scalar<std::string>("source", e.source, "where the numbers come from");
+    s.finish();
+    known_site(s, "a", e.a, n);
+    known_site(s, "b", e.b, n);
+    if (e.source.empty()) s.fail(s.key_path("source"), "the source of the numbers");
+    for (const PathSpec& other : n.paths)
+      if ((other.a == e.a && other.b == e.b) || (other.a == e.b && other.b == e.a))
+        s.fail(s.key_path("b"), "one entry per site pair (" + e.a + " / " + e.b + " is listed twice)");
+    n.paths.push_back(e);
+  }
+}
+
+// network.variation: the network's variation in time, with its source.
+void parse_variation(Reader v, VariationSpec& x) {
+  v.scalar<double>("bandwidth_cv", x.bandwidth_cv, "a coefficient of variation >= 0",
+                   non_negative<double>());
+  v.scalar<double>("bandwidth_correlation_s", x.bandwidth_correlation_s, "seconds >= 0",
+                   non_negative<double>());
+  v.scalar<double>("path_change_interval_s", x.path_change_interval_s, "seconds >= 0",
+                   non_negative<double>());
+  v.scalar<double>("path_change_rtt_fraction", x.path_change_rtt_fraction,
+                   "a fraction of the base RTT >= 0", non_negative<double>());
+  v.scalar<double>("loss_episode_interval_s", x.loss_episode_interval_s, "seconds >= 0",
+                   non_negative<double>());
+  v.scalar<double>("loss_episode_s", x.loss_episode_s, "seconds >= 0", non_negative<double>());
+  v.scalar<double>("loss_episode_loss", x.loss_episode_loss, "a packet loss fraction in [0, 0.5)",
+                   [](const double& f) { return f >= 0 && f < 0.5; });
+  v.scalar<double>("access_cv", x.access_cv, "a coefficient of variation >= 0",
+                   non_negative<double>());
+  v.scalar<double>("access_correlation_s", x.access_correlation_s, "seconds >= 0",
+                   non_negative<double>());
+  v.scalar<std::string>("source", x.source, "where the numbers come from");
+  v.finish();
+  const bool any = x.bandwidth_cv > 0 || x.path_change_interval_s > 0 ||
+                   x.loss_episode_interval_s > 0 || x.access_cv > 0;
+  if (any && x.source.empty()) v.fail(v.key_path("source"), "the source of the numbers");
+}
+
+// network.tcp: the congestion control and the stack's settings.
+void parse_tcp(Reader t, TcpSpec& x) {
+  t.scalar<std::string>("cc", x.cc, "one of cubic, reno, bbr", [](const std::string& v) {
+    return v == "cubic" || v == "reno" || v == "bbr";
+  });
+  t.scalar<double>("mss_bytes", x.mss_bytes, "bytes in [536, 9000]",
+                   [](const double& v) { return v >= 536 && v <= 9000; });
+  t.scalar<int>("initial_window_segments", x.initial_window_segments,
+                "a positive number of segments", positive<int>());
+  t.scalar<bool>("slow_start_after_idle", x.slow_start_after_idle, "true or false");
+  t.scalar<double>("rto_min_ms", x.rto_min_ms, "milliseconds >= 0", non_negative<double>());
+  t.scalar<double>("per_flow_cap_gbps", x.per_flow_cap_gbps, "Gb/s >= 0 (0: none)",
+                   non_negative<double>());
+  t.finish();
+}
+
+// network.nodes: groups of nodes per site.
+void parse_nodes(Reader& r, NetworkSpec& n) {
+  YAML::Node nodes = sequence(r, "nodes");
+  for (std::size_t i = 0; nodes && i < nodes.size(); ++i) {
+    Reader s = r.element(nodes[i], r.key_path("nodes[" + std::to_string(i) + "]"));
+    NodeGroup g;
+    s.scalar<std::string>("site", g.site, "a site name");
+    s.scalar<int>("count", g.count, "a positive integer", positive<int>());
+    s.scalar<bool>("start", g.start, "true or false");
+    s.scalar<double>("bandwidth_gbps", g.bandwidth_gbps, "Gb/s > 0 (or absent: drawn)",
+                     positive<double>());
+    s.scalar<double>("speed_factor", g.speed_factor, "a factor in (0, 1]",
+                     [](const double& x) { return x > 0 && x <= 1; });
+    s.finish();
+    known_site(s, "site", g.site, n);
+    n.nodes.push_back(g);
+  }
+}
+
+// What holds across network's keys: an RTT per site pair, the coordinator's and the etcd
+// members' sites, a starting node group.
+void check_network(Reader& r, NetworkSpec& n) {
+  if (n.platform_xml.empty()) {
+    if (n.sites.empty()) r.fail(r.key_path("sites"), "at least one site");
+    for (std::size_t i = 0; i < n.sites.size(); ++i)
+      for (std::size_t j = i + 1; j < n.sites.size(); ++j) {
+        bool found = false;
+        for (auto& e : n.rtt)
+          found |= (e.a == n.sites[i].name && e.b == n.sites[j].name) ||
+                   (e.b == n.sites[i].name && e.a == n.sites[j].name);
+        if (!found)
+          r.fail(r.key_path("rtt"),
+                 "an entry for the site pair " + n.sites[i].name + " / " + n.sites[j].name);
+      }
+  }
+  if (n.nodes.empty()) r.fail(r.key_path("nodes"), "at least one node group");
+  if (!n.coordinator_site.empty()) known_site(r, "coordinator_site", n.coordinator_site, n);
+  {
+    Reader st = r.child("store");
+    const YAML::Node members = st.get("members");
+    const std::string key = st.key_path("members");
+    if (members && !members.IsNull()) {
+      if (n.store_kind != "etcd") r.fail(key, "no members unless store.kind is etcd", &members);
+      if (!members.IsSequence() || members.size() == 0)
+        r.fail(key, "a non-empty list of sites", &members);
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        const std::string site = members[i].IsScalar() ? members[i].as<std::string>() : "";
+        if (std::none_of(n.sites.begin(), n.sites.end(),
+                         [&](const SiteSpec& x) { return x.name == site; }))
+          r.fail(key + "[" + std::to_string(i) + "]", "one of the sites listed in network.sites",
+                 &members);
+        n.store_members.push_back(site);
+      }
+    } else if (n.store_kind == "etcd") {
+      r.fail(key, "the sites of the etcd members (e.g. [us, eu, as])");
+    }
+    if (n.store_kind == "etcd" && !n.platform_xml.empty())
+      r.fail(st.key_path("kind"), "single with platform_xml (etcd's quorum needs the rtt table)");
+    const std::string leader =
+        n.coordinator_site.empty() && !n.sites.empty() ? n.sites.front().name : n.coordinator_site;
+    if (n.store_kind == "etcd" &&
+        std::find(n.store_members.begin(), n.store_members.end(), leader) == n.store_members.end())
+      r.fail(key, "a list that holds the coordinator's site '" + leader + "' (the leader's)",
+             &members);
+  }
+  bool any_start = false;
+  for (const NodeGroup& g : n.nodes) any_start |= g.start;
+  // The engine's mesh needs an initial world of at least one node.
+  if (!any_start) r.fail(r.key_path("nodes"), "at least one node group with start: true");
+}
+
 void parse_network(Reader r, NetworkSpec& n) {
   r.scalar<std::string>("model", n.model, "one of CM02, LV08, SMPI, IB", [](const std::string& v) {
     return v == "CM02" || v == "LV08" || v == "SMPI" || v == "IB";
@@ -285,27 +502,7 @@ void parse_network(Reader r, NetworkSpec& n) {
     st.get("members");  // read below, once the sites are known
     st.finish();
   }
-  {
-    YAML::Node bw = r.get("access_bandwidth_gbps");
-    if (bw && !bw.IsNull()) {
-      const std::string key = r.key_path("access_bandwidth_gbps");
-      const char* want = "a bandwidth in Gb/s or a range [min, max] with 0 < min <= max";
-      try {
-        if (bw.IsScalar()) {
-          double v = bw.as<double>();
-          n.access_bandwidth_gbps = {v, v};
-        } else if (bw.IsSequence() && bw.size() == 2) {
-          n.access_bandwidth_gbps = {bw[0].as<double>(), bw[1].as<double>()};
-        } else {
-          r.fail(key, want, &bw);
-        }
-      } catch (const YAML::Exception&) {
-        r.fail(key, want, &bw);
-      }
-      auto [lo, hi] = n.access_bandwidth_gbps;
-      if (!(lo > 0 && lo <= hi && std::isfinite(hi))) r.fail(key, want, &bw);
-    }
-  }
+  parse_access_bandwidth(r, n);
   {
     Reader v = r.child("variability");
     v.scalar<double>("period_s", n.variability_period_s, "seconds >= 0 (0: off)",
@@ -314,176 +511,14 @@ void parse_network(Reader r, NetworkSpec& n) {
                      [](const double& x) { return x > 0 && x <= 1; });
     v.finish();
   }
-  auto sequence = [&](const std::string& k) {
-    YAML::Node s = r.get(k);
-    if (s && !s.IsNull() && !s.IsSequence()) r.fail(r.key_path(k), "a list", &s);
-    return s;
-  };
-  std::set<std::string> site_names;
-  YAML::Node sites = sequence("sites");
-  for (std::size_t i = 0; sites && i < sites.size(); ++i) {
-    Reader s = r.element(sites[i], r.key_path("sites[" + std::to_string(i) + "]"));
-    SiteSpec site;
-    s.scalar<std::string>("name", site.name, "a non-empty site name",
-                          [](const std::string& v) { return !v.empty(); });
-    s.scalar<std::string>("region", site.region, "a description");
-    s.finish();
-    if (site.name.empty()) s.fail(s.key_path("name"), "a non-empty site name");
-    if (!site_names.insert(site.name).second) s.fail(s.key_path("name"), "a unique site name");
-    n.sites.push_back(site);
-  }
-  // A site that network.sites does not list: the error gives the value, where it stands and the
-  // names it could have been.
-  auto known_site = [&](Reader& s, const std::string& k, const std::string& v) {
-    if (site_names.count(v)) return;
-    const YAML::Node given = s.get(k);
-    std::string names;
-    for (const SiteSpec& site : n.sites) names += (names.empty() ? "" : ", ") + site.name;
-    s.fail(s.key_path(k),
-           names.empty() ? std::string("a site, but network.sites lists none")
-                         : "one of the sites listed in network.sites (" + names + ")",
-           &given);
-  };
-  YAML::Node rtt = sequence("rtt");
-  for (std::size_t i = 0; rtt && i < rtt.size(); ++i) {
-    Reader s = r.element(rtt[i], r.key_path("rtt[" + std::to_string(i) + "]"));
-    RttSpec e;
-    s.scalar<std::string>("a", e.a, "a site name");
-    s.scalar<std::string>("b", e.b, "a site name");
-    s.scalar<double>("ms", e.rtt_ms, "a round-trip time in ms > 0", positive<double>());
-    s.scalar<std::string>("source", e.source, "where the number comes from");
-    s.finish();
-    known_site(s, "a", e.a);
-    known_site(s, "b", e.b);
-    if (e.rtt_ms <= 0) s.fail(s.key_path("ms"), "a round-trip time in ms > 0");
-    if (e.source.empty()) s.fail(s.key_path("source"), "the source of the measurement");
-    n.rtt.push_back(e);
-  }
-  YAML::Node paths = sequence("paths");
-  for (std::size_t i = 0; paths && i < paths.size(); ++i) {
-    Reader s = r.element(paths[i], r.key_path("paths[" + std::to_string(i) + "]"));
-    PathSpec e;
-    s.scalar<std::string>("a", e.a, "a site name");
-    s.scalar<std::string>("b", e.b, "a site name");
-    s.scalar<double>("loss", e.loss, "a packet loss fraction in [0, 0.5)",
-                     [](const double& v) { return v >= 0 && v < 0.5; });
-    s.scalar<double>("capacity_gbps", e.capacity_gbps, "Gb/s >= 0 (0: not shared)",
-                     non_negative<double>());
-    s.scalar<std::string>("source", e.source, "where the numbers come from");
-    s.finish();
-    known_site(s, "a", e.a);
-    known_site(s, "b", e.b);
-    if (e.source.empty()) s.fail(s.key_path("source"), "the source of the numbers");
-    for (const PathSpec& other : n.paths)
-      if ((other.a == e.a && other.b == e.b) || (other.a == e.b && other.b == e.a))
-        s.fail(s.key_path("b"), "one entry per site pair (" + e.a + " / " + e.b + " is listed twice)");
-    n.paths.push_back(e);
-  }
-  {
-    Reader v = r.child("variation");
-    VariationSpec& x = n.variation;
-    v.scalar<double>("bandwidth_cv", x.bandwidth_cv, "a coefficient of variation >= 0",
-                     non_negative<double>());
-    v.scalar<double>("bandwidth_correlation_s", x.bandwidth_correlation_s, "seconds >= 0",
-                     non_negative<double>());
-    v.scalar<double>("path_change_interval_s", x.path_change_interval_s, "seconds >= 0",
-                     non_negative<double>());
-    v.scalar<double>("path_change_rtt_fraction", x.path_change_rtt_fraction,
-                     "a fraction of the base RTT >= 0", non_negative<double>());
-    v.scalar<double>("loss_episode_interval_s", x.loss_episode_interval_s, "seconds >= 0",
-                     non_negative<double>());
-    v.scalar<double>("loss_episode_s", x.loss_episode_s, "seconds >= 0", non_negative<double>());
-    v.scalar<double>("loss_episode_loss", x.loss_episode_loss,
-                     "a packet loss fraction in [0, 0.5)",
-                     [](const double& f) { return f >= 0 && f < 0.5; });
-    v.scalar<double>("access_cv", x.access_cv, "a coefficient of variation >= 0",
-                     non_negative<double>());
-    v.scalar<double>("access_correlation_s", x.access_correlation_s, "seconds >= 0",
-                     non_negative<double>());
-    v.scalar<std::string>("source", x.source, "where the numbers come from");
-    v.finish();
-    const bool any = x.bandwidth_cv > 0 || x.path_change_interval_s > 0 ||
-                     x.loss_episode_interval_s > 0 || x.access_cv > 0;
-    if (any && x.source.empty()) v.fail(v.key_path("source"), "the source of the numbers");
-  }
-  {
-    Reader t = r.child("tcp");
-    TcpSpec& x = n.tcp;
-    t.scalar<std::string>("cc", x.cc, "one of cubic, reno, bbr", [](const std::string& v) {
-      return v == "cubic" || v == "reno" || v == "bbr";
-    });
-    t.scalar<double>("mss_bytes", x.mss_bytes, "bytes in [536, 9000]",
-                     [](const double& v) { return v >= 536 && v <= 9000; });
-    t.scalar<int>("initial_window_segments", x.initial_window_segments,
-                  "a positive number of segments", positive<int>());
-    t.scalar<bool>("slow_start_after_idle", x.slow_start_after_idle, "true or false");
-    t.scalar<double>("rto_min_ms", x.rto_min_ms, "milliseconds >= 0", non_negative<double>());
-    t.scalar<double>("per_flow_cap_gbps", x.per_flow_cap_gbps, "Gb/s >= 0 (0: none)",
-                     non_negative<double>());
-    t.finish();
-  }
-  YAML::Node nodes = sequence("nodes");
-  for (std::size_t i = 0; nodes && i < nodes.size(); ++i) {
-    Reader s = r.element(nodes[i], r.key_path("nodes[" + std::to_string(i) + "]"));
-    NodeGroup g;
-    s.scalar<std::string>("site", g.site, "a site name");
-    s.scalar<int>("count", g.count, "a positive integer", positive<int>());
-    s.scalar<bool>("start", g.start, "true or false");
-    s.scalar<double>("bandwidth_gbps", g.bandwidth_gbps, "Gb/s > 0 (or absent: drawn)",
-                     positive<double>());
-    s.scalar<double>("speed_factor", g.speed_factor, "a factor in (0, 1]",
-                     [](const double& x) { return x > 0 && x <= 1; });
-    s.finish();
-    known_site(s, "site", g.site);
-    n.nodes.push_back(g);
-  }
+  parse_sites(r, n);
+  parse_rtt(r, n);
+  parse_paths(r, n);
+  parse_variation(r.child("variation"), n.variation);
+  parse_tcp(r.child("tcp"), n.tcp);
+  parse_nodes(r, n);
   r.finish();
-  if (n.platform_xml.empty()) {
-    if (n.sites.empty()) r.fail(r.key_path("sites"), "at least one site");
-    for (std::size_t i = 0; i < n.sites.size(); ++i)
-      for (std::size_t j = i + 1; j < n.sites.size(); ++j) {
-        bool found = false;
-        for (auto& e : n.rtt)
-          found |= (e.a == n.sites[i].name && e.b == n.sites[j].name) ||
-                   (e.b == n.sites[i].name && e.a == n.sites[j].name);
-        if (!found)
-          r.fail(r.key_path("rtt"),
-                 "an entry for the site pair " + n.sites[i].name + " / " + n.sites[j].name);
-      }
-  }
-  if (n.nodes.empty()) r.fail(r.key_path("nodes"), "at least one node group");
-  if (!n.coordinator_site.empty()) known_site(r, "coordinator_site", n.coordinator_site);
-  {
-    Reader st = r.child("store");
-    const YAML::Node members = st.get("members");
-    const std::string key = st.key_path("members");
-    if (members && !members.IsNull()) {
-      if (n.store_kind != "etcd") r.fail(key, "no members unless store.kind is etcd", &members);
-      if (!members.IsSequence() || members.size() == 0)
-        r.fail(key, "a non-empty list of sites", &members);
-      for (std::size_t i = 0; i < members.size(); ++i) {
-        const std::string site = members[i].IsScalar() ? members[i].as<std::string>() : "";
-        if (!site_names.count(site))
-          r.fail(key + "[" + std::to_string(i) + "]", "one of the sites listed in network.sites",
-                 &members);
-        n.store_members.push_back(site);
-      }
-    } else if (n.store_kind == "etcd") {
-      r.fail(key, "the sites of the etcd members (e.g. [us, eu, as])");
-    }
-    if (n.store_kind == "etcd" && !n.platform_xml.empty())
-      r.fail(st.key_path("kind"), "single with platform_xml (etcd's quorum needs the rtt table)");
-    const std::string leader =
-        n.coordinator_site.empty() && !n.sites.empty() ? n.sites.front().name : n.coordinator_site;
-    if (n.store_kind == "etcd" &&
-        std::find(n.store_members.begin(), n.store_members.end(), leader) == n.store_members.end())
-      r.fail(key, "a list that holds the coordinator's site '" + leader + "' (the leader's)",
-             &members);
-  }
-  bool any_start = false;
-  for (const NodeGroup& g : n.nodes) any_start |= g.start;
-  // The engine's mesh needs an initial world of at least one node.
-  if (!any_start) r.fail(r.key_path("nodes"), "at least one node group with start: true");
+  check_network(r, n);
 }
 
 void parse_diloco(Reader r, DilocoSpec& d) {
