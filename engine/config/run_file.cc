@@ -950,6 +950,131 @@ DilocoOptions diloco_options(const RunFile& f, Mode mode) {
   return o;
 }
 
+namespace {
+
+JsonObject tcp_json(const TcpSpec& t) {
+  JsonObject tcp;
+  tcp.add("cc", t.cc)
+      .add("mss_bytes", t.mss_bytes)
+      .add("initial_window_segments", t.initial_window_segments)
+      .add("slow_start_after_idle", t.slow_start_after_idle)
+      .add("rto_min_ms", t.rto_min_ms)
+      .add("per_flow_cap_gbps", t.per_flow_cap_gbps);
+  return tcp;
+}
+
+JsonObject variation_json(const VariationSpec& v) {
+  JsonObject variation;
+  variation.add("bandwidth_cv", v.bandwidth_cv)
+      .add("bandwidth_correlation_s", v.bandwidth_correlation_s)
+      .add("path_change_interval_s", v.path_change_interval_s)
+      .add("path_change_rtt_fraction", v.path_change_rtt_fraction)
+      .add("loss_episode_interval_s", v.loss_episode_interval_s)
+      .add("loss_episode_s", v.loss_episode_s)
+      .add("loss_episode_loss", v.loss_episode_loss)
+      .add("access_cv", v.access_cv)
+      .add("access_correlation_s", v.access_correlation_s)
+      .add("source", v.source);
+  return variation;
+}
+
+// The network's lists (paths, sites, rtt, nodes), each an array of objects.
+void add_network_lists(const NetworkSpec& n, JsonObject& net) {
+  std::string paths = "[";
+  for (auto& e : n.paths) {
+    JsonObject o;
+    o.add("a", e.a).add("b", e.b).add("loss", e.loss).add("capacity_gbps", e.capacity_gbps);
+    o.add("source", e.source);
+    paths += (paths.size() > 1 ? "," : "") + o.str();
+  }
+  net.add_raw("paths", paths + "]");
+  std::string sites = "[", rtts = "[", nodes = "[";
+  for (auto& s : n.sites) {
+    JsonObject o;
+    o.add("name", s.name).add("region", s.region);
+    sites += (sites.size() > 1 ? "," : "") + o.str();
+  }
+  for (auto& e : n.rtt) {
+    JsonObject o;
+    o.add("a", e.a).add("b", e.b).add("ms", e.rtt_ms).add("source", e.source);
+    rtts += (rtts.size() > 1 ? "," : "") + o.str();
+  }
+  for (auto& g : n.nodes) {
+    JsonObject o;
+    o.add("site", g.site)
+        .add("count", g.count)
+        .add("start", g.start)
+        .add("bandwidth_gbps", g.bandwidth_gbps)
+        .add("speed_factor", g.speed_factor);
+    nodes += (nodes.size() > 1 ? "," : "") + o.str();
+  }
+  net.add_raw("sites", sites + "]").add_raw("rtt", rtts + "]").add_raw("nodes", nodes + "]");
+}
+
+JsonObject network_json(const NetworkSpec& n) {
+  JsonObject net;
+  net.add("model", n.model)
+      .add("tcp_gamma_bytes", n.tcp_gamma_bytes)
+      .add("crosstraffic", n.crosstraffic)
+      .add("platform_xml", n.platform_xml)
+      .add("sites_from", n.sites_from)
+      .add("coordinator_site", n.coordinator_site)
+      .add("coordinator_bandwidth_gbps", n.coordinator_bandwidth_gbps)
+      .add("intra_site_rtt_ms", n.intra_site_rtt_ms)
+      .add("access_bandwidth_gbps",
+           std::vector<double>{n.access_bandwidth_gbps.first, n.access_bandwidth_gbps.second});
+  // Echoed only when set, so that runs of scenarios without it keep their earlier config record.
+  if (n.rendezvous_trips > 0) net.add("rendezvous_trips", n.rendezvous_trips);
+  if (n.store_kind != "single") {
+    JsonObject store;
+    std::string members;
+    for (const std::string& m : n.store_members) members += (members.empty() ? "" : ",") + m;
+    store.add("kind", n.store_kind)
+        .add("members", members)
+        .add("quorum_rtt_s", n.store_quorum_rtt_s());
+    net.add("store", store);
+  }
+  JsonObject var;
+  var.add("period_s", n.variability_period_s).add("min_fraction", n.variability_min_fraction);
+  net.add("variability", var);
+  net.add("tcp", tcp_json(n.tcp));
+  net.add("variation", variation_json(n.variation));
+  add_network_lists(n, net);
+  return net;
+}
+
+JsonObject diloco_json(const DilocoSpec& d) {
+  JsonObject dl;
+  dl.add("H", d.H).add("codec", d.codec);
+  if (d.codec == "topk")
+    dl.add("topk_density", d.topk_density)
+        .add("topk_bits", d.topk_bits)
+        .add("error_feedback", d.error_feedback_or_default());
+  if (d.overlap != "none") dl.add("overlap", d.overlap);
+  if (d.fragments != 1 || d.fragment_delay != 0 || d.fragment_alpha != 0)
+    dl.add("fragments", d.fragments)
+        .add("fragment_delay", d.fragment_delay)
+        .add("fragment_alpha", d.fragment_alpha);
+  dl.add("buckets", d.buckets)
+      .add("local_ranks", d.local_ranks)
+      .add("aggregate", d.aggregate)
+      .add("max_chunk_bytes", d.max_chunk_bytes)
+      .add("timeout_s", d.timeout_s)
+      .add("retries", d.retries)
+      .add("nonfinite_evict_after", d.nonfinite_evict_after)
+      .add("outer_opt_s", d.outer_opt_s)
+      .add("checkpoint_s", d.checkpoint_s)
+      .add("dead_after_s", d.dead_after_s)
+      .add("heartbeat_s", d.heartbeat_s)
+      .add("outer_lr", d.outer_lr)
+      .add("outer_momentum", d.outer_momentum)
+      .add("admission_timeout_s", d.admission_timeout_s)
+      .add("round_timeout_s", d.round_timeout_s);
+  return dl;
+}
+
+}  // namespace
+
 JsonObject RunFile::to_json() const {
   JsonObject run_j;
   run_j.add("name", run.name)
@@ -975,109 +1100,8 @@ JsonObject RunFile::to_json() const {
       .add("mfu", hardware.mfu)
       .add("step_time_s", hardware.step_time_s)
       .add("inner_step_s", inner_step_s());
-  JsonObject net;
-  net.add("model", network.model)
-      .add("tcp_gamma_bytes", network.tcp_gamma_bytes)
-      .add("crosstraffic", network.crosstraffic)
-      .add("platform_xml", network.platform_xml)
-      .add("sites_from", network.sites_from)
-      .add("coordinator_site", network.coordinator_site)
-      .add("coordinator_bandwidth_gbps", network.coordinator_bandwidth_gbps)
-      .add("intra_site_rtt_ms", network.intra_site_rtt_ms)
-      .add("access_bandwidth_gbps", std::vector<double>{network.access_bandwidth_gbps.first,
-                                                        network.access_bandwidth_gbps.second});
-  // Echoed only when set, so that runs of scenarios without it keep their earlier config record.
-  if (network.rendezvous_trips > 0) net.add("rendezvous_trips", network.rendezvous_trips);
-  if (network.store_kind != "single") {
-    JsonObject store;
-    std::string members;
-    for (const std::string& m : network.store_members) members += (members.empty() ? "" : ",") + m;
-    store.add("kind", network.store_kind)
-        .add("members", members)
-        .add("quorum_rtt_s", network.store_quorum_rtt_s());
-    net.add("store", store);
-  }
-  JsonObject var;
-  var.add("period_s", network.variability_period_s)
-      .add("min_fraction", network.variability_min_fraction);
-  net.add("variability", var);
-  JsonObject tcp;
-  tcp.add("cc", network.tcp.cc)
-      .add("mss_bytes", network.tcp.mss_bytes)
-      .add("initial_window_segments", network.tcp.initial_window_segments)
-      .add("slow_start_after_idle", network.tcp.slow_start_after_idle)
-      .add("rto_min_ms", network.tcp.rto_min_ms)
-      .add("per_flow_cap_gbps", network.tcp.per_flow_cap_gbps);
-  net.add("tcp", tcp);
-  const VariationSpec& v = network.variation;
-  JsonObject variation;
-  variation.add("bandwidth_cv", v.bandwidth_cv)
-      .add("bandwidth_correlation_s", v.bandwidth_correlation_s)
-      .add("path_change_interval_s", v.path_change_interval_s)
-      .add("path_change_rtt_fraction", v.path_change_rtt_fraction)
-      .add("loss_episode_interval_s", v.loss_episode_interval_s)
-      .add("loss_episode_s", v.loss_episode_s)
-      .add("loss_episode_loss", v.loss_episode_loss)
-      .add("access_cv", v.access_cv)
-      .add("access_correlation_s", v.access_correlation_s)
-      .add("source", v.source);
-  net.add("variation", variation);
-  std::string paths = "[";
-  for (auto& e : network.paths) {
-    JsonObject o;
-    o.add("a", e.a).add("b", e.b).add("loss", e.loss).add("capacity_gbps", e.capacity_gbps);
-    o.add("source", e.source);
-    paths += (paths.size() > 1 ? "," : "") + o.str();
-  }
-  net.add_raw("paths", paths + "]");
-  std::string sites = "[", rtts = "[", nodes = "[";
-  for (auto& s : network.sites) {
-    JsonObject o;
-    o.add("name", s.name).add("region", s.region);
-    sites += (sites.size() > 1 ? "," : "") + o.str();
-  }
-  for (auto& e : network.rtt) {
-    JsonObject o;
-    o.add("a", e.a).add("b", e.b).add("ms", e.rtt_ms).add("source", e.source);
-    rtts += (rtts.size() > 1 ? "," : "") + o.str();
-  }
-  for (auto& g : network.nodes) {
-    JsonObject o;
-    o.add("site", g.site)
-        .add("count", g.count)
-        .add("start", g.start)
-        .add("bandwidth_gbps", g.bandwidth_gbps)
-        .add("speed_factor", g.speed_factor);
-    nodes += (nodes.size() > 1 ? "," : "") + o.str();
-  }
-  net.add_raw("sites", sites + "]").add_raw("rtt", rtts + "]").add_raw("nodes", nodes + "]");
-  JsonObject dl;
-  dl.add("H", diloco.H)
-      .add("codec", diloco.codec);
-  if (diloco.codec == "topk")
-    dl.add("topk_density", diloco.topk_density)
-        .add("topk_bits", diloco.topk_bits)
-        .add("error_feedback", diloco.error_feedback_or_default());
-  if (diloco.overlap != "none") dl.add("overlap", diloco.overlap);
-  if (diloco.fragments != 1 || diloco.fragment_delay != 0 || diloco.fragment_alpha != 0)
-    dl.add("fragments", diloco.fragments)
-        .add("fragment_delay", diloco.fragment_delay)
-        .add("fragment_alpha", diloco.fragment_alpha);
-  dl.add("buckets", diloco.buckets)
-      .add("local_ranks", diloco.local_ranks)
-      .add("aggregate", diloco.aggregate)
-      .add("max_chunk_bytes", diloco.max_chunk_bytes)
-      .add("timeout_s", diloco.timeout_s)
-      .add("retries", diloco.retries)
-      .add("nonfinite_evict_after", diloco.nonfinite_evict_after)
-      .add("outer_opt_s", diloco.outer_opt_s)
-      .add("checkpoint_s", diloco.checkpoint_s)
-      .add("dead_after_s", diloco.dead_after_s)
-      .add("heartbeat_s", diloco.heartbeat_s)
-      .add("outer_lr", diloco.outer_lr)
-      .add("outer_momentum", diloco.outer_momentum)
-      .add("admission_timeout_s", diloco.admission_timeout_s)
-      .add("round_timeout_s", diloco.round_timeout_s);
+  const JsonObject net = network_json(network);
+  const JsonObject dl = diloco_json(diloco);
   JsonObject rec;
   rec.add("timeout_s", recovery.timeout_s)
       .add("chunk_bytes", recovery.chunk_bytes)
