@@ -92,6 +92,139 @@ void configure_network(sg4::Engine& e, const Scenario& sc, double gamma_scale) {
   if (profiles) e.set_config("network/optim:Full");
 }
 
+namespace {
+
+// A platform from SimGrid XML (network.platform_xml): its hosts by the scenario's names, and a
+// host named "coordinator" for the store.
+void load_xml_platform(sg4::Engine& e, const Scenario& sc, Platform& p) {
+  std::filesystem::path xml = sc.network.platform_xml;
+  if (!std::filesystem::exists(xml))
+    throw ConfigError(sc.file + ": key 'network.platform_xml': file '" + xml.string() +
+                      "' does not exist");
+  e.load_platform(xml.string());
+  for (auto& n : p.names) {
+    auto* h = sg4::Host::by_name_or_null(n);
+    if (!h) throw ConfigError(xml.string() + ": no host named '" + n + "' (the scenario's nodes)");
+    p.hosts.push_back(h);
+  }
+  p.coordinator = sg4::Host::by_name_or_null("coordinator");
+  if (!p.coordinator)
+    throw ConfigError(xml.string() + ": no host named 'coordinator' (runs the store)");
+  for (auto& bw : p.access_gbps) bw = 0;  // set by the XML, not by the scenario
+}
+
+// A site pair's links (netsim/wan.h): its backbone, shared at the capacity network.paths
+// gives (full duplex, its available bandwidth varying as network.variation says) or else a fat
+// pipe that is never the bottleneck, with the path's latency in time; and, where a connection's
+// rate is bounded (loss, a per-flow cap), a fat pipe at that bound, which SimGrid applies to each
+// flow on it separately.
+struct SiteLink {
+  sg4::Link* fat = nullptr;
+  sg4::SplitDuplexLink* shared = nullptr;
+  sg4::Link* bound = nullptr;
+  std::string first;  // the pair's first site: its flows go UP the shared link
+};
+
+std::pair<std::string, std::string> pair_key(const std::string& a, const std::string& b) {
+  return a < b ? std::make_pair(a, b) : std::make_pair(b, a);
+}
+
+// The links of site pair (a, b) with round-trip time `rtt_ms`, and its path's timeline in `p`.
+SiteLink make_site_link(sg4::NetZone* world, const Scenario& sc, CongestionControl cc,
+                        int connections_per_flow, Platform& p, const std::string& a,
+                        const std::string& b, double rtt_ms) {
+  using simgrid::kernel::profile::ProfileBuilder;
+  const std::pair<std::string, std::string> key = pair_key(a, b);
+  const PathSpec* spec = sc.network.path(a, b);
+  const double capacity_Bps = spec && spec->capacity_gbps > 0 ? spec->capacity_gbps * 1e9 / 8 : 0;
+  const std::string name = key.first + ":" + key.second;
+  const double latency_s = rtt_ms * 1e-3 / 2;
+  const VariationSpec variation = a != b ? sc.network.variation : VariationSpec{};
+  auto path = std::make_shared<PathTimeline>(latency_s, spec ? spec->loss : 0.0, variation,
+                                             host_draw_state(sc.run.seed, "path:" + name, 12));
+  p.paths[key] = path;
+  // A profile that reads the path's timeline from its own position. Dates are the delay since
+  // the previous value (the first: since t = 0).
+  auto from_path = [path](std::function<double(const PathTimeline::Segment&)> value) {
+    auto next = std::make_shared<std::size_t>(0);
+    return [path, next, value](std::vector<simgrid::kernel::profile::DatedValue>& out) {
+      for (int k = 0; k < 256; ++k, ++*next) {
+        const PathTimeline::Segment seg = path->segment(*next);
+        const double since = *next == 0 ? 0.0 : seg.start_s - path->segment(*next - 1).start_s;
+        out.emplace_back(since, value(seg));
+      }
+    };
+  };
+  SiteLink sl;
+  sl.first = key.first;
+  if (capacity_Bps > 0) {
+    auto* l = world->create_split_duplex_link("backbone:" + name, capacity_Bps);
+    l->set_latency(latency_s);
+    for (auto* dir : {l->get_link_up(), l->get_link_down()})
+      attach_bandwidth_variation(dir, capacity_Bps, variation.bandwidth_cv,
+                                 variation.bandwidth_correlation_s, sc.run.seed);
+    sl.shared = l;
+  } else {
+    auto* l = world->create_link("backbone:" + name, kBackboneBps);
+    l->set_latency(latency_s);
+    l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
+    sl.fat = l;
+  }
+  // The path's latency in time is not a latency profile on these links: in SimGrid 3.32 a
+  // flow crossing a link whose latency changes either sticks for ever (lazy updates: "Deadlock
+  // detected") or, with full updates, has its time moved by far more than the change (a
+  // two-host test: 0.1 % latency steps every second took a 100 MB transfer from 3.108 s to
+  // 2.46-3.00 s). WanModel gives each transfer the path's latency at its start instead.
+  auto bound_Bps = [&sc, cc, connections_per_flow](const PathTimeline::Segment& seg) {
+    const double b = connection_bound(cc, sc.network.tcp, 2 * seg.latency_s, seg.loss);
+    return std::isfinite(b) ? b * connections_per_flow : kBackboneBps;
+  };
+  const bool lossy = (spec && spec->loss > 0) || variation.loss_episodes();
+  if (lossy || sc.network.tcp.per_flow_cap_gbps > 0) {
+    auto* l = world->create_link("tcp:" + name, bound_Bps(path->segment(0)));
+    l->set_latency(0);
+    l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
+    if (lossy && path->varies())  // without loss the bound is the cap, whatever the RTT
+      l->set_bandwidth_profile(
+          ProfileBuilder::from_callback(l->get_name() + ":bw", from_path(bound_Bps), -1));
+    sl.bound = l->seal();
+  }
+  if (sl.shared) sl.shared->seal();
+  if (sl.fat) sl.fat->seal();
+  return sl;
+}
+
+// Node `name`'s access link at `bps` bytes/s, with the scenario's variation in time.
+sg4::SplitDuplexLink* make_access_link(sg4::NetZone* world, const Scenario& sc,
+                                       const std::string& name, double bps, std::uint64_t var_rng) {
+  auto* l = world->create_split_duplex_link(name + ":access", bps);
+  l->set_latency(0);
+  if (sc.network.variability_period_s > 0 && sc.network.variability_min_fraction < 1) {
+    // A looped piecewise-constant profile: each period the bandwidth is bps × U[min, 1].
+    for (auto* dir : {l->get_link_up(), l->get_link_down()}) {
+      std::ostringstream prof;
+      prof.precision(17);
+      for (int k = 0; k < kVariabilityPeriods; ++k) {
+        double f = sc.network.variability_min_fraction +
+                   (1 - sc.network.variability_min_fraction) * unit_draw(var_rng);
+        prof << k * sc.network.variability_period_s << " " << bps * f << "\n";
+      }
+      dir->set_bandwidth_profile(simgrid::kernel::profile::ProfileBuilder::from_string(
+          dir->get_name() + ":bw", prof.str(),
+          kVariabilityPeriods * sc.network.variability_period_s));
+    }
+  }
+  // Cross traffic at the node's provider (network.variation.access_*): each direction's
+  // available bandwidth varies around the drawn access bandwidth, mean-preserving.
+  for (auto* dir : {l->get_link_up(), l->get_link_down()})
+    attach_bandwidth_variation(dir, bps, sc.network.variation.access_cv,
+                               sc.network.variation.access_correlation_s, sc.run.seed);
+  l->seal();
+  return l;
+}
+
+}  // namespace
+
 Platform build_platform(sg4::Engine& e, const Scenario& sc, int connections_per_flow) {
   Platform p;
   p.names = host_slot_names(sc);
@@ -108,102 +241,16 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc, int connections_per_
     }
 
   if (!sc.network.platform_xml.empty()) {
-    std::filesystem::path xml = sc.network.platform_xml;
-    if (!std::filesystem::exists(xml))
-      throw ConfigError(sc.file + ": key 'network.platform_xml': file '" + xml.string() +
-                        "' does not exist");
-    e.load_platform(xml.string());
-    for (auto& n : p.names) {
-      auto* h = sg4::Host::by_name_or_null(n);
-      if (!h)
-        throw ConfigError(xml.string() + ": no host named '" + n + "' (the scenario's nodes)");
-      p.hosts.push_back(h);
-    }
-    p.coordinator = sg4::Host::by_name_or_null("coordinator");
-    if (!p.coordinator)
-      throw ConfigError(xml.string() + ": no host named 'coordinator' (runs the store)");
-    for (auto& bw : p.access_gbps) bw = 0;  // set by the XML, not by the scenario
+    load_xml_platform(e, sc, p);
     return p;
   }
 
   auto* world = sg4::create_full_zone("world");
-  // A site pair's links (netsim/wan.h): its backbone, shared at the capacity network.paths
-  // gives (full duplex, its available bandwidth varying as network.variation says) or else a fat
-  // pipe that is never the bottleneck, with the path's latency in time; and, where a connection's
-  // rate is bounded (loss, a per-flow cap), a fat pipe at that bound, which SimGrid applies to each
-  // flow on it separately.
-  struct SiteLink {
-    sg4::Link* fat = nullptr;
-    sg4::SplitDuplexLink* shared = nullptr;
-    sg4::Link* bound = nullptr;
-    std::string first;  // the pair's first site: its flows go UP the shared link
-  };
   std::map<std::pair<std::string, std::string>, SiteLink> backbone;
-  auto pair_key = [](std::string a, std::string b) {
-    return a < b ? std::make_pair(a, b) : std::make_pair(b, a);
-  };
   const CongestionControl cc =
       parse_congestion_control(sc.network.tcp.cc, sc.file + ": key 'network.tcp.cc'");
   auto site_link = [&](const std::string& a, const std::string& b, double rtt_ms) {
-    using simgrid::kernel::profile::ProfileBuilder;
-    const std::pair<std::string, std::string> key = pair_key(a, b);
-    const PathSpec* spec = sc.network.path(a, b);
-    const double capacity_Bps = spec && spec->capacity_gbps > 0 ? spec->capacity_gbps * 1e9 / 8 : 0;
-    const std::string name = key.first + ":" + key.second;
-    const double latency_s = rtt_ms * 1e-3 / 2;
-    const VariationSpec variation = a != b ? sc.network.variation : VariationSpec{};
-    auto path = std::make_shared<PathTimeline>(latency_s, spec ? spec->loss : 0.0, variation,
-                                               host_draw_state(sc.run.seed, "path:" + name, 12));
-    p.paths[key] = path;
-    // A profile that reads the path's timeline from its own position. Dates are the delay since
-    // the previous value (the first: since t = 0).
-    auto from_path = [path](std::function<double(const PathTimeline::Segment&)> value) {
-      auto next = std::make_shared<std::size_t>(0);
-      return [path, next, value](std::vector<simgrid::kernel::profile::DatedValue>& out) {
-        for (int k = 0; k < 256; ++k, ++*next) {
-          const PathTimeline::Segment seg = path->segment(*next);
-          const double since = *next == 0 ? 0.0 : seg.start_s - path->segment(*next - 1).start_s;
-          out.emplace_back(since, value(seg));
-        }
-      };
-    };
-    SiteLink sl;
-    sl.first = key.first;
-    if (capacity_Bps > 0) {
-      auto* l = world->create_split_duplex_link("backbone:" + name, capacity_Bps);
-      l->set_latency(latency_s);
-      for (auto* dir : {l->get_link_up(), l->get_link_down()})
-        attach_bandwidth_variation(dir, capacity_Bps, variation.bandwidth_cv,
-                                   variation.bandwidth_correlation_s, sc.run.seed);
-      sl.shared = l;
-    } else {
-      auto* l = world->create_link("backbone:" + name, kBackboneBps);
-      l->set_latency(latency_s);
-      l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
-      sl.fat = l;
-    }
-    // The path's latency in time is not a latency profile on these links: in SimGrid 3.32 a
-    // flow crossing a link whose latency changes either sticks for ever (lazy updates: "Deadlock
-    // detected") or, with full updates, has its time moved by far more than the change (a
-    // two-host test: 0.1 % latency steps every second took a 100 MB transfer from 3.108 s to
-    // 2.46-3.00 s). WanModel gives each transfer the path's latency at its start instead.
-    auto bound_Bps = [&sc, cc, connections_per_flow](const PathTimeline::Segment& seg) {
-      const double b = connection_bound(cc, sc.network.tcp, 2 * seg.latency_s, seg.loss);
-      return std::isfinite(b) ? b * connections_per_flow : kBackboneBps;
-    };
-    const bool lossy = (spec && spec->loss > 0) || variation.loss_episodes();
-    if (lossy || sc.network.tcp.per_flow_cap_gbps > 0) {
-      auto* l = world->create_link("tcp:" + name, bound_Bps(path->segment(0)));
-      l->set_latency(0);
-      l->set_sharing_policy(sg4::Link::SharingPolicy::FATPIPE);
-      if (lossy && path->varies())  // without loss the bound is the cap, whatever the RTT
-        l->set_bandwidth_profile(
-            ProfileBuilder::from_callback(l->get_name() + ":bw", from_path(bound_Bps), -1));
-      sl.bound = l->seal();
-    }
-    if (sl.shared) sl.shared->seal();
-    if (sl.fat) sl.fat->seal();
-    backbone[key] = sl;
+    backbone[pair_key(a, b)] = make_site_link(world, sc, cc, connections_per_flow, p, a, b, rtt_ms);
   };
   for (auto& s : sc.network.sites) site_link(s.name, s.name, sc.network.intra_site_rtt_ms);
   for (auto& r : sc.network.rtt) {
@@ -217,29 +264,7 @@ Platform build_platform(sg4::Engine& e, const Scenario& sc, int connections_per_
     auto* h = world->create_host(p.names[i], kHostFlops)->seal();
     p.hosts.push_back(h);
     const double bps = p.access_gbps[i] * 1e9 / 8;
-    auto* l = world->create_split_duplex_link(p.names[i] + ":access", bps);
-    l->set_latency(0);
-    if (sc.network.variability_period_s > 0 && sc.network.variability_min_fraction < 1) {
-      // A looped piecewise-constant profile: each period the bandwidth is bps × U[min, 1].
-      for (auto* dir : {l->get_link_up(), l->get_link_down()}) {
-        std::ostringstream prof;
-        prof.precision(17);
-        for (int k = 0; k < kVariabilityPeriods; ++k) {
-          double f = sc.network.variability_min_fraction +
-                     (1 - sc.network.variability_min_fraction) * unit_draw(var_rng);
-          prof << k * sc.network.variability_period_s << " " << bps * f << "\n";
-        }
-        dir->set_bandwidth_profile(simgrid::kernel::profile::ProfileBuilder::from_string(
-            dir->get_name() + ":bw", prof.str(),
-            kVariabilityPeriods * sc.network.variability_period_s));
-      }
-    }
-    // Cross traffic at the node's provider (network.variation.access_*): each direction's
-    // available bandwidth varies around the drawn access bandwidth, mean-preserving.
-    for (auto* dir : {l->get_link_up(), l->get_link_down()})
-      attach_bandwidth_variation(dir, bps, sc.network.variation.access_cv,
-                                 sc.network.variation.access_correlation_s, sc.run.seed);
-    l->seal();
+    sg4::SplitDuplexLink* l = make_access_link(world, sc, p.names[i], bps, var_rng);
     access.push_back(l);
   }
   p.coordinator = world->create_host("coordinator", kHostFlops)->seal();

@@ -474,6 +474,11 @@ void check_network(Reader& r, NetworkSpec& n) {
       r.fail(key, "a list that holds the coordinator's site '" + leader + "' (the leader's)",
              &members);
   }
+  // Both vary each access link's bandwidth, and a link takes one bandwidth profile (SimGrid
+  // aborted the run with "Refusing to define trace ... twice").
+  if (n.variability_period_s > 0 && n.variability_min_fraction < 1 && n.variation.access_cv > 0)
+    r.fail(r.key_path("variation.access_cv"),
+           "0 when network.variability is on (both vary the access links' bandwidth: give one)");
   bool any_start = false;
   for (const NodeGroup& g : n.nodes) any_start |= g.start;
   // The engine's mesh needs an initial world of at least one node.

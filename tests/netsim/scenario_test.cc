@@ -308,6 +308,21 @@ TEST(Scenario, MissingRttPairIsAnError) {
   EXPECT_NE(e.find("site pair a / c"), std::string::npos) << e;
 }
 
+// Two mechanisms that vary the access links' bandwidth cannot both be on: a link takes one
+// bandwidth profile, and SimGrid aborted the whole process ("Refusing to define trace ... twice").
+TEST(Scenario, AccessVariabilityAndAccessVariationAreOneOrTheOther) {
+  const std::string both =
+      "network:\n  sites: [{name: a}]\n  nodes: [{site: a, count: 2}]\n"
+      "  variability: {period_s: 60, min_fraction: 0.5}\n"
+      "  variation: {access_cv: 0.3, access_correlation_s: 60, source: x}\n";
+  const std::string e = error_of(both);
+  EXPECT_NE(e.find("'network.variation.access_cv': expected 0 when network.variability is on"),
+            std::string::npos)
+      << e;
+  EXPECT_EQ(error_of(both, {"network.variation.access_cv=0"}), "");
+  EXPECT_EQ(error_of(both, {"network.variability.min_fraction=1"}), "");
+}
+
 TEST(Scenario, RttNeedsASourceAndKnownSites) {
   EXPECT_NE(error_of("network:\n  sites: [{name: a}, {name: b}]\n"
                      "  rtt: [{a: a, b: b, ms: 80}]\n  nodes: [{site: a}]\n")
