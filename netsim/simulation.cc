@@ -227,9 +227,11 @@ void connect_time_advance_hook() {
 
 }  // namespace
 
-SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions& options) {
-  // Validate inputs before any SimGrid state exists.
-  const auto slots = host_slot_names(sc);
+namespace {
+
+// The scenario's churn trace (churn.trace, resolved against the run file's folder by its
+// reader), checked against the host slots and which of them start.
+ChurnTrace scenario_churn(const Scenario& sc, const std::vector<std::string>& slots) {
   std::set<std::string> running;
   {
     std::size_t i = 0;
@@ -238,8 +240,84 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
         if (g.start) running.insert(slots[i]);
   }
   ChurnTrace trace;
-  // churn.trace is resolved against the run file's folder by its reader.
   if (!sc.churn_trace.empty()) trace = load_churn(sc.churn_trace, slots, running);
+  return trace;
+}
+
+// The run's `config` record: the resolved scenario, the platform and what SimGrid was given.
+void emit_config(const Scenario& sc, const SimOptions& options, const World& w, const WanModel& wan,
+                 int L, EventSink& sink) {
+  ConfigRecord record;
+  record.mode = options.worker.mode;
+  record.seed = sc.run.seed;
+  record.command = options.command;
+  record.metrics = {sc.model.param_count(),
+                    sc.model.flops_per_token(),
+                    sc.tokens_per_inner_step(),
+                    sc.hardware.gpus_per_node,
+                    sc.hardware.peak_flops_per_gpu,
+                    sc.diloco.H,
+                    sc.diloco.codec,
+                    L};
+  record.versions.add("meridian", MERIDIAN_VERSION).add("simgrid", SIMGRID_VERSION_STRING);
+  JsonObject& cfg = record.config = sc.to_json();
+  cfg.add("platform", w.pf.to_json());
+  // What SimGrid was actually given: aggregated lanes carry L flows' bytes and window.
+  JsonObject simulated;
+  simulated.add("network_model", sc.network.model)
+      .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
+      .add("ring_flows_per_node", w.lanes)
+      .add("local_ranks_per_flow", w.lane_scale)
+      .add("driver", sc.run.driver)
+      .add("store_small_message_bytes", kStoreSmallMessageBytes)
+      .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow")
+      .add("store_keepalives", options.message_level_keepalives ? "message" : "analytic");
+  simulated.add("wan", wan.to_json());
+  cfg.add("simulated", simulated);
+  if (options.worker.make_worker) cfg.add("trainer", options.worker.config);
+  sink.emit(Event{0.0, -1, "config", config_record_fields(record)});
+}
+
+// Runs the simulation to its end, or until options.interrupt_reason gives a reason (returned),
+// reporting progress from SimGrid's clock.
+std::string run_until_done(sg4::Engine& e, const SimOptions& options,
+                           const OuterStepCounter& counting, int planned, sg4::Host* host) {
+  // Interruption and progress, from SimGrid's clock: the hook runs in the maestro on every
+  // advance; a stop request wakes an actor that ends every other one (a kill unwinds each
+  // actor's stack, as at a crash), and the run ends with `run_interrupted`.
+  std::string interrupted;
+  auto stop = sg4::Semaphore::create(0);
+  sg4::Actor::create("interrupt", host, [stop] {
+    stop->acquire();
+    sg4::Actor::kill_all();
+  })->daemonize();
+  std::uint64_t advances = 0;
+  connect_time_advance_hook();
+  time_advance_hook() = [&] {
+    if (++advances % 256 != 0) return;
+    if (options.on_progress)
+      options.on_progress(sg4::Engine::get_clock(), counting.outer_steps(), planned);
+    if (interrupted.empty() && options.interrupt_reason) {
+      interrupted = options.interrupt_reason();
+      if (!interrupted.empty()) stop->release();
+    }
+  };
+  try {
+    e.run();
+  } catch (...) {
+    time_advance_hook() = nullptr;
+    throw;
+  }
+  time_advance_hook() = nullptr;
+  return interrupted;
+}
+
+}  // namespace
+
+SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions& options) {
+  // Validate inputs before any SimGrid state exists.
+  const auto slots = host_slot_names(sc);
+  const ChurnTrace trace = scenario_churn(sc, slots);
   // Once, before SimGrid starts: the run file's options for every node (an error is the file's).
   const DilocoOptions options_of_file = config::diloco_options(sc, config::Mode::kSimulate);
   if (sc.worker != options.worker.kind)
@@ -290,37 +368,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   for (std::size_t i = 0; i < w.pf.hosts.size(); ++i)
     w.speed.push_back(std::make_shared<double>(w.pf.speed_factor[i]));
 
-  {
-    ConfigRecord record;
-    record.mode = options.worker.mode;
-    record.seed = sc.run.seed;
-    record.command = options.command;
-    record.metrics = {sc.model.param_count(),
-                      sc.model.flops_per_token(),
-                      sc.tokens_per_inner_step(),
-                      sc.hardware.gpus_per_node,
-                      sc.hardware.peak_flops_per_gpu,
-                      sc.diloco.H,
-                      sc.diloco.codec,
-                      L};
-    record.versions.add("meridian", MERIDIAN_VERSION).add("simgrid", SIMGRID_VERSION_STRING);
-    JsonObject& cfg = record.config = sc.to_json();
-    cfg.add("platform", w.pf.to_json());
-    // What SimGrid was actually given: aggregated lanes carry L flows' bytes and window.
-    JsonObject simulated;
-    simulated.add("network_model", sc.network.model)
-        .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
-        .add("ring_flows_per_node", w.lanes)
-        .add("local_ranks_per_flow", w.lane_scale)
-        .add("driver", sc.run.driver)
-        .add("store_small_message_bytes", kStoreSmallMessageBytes)
-        .add("store_small_message_cost", "route latency + bytes / bottleneck bandwidth, no flow")
-        .add("store_keepalives", options.message_level_keepalives ? "message" : "analytic");
-    simulated.add("wan", wan->to_json());
-    cfg.add("simulated", simulated);
-    if (options.worker.make_worker) cfg.add("trainer", options.worker.config);
-    sink.emit(Event{0.0, -1, "config", config_record_fields(record)});
-  }
+  emit_config(sc, options, w, *wan, L, sink);
 
   std::vector<int> initial_slots;
   for (std::size_t i = 0; i < w.pf.hosts.size(); ++i) {
@@ -336,34 +384,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   // The nodes end the run themselves; pending churn events then no longer matter.
   churn->daemonize();
 
-  // Interruption and progress, from SimGrid's clock: the hook runs in the maestro on every
-  // advance; a stop request wakes an actor that ends every other one (a kill unwinds each
-  // actor's stack, as at a crash), and the run ends with `run_interrupted`.
   const int planned = sc.outer_steps();
-  std::string interrupted;
-  auto stop = sg4::Semaphore::create(0);
-  sg4::Actor::create("interrupt", w.pf.coordinator, [stop] {
-    stop->acquire();
-    sg4::Actor::kill_all();
-  })->daemonize();
-  std::uint64_t advances = 0;
-  connect_time_advance_hook();
-  time_advance_hook() = [&] {
-    if (++advances % 256 != 0) return;
-    if (options.on_progress)
-      options.on_progress(sg4::Engine::get_clock(), counting.outer_steps(), planned);
-    if (interrupted.empty() && options.interrupt_reason) {
-      interrupted = options.interrupt_reason();
-      if (!interrupted.empty()) stop->release();
-    }
-  };
-  try {
-    e.run();
-  } catch (...) {
-    time_advance_hook() = nullptr;
-    throw;
-  }
-  time_advance_hook() = nullptr;
+  const std::string interrupted = run_until_done(e, options, counting, planned, w.pf.coordinator);
   if (w.error) std::rethrow_exception(w.error);
   const double end = sg4::Engine::get_clock();
   const int outer_done = counting.outer_steps();
