@@ -414,6 +414,17 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
   files.insert(files.end(), drawn.begin(), drawn.end());
 }
 
+void write_exit_status(const std::string& path, int status) {
+  std::ofstream(path) << status << "\n";
+}
+
+std::optional<int> read_exit_status(const std::string& path) {
+  std::ifstream in(path);
+  int status = 0;
+  if (!(in >> status)) return std::nullopt;
+  return status;
+}
+
 SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>& axes,
                       const SweepRunner& runner, std::ostream& progress) {
   const bool parts = options.part_count > 0;
@@ -456,14 +467,18 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
     r.dir = (fs::path(options.out_dir) / r.point.name).string();
     const std::string log = r.dir + ".log", exit_file = r.dir + ".exit";
     if (options.gather) {
-      std::ifstream in(exit_file);
-      if (!(in >> r.exit_code)) {
+      const std::optional<int> status = read_exit_status(exit_file);
+      if (!status) {
         missing += (missing.empty() ? "" : ", ") + r.point.name;
         continue;
       }
+      r.exit_code = *status;
     } else if (parts && i % options.part_count != options.part_index) {
       continue;
-    } else {
+    }
+    double took_s = 0;
+    const bool ran = !options.gather;
+    if (ran) {
       // The sweep claimed its folder (the command's --force): the point folders are its own.
       std::vector<std::string> args = {"sim", options.scenario, "--out", r.dir, "--force"};
       if (options.seed) args.insert(args.end(), {"--seed", std::to_string(*options.seed)});
@@ -472,12 +487,8 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
                << std::flush;
       const auto t0 = std::chrono::steady_clock::now();
       r.exit_code = runner(args, log);
-      const double took_s =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (parts) std::ofstream(exit_file) << r.exit_code << "\n";
-      char took[32];
-      std::snprintf(took, sizeof took, "%.1f s", took_s);
-      progress << (r.exit_code == 0 ? "ok" : "FAILED") << " (" << took << ")\n";
+      took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (parts) write_exit_status(exit_file, r.exit_code);
     }
     if (r.exit_code != 0) {
       r.error =
@@ -489,9 +500,14 @@ SweepResult run_sweep(const SweepOptions& options, const std::vector<SweepAxis>&
         r.error = e.what();
       }
     }
-    if (!r.error.empty() && !options.gather) progress << "  " << r.error << "\n";
+    if (ran) {
+      char took[32];
+      std::snprintf(took, sizeof took, "%.1f s", took_s);
+      progress << (r.summary ? "ok" : "FAILED") << " (" << took << ")\n";
+      if (!r.error.empty()) progress << "  " << r.error << "\n";
+    }
     result.points.push_back(std::move(r));
-    if (!options.gather) report_progress(result.points.size());
+    if (ran) report_progress(result.points.size());
   }
   if (!missing.empty())
     throw ConfigError("--gather: " + options.out_dir + " has no finished run of point(s) " +

@@ -60,6 +60,11 @@ struct SweepOptions {
   bool gather = false;
 };
 
+// A run of a part (`--part`) leaves its exit status beside its folder (DIR/<run>.exit) for the
+// gather: written by write_exit_status, read back (nullopt when absent or not an integer).
+void write_exit_status(const std::string& path, int status);
+std::optional<int> read_exit_status(const std::string& path);
+
 // The progress line: "sweep: 2/6 points done, ETA 1 min 10 s" (the ETA from the mean time per
 // point so far; "ETA ?" before the first is done).
 std::string sweep_progress_line(std::size_t done, std::size_t total, double elapsed_s);

@@ -162,13 +162,9 @@ std::vector<int> gathered_codes(const EnsembleArgs& e) {
   std::vector<int> codes;
   std::string missing;
   for (std::int64_t seed : e.seeds) {
-    std::ifstream in(seed_file(e, seed, ".exit"));
-    int code = -1;
-    if (!(in >> code) || code < 0) {
-      missing += (missing.empty() ? "" : ", ") + std::to_string(seed);
-      code = -1;
-    }
-    codes.push_back(code);
+    const std::optional<int> code = analysis::read_exit_status(seed_file(e, seed, ".exit"));
+    if (!code || *code < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(seed);
+    codes.push_back(code && *code >= 0 ? *code : -1);
   }
   if (!missing.empty())
     throw ConfigError("--gather: " + e.out + " has no finished run of seed(s) " + missing +
@@ -197,7 +193,7 @@ int run_ensemble(const EnsembleArgs& e) {
   std::string ran;
   for (std::size_t k = 0; k < e.seeds.size(); ++k) {
     if (codes[k] < 0) continue;
-    std::ofstream(seed_file(e, e.seeds[k], ".exit")) << codes[k] << "\n";
+    analysis::write_exit_status(seed_file(e, e.seeds[k], ".exit"), codes[k]);
     (codes[k] == 0 ? ok : failed) += 1;
     ran += (ran.empty() ? "" : ",") + std::to_string(e.seeds[k]);
   }
