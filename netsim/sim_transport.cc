@@ -48,6 +48,7 @@ struct PhantomRounds {
         transfers(rounds * n),
         send_bytes(rounds * n),
         recv_bytes(rounds * n),
+        rendezvous_s(n),
         flows(n) {}
   int n;
   std::size_t rounds;
@@ -58,6 +59,10 @@ struct PhantomRounds {
   std::vector<double> span_s;   // the time a rank's sends of a round take, in all
   std::vector<double> first_s;  // of its first round's first message, timed alone (per rank)
   std::vector<std::uint64_t> transfers, send_bytes, recv_bytes;
+  // Rendezvous: how long after its successor posts a receive each rank's send may leave (the
+  // receiver's control trips, SimNetwork::set_rendezvous_trips); < 0 when eager (a send leaves
+  // when posted, whatever the successor does).
+  std::vector<double> rendezvous_s;
   std::vector<double> start_s, end_s;  // each round's, per rank (empty until all are timed)
   std::vector<sg4::CommPtr> flows;     // each rank's flow in progress, if any
   WaitList waiters;
@@ -379,17 +384,21 @@ bool first_message_alone(std::size_t round, std::uint64_t messages) {
 
 // When each rank's phantom ring rounds start and end, message by message
 // (engine/collective/ring_allreduce.cc with one piece per share): within a round, rank r's
-// transfer t + 1 starts once its transfer t has completed both ways, so with d_r the time one of
-// rank r's sends takes and T_r(0) the round's start, T_r(t + 1) = max(T_r(t) + d_r,
-// T_{r-1}(t) + d_{r-1}) and the round ends at T_r(transfers); the next round starts then. d_r is
-// rank r's sends of the round timed together, divided by the transfers (they cross the same
-// route back to back).
+// transfer t + 1 starts once its transfer t has completed both ways. Rank r posts transfer t
+// (its receive with it) at T_r(t); its send leaves at S_r(t) = T_r(t) when eager, or with a
+// rendezvous once its successor's receive is posted and the control trips have crossed,
+// S_r(t) = max(T_r(t), T_{r+1}(t) + R_r) (R_r: the trips' one-way latencies, as `rendezvous`
+// charges a message). With d_r the time one of rank r's sends takes and T_r(0) the round's
+// start, T_r(t + 1) = max(S_r(t) + d_r, S_{r-1}(t) + d_{r-1}), and the round ends at
+// T_r(transfers); the next round starts then. d_r is rank r's sends of the round timed
+// together, divided by the transfers (they cross the same route back to back; a rendezvous's
+// wait is shorter than an RTO, so it restarts no slow start).
 void ring_schedule(PhantomRounds& p) {
   const std::size_t n = static_cast<std::size_t>(p.n);
   p.start_s.assign(p.rounds * n, 0);
   p.end_s.assign(p.rounds * n, 0);
   // d_first: each rank's first message of a round, d_rest: each of its others.
-  std::vector<double> d_first(n), d_rest(n), t(p.entry_s), next(n);
+  std::vector<double> d_first(n), d_rest(n), t(p.entry_s), next(n), leave(n);
   for (std::size_t b = 0; b < p.rounds; ++b) {
     const std::size_t base = b * n;
     const std::uint64_t k = p.transfers[base];
@@ -403,9 +412,13 @@ void ring_schedule(PhantomRounds& p) {
     }
     for (std::uint64_t m = 0; m < k; ++m) {
       const std::vector<double>& d = m == 0 ? d_first : d_rest;
+      for (std::size_t i = 0; i < n; ++i)
+        leave[i] = p.rendezvous_s[i] < 0
+                       ? t[i]
+                       : std::max(t[i], t[i + 1 == n ? 0 : i + 1] + p.rendezvous_s[i]);
       for (std::size_t i = 0; i < n; ++i) {
         const std::size_t prev = i == 0 ? n - 1 : i - 1;
-        next[i] = std::max(t[i] + d[i], t[prev] + d[prev]);
+        next[i] = std::max(leave[i] + d[i], leave[prev] + d[prev]);
       }
       t.swap(next);
     }
@@ -428,7 +441,7 @@ void ring_schedule(PhantomRounds& p) {
 bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
                                      std::span<PhantomRingTimes> times) {
   MERIDIAN_CHECK_EQ(rounds.size(), times.size());
-  if (!net_->merge_phantom_rings || net_->rendezvous_trips > 0 || rounds.empty()) return false;
+  if (!net_->merge_phantom_rings || rounds.empty()) return false;
   for (const PhantomRing& round : rounds)
     if (round.transfers == 0) return false;
   pay_deferred_time();
@@ -460,13 +473,18 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
                             std::to_string(p->rounds),
                         rank_);
   p->entry_s[rank_] = entry_s;
+  p->rendezvous_s[rank_] =
+      net_->rendezvous_trips == 0
+          ? -1.0
+          : net_->rendezvous_trips * net_->one_way_latency_s(ep.hosts[rank_], ep.hosts[to]);
   double bound_s = 0;  // every transfer within its timeout
   for (std::size_t b = 0; b < count; ++b) {
     const std::size_t i = b * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_);
     p->transfers[i] = rounds[b].transfers;
     p->send_bytes[i] = rounds[b].send_bytes;
     p->recv_bytes[i] = rounds[b].recv_bytes;
-    bound_s += static_cast<double>(rounds[b].transfers) * rounds[b].timeout_s;
+    bound_s += static_cast<double>(rounds[b].transfers) *
+               (rounds[b].timeout_s + std::max(0.0, p->rendezvous_s[rank_]));
   }
   if (++p->entered == n) p->waiters.notify_all();
 
@@ -499,8 +517,20 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
     for (std::uint64_t j = 0; j < segments; ++j) edge.push_back(lone + (k - lone) * j / segments);
     edge.push_back(k);
     edge.erase(std::unique(edge.begin(), edge.end()), edge.end());
+    // With a rendezvous, message by message each send waits about R for its successor's
+    // receive, so the round's messages spread over a longer time than its flows take back to
+    // back: a run of m messages first waits m R (the connection kept busy: each real wait is
+    // shorter than an RTO and restarts no slow start), so that the flows sample the bandwidth
+    // and loss processes over the time the messages cross. The waits are not the sends' time.
+    double rendezvous_waited_s = 0;
     for (std::size_t j = 0; j + 1 < edge.size(); ++j) {
       const std::uint64_t m0 = edge[j], m1 = edge[j + 1];
+      if (const double r_s = p->rendezvous_s[rank_]; r_s > 0) {
+        const double wait_s = r_s * static_cast<double>(m1 - m0);
+        p->waiters.wait_until(sg4::Engine::get_clock() + wait_s, gone);
+        if (gone()) throw peer_lost(ep, ep.lost, "is lost");
+        rendezvous_waited_s += wait_s;
+      }
       if (!first) net_->ended(me, next, ep.lane);  // the next message leaves at once
       if (const double wait_s = net_->unpaid_latency_s(me, next, m1 - m0); wait_s > 0) {
         const double until_s = sg4::Engine::get_clock() + wait_s;
@@ -530,10 +560,11 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
         throw peer_lost(ep, to, "failed during a send");
       }
       if (gone()) throw peer_lost(ep, ep.lost, "is lost");
-      if (lone && j == 0) p->first_s[rank_] = sg4::Engine::get_clock() - round_start_s;
+      if (lone && j == 0)
+        p->first_s[rank_] = sg4::Engine::get_clock() - round_start_s - rendezvous_waited_s;
     }
     p->span_s[b * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_)] =
-        sg4::Engine::get_clock() - round_start_s;
+        sg4::Engine::get_clock() - round_start_s - rendezvous_waited_s;
   }
   if (++p->timed == n) {
     for (std::size_t b = 0; b < count; ++b)

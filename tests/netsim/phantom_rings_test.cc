@@ -3,7 +3,8 @@
 // argument for their equality holds: a constant network (no WAN processes) whose ring flows share
 // no link. Three sites (1 ms within, 60 and 180 ms between), every node its own access bandwidth
 // (0.5 to 4 Gb/s), ranks entering the first round at different times, six rounds of different
-// sizes run back to back: every rank's start and end of every round must agree. Then the error
+// sizes run back to back: every rank's start and end of every round must agree, eager and with
+// a rendezvous of one or two trips. Then the error
 // paths: a node that dies in the middle, a rank that never comes, ranks that disagree on sizes.
 #include <gtest/gtest.h>
 
@@ -59,7 +60,7 @@ enum class Mode { kMessages, kWhole };
 // Runs the rounds on every rank (rank r enters at 0.37 r s); `disturb` runs in its own actor.
 std::vector<Outcome> run(Mode mode, const std::vector<std::vector<std::size_t>>& counts,
                          const std::function<void(Platform&, SimNetwork&)>& disturb = {},
-                         int absent = -1, int segments = 1) {
+                         int absent = -1, int segments = 1, int rendezvous_trips = 0) {
   const std::string out = testing::temp_path(mode == Mode::kWhole ? "whole" : "messages");
   const int rc = testing::run_in_child([&] {
     int argc = 2;
@@ -74,6 +75,7 @@ std::vector<Outcome> run(Mode mode, const std::vector<std::vector<std::size_t>>&
     start_notifier(pf.hosts[0]);
     SimNetwork net;
     net.set_merge_phantom_rings(mode == Mode::kWhole, segments);
+    net.set_rendezvous_trips(rendezvous_trips);
     std::vector<std::int64_t> members;
     for (int i = 0; i < kNodes; ++i) {
       net.add_node(i, pf.hosts[i]);
@@ -153,11 +155,13 @@ std::vector<std::vector<std::size_t>> same_counts() {
   return std::vector<std::vector<std::size_t>>(kNodes, kCounts);
 }
 
-TEST(PhantomRings, TimedWholeTheyStartAndEndWhereMessageByMessageTheyDo) {
-  const auto messages = run(Mode::kMessages, same_counts());
+// Every rank's start and end of every round, timed whole with 1 and 4 flows per round, against
+// message level; `trips`: the rendezvous's control trips (0: eager).
+void expect_whole_matches_messages(int trips) {
+  const auto messages = run(Mode::kMessages, same_counts(), {}, -1, 1, trips);
   double last = 0, worst = 0, first_end = 1e300;
   for (int segments : {1, 4}) {
-    const auto whole = run(Mode::kWhole, same_counts(), {}, -1, segments);
+    const auto whole = run(Mode::kWhole, same_counts(), {}, -1, segments, trips);
     for (int r = 0; r < kNodes; ++r) {
       ASSERT_EQ(messages[r].error, "") << "rank " << r;
       ASSERT_EQ(whole[r].error, "") << "rank " << r;
@@ -177,7 +181,19 @@ TEST(PhantomRings, TimedWholeTheyStartAndEndWhereMessageByMessageTheyDo) {
   // Not a trivial agreement: the rounds took seconds, and the ranks did not end together.
   EXPECT_GT(last - messages[0].start[0], 10.0);
   EXPECT_GT(last - first_end, 1e-2);
-  std::printf("last end %.4f s; largest difference %.2e s\n", last, worst);
+  std::printf("%d rendezvous trips: last end %.4f s; largest difference %.2e s\n", trips, last,
+              worst);
+}
+
+TEST(PhantomRings, TimedWholeTheyStartAndEndWhereMessageByMessageTheyDo) {
+  expect_whole_matches_messages(0);
+}
+
+// With a rendezvous (Gloo's receive-ready notice: one trip; two as Meridian's former credit
+// transport) each send waits for its successor's receive and the trips: the same recurrence
+// with that wait, and every start and end again as message by message.
+TEST(PhantomRings, WithARendezvousTheyStillStartAndEndWhereMessageByMessageTheyDo) {
+  for (int trips : {1, 2}) expect_whole_matches_messages(trips);
 }
 
 TEST(PhantomRings, ANodeDyingInTheMiddleFailsEveryRankWithPeerLostAsPromptly) {
