@@ -133,6 +133,8 @@ JsonObject run_config_json(const RunConfig& c) {
     diloco.add("topk_density", d.codec_params.topk_density)
         .add("topk_bits", d.codec_params.topk_bits)
         .add("error_feedback", static_cast<double>(d.error_feedback));
+  if (d.sparse_collective != SparseCollective::kAuto)
+    diloco.add("sparse_collective", sparse_collective_name(d.sparse_collective));
   if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
   if (d.streaming())
     diloco.add("fragments", d.fragments)

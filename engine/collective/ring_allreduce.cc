@@ -841,4 +841,42 @@ RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Code
 
 bool ring_tag_is_all_gather(Tag tag) { return ((tag >> 31) & 1) == kAllGather; }
 
+namespace {
+constexpr SparseCollective kAllSparseCollectives[] = {
+    SparseCollective::kAuto, SparseCollective::kGather, SparseCollective::kRing};
+}  // namespace
+
+std::string_view sparse_collective_name(SparseCollective c) {
+  switch (c) {
+    case SparseCollective::kAuto:
+      return "auto";
+    case SparseCollective::kGather:
+      return "gather";
+    case SparseCollective::kRing:
+      return "ring";
+  }
+  return "?";
+}
+
+SparseCollective parse_sparse_collective(std::string_view name) {
+  for (SparseCollective c : kAllSparseCollectives)
+    if (name == sparse_collective_name(c)) return c;
+  throw ConfigError("diloco.sparse_collective: '" + std::string(name) +
+                    "' is not one of auto, gather, ring");
+}
+
+SparseCollective resolve_sparse_collective(SparseCollective choice, const Codec& sparse,
+                                           const Codec& dense, std::span<const std::size_t> counts,
+                                           int world) {
+  if (choice != SparseCollective::kAuto) return choice;
+  const auto hops = static_cast<std::uint64_t>(std::max(world, 1) - 1);
+  const auto n = static_cast<std::uint64_t>(std::max(world, 1));
+  std::uint64_t gather = 0, ring = 0;
+  for (const std::size_t count : counts) {
+    gather += hops * chunk_message_bytes(sparse, count);
+    ring += 2 * hops * chunk_message_bytes(dense, (count + n - 1) / n);
+  }
+  return ring < gather ? SparseCollective::kRing : SparseCollective::kGather;
+}
+
 }  // namespace meridian

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "engine/codec/codec.h"
@@ -108,6 +109,22 @@ RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Code
                               ReduceBuffer buf, std::span<float> own, const RingOptions& options,
                               RingWorkspace* workspace = nullptr,
                               std::span<const std::size_t> segments = {});
+
+// How DiLoCo sums a sparse codec's terms (engine/collective/README.md, "Sparse pieces"): the
+// all-gather of the encodings above (exact: each rank's term as it selected it), or each rank's
+// decoded term all-reduced by the dense ring with a dense codec (its rounding of partial sums
+// on top); auto picks the one whose messages carry fewer bytes per rank.
+enum class SparseCollective : std::uint8_t { kAuto, kGather, kRing };
+// Parses "auto", "gather", "ring"; throws ConfigError naming the choices.
+SparseCollective parse_sparse_collective(std::string_view name);
+std::string_view sparse_collective_name(SparseCollective c);
+// What `choice` is for `world` ranks summing runs of `counts` values (a shard's buckets), terms
+// encoded by `sparse` and the ring's shares by `dense`: kGather or kRing. kAuto compares the
+// bytes one rank sends, (world - 1) encodings of every run against the ring's 2 (world - 1)
+// shares of every run (one piece's header each), and keeps the gather on a tie (one rank).
+SparseCollective resolve_sparse_collective(SparseCollective choice, const Codec& sparse,
+                                           const Codec& dense, std::span<const std::size_t> counts,
+                                           int world);
 
 // Phantom buffers of `counts[i]` values all-reduced one after another with `options[i]` (the
 // buckets of a timing-only simulation), handed to the transport whole when it can time them so

@@ -557,6 +557,10 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.scalar<double>("error_feedback", d.error_feedback,
                    "a value in [0, 1] (codec topk: the error feedback's decay beta)",
                    [](const double& v) { return v >= 0 && v <= 1; });
+  r.scalar<std::string>(
+      "sparse_collective", d.sparse_collective,
+      "auto, gather or ring (codec topk: how the terms are summed)",
+      [](const std::string& v) { return v == "auto" || v == "gather" || v == "ring"; });
   r.scalar<std::string>("buckets", d.buckets, "'layers' or a positive integer",
                         [](const std::string& v) {
                           if (v == "layers") return true;
@@ -601,14 +605,13 @@ void parse_diloco(Reader r, DilocoSpec& d) {
            "at most diloco.H / diloco.fragments (" + std::to_string(d.H / d.fragments) +
                "): a fragment's sync ends within its part of the inner steps");
   if (d.codec != "topk")
-    for (const char* key : {"topk_density", "topk_bits", "error_feedback"})
+    for (const char* key : {"topk_density", "topk_bits", "error_feedback", "sparse_collective"})
       if (const YAML::Node n = r.get(key); n.IsDefined() && !n.IsNull())
         r.fail(r.key_path(key), "absent unless diloco.codec is topk (it is " + d.codec + ")", &n);
-  if (d.codec == "topk" && (d.overlap != "none" || d.fragments > 1 || d.fragment_delay > 0 ||
-                            d.fragment_alpha != 0))
+  if (d.codec == "topk" && (d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0))
     r.fail(r.key_path("codec"),
-           "not topk with overlap or streaming: sparse outer steps run blocking (their error "
-           "feedback is taken at the outer step)");
+           "not topk with streaming: sparse outer steps sync the whole model (their error "
+           "feedback is taken per outer step, not per fragment)");
   if ((d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0) && d.overlap != "none")
     r.fail(r.key_path("overlap"),
            "none when streaming (diloco.fragments, fragment_delay, fragment_alpha are set): "
@@ -925,6 +928,7 @@ DilocoOptions diloco_options(const RunFile& f, Mode mode) {
   o.codec_params.topk_density = d.topk_density;
   o.codec_params.topk_bits = d.topk_bits;
   o.error_feedback = static_cast<float>(d.error_feedback_or_default());
+  o.sparse_collective = parse_sparse_collective(d.sparse_collective);
   o.overlap = parse_overlap(d.overlap);
   o.fragments = d.fragments;
   o.fragment_delay = d.fragment_delay;
@@ -1055,6 +1059,7 @@ JsonObject diloco_json(const DilocoSpec& d) {
     dl.add("topk_density", d.topk_density)
         .add("topk_bits", d.topk_bits)
         .add("error_feedback", d.error_feedback_or_default());
+  if (d.sparse_collective != "auto") dl.add("sparse_collective", d.sparse_collective);
   if (d.overlap != "none") dl.add("overlap", d.overlap);
   if (d.fragments != 1 || d.fragment_delay != 0 || d.fragment_alpha != 0)
     dl.add("fragments", d.fragments)

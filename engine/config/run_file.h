@@ -214,6 +214,9 @@ struct DilocoSpec {
     return std::isnan(error_feedback) ? (codec == "topk" ? double{kDefaultErrorFeedback} : 0.0)
                                       : error_feedback;
   }
+  // codec topk: how the terms are summed, auto | gather | ring (engine/collective/README.md,
+  // "Sparse pieces"). Serialised only when not auto.
+  std::string sparse_collective = "auto";
   std::string buckets = "layers";  // "layers" (embedding, each layer, head) or an integer count
   int local_ranks = 8;             // L parallel rings per node (one flow each)
   bool aggregate = true;           // model the L rings as one flow of L× bytes and L× window

@@ -67,6 +67,7 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
       events_(events),
       options_(std::move(options)),
       codec_(make_codec(options_.codec, options_.codec_params)),
+      ring_codec_(codec_->sparse() ? make_codec(CodecId::kInt8Prime) : nullptr),
       mu_(runtime.make_mutex()) {
   if (options_.inner_steps < 1) throw ConfigError("diloco: inner_steps must be >= 1");
   if (options_.local_ranks < 1) throw ConfigError("diloco: local_ranks must be >= 1");
@@ -93,10 +94,10 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
                       " are two ways of overlapping the sync; choose one");
   if (!options_.initial_local.empty() && !options_.streaming())
     throw ConfigError("diloco: local parameters to resume from need streaming (diloco.fragments)");
-  if (sparse() && (options_.streaming() || overlapped()))
+  if (sparse() && options_.streaming())
     throw ConfigError("diloco.codec " + std::string(codec_->name()) +
-                      " (sparse outer steps) runs with blocking outer steps only: overlap: none "
-                      "and one fragment (its error feedback is taken at the outer step)");
+                      " (sparse outer steps) does not stream: one fragment (its error feedback "
+                      "is taken per outer step, not per fragment)");
   if (!(options_.error_feedback >= 0.0f && options_.error_feedback <= 1.0f))
     throw ConfigError("diloco.error_feedback must be in [0, 1], got " +
                       std::to_string(options_.error_feedback));
@@ -104,6 +105,9 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
     throw ConfigError("diloco.error_feedback needs a sparse codec (topk): with codec " +
                       std::string(codec_->name()) + " the ring all-reduce quantizes partial "
                       "sums, so no node knows what it sent");
+  if (options_.sparse_collective != SparseCollective::kAuto && !sparse())
+    throw ConfigError("diloco.sparse_collective needs a sparse codec (topk); with codec " +
+                      std::string(codec_->name()) + " the dense ring sums the encodings");
   if (!options_.initial_error_feedback.empty() && !sparse())
     throw ConfigError("diloco: an error-feedback buffer to resume from needs a sparse codec");
   if (!options_.initial_pending.empty() && !overlapped())
@@ -609,6 +613,7 @@ bool DilocoNode::all_reduce(const RoundRecord& r, std::vector<std::int64_t>& bla
   shard_ok_.assign(options_.local_ranks, 0);
   ring_workspaces_.resize(options_.local_ranks);
   gather_staging_.resize(options_.local_ranks);
+  own_encoding_.resize(options_.local_ranks);
   shard_blame_.assign(options_.local_ranks, -1);
   const double start_s = runtime_.now_s();
   watched(r, [&] {
@@ -672,125 +677,54 @@ void DilocoNode::watched(const RoundRecord& r, const std::function<void()>& ring
   stop_watchdog();
 }
 
+RingOptions DilocoNode::ring_options(const RoundRecord& r, const Bucket& b) const {
+  RingOptions ro;
+  ro.max_chunk_bytes = options_.max_chunk_bytes;
+  ro.timeout_s = options_.allreduce_timeout_s;
+  ro.outer_step = static_cast<std::uint64_t>(r.outer_step);
+  ro.bucket = b.index;
+  ro.measure_error = options_.measure_error;
+  // all_reduce() rebuilds reduced_ from delta_ before every attempt (divided by that epoch's
+  // world), so the ring need not keep a copy to restore it.
+  ro.restore_on_failure = false;
+  return ro;
+}
+
+void DilocoNode::report_collective(const RoundRecord& r, int shard, int fragment,
+                                   SparseCollective via, std::int64_t bucket,
+                                   std::uint64_t elements, const RingStats& st, double start_s,
+                                   std::size_t buckets_in_call) {
+  JsonObject f;
+  f.add("outer_step", r.outer_step)
+      .add("bucket", bucket)
+      .add("epoch", r.epoch)
+      .add("attempt", r.attempt)
+      .add("codec", codec_name(options_.codec))
+      .add("elements", elements)
+      .add("participants", st.participants)
+      .add("bytes_sent", st.bytes_sent)
+      .add("bytes_received", st.bytes_received)
+      .add("start_s", start_s)
+      .add("elapsed_s", st.elapsed_s)
+      .add("relative_error", st.relative_error)
+      .add("local_rank", shard);
+  if (sparse()) f.add("collective", sparse_collective_name(via));
+  if (fragment >= 0) f.add("fragment", fragment);
+  if (buckets_in_call > 1) f.add("buckets", static_cast<std::uint64_t>(buckets_in_call));
+  emit("allreduce", std::move(f));
+}
+
 void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
                               int fragment) {
-  Transport& t = *rings_[shard];
-  auto options_for = [&](const Bucket& b) {
-    RingOptions ro;
-    ro.max_chunk_bytes = options_.max_chunk_bytes;
-    ro.timeout_s = options_.allreduce_timeout_s;
-    ro.outer_step = static_cast<std::uint64_t>(r.outer_step);
-    ro.bucket = b.index;
-    ro.measure_error = options_.measure_error;
-    // all_reduce() rebuilds reduced_ from delta_ before every attempt (divided by that
-    // epoch's world), so the ring need not keep a copy to restore it.
-    ro.restore_on_failure = false;
-    return ro;
-  };
-  // One event per collective call: a bucket, or (a sparse gather) the shard's buckets at once,
-  // `bucket` -1 and their number in `buckets` when there are several.
-  auto report = [&](std::int64_t bucket, std::uint64_t elements, const RingStats& st,
-                    double start_s, std::size_t buckets_in_call = 1) {
-    JsonObject f;
-    f.add("outer_step", r.outer_step)
-        .add("bucket", bucket)
-        .add("epoch", r.epoch)
-        .add("attempt", r.attempt)
-        .add("codec", codec_name(options_.codec))
-        .add("elements", elements)
-        .add("participants", st.participants)
-        .add("bytes_sent", st.bytes_sent)
-        .add("bytes_received", st.bytes_received)
-        .add("start_s", start_s)
-        .add("elapsed_s", st.elapsed_s)
-        .add("relative_error", st.relative_error)
-        .add("local_rank", shard);
-    if (fragment >= 0) f.add("fragment", fragment);
-    if (buckets_in_call > 1) f.add("buckets", static_cast<std::uint64_t>(buckets_in_call));
-    emit("allreduce", std::move(f));
-  };
   try {
-    if (sparse()) {
-      // One all-gather for all of the shard's buckets, each encoded on its own (segments): the
-      // ring's N - 1 hops are paid once per round, not once per bucket. The buckets lie
-      // back to back in reduced_ unless local ranks cut them (then they are staged).
-      std::vector<std::size_t> lengths;
-      std::uint64_t total = 0;
-      bool contiguous = true;
-      for (const Bucket& b : buckets) {
-        contiguous = contiguous && b.offset == buckets.front().offset + total;
-        lengths.push_back(b.count);
-        total += b.count;
-      }
-      const RingOptions ro = options_for(buckets.empty() ? Bucket{} : buckets.front());
-      const double start_s = runtime_.now_s();
-      RingStats st;
-      if (phantom_) {
-        st = ring_all_gather_sum(t, runtime_, *codec_, ReduceBuffer::phantom(total), {}, ro,
-                                 &ring_workspaces_[shard], lengths);
-      } else if (contiguous) {
-        const std::uint64_t at = buckets.empty() ? 0 : buckets.front().offset;
-        st = ring_all_gather_sum(t, runtime_, *codec_,
-                                 ReduceBuffer::of(std::span<float>(reduced_).subspan(at, total)),
-                                 std::span<float>(sent_).subspan(at, total), ro,
-                                 &ring_workspaces_[shard], lengths);
-      } else {
-        std::vector<float>& stage = gather_staging_[shard];
-        stage.resize(2 * total);
-        const auto in = std::span<float>(stage).first(total);
-        const auto own = std::span<float>(stage).subspan(total);
-        std::uint64_t k = 0;
-        for (const Bucket& b : buckets)
-          k = std::copy_n(reduced_.begin() + b.offset, b.count, in.begin() + k) - in.begin();
-        st = ring_all_gather_sum(t, runtime_, *codec_, ReduceBuffer::of(in), own, ro,
-                                 &ring_workspaces_[shard], lengths);
-        k = 0;
-        for (const Bucket& b : buckets) {
-          std::copy_n(in.begin() + k, b.count, reduced_.begin() + b.offset);
-          std::copy_n(own.begin() + k, b.count, sent_.begin() + b.offset);
-          k += b.count;
-        }
-      }
-      const std::int64_t bucket =
-          buckets.size() == 1 ? static_cast<std::int64_t>(buckets.front().index) : -1;
-      report(bucket, total, st, start_s, buckets.size());
-      shard_ok_[shard] = 1;
-      return;
-    }
-    // A timing-only simulation hands runs of the buckets' rounds to the transport whole when it
-    // can time them so (netsim/README.md, "Aggregation"); otherwise, and with content, bucket by
-    // bucket, message by message (a transport that declines is not asked again).
     std::vector<std::size_t> counts;
-    std::vector<RingOptions> options;
-    if (phantom_)
-      for (const Bucket& b : buckets) {
-        counts.push_back(b.count);
-        options.push_back(options_for(b));
-      }
-    bool ask_whole = phantom_;
-    for (std::size_t i = 0; i < buckets.size();) {
-      if (ask_whole) {
-        const std::optional<std::vector<PhantomRoundStats>> whole = phantom_ring_rounds(
-            t, runtime_, *codec_, std::span(counts).subspan(i), std::span(options).subspan(i));
-        if (!whole) {
-          ask_whole = false;
-        } else {
-          for (const PhantomRoundStats& w : *whole) {
-            report(buckets[i].index, buckets[i].count, w.stats, w.start_s);
-            ++i;
-          }
-          if (!whole->empty()) continue;
-        }
-      }
-      const Bucket& b = buckets[i++];
-      const ReduceBuffer buf =
-          phantom_ ? ReduceBuffer::phantom(b.count)
-                   : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
-      const double start_s = runtime_.now_s();
-      report(b.index, b.count,
-             ring_all_reduce(t, runtime_, *codec_, buf, options_for(b), &ring_workspaces_[shard]),
-             start_s);
-    }
+    for (const Bucket& b : buckets) counts.push_back(b.count);
+    if (sparse() &&
+        resolve_sparse_collective(options_.sparse_collective, *codec_, *ring_codec_, counts,
+                                  rings_[shard]->size()) == SparseCollective::kGather)
+      gather_shard(r, shard, buckets, fragment);
+    else
+      ring_shard(r, shard, buckets, fragment);
     shard_ok_[shard] = 1;
   } catch (const PeerLostError&) {
   } catch (const TimeoutError&) {
@@ -807,6 +741,109 @@ void DilocoNode::reduce_shard(const RoundRecord& r, int shard, const std::vector
                               .add("action", "blame")
                               .add("reason", std::string(e.what())));
     }
+  }
+}
+
+void DilocoNode::gather_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
+                              int fragment) {
+  // One all-gather for all of the shard's buckets, each encoded on its own (segments): the
+  // ring's N - 1 hops are paid once per round, not once per bucket. The buckets lie back to back
+  // in reduced_ unless local ranks cut them (then they are staged).
+  Transport& t = *rings_[shard];
+  std::vector<std::size_t> lengths;
+  std::uint64_t total = 0;
+  bool contiguous = true;
+  for (const Bucket& b : buckets) {
+    contiguous = contiguous && b.offset == buckets.front().offset + total;
+    lengths.push_back(b.count);
+    total += b.count;
+  }
+  const RingOptions ro = ring_options(r, buckets.empty() ? Bucket{} : buckets.front());
+  const double start_s = runtime_.now_s();
+  RingStats st;
+  if (phantom_) {
+    st = ring_all_gather_sum(t, runtime_, *codec_, ReduceBuffer::phantom(total), {}, ro,
+                             &ring_workspaces_[shard], lengths);
+  } else if (contiguous) {
+    const std::uint64_t at = buckets.empty() ? 0 : buckets.front().offset;
+    st = ring_all_gather_sum(
+        t, runtime_, *codec_, ReduceBuffer::of(std::span<float>(reduced_).subspan(at, total)),
+        std::span<float>(sent_).subspan(at, total), ro, &ring_workspaces_[shard], lengths);
+  } else {
+    std::vector<float>& stage = gather_staging_[shard];
+    stage.resize(2 * total);
+    const auto in = std::span<float>(stage).first(total);
+    const auto own = std::span<float>(stage).subspan(total);
+    std::uint64_t k = 0;
+    for (const Bucket& b : buckets)
+      k = std::copy_n(reduced_.begin() + b.offset, b.count, in.begin() + k) - in.begin();
+    st = ring_all_gather_sum(t, runtime_, *codec_, ReduceBuffer::of(in), own, ro,
+                             &ring_workspaces_[shard], lengths);
+    k = 0;
+    for (const Bucket& b : buckets) {
+      std::copy_n(in.begin() + k, b.count, reduced_.begin() + b.offset);
+      std::copy_n(own.begin() + k, b.count, sent_.begin() + b.offset);
+      k += b.count;
+    }
+  }
+  const std::int64_t bucket =
+      buckets.size() == 1 ? static_cast<std::int64_t>(buckets.front().index) : -1;
+  report_collective(r, shard, fragment, SparseCollective::kGather, bucket, total, st, start_s,
+                    buckets.size());
+}
+
+void DilocoNode::ring_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
+                            int fragment) {
+  Transport& t = *rings_[shard];
+  const Codec& codec = sparse() ? *ring_codec_ : *codec_;
+  if (sparse() && !phantom_) {
+    // Each bucket's term is what the gather would have carried, decode(encode(c)) per bucket:
+    // the error feedback owes the rest, and the ring's rounding of the sum is not fed back.
+    std::vector<std::byte>& bytes = own_encoding_[shard];
+    for (const Bucket& b : buckets) {
+      const std::span<float> c = std::span<float>(reduced_).subspan(b.offset, b.count);
+      const std::span<float> own = std::span<float>(sent_).subspan(b.offset, b.count);
+      bytes.resize(codec_->encoded_bytes(b.count));
+      codec_->encode(c, bytes);
+      codec_->decode(bytes, own);
+      std::copy(own.begin(), own.end(), c.begin());
+    }
+  }
+  // A timing-only simulation hands runs of the buckets' rounds to the transport whole when it
+  // can time them so (netsim/README.md, "Aggregation"); otherwise, and with content, bucket by
+  // bucket, message by message (a transport that declines is not asked again).
+  std::vector<std::size_t> counts;
+  std::vector<RingOptions> options;
+  if (phantom_)
+    for (const Bucket& b : buckets) {
+      counts.push_back(b.count);
+      options.push_back(ring_options(r, b));
+    }
+  bool ask_whole = phantom_;
+  for (std::size_t i = 0; i < buckets.size();) {
+    if (ask_whole) {
+      const std::optional<std::vector<PhantomRoundStats>> whole = phantom_ring_rounds(
+          t, runtime_, codec, std::span(counts).subspan(i), std::span(options).subspan(i));
+      if (!whole) {
+        ask_whole = false;
+      } else {
+        for (const PhantomRoundStats& w : *whole) {
+          report_collective(r, shard, fragment, SparseCollective::kRing, buckets[i].index,
+                            buckets[i].count, w.stats, w.start_s);
+          ++i;
+        }
+        if (!whole->empty()) continue;
+      }
+    }
+    const Bucket& b = buckets[i++];
+    const ReduceBuffer buf =
+        phantom_ ? ReduceBuffer::phantom(b.count)
+                 : ReduceBuffer::of(std::span<float>(reduced_).subspan(b.offset, b.count));
+    const double start_s = runtime_.now_s();
+    report_collective(
+        r, shard, fragment, SparseCollective::kRing, b.index, b.count,
+        ring_all_reduce(t, runtime_, codec, buf, ring_options(r, b), &ring_workspaces_[shard]),
+        start_s);
   }
 }
 

@@ -120,11 +120,15 @@ struct DilocoOptions {
   std::vector<float> initial_local;
   // Sparse outer steps (a sparse codec, topk; engine/diloco/README.md, "Sparse outer steps";
   // SparseLoCo, arXiv 2508.15706): each node keeps an error-feedback buffer e (zeros at the
-  // start and for a joiner), sends the codec's top-k of c = beta e + delta, all-gathered
-  // (ring_all_gather_sum), and keeps e = c - decode(encode(c)). `error_feedback` is beta in
-  // [0, 1] (0: nothing is carried over); only with a sparse codec, which runs blocking outer
-  // steps (overlap none, one fragment).
+  // start and for a joiner), sends the codec's top-k of c = beta e + delta, summed by
+  // `sparse_collective`, and keeps e = c - decode(encode(c)). `error_feedback` is beta in
+  // [0, 1] (0: nothing is carried over); only with a sparse codec, which runs blocking or
+  // overlapped outer steps, not streaming (one fragment).
   float error_feedback = 0.0f;  // kDefaultErrorFeedback where a mode picks topk's default
+  // How the terms are summed (only with a sparse codec): all-gathered, or each node's decoded
+  // term all-reduced by the int8 ring (PRIME's codec, as blocking DiLoCo), or whichever sends
+  // fewer bytes for the round's ring size (auto; engine/collective/README.md, "Sparse pieces").
+  SparseCollective sparse_collective = SparseCollective::kAuto;
   // Resuming a sparse run: this node's buffer at the checkpoint (OuterStepView::error_feedback);
   // empty = zeros.
   std::vector<float> initial_error_feedback;
@@ -229,15 +233,31 @@ class DilocoNode {
   // local = alpha * local + (1 - alpha) * (the fragment's outer parameters after this step).
   void merge_fragment(const Fragment& f);
   // All-reduces reduced_ = delta_ / shares over [offset, offset + count), shard k's buckets
-  // by local rank k's ring (a sparse codec: all-gathers the encodings of c = beta e + delta and
-  // divides their sum by shares). Returns whether every shard's ring succeeded; `blamed` gets the
-  // nodes whose chunks were rejected as invalid (for the mesh to evict). `fragment` (streaming,
-  // else -1) goes into the allreduce events.
+  // by local rank k's ring (a sparse codec: sums the terms decode(encode(c)), c = beta e + delta,
+  // by its sparse collective and divides the sum by shares). Returns whether every shard's ring
+  // succeeded; `blamed` gets the nodes whose chunks were rejected as invalid (for the mesh to
+  // evict). `fragment` (streaming, else -1) goes into the allreduce events.
   bool all_reduce(const RoundRecord& r, std::vector<std::int64_t>& blamed,
                   const std::vector<std::vector<Bucket>>& shards, std::uint64_t offset,
                   std::uint64_t count, int fragment = -1);
+  // Local rank `shard`'s part of all_reduce(): its buckets over its ring (gather_shard or
+  // ring_shard), catching the ring's failures into shard_ok_ / shard_blame_.
   void reduce_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
                     int fragment);
+  // A sparse codec's terms of the shard's buckets, all-gathered in one schedule.
+  void gather_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
+                    int fragment);
+  // The shard's buckets all-reduced by the dense ring, bucket by bucket or timed whole (a
+  // sparse codec: each bucket's decoded term, over ring_codec_).
+  void ring_shard(const RoundRecord& r, int shard, const std::vector<Bucket>& buckets,
+                  int fragment);
+  RingOptions ring_options(const RoundRecord& r, const Bucket& b) const;
+  // One allreduce event per collective call: a bucket, or (a sparse gather) the shard's buckets
+  // at once, `bucket` -1 and their number in `buckets_in_call` when there are several.
+  // `via`: the collective, reported with a sparse codec.
+  void report_collective(const RoundRecord& r, int shard, int fragment, SparseCollective via,
+                         std::int64_t bucket, std::uint64_t elements, const RingStats& st,
+                         double start_s, std::size_t buckets_in_call = 1);
   // Runs `rings` (the all-reduce of round `r`) while a watchdog aborts the rings once a member
   // is gone by the mesh (ring_watchdog_s > 0); returns when `rings` does.
   void watched(const RoundRecord& r, const std::function<void()>& rings);
@@ -252,6 +272,7 @@ class DilocoNode {
   EventSink& events_;
   DilocoOptions options_;
   std::unique_ptr<Codec> codec_;
+  std::unique_ptr<Codec> ring_codec_;  // a sparse codec's dense ring (SparseCollective::kRing)
   std::unique_ptr<ElasticMesh> mesh_;
   RecoveryOptions recovery_;  // options_.recovery with the lease's bounds and the mesh's liveness
   std::int64_t id_ = -1;
@@ -292,6 +313,8 @@ class DilocoNode {
   std::vector<float> sent_;      // decode(encode(c)): this node's term of the round's sum
   // Per local rank: its buckets back to back, when local ranks cut them (gather input, own term).
   std::vector<std::vector<float>> gather_staging_;
+  // Per local rank: a bucket's encoding, decoded into this node's term (the dense ring's input).
+  std::vector<std::vector<std::byte>> own_encoding_;
 
   // Streaming outer steps (options_.streaming()).
   std::vector<Fragment> fragments_;

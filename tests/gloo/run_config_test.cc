@@ -129,30 +129,43 @@ TEST_F(RunConfigTest, DilocoCodecTakesEveryCodecName) {
 }
 
 // codec topk: its keys reach DilocoOptions (error_feedback 0.95 unless given), belong to topk
-// alone, and topk runs blocking.
+// alone, and topk runs blocking or overlapped, not streaming.
 TEST_F(RunConfigTest, TopkKeysReachTheEngineAndBelongToTopkAlone) {
   RunConfig c = load_run_config(write("model: {config: tiny}\ndiloco: {codec: topk}\n"));
   EXPECT_EQ(c.diloco.codec, CodecId::kTopk);
   EXPECT_EQ(c.diloco.codec_params.topk_density, 0.02);
   EXPECT_EQ(c.diloco.codec_params.topk_bits, 2);
   EXPECT_EQ(c.diloco.error_feedback, kDefaultErrorFeedback);
-  c = load_run_config(write("model: {config: tiny}\ndiloco: {codec: topk, topk_density: 0.01, "
-                            "topk_bits: 4, error_feedback: 0}\n"));
+  EXPECT_EQ(c.diloco.sparse_collective, SparseCollective::kAuto);
+  c =
+      load_run_config(write("model: {config: tiny}\ndiloco: {codec: topk, topk_density: 0.01, "
+                            "topk_bits: 4, error_feedback: 0, sparse_collective: ring}\n"));
   EXPECT_EQ(c.diloco.codec_params.topk_density, 0.01);
   EXPECT_EQ(c.diloco.codec_params.topk_bits, 4);
   EXPECT_EQ(c.diloco.error_feedback, 0.0f);
+  EXPECT_EQ(c.diloco.sparse_collective, SparseCollective::kRing);
   EXPECT_EQ(load_run_config(write("model: {config: tiny}\n")).diloco.error_feedback, 0.0f);
   std::string e = error_of("diloco:\n  codec: int8\n  error_feedback: 0.9\n");
   EXPECT_NE(e.find(":3: key 'diloco.error_feedback': expected absent unless diloco.codec is topk"),
             std::string::npos)
       << e;
+  e = error_of("diloco:\n  codec: int8\n  sparse_collective: ring\n");
+  EXPECT_NE(
+      e.find(":3: key 'diloco.sparse_collective': expected absent unless diloco.codec is topk"),
+      std::string::npos)
+      << e;
+  e = error_of("diloco:\n  codec: topk\n  sparse_collective: tree\n");
+  EXPECT_NE(e.find("key 'diloco.sparse_collective': expected auto, gather or ring"),
+            std::string::npos)
+      << e;
   e = error_of("diloco:\n  codec: topk\n  topk_bits: 9\n");
   EXPECT_NE(e.find("key 'diloco.topk_bits': expected an integer in [1, 8]"), std::string::npos)
       << e;
-  e = error_of("diloco:\n  codec: topk\n  overlap: eager\n");
-  EXPECT_NE(e.find("key 'diloco.codec': expected not topk with overlap or streaming"),
-            std::string::npos)
-      << e;
+  EXPECT_EQ(load_run_config(write("model: {config: tiny}\ndiloco: {codec: topk, overlap: eager}\n"))
+                .diloco.overlap,
+            Overlap::kEager);
+  e = error_of("diloco:\n  codec: topk\n  fragments: 2\n");
+  EXPECT_NE(e.find("key 'diloco.codec': expected not topk with streaming"), std::string::npos) << e;
 }
 
 TEST_F(RunConfigTest, BadValuesNameTheKeyAndWhatWasExpected) {

@@ -200,6 +200,7 @@ struct ClusterOptions {
   // node's error-feedback buffer (when set).
   CodecParams codec_params;
   float error_feedback = 0.0f;
+  SparseCollective sparse_collective = SparseCollective::kAuto;
   std::function<std::vector<float>(std::int64_t id)> resume_error_feedback;
   // Another worker than the synthetic one (a TorchWorker: the thread-level reference of a
   // multi-process schedule, tests/gloo/process_fault_matrix_test.cc). Then worker(), on_launch
@@ -643,6 +644,7 @@ class Cluster {
     if (o_.resume_local) d.initial_local = o_.resume_local(id);
     d.codec_params = o_.codec_params;
     d.error_feedback = o_.error_feedback;
+    d.sparse_collective = o_.sparse_collective;
     if (o_.resume_error_feedback) d.initial_error_feedback = o_.resume_error_feedback(id);
     if (o_.configure) o_.configure(d);
     d.on_outer_step = [this](const OuterStepView& v) { observe(v); };
@@ -715,19 +717,32 @@ inline void run_with_node_4_killed_in_step_2s_collective(Cluster& c, std::int64_
     EXPECT_EQ(steps.at(t).begin()->second.members, (std::vector<std::int64_t>{1, 2, 3}));
 }
 
+// Runs `c` with a node joining at outer step 1 and expects it to finish as a member of the last
+// step; returns its id.
+inline std::int64_t run_with_a_joiner_at_step_1(Cluster& c, std::int64_t outer_steps) {
+  c.join_at(1);
+  c.run_and_check();
+  const std::int64_t j = c.joiner_of(1);
+  EXPECT_GT(j, 0);
+  EXPECT_EQ(c.result(j).exit, NodeExit::kFinished) << c.result(j).what;
+  EXPECT_TRUE(c.steps().at(outer_steps - 1).count(j));
+  return j;
+}
+
 // Resumes `o` at outer step 2 from what a whole run of it recorded, carrying each node's
 // streaming local copy (`local`) or error-feedback buffer (`error_feedback`) as a checkpoint
-// would, and expects the resumed run bit-identical to the whole one. Returns whether the same
-// resume without that state still reaches the whole run's outer parameters at step 2 (where the
-// state matters, it does not).
+// would (and, overlapped, its pending pseudo-gradient: step 2's inner steps ran), and expects
+// the resumed run bit-identical to the whole one. Returns whether the same resume without that
+// state (the pending one kept) still reaches the whole run's outer parameters at step 2 (where
+// the state matters, it does not).
 inline bool resume_matches_and_without_state_would(const ClusterOptions& o, bool local,
-                                                   bool error_feedback) {
+                                                   bool error_feedback, bool pending = false) {
   Cluster whole(o);
   whole.run_and_check();
   const auto ref = whole.steps();
   constexpr std::int64_t kDone = 2;
   ClusterOptions r = o;
-  resume_from(r, ref, kDone, kDone * o.inner_steps);
+  resume_from(r, ref, kDone, (kDone + (pending ? 1 : 0)) * o.inner_steps, pending);
   const auto at_done = [&ref](std::int64_t id) -> const StepRecord& {
     return ref.at(kDone - 1).at(id);
   };

@@ -201,12 +201,7 @@ TEST_P(StreamingTest, AJoinerRecoversAtABoundaryAndAgreesAfter) {
   o.initial = 3;
   o.outer_steps = 5;
   Cluster c(o);
-  c.join_at(1);
-  c.run_and_check();
-  const std::int64_t j = c.joiner_of(1);
-  ASSERT_GT(j, 0);
-  EXPECT_EQ(c.result(j).exit, NodeExit::kFinished) << c.result(j).what;
-  EXPECT_TRUE(c.steps().at(o.outer_steps - 1).count(j));
+  run_with_a_joiner_at_step_1(c, o.outer_steps);
 }
 
 TEST_P(StreamingTest, ANodeKilledDuringAFragmentsAllReduceIsRetriedWithoutIt) {
