@@ -82,6 +82,8 @@ class ProcessFaultMatrix : public TrainProcessTest {
       d.fragment_alpha = c.diloco.fragment_alpha;
       d.codec_params = c.diloco.codec_params;
       d.error_feedback = c.diloco.error_feedback;
+      d.sparse_collective = c.diloco.sparse_collective;
+      d.overlap = c.diloco.overlap;
     };
     for (const auto& [id, point] : s.kill) o.kill_at[id] = parse_fault_point(point, "kill");
     Cluster cluster(o);
@@ -211,6 +213,33 @@ TEST_F(ProcessFaultMatrix, StreamingKilledDuringAFragmentsAllGather) {
 TEST_F(ProcessFaultMatrix, SparseKilledDuringTheAllGather) {
   codec_ = "topk";
   diloco_extra_ = "  topk_density: 0.05\n  outer_momentum: 0\n";
+  killed_during_all_gather();
+}
+
+// Overlapped outer steps: node 2 dies at its first all-gather message of outer step 3, while
+// every node's inner steps of step 4 run beside that all-reduce; the survivors retry the round
+// without it once those inner steps end, and match the thread-level reference.
+TEST_F(ProcessFaultMatrix, DelayedKilledDuringAnOverlappedAllGather) {
+  diloco_extra_ = "  overlap: delayed\n";
+  killed_during_all_gather();
+}
+
+TEST_F(ProcessFaultMatrix, EagerKilledDuringAnOverlappedAllGather) {
+  diloco_extra_ = "  overlap: eager\n";
+  killed_during_all_gather();
+}
+
+// Sparse and overlapped (SparseLoCo's rule with its gather beside the next inner steps).
+TEST_F(ProcessFaultMatrix, SparseDelayedKilledDuringAnOverlappedAllGather) {
+  codec_ = "topk";
+  diloco_extra_ = "  topk_density: 0.05\n  outer_momentum: 0\n  overlap: delayed\n";
+  killed_during_all_gather();
+}
+
+// The terms of a sparse codec all-reduced by the int8 ring (sparse_collective: ring).
+TEST_F(ProcessFaultMatrix, SparseRingKilledDuringTheAllGather) {
+  codec_ = "topk";
+  diloco_extra_ = "  topk_density: 0.05\n  outer_momentum: 0\n  sparse_collective: ring\n";
   killed_during_all_gather();
 }
 
