@@ -426,6 +426,97 @@ void ring_schedule(PhantomRounds& p) {
   }
 }
 
+// A rank's connection to its successor while its phantom rounds run: busy until the rank's last
+// message would have ended (run_phantom_rings returns), however it returns.
+struct PhantomConnection {
+  SimNetwork::State& net;
+  sg4::Host *from, *to;
+  int lane;
+  sg4::CommPtr& flow;  // in flight, if any (EpochState::mark_lost may cancel it)
+  ~PhantomConnection() {
+    if (flow) std::exchange(flow, nullptr)->cancel();
+    net.ended(from, to, lane);
+  }
+};
+
+// Times rank `rank`'s sends of `rounds` to its successor `to` for run_phantom_rings (p's
+// first_s and span_s) on `conn`, as one flow per run of messages, each bounded by
+// `entry_s + bound_s`; throws as a message-level send would (`what` prefixes the messages).
+void time_phantom_sends(SimNetwork::State& net, EpochState& ep, PhantomRounds& p,
+                        PhantomConnection& conn, int rank, int to,
+                        std::span<const PhantomRing> rounds, double entry_s, double bound_s,
+                        const std::string& what) {
+  auto gone = [&] { return ep.lost >= 0; };
+  sg4::Host* me = ep.hosts[rank];
+  sg4::Host* next = ep.hosts[to];
+  bool first = true;
+  for (std::size_t b = 0; b < rounds.size(); ++b) {
+    const PhantomRing& round = rounds[b];
+    const double round_start_s = sg4::Engine::get_clock();
+    const std::uint64_t k = round.transfers,
+                        segments = std::min<std::uint64_t>(k, net.phantom_segments);
+    const auto bytes_to = [&](std::uint64_t m) {  // the bytes of messages [0, m)
+      return static_cast<std::uint64_t>(static_cast<long double>(round.send_bytes) * m / k);
+    };
+    // Runs of messages [edge[j], edge[j + 1]): the first round's first message alone (its slow
+    // start), then `segments` runs of the rest.
+    std::vector<std::uint64_t> edge;
+    const std::uint64_t lone = first_message_alone(b, k) ? 1 : 0;
+    if (lone) edge.push_back(0);
+    for (std::uint64_t j = 0; j < segments; ++j) edge.push_back(lone + (k - lone) * j / segments);
+    edge.push_back(k);
+    edge.erase(std::unique(edge.begin(), edge.end()), edge.end());
+    // With a rendezvous, message by message each send waits about R for its successor's
+    // receive, so the round's messages spread over a longer time than its flows take back to
+    // back: a run of m messages first waits m R (the connection kept busy: each real wait is
+    // shorter than an RTO and restarts no slow start), so that the flows sample the bandwidth
+    // and loss processes over the time the messages cross. The waits are not the sends' time.
+    double rendezvous_waited_s = 0;
+    for (std::size_t j = 0; j + 1 < edge.size(); ++j) {
+      const std::uint64_t m0 = edge[j], m1 = edge[j + 1];
+      if (const double r_s = p.rendezvous_s[rank]; r_s > 0) {
+        const double wait_s = r_s * static_cast<double>(m1 - m0);
+        p.waiters.wait_until(sg4::Engine::get_clock() + wait_s, gone);
+        if (gone()) throw peer_lost(ep, ep.lost, "is lost");
+        rendezvous_waited_s += wait_s;
+      }
+      if (!first) net.ended(me, next, ep.lane);  // the next message leaves at once
+      if (const double wait_s = net.unpaid_latency_s(me, next, m1 - m0); wait_s > 0) {
+        const double until_s = sg4::Engine::get_clock() + wait_s;
+        p.waiters.wait_until(until_s, gone);
+        if (gone()) throw peer_lost(ep, ep.lost, "is lost");
+      }
+      const sg4::CommPtr flow = net.start_flow(me, next, bytes_to(m1) - bytes_to(m0), ep.lane,
+                                               m1 - m0, first ? round.first_send_bytes : 0);
+      conn.flow = flow;
+      first = false;
+      try {
+        flow->wait_for(std::max(0.0, entry_s + bound_s - sg4::Engine::get_clock()));
+        conn.flow = nullptr;
+      } catch (const simgrid::TimeoutException&) {
+        throw TimeoutError(what + "rank " + std::to_string(rank) + "'s sends to rank " +
+                           std::to_string(to) + " took longer than " + std::to_string(bound_s) +
+                           " s");
+      } catch (const simgrid::CancelException&) {  // another rank was lost (mark_lost)
+        conn.flow = nullptr;
+      } catch (const simgrid::NetworkFailureException&) {
+        conn.flow = nullptr;
+        ep.mark_lost(to);
+        throw peer_lost(ep, to, "became unreachable during a send");
+      } catch (const simgrid::HostFailureException&) {
+        conn.flow = nullptr;
+        ep.mark_lost(to);
+        throw peer_lost(ep, to, "failed during a send");
+      }
+      if (gone()) throw peer_lost(ep, ep.lost, "is lost");
+      if (lone && j == 0)
+        p.first_s[rank] = sg4::Engine::get_clock() - round_start_s - rendezvous_waited_s;
+    }
+    p.span_s[b * static_cast<std::size_t>(p.n) + static_cast<std::size_t>(rank)] =
+        sg4::Engine::get_clock() - round_start_s - rendezvous_waited_s;
+  }
+}
+
 // The rounds are timed whole: each rank sends each round's bytes to its successor as one flow,
 // or a few back to back (SimNetwork::set_merge_phantom_rings: each standing for a run of
 // consecutive messages), with the messages' latencies stepped along the path's changes and the
@@ -488,84 +579,8 @@ bool SimTransport::run_phantom_rings(std::span<const PhantomRing> rounds,
   }
   if (++p->entered == n) p->waiters.notify_all();
 
-  sg4::Host* me = ep.hosts[rank_];
-  sg4::Host* next = ep.hosts[to];
-  struct Connection {  // busy until this rank's last message would have ended
-    SimNetwork::State& net;
-    sg4::Host *from, *to;
-    int lane;
-    sg4::CommPtr& flow;  // in flight, if any (EpochState::mark_lost may cancel it)
-    ~Connection() {
-      if (flow) std::exchange(flow, nullptr)->cancel();
-      net.ended(from, to, lane);
-    }
-  } conn{*net_, me, next, ep.lane, p->flows[rank_]};
-  bool first = true;
-  for (std::size_t b = 0; b < count; ++b) {
-    const PhantomRing& round = rounds[b];
-    const double round_start_s = sg4::Engine::get_clock();
-    const std::uint64_t k = round.transfers,
-                        segments = std::min<std::uint64_t>(k, net_->phantom_segments);
-    const auto bytes_to = [&](std::uint64_t m) {  // the bytes of messages [0, m)
-      return static_cast<std::uint64_t>(static_cast<long double>(round.send_bytes) * m / k);
-    };
-    // Runs of messages [edge[j], edge[j + 1]): the first round's first message alone (its slow
-    // start), then `segments` runs of the rest.
-    std::vector<std::uint64_t> edge;
-    const std::uint64_t lone = first_message_alone(b, k) ? 1 : 0;
-    if (lone) edge.push_back(0);
-    for (std::uint64_t j = 0; j < segments; ++j) edge.push_back(lone + (k - lone) * j / segments);
-    edge.push_back(k);
-    edge.erase(std::unique(edge.begin(), edge.end()), edge.end());
-    // With a rendezvous, message by message each send waits about R for its successor's
-    // receive, so the round's messages spread over a longer time than its flows take back to
-    // back: a run of m messages first waits m R (the connection kept busy: each real wait is
-    // shorter than an RTO and restarts no slow start), so that the flows sample the bandwidth
-    // and loss processes over the time the messages cross. The waits are not the sends' time.
-    double rendezvous_waited_s = 0;
-    for (std::size_t j = 0; j + 1 < edge.size(); ++j) {
-      const std::uint64_t m0 = edge[j], m1 = edge[j + 1];
-      if (const double r_s = p->rendezvous_s[rank_]; r_s > 0) {
-        const double wait_s = r_s * static_cast<double>(m1 - m0);
-        p->waiters.wait_until(sg4::Engine::get_clock() + wait_s, gone);
-        if (gone()) throw peer_lost(ep, ep.lost, "is lost");
-        rendezvous_waited_s += wait_s;
-      }
-      if (!first) net_->ended(me, next, ep.lane);  // the next message leaves at once
-      if (const double wait_s = net_->unpaid_latency_s(me, next, m1 - m0); wait_s > 0) {
-        const double until_s = sg4::Engine::get_clock() + wait_s;
-        p->waiters.wait_until(until_s, gone);
-        if (gone()) throw peer_lost(ep, ep.lost, "is lost");
-      }
-      const sg4::CommPtr flow = net_->start_flow(me, next, bytes_to(m1) - bytes_to(m0), ep.lane,
-                                                 m1 - m0, first ? round.first_send_bytes : 0);
-      conn.flow = flow;
-      first = false;
-      try {
-        flow->wait_for(std::max(0.0, entry_s + bound_s - sg4::Engine::get_clock()));
-        conn.flow = nullptr;
-      } catch (const simgrid::TimeoutException&) {
-        throw TimeoutError(what + "rank " + std::to_string(rank_) + "'s sends to rank " +
-                           std::to_string(to) + " took longer than " + std::to_string(bound_s) +
-                           " s");
-      } catch (const simgrid::CancelException&) {  // another rank was lost (mark_lost)
-        conn.flow = nullptr;
-      } catch (const simgrid::NetworkFailureException&) {
-        conn.flow = nullptr;
-        ep.mark_lost(to);
-        throw peer_lost(ep, to, "became unreachable during a send");
-      } catch (const simgrid::HostFailureException&) {
-        conn.flow = nullptr;
-        ep.mark_lost(to);
-        throw peer_lost(ep, to, "failed during a send");
-      }
-      if (gone()) throw peer_lost(ep, ep.lost, "is lost");
-      if (lone && j == 0)
-        p->first_s[rank_] = sg4::Engine::get_clock() - round_start_s - rendezvous_waited_s;
-    }
-    p->span_s[b * static_cast<std::size_t>(n) + static_cast<std::size_t>(rank_)] =
-        sg4::Engine::get_clock() - round_start_s - rendezvous_waited_s;
-  }
+  PhantomConnection conn{*net_, ep.hosts[rank_], ep.hosts[to], ep.lane, p->flows[rank_]};
+  time_phantom_sends(*net_, ep, *p, conn, rank_, to, rounds, entry_s, bound_s, what);
   if (++p->timed == n) {
     for (std::size_t b = 0; b < count; ++b)
       for (int r = 0; r < n; ++r)
