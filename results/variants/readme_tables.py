@@ -23,10 +23,12 @@ ROWS = [("blocking", "blocking (results/convergence/)", "Nesterov lr 0.7, μ 0.9
         ("delayed_diloco.outer_momentum_0", "delayed", "SGD lr 0.7, μ 0"),
         ("eager_diloco.outer_momentum_0", "eager", "SGD lr 0.7, μ 0"),
         ("stream4_diloco.outer_momentum_0", "streaming P=4", "SGD lr 0.7, μ 0"),
-        ("topk", "sparse top-k 2 %, 2 bits", "SGD lr 0.7, μ 0, error feedback β 0.95")]
+        ("topk", "sparse top-k 2 %, 2 bits", "SGD lr 0.7, μ 0, error feedback β 0.95"),
+        ("topk-delayed", "sparse top-k 2 %, 2 bits, delayed",
+         "SGD lr 0.7, μ 0, error feedback β 0.95")]
 # The utilization study's variant for a convergence key's first part.
 UTIL_OF = {"blocking": "none", "none": "none", "delayed": "delayed", "eager": "eager",
-           "stream4": "stream4", "topk": "topk"}
+           "stream4": "stream4", "topk": "topk", "topk-delayed": "topk-delayed"}
 
 
 def fmt(x, digits=3):
@@ -54,8 +56,11 @@ def convergence_tables(conv, summary):
             f"{', '.join('not reached' if x is None else str(x) for x in steps)} | "
             f"{', '.join(fmt(r['time_to_target_s'], 1) for r in runs)} | "
             f"{', '.join('%.0f' % r['simulated_s'] for r in runs)} |")
-        if all(x is not None for x in steps):
-            u = utilization(UTIL_OF[key.split("_")[0]])
+        # (c) needs the variant's utilization in this study's (a); one measured only in a
+        # sub-study (calibrated/) is left out of it.
+        variant = UTIL_OF[key.split("_")[0]]
+        if all(x is not None for x in steps) and variant in summary["scenarios"]["global"]:
+            u = utilization(variant)
             mean_steps = statistics.mean(steps)
             gpu[(label, optimizer)] = (mean_steps, u, mean_steps / u, study["val_loss_mean"])
     gpu_lines = [f"| variant | outer optimizer | outer steps to {TARGET} (mean) | compute "

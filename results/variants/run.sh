@@ -5,6 +5,10 @@
 # ensemble.json is copied here, then summarize.py writes summary.json and table.md.
 #   results/variants/run.sh BUILD [VARIANTS]
 # VARIANTS default: "none delayed eager stream4 stream16 stream4-fp4 topk" (variants.sh).
+# VARIANTS_DIR=DIR: the ensembles, summary.json and table.md go to DIR (a sub-study, e.g.
+# results/variants/calibrated/) and README.md's tables are left alone.
+# BANDWIDTHS="B ...": the sweep's access bandwidths, Gb/s (default 0.05 0.1 0.2 0.5 1 2 4).
+# KEEP=1: an ensemble already in DIR is kept, not rerun (to add variants to a study).
 # About 1 s of wall per steady seed and 20 s per intellect1-full seed on 2 vCPUs.
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD_DIR [VARIANTS]}" && pwd)
@@ -13,27 +17,30 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/variants.sh"  # variant_settings
 cd "$here/../.."
 meridian="$build/bin/meridian"
+dest=$(mkdir -p "${VARIANTS_DIR:-$here}" && cd "${VARIANTS_DIR:-$here}" && pwd)
 for v in $variants; do
   spec=$(variant_settings "$v")
   read -r -a set_v <<< "$spec"
   for s in usa useu global full; do
+    [ -n "${KEEP:-}" ] && [ -f "$dest/ensembles/$s-$v/ensemble.json" ] && continue
     out="runs/variants/$s-$v"
     "$meridian" sim "scenarios/intellect1-$s.yaml" --seeds 1-20 "${set_v[@]}" \
       --out "$out" --force --no-plots > /dev/null
-    mkdir -p "$here/ensembles/$s-$v"
-    cp "$out/ensemble.json" "$here/ensembles/$s-$v/"
+    mkdir -p "$dest/ensembles/$s-$v"
+    cp "$out/ensemble.json" "$dest/ensembles/$s-$v/"
   done
   # The access bandwidth each variant needs on the global network: every node at B Gb/s, no
   # checkpoints (their 60 s per step is the same for every variant), seeds 1-5.
-  for b in 0.05 0.1 0.2 0.5 1 2 4; do
+  for b in ${BANDWIDTHS:-0.05 0.1 0.2 0.5 1 2 4}; do
+    [ -n "${KEEP:-}" ] && [ -f "$dest/ensembles/bandwidth-$v-$b/ensemble.json" ] && continue
     out="runs/variants/bandwidth-$v-$b"
     "$meridian" sim scenarios/intellect1-global.yaml --seeds 1-5 "${set_v[@]}" \
       --set "network.access_bandwidth_gbps=[$b,$b]" --set diloco.checkpoint_s=0 \
       --out "$out" --force --no-plots > /dev/null
-    mkdir -p "$here/ensembles/bandwidth-$v-$b"
-    cp "$out/ensemble.json" "$here/ensembles/bandwidth-$v-$b/"
+    mkdir -p "$dest/ensembles/bandwidth-$v-$b"
+    cp "$out/ensemble.json" "$dest/ensembles/bandwidth-$v-$b/"
   done
 done
-python3 "$here/summarize.py" "$here"
+python3 "$here/summarize.py" "$dest"
 # README.md's tables from the new outputs (its prose is by hand: read it against them).
-python3 "$here/readme_tables.py" "$here"
+if [ "$dest" = "$here" ]; then python3 "$here/readme_tables.py" "$here"; fi

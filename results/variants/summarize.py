@@ -12,10 +12,29 @@ import sys
 here = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).parent)
 ens = here / "ensembles"
 SCENARIOS = ["usa", "useu", "global", "full"]
-VARIANTS = ["none", "delayed", "eager", "stream4", "stream16", "stream4-fp4", "topk"]
+ALL_VARIANTS = ["none", "delayed", "eager", "stream4", "stream16", "stream4-fp4", "topk",
+                "topk-delayed"]
 LABEL = {"none": "blocking", "delayed": "delayed", "eager": "eager",
          "stream4": "streaming P=4 (int8)", "stream16": "streaming P=16 (int8)",
-         "stream4-fp4": "streaming P=4 (fp4)", "topk": "sparse top-k 2 %, 2 bits"}
+         "stream4-fp4": "streaming P=4 (fp4)", "topk": "sparse top-k 2 %, 2 bits",
+         "topk-delayed": "sparse top-k 2 %, 2 bits, delayed"}
+
+
+def holds(v):
+    """Whether this folder's ensembles hold variant v (a scenario's or a sweep point's)."""
+    if any((ens / f"{s}-{v}").exists() for s in SCENARIOS):
+        return True
+    for p in ens.glob(f"bandwidth-{v}-*"):
+        try:
+            float(p.name[len(f"bandwidth-{v}-"):])
+            return True
+        except ValueError:  # another variant's, whose name extends this one's
+            pass
+    return False
+
+
+# The variants this folder's ensembles hold, in the study's order.
+VARIANTS = [v for v in ALL_VARIANTS if holds(v)]
 
 
 def load(name):
