@@ -841,11 +841,6 @@ RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Code
 
 bool ring_tag_is_all_gather(Tag tag) { return ((tag >> 31) & 1) == kAllGather; }
 
-namespace {
-constexpr SparseCollective kAllSparseCollectives[] = {
-    SparseCollective::kAuto, SparseCollective::kGather, SparseCollective::kRing};
-}  // namespace
-
 std::string_view sparse_collective_name(SparseCollective c) {
   switch (c) {
     case SparseCollective::kAuto:

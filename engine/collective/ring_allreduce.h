@@ -115,6 +115,8 @@ RingStats ring_all_gather_sum(Transport& transport, Runtime& runtime, const Code
 // decoded term all-reduced by the dense ring with a dense codec (its rounding of partial sums
 // on top); auto picks the one whose messages carry fewer bytes per rank.
 enum class SparseCollective : std::uint8_t { kAuto, kGather, kRing };
+inline constexpr SparseCollective kAllSparseCollectives[] = {
+    SparseCollective::kAuto, SparseCollective::kGather, SparseCollective::kRing};
 // Parses "auto", "gather", "ring"; throws ConfigError naming the choices.
 SparseCollective parse_sparse_collective(std::string_view name);
 std::string_view sparse_collective_name(SparseCollective c);

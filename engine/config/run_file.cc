@@ -559,8 +559,10 @@ void parse_diloco(Reader r, DilocoSpec& d) {
                    [](const double& v) { return v >= 0 && v <= 1; });
   r.scalar<std::string>(
       "sparse_collective", d.sparse_collective,
-      "auto, gather or ring (codec topk: how the terms are summed)",
-      [](const std::string& v) { return v == "auto" || v == "gather" || v == "ring"; });
+      "auto, gather or ring (codec topk: how the terms are summed)", [](const std::string& v) {
+        return std::any_of(std::begin(kAllSparseCollectives), std::end(kAllSparseCollectives),
+                           [&](SparseCollective c) { return v == sparse_collective_name(c); });
+      });
   r.scalar<std::string>("buckets", d.buckets, "'layers' or a positive integer",
                         [](const std::string& v) {
                           if (v == "layers") return true;

@@ -233,7 +233,9 @@ TEST_P(SparseTest, PhantomWorkersRunTheSparseLoop) {
   const ClusterOptions o = options();
   for (const Event& e : run_phantom(o)) {
     EXPECT_EQ(field(e, "collective"), ring() ? "\"ring\"" : "\"gather\"");
-    if (!ring()) EXPECT_EQ(std::stoull(field(e, "bytes_sent")), expected_gather_bytes(o));
+    if (!ring()) {
+      EXPECT_EQ(std::stoull(field(e, "bytes_sent")), expected_gather_bytes(o));
+    }
   }
 }
 
