@@ -192,10 +192,7 @@ int main(int argc, char** argv) {
     --i;
   }
   benchmark::Initialize(&argc, argv);
-  const meridian::CodecIsa isa = meridian::codec_isa();
-  benchmark::AddCustomContext("codec_kernels", isa == meridian::CodecIsa::kAvx512 ? "avx512"
-                                               : isa == meridian::CodecIsa::kAvx2 ? "avx2"
-                                                                                  : "portable");
+  benchmark::AddCustomContext("codec_kernels", meridian::codec_isa_name(meridian::codec_isa()));
   meridian::register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -124,4 +124,16 @@ void set_codec_avx512_allowed(bool allowed) {
   set_codec_isa_limit(allowed ? CodecIsa::kAvx512 : CodecIsa::kAvx2);
 }
 
+const char* codec_isa_name(CodecIsa isa) {
+  switch (isa) {
+    case CodecIsa::kPortable:
+      return "portable";
+    case CodecIsa::kAvx2:
+      return "avx2";
+    case CodecIsa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
 }  // namespace meridian

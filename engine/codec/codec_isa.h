@@ -29,4 +29,7 @@ void set_codec_isa_limit(CodecIsa limit);
 // where the CPU has them, else the portable ones).
 void set_codec_avx512_allowed(bool allowed);
 
+// "portable", "avx2" or "avx512" (benchmark tables record which kernels ran).
+const char* codec_isa_name(CodecIsa isa);
+
 }  // namespace meridian

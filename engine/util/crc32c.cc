@@ -5,6 +5,7 @@
 #include "engine/util/crc32c.h"
 
 #include <array>
+#include <atomic>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -179,13 +180,47 @@ MERIDIAN_TARGET_CLMUL std::uint32_t crc32c_fold(const std::byte* p, std::size_t 
 const bool kHaveFold = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
 #endif
 
+Crc32cKernel cpu_kernel() {
+#if defined(__x86_64__)
+  if (kHaveFold) return Crc32cKernel::kFold;
+  if (kHaveSse42) return Crc32cKernel::kCrc32;
+#endif
+  return Crc32cKernel::kTable;
+}
+
+std::atomic<Crc32cKernel> kernel_limit{Crc32cKernel::kFold};
+
 }  // namespace
 
+Crc32cKernel crc32c_kernel() {
+  static const Crc32cKernel best = cpu_kernel();
+  const Crc32cKernel limit = kernel_limit.load(std::memory_order_relaxed);
+  return static_cast<int>(limit) < static_cast<int>(best) ? limit : best;
+}
+
+void set_crc32c_kernel_limit(Crc32cKernel limit) {
+  kernel_limit.store(limit, std::memory_order_relaxed);
+}
+
+const char* crc32c_kernel_name(Crc32cKernel kernel) {
+  switch (kernel) {
+    case Crc32cKernel::kTable:
+      return "table";
+    case Crc32cKernel::kCrc32:
+      return "crc32";
+    case Crc32cKernel::kFold:
+      return "fold";
+  }
+  return "?";
+}
+
 std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t crc) {
-  std::uint32_t c = ~crc;
+  const std::uint32_t c = ~crc;
 #if defined(__x86_64__)
-  if (kHaveFold && data.size() >= kFoldMinBytes) return ~crc32c_fold(data.data(), data.size(), c);
-  if (kHaveSse42) return ~crc32c_hw(data.data(), data.size(), c);
+  const Crc32cKernel kernel = crc32c_kernel();
+  if (kernel == Crc32cKernel::kFold && data.size() >= kFoldMinBytes)
+    return ~crc32c_fold(data.data(), data.size(), c);
+  if (kernel != Crc32cKernel::kTable) return ~crc32c_hw(data.data(), data.size(), c);
 #endif
   return ~crc32c_table(data.data(), data.size(), c);
 }
