@@ -265,7 +265,8 @@ void emit_config(const Scenario& sc, const SimOptions& options, const World& w, 
   // What SimGrid was actually given: aggregated lanes carry L flows' bytes and window.
   JsonObject simulated;
   simulated.add("network_model", sc.network.model)
-      .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1))
+      .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1) *
+                                  sc.transport.connections_per_peer)
       .add("ring_flows_per_node", w.lanes)
       .add("local_ranks_per_flow", w.lane_scale)
       .add("driver", sc.run.driver)
@@ -341,11 +342,15 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   if (caller_sigint != SIG_DFL && caller_sigint != SIG_ERR) std::signal(SIGINT, caller_sigint);
   for (const auto& item : options.worker.simgrid_config) e.set_config(item);
   const int L = sc.diloco.local_ranks;
-  configure_network(e, sc, sc.diloco.aggregate ? L : 1);
+  // TCP connections one simulated flow stands for: a lane's K connections per peer
+  // (transport.connections_per_peer), times the L lanes where they are aggregated.
+  const int K = sc.transport.connections_per_peer;
+  const int per_flow = (sc.diloco.aggregate ? L : 1) * K;
+  configure_network(e, sc, per_flow);
 
   OuterStepCounter counting(sink);
-  World w(sc, counting, build_platform(e, sc, sc.diloco.aggregate ? L : 1));
-  auto wan = std::make_shared<WanModel>(sc, w.pf, sc.diloco.aggregate ? L : 1, L);
+  World w(sc, counting, build_platform(e, sc, per_flow));
+  auto wan = std::make_shared<WanModel>(sc, w.pf, per_flow, L * K);
   wan->install(e);
   w.net.set_wan(wan);
   // A round's flows follow path changes message by message; a shared path's bandwidth process

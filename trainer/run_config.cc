@@ -156,7 +156,11 @@ JsonObject run_config_json(const RunConfig& c) {
   JsonObject out;
   out.add("model", model).add("seed", c.seed).add("nodes", c.initial_nodes);
   out.add("outer_steps", d.outer_steps).add("data", data).add("diloco", diloco);
-  out.add("recovery", recovery).add("transport", c.transport);
+  out.add("recovery", recovery).add("transport", c.transport.kind);
+  // Every node must open as many connections per peer (their meshes meet under per-connection
+  // store keys, and messages are striped by it); absent at 1, so earlier hashes hold.
+  if (c.transport.connections_per_peer != 1)
+    out.add("connections_per_peer", c.transport.connections_per_peer);
   // Not the directory (each machine has its own disk): the schedule, which must agree.
   if (c.checkpoint.enabled()) {
     checkpoint.add("every_steps", c.checkpoint.every_steps).add("every_s", c.checkpoint.every_s);

@@ -35,7 +35,7 @@ struct RunConfig {
   // etcd cluster. Not part of the configuration hash: nodes may list the endpoints in any order.
   std::string store;
   std::string store_bind = "127.0.0.1";  // where a --serve-store node's store listens
-  std::string transport = "gloo";        // gloo | nccl
+  config::TransportSpec transport;       // kind (gloo | nccl), connections per peer
 };
 
 // Reads the run file (overrides as `--set`), checks what a real run needs, resolves it.

@@ -69,7 +69,7 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
       };
     store_ = std::make_unique<TcpStore>(co);  // a refusal (secret, version, configuration) throws
   }
-  if (c.transport == "nccl") {
+  if (c.transport.kind == "nccl") {
 #ifdef MERIDIAN_HAVE_NCCL
     nccl_transport::NcclOptions no;
     no.cuda_device = a.cuda_device;
@@ -83,6 +83,7 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
     gloo_transport::GlooOptions go;
     go.hostname = a.host;
     go.secret = a.identity.secret;
+    go.connections_per_peer = c.transport.connections_per_peer;
     transports_ = std::make_unique<gloo_transport::GlooTransportFactory>(*store_, go);
   }
   shard_ = a.shard >= 0 ? a.shard : static_cast<int>((a.node_id - 1) % c.shards);

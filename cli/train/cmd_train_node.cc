@@ -659,7 +659,7 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
   place_with_slurm(a, c);
   for (const std::string& note : c.file.notes_for(config::Mode::kReal))
     std::cerr << "node " << a.node_id << ": " << note << std::endl;
-  if (!a.transport.empty()) c.transport = a.transport;
+  if (!a.transport.empty()) c.transport.kind = a.transport;
   const trainer::CheckpointOptions& ck = c.checkpoint;
   if ((a.resume || a.exit_in_checkpoint_write > 0) && !ck.enabled())
     throw ConfigError(std::string(a.resume ? "--resume" : "--fault-exit-in-checkpoint-write") +

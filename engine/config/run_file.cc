@@ -739,8 +739,10 @@ RunFile parse_root(Document& doc) {
   parse_store(r, f.store);
   {
     Reader t = r.child("transport");
-    t.scalar<std::string>("kind", f.transport, "gloo or nccl",
+    t.scalar<std::string>("kind", f.transport.kind, "gloo or nccl",
                           [](const std::string& v) { return v == "gloo" || v == "nccl"; });
+    t.scalar<int>("connections_per_peer", f.transport.connections_per_peer,
+                  "an integer from 1 to 64", [](int k) { return k >= 1 && k <= 64; });
     t.finish();
   }
   parse_checkpoint(r.child("checkpoint"), f.checkpoint, r.present("checkpoint"));
@@ -863,8 +865,10 @@ std::vector<std::string> RunFile::notes_for(Mode mode) const {
       note(s, "a real run (it describes the simulated world)");
     if (worker != "modeled") note("worker", "a real run (real nodes always train)");
   } else {
-    for (const char* s : {"store", "transport", "checkpoint"})
-      note(s, "a simulation (it configures real runs)");
+    for (const char* s : {"store", "checkpoint"}) note(s, "a simulation (it configures real runs)");
+    // transport.connections_per_peer is simulated (K connections per flow); the kind is not.
+    if (given.count("transport.kind"))
+      notes.push_back(file + ": transport.kind: not used by a simulation (ignored)");
     if (worker == "modeled") note("data", "a simulation with worker: modeled");
     // INTELLECT-1's blocking checkpoint is the default: say so where it weighs (issue 34: a
     // 4-node toy spent 240 of 252 simulated seconds in checkpoints without a word).
@@ -1138,6 +1142,12 @@ JsonObject RunFile::to_json() const {
       .add("recovery", rec)
       .add("churn", churn)
       .add("output", out);
+  // Only when not the default, so that every record written before the key existed reproduces.
+  if (transport.connections_per_peer != 1) {
+    JsonObject tp;
+    tp.add("connections_per_peer", transport.connections_per_peer);
+    all.add("transport", tp);
+  }
   return all;
 }
 

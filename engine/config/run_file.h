@@ -248,6 +248,15 @@ struct RecoverySpec {
   int state_copies = 4;  // simulation: payload = params, momentum, AdamW m and v (fp32)
 };
 
+// `transport:` between the nodes of a real run.
+struct TransportSpec {
+  std::string kind = "gloo";  // gloo | nccl
+  // TCP connections per ring neighbour (Gloo): an exchange's message is striped over them
+  // (engine/transport/gloo/README.md, "Connections per peer"). The simulator models K connections
+  // per flow (their windows and loss bounds), so `meridian sim` reads it too.
+  int connections_per_peer = 1;
+};
+
 // `store:` the real run's rendezvous store.
 struct StoreSpec {
   // "" = the embedded TCP store (--store / --serve-store on the command line);
@@ -294,7 +303,7 @@ struct RunFile {
   DilocoSpec diloco;
   RecoverySpec recovery;
   StoreSpec store;
-  std::string transport = "gloo";  // real runs: gloo | nccl
+  TransportSpec transport;
   CheckpointSpec checkpoint;
   std::string churn_trace;  // path (resolved), "" = no churn
   std::string output_dir;   // default runs/<run.name> (under the working directory)

@@ -1,6 +1,7 @@
 // Meridian's ring all-reduce over the Gloo transport between forked processes on loopback:
 // exact fp32 sums (integer-valued, distinct per rank and element) for 2-4 ranks and awkward
-// sizes, bit-identical int8 results on every rank, and a SIGKILLed rank during an all-reduce
+// sizes, over one connection per peer and striped over several, bit-identical int8 results on
+// every rank and between one connection and three, and a SIGKILLed rank during an all-reduce
 // surfacing as PeerLostError on every survivor with its input left untouched.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -41,59 +42,79 @@ struct RingCase {
   // 256 KiB: several pieces per share; 4 MiB: pieces of 2 MiB and more, which travel as split
   // messages (header, then the payload straight from the buffer).
   std::size_t max_chunk_bytes = 256 * 1024;
+  int connections = 1;  // GlooOptions::connections_per_peer: messages striped over K connections
 };
 
 class GlooRingTest : public WithStore<::testing::TestWithParam<RingCase>> {};
 
 TEST_P(GlooRingTest, Fp32SumsAreExactOnEveryRank) {
-  const auto [world, count, max_chunk] = GetParam();
-  const auto pids = fork_ranks(world, [&, world = world, count = count, c = max_chunk](int rank) {
-    auto store = store_client(port_, "rank" + std::to_string(rank));
-    GlooTransportFactory factory(*store);
-    auto t = factory.connect(spec_for(rank, world));
-    ThreadRuntime runtime;
-    std::vector<float> buf(count);
-    for (std::size_t i = 0; i < count; ++i) buf[i] = value(rank, i);
-    RingOptions o;
-    o.timeout_s = kTimeoutS;
-    o.max_chunk_bytes = c;
-    const RingStats stats = ring_all_reduce(*t, runtime, Fp32Codec(), ReduceBuffer::of(buf), o);
-    MERIDIAN_RANK_EXPECT(stats.participants == world);
-    for (std::size_t i = 0; i < count; ++i) {
-      float expected = 0;
-      for (int r = 0; r < world; ++r) expected += value(r, i);
-      MERIDIAN_RANK_EXPECT(buf[i] == expected);
-    }
-    store_barrier(*store, "done", rank, world, kTimeoutS);
-    return kRankOk;
-  });
+  const auto [world, count, max_chunk, connections] = GetParam();
+  const auto pids = fork_ranks(
+      world, [&, world = world, count = count, c = max_chunk, k = connections](int rank) {
+        auto store = store_client(port_, "rank" + std::to_string(rank));
+        gloo_transport::GlooOptions go;
+        go.connections_per_peer = k;
+        GlooTransportFactory factory(*store, go);
+        auto t = factory.connect(spec_for(rank, world));
+        ThreadRuntime runtime;
+        std::vector<float> buf(count);
+        for (std::size_t i = 0; i < count; ++i) buf[i] = value(rank, i);
+        RingOptions o;
+        o.timeout_s = kTimeoutS;
+        o.max_chunk_bytes = c;
+        const RingStats stats = ring_all_reduce(*t, runtime, Fp32Codec(), ReduceBuffer::of(buf), o);
+        MERIDIAN_RANK_EXPECT(stats.participants == world);
+        for (std::size_t i = 0; i < count; ++i) {
+          float expected = 0;
+          for (int r = 0; r < world; ++r) expected += value(r, i);
+          MERIDIAN_RANK_EXPECT(buf[i] == expected);
+        }
+        store_barrier(*store, "done", rank, world, kTimeoutS);
+        return kRankOk;
+      });
   EXPECT_EQ(wait_all(pids), std::vector<int>(world, kRankOk));
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldsAndSizes, GlooRingTest,
                          ::testing::Values(RingCase{2, 1000003}, RingCase{3, 1000003},
                                            RingCase{4, 1 << 20}, RingCase{4, 3}, RingCase{3, 0},
-                                           RingCase{3, 3000017, 4 << 20}));
+                                           RingCase{3, 3000017, 4 << 20},
+                                           // Striped: 256 KiB pieces in four 64 KiB stripes; a
+                                           // 4 MiB piece's payload in eight; three values on one.
+                                           RingCase{4, 1 << 20, 256 * 1024, 4},
+                                           RingCase{3, 3000017, 4 << 20, 8},
+                                           RingCase{4, 3, 256 * 1024, 4}));
 
 class GlooRingFaultTest : public WithStore<> {};
 
-TEST_F(GlooRingFaultTest, Int8ResultsAreBitIdenticalOnEveryRank) {
+TEST_F(GlooRingFaultTest, Int8ResultsAreBitIdenticalOnEveryRankAndOverOneOrThreeConnections) {
   const int world = 4;
   const std::size_t count = 300001;
   const auto pids = fork_ranks(world, [&](int rank) {
     auto store = store_client(port_, "rank" + std::to_string(rank));
-    GlooTransportFactory factory(*store);
-    auto t = factory.connect(spec_for(rank, world));
-    ThreadRuntime runtime;
-    std::vector<float> buf(count);
-    for (std::size_t i = 0; i < count; ++i) buf[i] = std::sin(0.001f * i + rank);
-    RingOptions o;
-    o.timeout_s = kTimeoutS;
-    o.measure_error = true;
-    const RingStats stats =
-        ring_all_reduce(*t, runtime, *make_codec(CodecId::kInt8Prime), ReduceBuffer::of(buf), o);
-    MERIDIAN_RANK_EXPECT(stats.relative_error > 0 && stats.relative_error < 0.05);
-    const auto crc = crc32c(std::as_bytes(std::span(buf)));
+    // One all-reduce over one connection per peer, then the same one striped over three.
+    std::vector<float> result[2];
+    for (const int k : {1, 3}) {
+      gloo_transport::GlooOptions go;
+      go.connections_per_peer = k;
+      go.store_prefix = "gloo-k" + std::to_string(k);
+      go.min_stripe_bytes = 4096;  // a share's 75 kB message in three stripes
+      GlooTransportFactory factory(*store, go);
+      auto t = factory.connect(spec_for(rank, world));
+      ThreadRuntime runtime;
+      std::vector<float>& buf = result[k == 1 ? 0 : 1];
+      buf.resize(count);
+      for (std::size_t i = 0; i < count; ++i) buf[i] = std::sin(0.001f * i + rank);
+      RingOptions o;
+      o.timeout_s = kTimeoutS;
+      o.measure_error = true;
+      const RingStats stats =
+          ring_all_reduce(*t, runtime, *make_codec(CodecId::kInt8Prime), ReduceBuffer::of(buf), o);
+      MERIDIAN_RANK_EXPECT(stats.relative_error > 0 && stats.relative_error < 0.05);
+    }
+    MERIDIAN_RANK_EXPECT(std::memcmp(result[0].data(), result[1].data(), count * sizeof(float)) ==
+                         0);
+    const auto crc = crc32c(std::as_bytes(std::span(result[1])));
     store->set("crc/" + std::to_string(rank), std::to_string(crc));
     for (int r = 0; r < world; ++r) {
       MERIDIAN_RANK_EXPECT(store->get("crc/" + std::to_string(r), kTimeoutS) ==

@@ -1,11 +1,18 @@
 // GlooTransport conformance between forked processes on loopback: send/recv, fused exchange,
 // zero-byte and large messages, concurrent tags, timeouts, an oversize message refused as a
 // ProtocolError (Gloo itself would abort the process), abort(), and a SIGKILLed peer surfacing
-// as PeerLostError (not a timeout) on the survivors. Ephemeral ports; no sleeps.
+// as PeerLostError (not a timeout) on the survivors; with several connections per peer, messages
+// striped whole and in order, and one connection shut down failing the epoch on every member.
+// Ephemeral ports; no sleeps.
 #include "engine/transport/gloo/gloo_transport.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <set>
@@ -55,12 +62,45 @@ struct RankSetup {
   std::unique_ptr<Transport> t;
 };
 
-RankSetup join_epoch(std::uint16_t port, int rank, int world) {
+RankSetup join_epoch(std::uint16_t port, int rank, int world,
+                     gloo_transport::GlooOptions options = {}) {
   RankSetup r;
   r.store = store_client(port, "rank" + std::to_string(rank));
-  r.factory = std::make_unique<GlooTransportFactory>(*r.store);
+  r.factory = std::make_unique<GlooTransportFactory>(*r.store, options);
   r.t = r.factory->connect(spec_for(rank, world));
   return r;
+}
+
+// K connections per peer, messages striped from 1 KiB on (several stripes at small sizes).
+gloo_transport::GlooOptions striped(int k) {
+  gloo_transport::GlooOptions o;
+  o.connections_per_peer = k;
+  o.min_stripe_bytes = 1024;
+  return o;
+}
+
+// This process's connected TCP sockets other than those of the store at `store_port` (its
+// client's, and the server's that a forked rank inherits): the Gloo connections.
+std::vector<int> gloo_sockets(std::uint16_t store_port) {
+  std::vector<int> fds;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return fds;
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    if (e->d_name[0] == '.' || fd == ::dirfd(dir) || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode))
+      continue;
+    sockaddr_in local{}, peer{};
+    socklen_t n = sizeof(local), m = sizeof(peer);
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n) != 0 ||
+        ::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &m) != 0 ||
+        local.sin_family != AF_INET)
+      continue;  // not connected (a listener), or not TCP over IPv4
+    if (ntohs(local.sin_port) == store_port || ntohs(peer.sin_port) == store_port) continue;
+    fds.push_back(fd);
+  }
+  ::closedir(dir);
+  return fds;
 }
 
 class GlooTransportTest : public WithStore<> {};
@@ -294,6 +334,74 @@ TEST_F(GlooTransportTest, ASigkilledPeerIsAPeerLostErrorOnTheSurvivors) {
   EXPECT_EQ(codes[0], kRankPeerLost);
   EXPECT_EQ(codes[1], kRankPeerLost);
   EXPECT_EQ(codes[2], 128 + SIGKILL);
+}
+
+// K connections per peer: each pair of ranks holds K sockets, and messages of every size (none,
+// under one stripe, a few stripes, more than K) arrive whole; two in flight with one tag and
+// size (the same slot, so the same connection for each stripe) arrive in posting order.
+TEST_F(GlooTransportTest, ExchangesStripedOverFourConnectionsArriveWholeAndInOrder) {
+  const int world = 3, k = 4;
+  const auto pids = fork_ranks(world, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, world, striped(k));
+    MERIDIAN_RANK_EXPECT(gloo_sockets(port_).size() == static_cast<std::size_t>(k * (world - 1)));
+    const int to = (rank + 1) % world, from = (rank + world - 1) % world;
+    const Tag tag = make_tag(TagKind::kTest, 5);
+    int salt = 0;
+    for (const std::size_t n : {0, 10, 300, 1000, 5000, 100003}) {
+      const auto a = pattern(rank, n, ++salt), b = pattern(rank, n, ++salt);
+      std::vector<float> got_a(n), got_b(n);
+      auto ea = t->start_exchange(to, Payload::of(bytes_of(a)), from, bytes_of(got_a), tag);
+      auto eb = t->start_exchange(to, Payload::of(bytes_of(b)), from, bytes_of(got_b), tag);
+      MERIDIAN_RANK_EXPECT(eb->wait(kTimeoutS).bytes == n * sizeof(float));
+      MERIDIAN_RANK_EXPECT(ea->wait(kTimeoutS).bytes == n * sizeof(float));
+      MERIDIAN_RANK_EXPECT(got_a == pattern(from, n, salt - 1));
+      MERIDIAN_RANK_EXPECT(got_b == pattern(from, n, salt));
+    }
+    // send/recv (the credit protocol, on the first connection) still work beside them.
+    const auto out = pattern(rank, 777);
+    std::vector<float> in(1000);
+    std::thread sender(
+        [&] { t->send(to, make_tag(TagKind::kTest, 6), Payload::of(bytes_of(out)), kTimeoutS); });
+    const Received r = t->recv(from, make_tag(TagKind::kTest, 6), bytes_of(in), kTimeoutS);
+    sender.join();
+    MERIDIAN_RANK_EXPECT(r.bytes == 777 * sizeof(float));
+    MERIDIAN_RANK_EXPECT(std::vector<float>(in.begin(), in.begin() + 777) == pattern(from, 777));
+    store_barrier(*store, "done", rank, world, kTimeoutS);
+    return kRankOk;
+  });
+  EXPECT_EQ(wait_all(pids), std::vector<int>(world, kRankOk));
+}
+
+// A lost connection is a lost peer: rank 1 shuts down one of its eight connections (four per
+// peer), then all three ranks run ring exchanges whose 64 kB messages are striped over every
+// connection. The stripe on the dead connection fails at one end or the other, that rank aborts
+// its epoch (closing every connection of it), and every member fails with PeerLostError, at the
+// latest at its next exchange, long before the 20 s deadline.
+TEST_F(GlooTransportTest, OneOfAPeersFourConnectionsShutDownIsPeerLostOnEveryMember) {
+  const int world = 3, k = 4;
+  const auto pids = fork_ranks(world, [&](int rank) {
+    auto [store, factory, t] = join_epoch(port_, rank, world, striped(k));
+    store_barrier(*store, "connected", rank, world, kTimeoutS);
+    if (rank == 1) {
+      const std::vector<int> fds = gloo_sockets(port_);
+      MERIDIAN_RANK_EXPECT(fds.size() == static_cast<std::size_t>(k * (world - 1)));
+      MERIDIAN_RANK_EXPECT(::shutdown(fds.back(), SHUT_RDWR) == 0);
+    }
+    const int to = (rank + 1) % world, from = (rank + world - 1) % world;
+    const auto out = pattern(rank, 16000);
+    std::vector<float> in(16000);
+    for (int round = 0; round < 3; ++round) {
+      try {
+        t->start_exchange(to, Payload::of(bytes_of(out)), from, bytes_of(in),
+                          make_tag(TagKind::kTest, round))
+            ->wait(kTimeoutS);
+      } catch (const PeerLostError&) {
+        return kRankPeerLost;
+      }
+    }
+    return kRankWrongResult;
+  });
+  EXPECT_EQ(wait_all(pids), std::vector<int>(world, kRankPeerLost));
 }
 
 TEST_F(GlooTransportTest, AnEpochWhoseMembersNeverArriveTimesOut) {

@@ -146,6 +146,7 @@ class ProcessFaultMatrix : public TrainProcessTest {
   }
 
   void killed_during_all_gather();
+  std::string run_extra_;  // appended to run.yaml by killed_during_all_gather()
 
   std::string store_;
 };
@@ -184,7 +185,7 @@ TEST_F(ProcessFaultMatrix, KilledDuringReduceScatter) {
 // Node 2 of three dies at its first all-gather message of outer step 3; nodes 1 and 3 retry the
 // round once without it and match the reference (diloco_extra_: the variant).
 void ProcessFaultMatrix::killed_during_all_gather() {
-  write(3, 5);
+  write(3, 5, run_extra_);
   auto p = start_nodes(3, {{2, kill_at("all-gather:3")}});
   expect_killed(p[2], 2, "the all-gather of outer step 3 (attempt 0)");
   EXPECT_EQ(finish(p[3]), 0) << log(3);
@@ -240,6 +241,15 @@ TEST_F(ProcessFaultMatrix, SparseDelayedKilledDuringAnOverlappedAllGather) {
 TEST_F(ProcessFaultMatrix, SparseRingKilledDuringTheAllGather) {
   codec_ = "topk";
   diloco_extra_ = "  topk_density: 0.05\n  outer_momentum: 0\n  sparse_collective: ring\n";
+  killed_during_all_gather();
+}
+
+// Four TCP connections per peer (transport.connections_per_peer), fp32 so that every ring
+// message is striped over them: node 2's death fails all of its connections, and the survivors
+// retry the round without it as over one connection.
+TEST_F(ProcessFaultMatrix, FourConnectionsPerPeerKilledDuringAllGather) {
+  codec_ = "fp32";
+  run_extra_ = "transport:\n  connections_per_peer: 4\n";
   killed_during_all_gather();
 }
 

@@ -62,7 +62,7 @@ TEST_F(RunConfigTest, EveryKeyReachesItsOption) {
   EXPECT_EQ(c.diloco.mesh.outer_steps, 12);
   EXPECT_EQ(c.output_dir, dir() + "/out/x");  // relative to the run file
   EXPECT_EQ(c.store_bind, "0.0.0.0");
-  EXPECT_EQ(c.transport, "nccl");
+  EXPECT_EQ(c.transport.kind, "nccl");
   EXPECT_EQ(c.shards, 4);
   EXPECT_EQ(c.data.cache_dir, "/tmp/c");
   EXPECT_EQ(c.data.vocab, c.trainer.model.vocab);
@@ -103,7 +103,7 @@ TEST_F(RunConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.diloco.codec, CodecId::kInt8Prime);
   EXPECT_EQ(c.store, "");
   EXPECT_EQ(c.store_bind, "127.0.0.1");
-  EXPECT_EQ(c.transport, "gloo");
+  EXPECT_EQ(c.transport.kind, "gloo");
   EXPECT_EQ(c.output_dir, "runs/" + std::filesystem::path(path_).stem().string());
 }
 

@@ -79,6 +79,31 @@ TEST(Scenario, TheDefaultCheckpointIsNotedWhereItWeighs) {
       << chosen[0];
 }
 
+// transport.connections_per_peer is simulated (K connections per flow) and recorded in the
+// configuration only when not 1, so every earlier record reproduces; the transport's kind is a
+// real run's and is noted as unused; a bad K names the key and the range.
+TEST(Scenario, ConnectionsPerPeerIsSimulatedAndTheTransportKindIsNoted) {
+  const Scenario four = parse_scenario(kMinimal, "min.yaml", {"transport.connections_per_peer=4"});
+  EXPECT_EQ(four.transport.connections_per_peer, 4);
+  EXPECT_TRUE(four.notes_for(config::Mode::kSimulate).empty());
+  EXPECT_EQ(nlohmann::json::parse(four.to_json().str())["transport"]["connections_per_peer"], 4);
+  EXPECT_FALSE(nlohmann::json::parse(parse_scenario(kMinimal, "min.yaml").to_json().str())
+                   .contains("transport"));
+  const auto kind = parse_scenario(kMinimal, "min.yaml", {"transport.kind=nccl"})
+                        .notes_for(config::Mode::kSimulate);
+  ASSERT_EQ(kind.size(), 1u);
+  EXPECT_EQ(kind[0], "min.yaml: transport.kind: not used by a simulation (ignored)");
+  for (const char* bad : {"0", "65", "many"}) {
+    const std::string e =
+        error_of(kMinimal, {std::string("transport.connections_per_peer=") + bad});
+    EXPECT_NE(
+        e.find("key 'transport.connections_per_peer': expected an integer from 1 to 64, got '" +
+               std::string(bad) + "'"),
+        std::string::npos)
+        << e;
+  }
+}
+
 // INTELLECT-1's per-node defaults (8 GPUs, batch 128) on a small model are said, by key, unless
 // the scenario (or its model config) gives them.
 TEST(Scenario, IntellectPerNodeDefaultsOnASmallModelAreNoted) {

@@ -262,6 +262,38 @@ TEST(SimRun, ATransferPastItsDeadlineFailsItsRoundNotTheSimulation) {
   EXPECT_GT(s["retries"].get<int>(), 0);  // rounds did time out, and were retried
 }
 
+// transport.connections_per_peer: K connections per ring hop are K flows' windows and loss
+// bounds. On lossy intercontinental paths (1e-4) one CUBIC connection per hop is bound by its
+// loss response far below the 1 Gb/s access links, so four connections cut the all-reduce to
+// less than half; the recorded window is K times the connection's.
+TEST(SimRun, FourConnectionsPerPeerSpeedALossyRingsAllReduce) {
+  const std::vector<std::string> lossy = {
+      "network.paths=[{a: us, b: eu, loss: 1e-4, source: t}, {a: us, b: as, loss: 1e-4, "
+      "source: t}, {a: eu, b: as, loss: 1e-4, source: t}]"};
+  const auto mean_allreduce_s = [](const std::string& events) {
+    double sum = 0;
+    int n = 0;
+    std::ifstream in(events);
+    for (std::string line; std::getline(in, line);) {
+      const json e = json::parse(line);
+      if (e["type"] == "allreduce") sum += e["elapsed_s"].get<double>(), ++n;
+    }
+    EXPECT_GT(n, 0);
+    return sum / std::max(n, 1);
+  };
+  auto four = lossy;
+  four.push_back("transport.connections_per_peer=4");
+  const std::string one_events = simulate(four_nodes("", 2), "k1", lossy);
+  const std::string four_events = simulate(four_nodes("", 2), "k4", four);
+  const double one = mean_allreduce_s(one_events), k4 = mean_allreduce_s(four_events);
+  EXPECT_LT(k4, 0.5 * one) << "K=1 " << one << " s, K=4 " << k4 << " s";
+  std::ifstream in(four_events);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(json::parse(first)["config"]["simulated"]["tcp_gamma_bytes"].get<double>(),
+            4 * 4194304.0);
+}
+
 // The access links' own process (network.variation.access_*, issue 32): one run's all-reduces
 // spread where constant links give (nearly) one time, and the same seed gives the same events.
 // The bandwidth's mean is the drawn one, so the mean time rises only by Jensen's inequality and

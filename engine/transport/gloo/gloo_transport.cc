@@ -6,7 +6,9 @@
 // slot; the sender sends the payload only when it fits the credit, and an oversize message is a
 // ProtocolError on both sides. Gloo errors become Meridian errors here, and any failed
 // operation aborts the epoch (Gloo cannot cancel a posted receive, and the memory it targets
-// belongs to the caller).
+// belongs to the caller). With K connections per peer (GlooOptions::connections_per_peer) an
+// exchange's message is striped over K Gloo contexts (one full mesh each); send/recv use the
+// first.
 #include "engine/transport/gloo/gloo_transport.h"
 
 #include <gloo/common/error.h>
@@ -23,6 +25,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/transport/deadline.h"
@@ -64,7 +67,8 @@ class GlooTransport;
 // transport tracks, so abort() can wake its waiter.
 class TrackedBuffer {
  public:
-  TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes);
+  // A buffer of connection `connection`'s context (0 to K - 1).
+  TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes, int connection = 0);
   ~TrackedBuffer();
   Buffer& operator*() { return *buffer_; }
   Buffer* operator->() { return buffer_.get(); }
@@ -76,8 +80,14 @@ class TrackedBuffer {
 
 class GlooTransport final : public Transport {
  public:
-  GlooTransport(std::shared_ptr<::gloo::Context> context, std::uint64_t epoch, int rank, int size)
-      : context_(std::move(context)), epoch_(epoch), rank_(rank), size_(size) {}
+  // `contexts`: one full mesh per connection to each peer (at least one).
+  GlooTransport(std::vector<std::shared_ptr<::gloo::Context>> contexts, std::uint64_t epoch,
+                int rank, int size, std::size_t min_stripe_bytes)
+      : contexts_(std::move(contexts)),
+        epoch_(epoch),
+        rank_(rank),
+        size_(size),
+        min_stripe_bytes_(std::max<std::size_t>(1, min_stripe_bytes)) {}
   ~GlooTransport() override {
     // Close before the buffers' owners go away: nothing may be written into caller memory later.
     abort();
@@ -107,11 +117,11 @@ class GlooTransport final : public Transport {
 
   void abort() override {
     if (aborted_.exchange(true)) return;
-    if (context_) {
+    for (const auto& context : contexts_) {
       try {
         // Resets every connection: peers see their pending operations with us fail at once,
         // and Gloo stops reading into our buffers.
-        context_->closeConnections();
+        context->closeConnections();
       } catch (const std::exception&) {
         // Already closed by Gloo after an error: nothing left to do.
       }
@@ -132,7 +142,9 @@ class GlooTransport final : public Transport {
     std::lock_guard<std::mutex> lock(mutex_);
     live_.erase(b);
   }
-  ::gloo::Context& context() { return *context_; }
+  ::gloo::Context& context(int connection) { return *contexts_[connection]; }
+  int connections() const { return static_cast<int>(contexts_.size()); }
+  std::size_t min_stripe_bytes() const { return min_stripe_bytes_; }
 
   // Runs one Gloo call, translating its errors at this edge. Any failure aborts the epoch.
   template <typename F>
@@ -288,18 +300,20 @@ class GlooTransport final : public Transport {
     }
   }
 
-  std::shared_ptr<::gloo::Context> context_;
+  std::vector<std::shared_ptr<::gloo::Context>> contexts_;
   std::uint64_t epoch_;
   int rank_;
   int size_;
+  std::size_t min_stripe_bytes_;
   std::atomic<bool> aborted_{false};
   std::mutex mutex_;
   std::set<Buffer*> live_;
 };
 
-TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes) : transport_(t) {
-  buffer_ =
-      t.guarded(-1, "create buffer", [&] { return t.context().createUnboundBuffer(ptr, bytes); });
+TrackedBuffer::TrackedBuffer(GlooTransport& t, void* ptr, std::size_t bytes, int connection)
+    : transport_(t) {
+  buffer_ = t.guarded(-1, "create buffer",
+                      [&] { return t.context(connection).createUnboundBuffer(ptr, bytes); });
   transport_.track(buffer_.get());
 }
 
@@ -319,33 +333,71 @@ std::uint64_t exchange_slot(Tag tag, std::size_t bytes) {
   return (h & ~(std::uint64_t{3} << 62)) | (std::uint64_t{1} << 62);
 }
 
-// An exchange: one Gloo message each way, no credit and no header. The receive is posted at
-// once for exactly into.size() bytes and the send for out.size() bytes, both on the slot of
-// (tag, size): Gloo's own receive-ready notice is the only control message, so data flows as
-// soon as both sides have posted, with no user thread in between. Sizes that disagree never
-// match (exchange_slot): both sides then fail with TimeoutError at their deadline. The sends
-// and receives of one (peer, tag) are posted in exchange order by the calling thread, and Gloo
-// matches them in that order. Destroying an exchange that was never waited for aborts the
+// How an exchange's message of `bytes` bytes is cut over a peer's `connections` connections:
+// `count` consecutive stripes of `size` bytes (the last one shorter), at most one per
+// connection and each of at least `min_stripe` bytes (a message under 2 × min_stripe is one
+// stripe). Stripe s travels on connection (first + s) mod connections, `first` drawn from the
+// message's slot, so that one-stripe messages spread over the connections too. Sender and
+// receiver compute the same cut from the same (tag, size).
+struct Stripes {
+  std::size_t count = 1;
+  std::size_t size = 0;
+  int first = 0;
+  int connections = 1;
+
+  Stripes(std::uint64_t slot, std::size_t bytes, int connections_per_peer, std::size_t min_stripe)
+      : count(std::clamp<std::size_t>(bytes / min_stripe, 1,
+                                      static_cast<std::size_t>(connections_per_peer))),
+        size((bytes + count - 1) / count),
+        first(static_cast<int>(slot % static_cast<std::uint64_t>(connections_per_peer))),
+        connections(connections_per_peer) {}
+  int connection(std::size_t s) const {
+    return static_cast<int>((static_cast<std::size_t>(first) + s) %
+                            static_cast<std::size_t>(connections));
+  }
+  std::size_t offset(std::size_t s) const { return s * size; }
+  std::size_t length(std::size_t s, std::size_t bytes) const {
+    return std::min(size, bytes - offset(s));
+  }
+};
+
+// An exchange: one Gloo message each way per stripe (Stripes), no credit and no header. The
+// receives are posted at once for exactly into.size() bytes in all and the sends for
+// out.bytes.size(), each stripe on the slot of (tag, whole size) of its connection: Gloo's own
+// receive-ready notice is the only control message, so data flows as soon as both sides have
+// posted, with no user thread in between. Sizes that disagree never match (exchange_slot): both
+// sides then fail with TimeoutError at their deadline. The sends and receives of one
+// (peer, tag) are posted in exchange order by the calling thread, and Gloo matches them in that
+// order on each connection; a stripe always takes the same connection for the same slot, so
+// the order holds stripe by stripe. Destroying an exchange that was never waited for aborts the
 // epoch: its operations are still posted, and Gloo must not touch their buffers afterwards.
 class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
-      : transport_(t),
-        to_(to),
-        from_(from),
-        tag_(tag),
-        bytes_in_(into.size()),
-        recv_(t, into.empty() ? &dummy_in_ : into.data(), into.size()),
-        send_(t, out.bytes.empty() ? &dummy_out_ : const_cast<std::byte*>(out.bytes.data()),
-              out.bytes.size()) {
-    t.guarded(from, "receive " + tag_text(tag) + " from", [&] {
-      recv_->recv(from, exchange_slot(tag, into.size()), 0, into.size());
-      return 0;
-    });
-    t.guarded(to, "send " + tag_text(tag) + " to", [&] {
-      send_->send(to, exchange_slot(tag, out.bytes.size()), 0, out.bytes.size());
-      return 0;
-    });
+      : transport_(t), to_(to), from_(from), tag_(tag), bytes_in_(into.size()) {
+    const std::uint64_t in_slot = exchange_slot(tag, into.size());
+    const Stripes in(in_slot, into.size(), t.connections(), t.min_stripe_bytes());
+    for (std::size_t s = 0; s < in.count; ++s) {
+      const std::size_t off = in.offset(s), len = in.length(s, into.size());
+      recv_.push_back(std::make_unique<TrackedBuffer>(t, len == 0 ? &dummy_in_ : into.data() + off,
+                                                      len, in.connection(s)));
+      t.guarded(from, "receive " + tag_text(tag) + " from", [&] {
+        (*recv_.back())->recv(from, in_slot, 0, len);
+        return 0;
+      });
+    }
+    const std::uint64_t out_slot = exchange_slot(tag, out.bytes.size());
+    const Stripes o(out_slot, out.bytes.size(), t.connections(), t.min_stripe_bytes());
+    for (std::size_t s = 0; s < o.count; ++s) {
+      const std::size_t off = o.offset(s), len = o.length(s, out.bytes.size());
+      send_.push_back(std::make_unique<TrackedBuffer>(
+          t, len == 0 ? &dummy_out_ : const_cast<std::byte*>(out.bytes.data()) + off, len,
+          o.connection(s)));
+      t.guarded(to, "send " + tag_text(tag) + " to", [&] {
+        (*send_.back())->send(to, out_slot, 0, len);
+        return 0;
+      });
+    }
   }
   ~GlooExchange() override {
     if (!done_) transport_.abort();
@@ -353,8 +405,8 @@ class GlooExchange final : public PendingExchange {
   Received wait(double timeout_s) override {
     const auto deadline = deadline_after(timeout_s);
     try {
-      transport_.wait_op(*recv_, false, from_, deadline, tag_);
-      transport_.wait_op(*send_, true, to_, deadline, tag_);
+      for (const auto& r : recv_) transport_.wait_op(**r, false, from_, deadline, tag_);
+      for (const auto& w : send_) transport_.wait_op(**w, true, to_, deadline, tag_);
     } catch (const TimeoutError& e) {
       throw TimeoutError(std::string(e.what()) +
                          " (an exchange's message must have exactly the receiver's " +
@@ -372,7 +424,8 @@ class GlooExchange final : public PendingExchange {
   std::size_t bytes_in_;
   bool done_ = false;
   std::byte dummy_in_{}, dummy_out_{};
-  TrackedBuffer recv_, send_;  // declared last: destroyed (untracked) before the rest
+  // Declared last: destroyed (untracked) before the rest.
+  std::vector<std::unique_ptr<TrackedBuffer>> recv_, send_;
 };
 
 // The transport of an epoch with one member: no peers, so every operation is a usage error.
@@ -462,6 +515,10 @@ void GlooTransportFactory::authenticate(::gloo::Context& context, const EpochSpe
 
 GlooTransportFactory::GlooTransportFactory(Store& store, GlooOptions options)
     : store_(store), options_(std::move(options)) {
+  if (options_.connections_per_peer < 1 || options_.connections_per_peer > 64) {
+    throw ConfigError("gloo transport: connections_per_peer must be 1 to 64, got " +
+                      std::to_string(options_.connections_per_peer));
+  }
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     ::signal(SIGPIPE, SIG_IGN);
@@ -484,23 +541,11 @@ GlooTransportFactory::GlooTransportFactory(Store& store, GlooOptions options)
 
 GlooTransportFactory::~GlooTransportFactory() = default;
 
-std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) {
+std::shared_ptr<::gloo::Context> GlooTransportFactory::connect_mesh(const EpochSpec& spec,
+                                                                    const std::string& prefix,
+                                                                    double connect_s) {
   const int size = static_cast<int>(spec.members.size());
-  if (size < 1 || spec.rank < 0 || spec.rank >= size) {
-    throw ConfigError("gloo transport: epoch " + std::to_string(spec.epoch) + " has rank " +
-                      std::to_string(spec.rank) + " of " + std::to_string(size) + " members");
-  }
-  if (size == 1) return std::make_unique<SoloTransport>(spec.epoch);
-
-  const std::string prefix = epoch_store_prefix(options_.store_prefix, spec);
-  const double connect_s = spec.connect_timeout_s > 0 ? spec.connect_timeout_s : spec.timeout_s;
-  StoreAdapter adapter(store_, prefix, spec.timeout_s, spec.abandon, spec.poll_s);
-  // Every member arrives before any pair listens: Gloo connects pair by pair, so a member
-  // waiting for a late one would keep its other pairs' ports open (to any stranger) and
-  // unconnected until their short bound ran out. After the barrier the addresses and the
-  // connections come within a few round trips.
-  adapter.barrier(spec.rank, size);
-  adapter.set_timeout(connect_s);
+  StoreAdapter adapter(store_, prefix, connect_s, spec.abandon, spec.poll_s);
   auto context = std::make_shared<::gloo::rendezvous::Context>(spec.rank, size);
   // Gloo gives a pair's connection five times its context's timeout (and bounds nothing else
   // this transport does: every operation here passes its own).
@@ -521,7 +566,31 @@ std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) 
     throw PeerLostError(-1, "gloo transport: epoch " + std::to_string(spec.epoch) +
                                 " connections failed: " + e.what());
   }
-  return std::make_unique<GlooTransport>(std::move(context), spec.epoch, spec.rank, size);
+  return context;
+}
+
+std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) {
+  const int size = static_cast<int>(spec.members.size());
+  if (size < 1 || spec.rank < 0 || spec.rank >= size) {
+    throw ConfigError("gloo transport: epoch " + std::to_string(spec.epoch) + " has rank " +
+                      std::to_string(spec.rank) + " of " + std::to_string(size) + " members");
+  }
+  if (size == 1) return std::make_unique<SoloTransport>(spec.epoch);
+
+  const std::string prefix = epoch_store_prefix(options_.store_prefix, spec);
+  const double connect_s = spec.connect_timeout_s > 0 ? spec.connect_timeout_s : spec.timeout_s;
+  // Every member arrives before any pair listens: Gloo connects pair by pair, so a member
+  // waiting for a late one would keep its other pairs' ports open (to any stranger) and
+  // unconnected until their short bound ran out. After the barrier the addresses and the
+  // connections come within a few round trips.
+  StoreAdapter(store_, prefix, spec.timeout_s, spec.abandon, spec.poll_s).barrier(spec.rank, size);
+  // Connection k > 0 meets under a prefix of its own (and proves the secret bound to it).
+  std::vector<std::shared_ptr<::gloo::Context>> contexts;
+  for (int k = 0; k < options_.connections_per_peer; ++k)
+    contexts.push_back(
+        connect_mesh(spec, k == 0 ? prefix : prefix + "c" + std::to_string(k) + "/", connect_s));
+  return std::make_unique<GlooTransport>(std::move(contexts), spec.epoch, spec.rank, size,
+                                         options_.min_stripe_bytes);
 }
 
 }  // namespace meridian::gloo_transport

@@ -3,6 +3,7 @@
 // library: Meridian's algorithms run on top; Gloo's own collectives are used only by bench/.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +33,13 @@ struct GlooOptions {
   // within the epoch's connect bound fails the epoch (PeerLostError). Empty: connections are not
   // authenticated (tests of the transport alone; every real run has a secret).
   std::string secret;
+  // TCP connections to each peer (`transport.connections_per_peer`): K full meshes, one Gloo
+  // context each. An exchange's message of at least 2 × min_stripe_bytes is cut into up to K
+  // consecutive stripes, each on its own connection, so that one ring hop is not bounded by one
+  // connection's window / RTT and loss (engine/transport/gloo/README.md, "Connections per peer").
+  // A lost connection is a lost peer, as with one. send/recv (the credit protocol) use the first.
+  int connections_per_peer = 1;
+  std::size_t min_stripe_bytes = std::size_t{64} << 10;
 };
 
 // Builds one GlooTransport per epoch. Every member of an epoch calls connect() with the same
@@ -57,6 +65,9 @@ class GlooTransportFactory final : public TransportFactory {
   // Every pair proves the run's secret to the other within `timeout_s` (options_.secret).
   void authenticate(::gloo::Context& context, const EpochSpec& spec, const std::string& prefix,
                     double timeout_s) const;
+  // One full mesh of connections for `spec`, rendezvous under `prefix`.
+  std::shared_ptr<::gloo::Context> connect_mesh(const EpochSpec& spec, const std::string& prefix,
+                                                double connect_s);
 
   Store& store_;
   GlooOptions options_;
