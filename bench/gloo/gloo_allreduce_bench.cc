@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -25,14 +26,17 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/codec/codec_isa.h"
 #include "engine/collective/ring_allreduce.h"
 #include "engine/error.h"
 #include "engine/runtime/thread_runtime.h"
 #include "engine/store/tcp_store.h"
 #include "engine/transport/gloo/gloo_store_adapter.h"
 #include "engine/transport/gloo/gloo_transport.h"
+#include "engine/util/crc32c.h"
 
 namespace meridian::bench {
 namespace {
@@ -41,12 +45,19 @@ constexpr char kUsage[] =
     "usage: gloo_allreduce_bench [--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K]\n"
     "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S]\n"
     "                            [--max-chunk-kib K] [--gloo-segment-kib K] [--interleave]\n"
+    "                            [--codec-isa avx512|avx2|portable] [--crc fold|crc32|table]\n"
+    "                            [--connections K]\n"
     "  --methods: also fp32-norestore, int8-norestore: the ring without the copy that restores\n"
     "             the input after a failed round (RingOptions::restore_on_failure, as DiLoCo "
     "runs).\n"
     "  --gloo-segment-kib: Gloo's maxSegmentSize (default Gloo's own, 1024).\n"
     "  --interleave: each round runs every method once, in the order given (Gloo first), so the\n"
     "                methods see the same machine; adds the median of per-round ratios.\n"
+    "  --codec-isa, --crc: cap the codec kernels and the CRC-32C kernel (default: the best this\n"
+    "                CPU has), to time a CPU without AVX-512 on one that has it; the kernels that\n"
+    "                ran are printed above the table.\n"
+    "  --connections: TCP connections per peer of Meridian's transport (transport.\n"
+    "                connections_per_peer; default 1); Gloo's own ring always has one.\n"
     "       one rank per process (network namespaces):\n"
     "         ... --rank R --ranks N --store HOST:PORT --hostname ADDR [--serve-store]\n"
     "           --serve-store: rank 0 runs the store on 0.0.0.0:PORT itself.\n"
@@ -68,6 +79,9 @@ struct Config {
   std::string hostname = "127.0.0.1";
   bool serve_store = false;
   bool interleave = false;  // rounds run every method in turn (paired ratios)
+  CodecIsa codec_isa = CodecIsa::kAvx512;         // cap (codec_isa.h)
+  Crc32cKernel crc_kernel = Crc32cKernel::kFold;  // cap (crc32c.h)
+  int connections = 1;                            // GlooOptions::connections_per_peer
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -94,8 +108,14 @@ std::optional<RingMethod> ring_method(const std::string& m) {
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
+    std::string a = argv[i];
+    std::optional<std::string> inline_value;  // --key=value
+    if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = a.substr(eq + 1);
+      a.resize(eq);
+    }
     auto value = [&]() -> std::string {
+      if (inline_value) return *std::exchange(inline_value, std::nullopt);
       if (i + 1 >= argc) throw ConfigError(a + ": expected a value\n" + kUsage);
       return argv[++i];
     };
@@ -122,6 +142,31 @@ Config parse(int argc, char** argv) {
       c.serve_store = true;
     } else if (a == "--interleave") {
       c.interleave = true;
+    } else if (a == "--codec-isa") {
+      const std::string v = value();
+      if (v == "avx512")
+        c.codec_isa = CodecIsa::kAvx512;
+      else if (v == "avx2")
+        c.codec_isa = CodecIsa::kAvx2;
+      else if (v == "portable")
+        c.codec_isa = CodecIsa::kPortable;
+      else
+        throw ConfigError("--codec-isa: expected avx512, avx2 or portable, got '" + v + "'");
+    } else if (a == "--crc") {
+      const std::string v = value();
+      if (v == "fold")
+        c.crc_kernel = Crc32cKernel::kFold;
+      else if (v == "crc32")
+        c.crc_kernel = Crc32cKernel::kCrc32;
+      else if (v == "table")
+        c.crc_kernel = Crc32cKernel::kTable;
+      else
+        throw ConfigError("--crc: expected fold, crc32 or table, got '" + v + "'");
+    } else if (a == "--connections") {
+      c.connections = std::stoi(value());
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
     } else if (a == "--store") {
       const std::string v = value();
       const auto colon = v.rfind(':');
@@ -229,6 +274,7 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
 
   gloo_transport::GlooOptions go;
   go.hostname = c.hostname;
+  go.connections_per_peer = c.connections;
   gloo_transport::GlooTransportFactory factory(store, go);
   EpochSpec spec;
   spec.epoch = 1;
@@ -239,7 +285,11 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
   ThreadRuntime runtime;
   RingWorkspace workspace;  // kept across rounds, as a trainer does (no per-round allocation)
 
+  set_codec_isa_limit(c.codec_isa);
+  set_crc32c_kernel_limit(c.crc_kernel);
   if (rank == 0) {
+    std::printf("Kernels: codec %s, CRC-32C %s; Meridian transport: %d connection(s) per peer\n\n",
+                codec_isa_name(codec_isa()), crc32c_kernel_name(crc32c_kernel()), c.connections);
     std::printf(
         "| MiB | method | time ms (median of %d) | algbw GB/s | busbw GB/s | vs Gloo fp32 | "
         "vs Gloo, paired rounds | rel. diff vs Gloo |\n"
@@ -335,6 +385,15 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
     }
   }
   barrier("end");
+  // Rank 0 may serve the store (--serve-store): it leaves only after every other rank has seen
+  // the barrier pass and said so, or they would read from a store that is gone.
+  if (rank != 0) {
+    store.set("left/" + std::to_string(rank), "1");
+  } else {
+    std::vector<std::string> left;
+    for (int r = 1; r < c.ranks; ++r) left.push_back("left/" + std::to_string(r));
+    store.wait(left, c.timeout_s);
+  }
   if (wrong > 0)
     std::fprintf(stderr, "gloo_allreduce_bench: %d result(s) off (see the table)\n", wrong);
   return wrong > 0 ? 3 : 0;
