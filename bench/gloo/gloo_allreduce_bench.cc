@@ -281,15 +281,20 @@ int run_rank(const Config& c, int rank, std::uint16_t store_port) {
   spec.rank = rank;
   for (int r = 0; r < c.ranks; ++r) spec.members.push_back(r);
   spec.timeout_s = c.timeout_s;
+  const double connect_start = now_s();
   auto transport = factory.connect(spec);
+  const double connect_ms = (now_s() - connect_start) * 1000.0;
   ThreadRuntime runtime;
   RingWorkspace workspace;  // kept across rounds, as a trainer does (no per-round allocation)
 
   set_codec_isa_limit(c.codec_isa);
   set_crc32c_kernel_limit(c.crc_kernel);
   if (rank == 0) {
-    std::printf("Kernels: codec %s, CRC-32C %s; Meridian transport: %d connection(s) per peer\n\n",
-                codec_isa_name(codec_isa()), crc32c_kernel_name(crc32c_kernel()), c.connections);
+    std::printf(
+        "Kernels: codec %s, CRC-32C %s; Meridian transport: %d connection(s) per peer, epoch "
+        "connected in %.0f ms (rank 0)\n\n",
+        codec_isa_name(codec_isa()), crc32c_kernel_name(crc32c_kernel()), c.connections,
+        connect_ms);
     std::printf(
         "| MiB | method | time ms (median of %d) | algbw GB/s | busbw GB/s | vs Gloo fp32 | "
         "vs Gloo, paired rounds | rel. diff vs Gloo |\n"
