@@ -415,22 +415,26 @@ TEST_F(GlooTransportTest, AnEpochWhoseMembersNeverArriveTimesOut) {
 TEST_F(GlooTransportTest, AMemberThatCannotProveTheRunsSecretFailsTheEpochOnBothSides) {
   const auto pids = fork_ranks(2, [&](int rank) {
     auto store = store_client(port_, "rank" + std::to_string(rank));
-    gloo_transport::GlooOptions o;
-    o.secret = rank == 0 ? "the-run-secret" : "a-guess";
-    GlooTransportFactory factory(*store, o);
-    auto spec = spec_for(rank, 2);
-    spec.connect_timeout_s = 5;
-    try {
-      factory.connect(spec);
-    } catch (const PeerLostError& e) {
-      // Each names the other as the one that failed the proof.
-      const std::string other = "rank " + std::to_string(1 - rank);
-      return std::string(e.what()).find(other + " (node " + std::to_string(101 - rank) +
-                                        ") sent a wrong proof") != std::string::npos
-                 ? kRankPeerLost
-                 : kRankWrongResult;
+    // One connection per peer (epoch 1), then three (epoch 2: every mesh proves the secret).
+    for (const int k : {1, 3}) {
+      gloo_transport::GlooOptions o;
+      o.secret = rank == 0 ? "the-run-secret" : "a-guess";
+      o.connections_per_peer = k;
+      GlooTransportFactory factory(*store, o);
+      auto spec = spec_for(rank, 2, k == 1 ? 1 : 2);
+      spec.connect_timeout_s = 5;
+      try {
+        factory.connect(spec);
+        return kRankWrongResult;
+      } catch (const PeerLostError& e) {
+        // Each names the other as the one that failed the proof.
+        const std::string other = "rank " + std::to_string(1 - rank);
+        if (std::string(e.what()).find(other + " (node " + std::to_string(101 - rank) +
+                                       ") sent a wrong proof") == std::string::npos)
+          return kRankWrongResult;
+      }
     }
-    return kRankWrongResult;
+    return kRankPeerLost;
   });
   EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankPeerLost, kRankPeerLost}));
 }
