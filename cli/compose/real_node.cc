@@ -69,6 +69,13 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
       };
     store_ = std::make_unique<TcpStore>(co);  // a refusal (secret, version, configuration) throws
   }
+  if (c.transport.kind == "nccl" && c.transport.connections_per_peer != 1) {
+    throw ConfigError(a.file + ": transport.connections_per_peer: " +
+                      std::to_string(c.transport.connections_per_peer) +
+                      " is the Gloo transport's; NCCL opens its own sockets per peer "
+                      "(NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD): remove the key or use "
+                      "transport.kind: gloo");
+  }
   if (c.transport.kind == "nccl") {
 #ifdef MERIDIAN_HAVE_NCCL
     nccl_transport::NcclOptions no;

@@ -481,6 +481,17 @@ TEST_F(TrainNodeTest, AMalformedEtcdStoreUrlIsAConfigErrorNamingTheKeyAndTheProb
       << log(1);
 }
 
+// Connections per peer are the Gloo transport's: with NCCL the key is refused, by name, before
+// anything connects.
+TEST_F(TrainNodeTest, ConnectionsPerPeerWithNcclIsAConfigErrorNamingTheKey) {
+  write_run(1, 1, "transport: {kind: nccl, connections_per_peer: 4}\n");
+  const pid_t p = start(1, {"--serve-store", "0"});
+  EXPECT_EQ(finish(p), 2);
+  EXPECT_NE(log(1).find("run.yaml: transport.connections_per_peer: 4 is the Gloo transport's"),
+            std::string::npos)
+      << log(1);
+}
+
 TEST_F(TrainNodeTest, AnUnknownRunKeyIsAConfigErrorNamingFileAndKey) {
   write_run(1, 1, "diloco_typo: 3\n");
   const pid_t p = start(1, {"--serve-store", "0"});
