@@ -59,6 +59,17 @@ if cubic:
                                  "rtt_ms": k[0], "loss": k[1], "connections": k[2],
                                  "simulated_ms": t})
 summary["epoch_connect_ms_rtt250"] = rows("connect.csv")
+hop, hop_sim = {}, {}
+for r in rows("hop/measured.csv"):
+    if r["goodput_mbit_per_s"]:
+        hop.setdefault((r["rtt_ms"], r["loss"], r["cc"], r["flows"]), []).append(
+            float(r["goodput_mbit_per_s"]))
+for r in rows("hop/predicted.csv"):
+    hop_sim[(r["rtt_ms"], r["loss"], r["cc"], r["flows"])] = float(r["sim_goodput_mbit_per_s"])
+summary["one_hop_64mib_100mbit"] = [
+    {"rtt_ms": float(k[0]), "loss": float(k[1]), "cc": k[2], "connections": int(k[3]),
+     "measured_mbit_per_s_median": sorted(v)[len(v) // 2], "repetitions": len(v),
+     "simulated_mbit_per_s": hop_sim.get(k)} for k, v in sorted(hop.items())]
 open(os.path.join(here, "table.md"), "w").write("\n".join(out).lstrip() + "\n")
 json.dump(summary, open(os.path.join(here, "summary.json"), "w"), indent=1)
 print("\n".join(out))
