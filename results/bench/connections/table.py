@@ -2,6 +2,7 @@
 """Joins measured*.csv (run.sh) and predicted*.csv (predict.sh) into table.md and summary.json."""
 import csv
 import json
+import statistics
 import os
 import sys
 
@@ -68,7 +69,7 @@ for r in rows("hop/predicted.csv"):
     hop_sim[(r["rtt_ms"], r["loss"], r["cc"], r["flows"])] = float(r["sim_goodput_mbit_per_s"])
 summary["one_hop_64mib_100mbit"] = [
     {"rtt_ms": float(k[0]), "loss": float(k[1]), "cc": k[2], "connections": int(k[3]),
-     "measured_mbit_per_s_median": sorted(v)[len(v) // 2], "repetitions": len(v),
+     "measured_mbit_per_s_median": statistics.median(v), "repetitions": len(v),
      "simulated_mbit_per_s": hop_sim.get(k)} for k, v in sorted(hop.items())]
 open(os.path.join(here, "table.md"), "w").write("\n".join(out).lstrip() + "\n")
 json.dump(summary, open(os.path.join(here, "summary.json"), "w"), indent=1)
