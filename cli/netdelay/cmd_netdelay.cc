@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -181,82 +182,85 @@ std::string impairment_text(const netdelay::Impairments& imp) {
   return os.str();
 }
 
-int run_netdelay(const std::vector<std::string>& args) {
+// The command line of `meridian netdelay`.
+struct NetdelayArgs {
   std::vector<std::string> ports;
   std::string delay_ms, access_ms, matrix_file, ready_file, stats_file;
   bool realtime = false;
   netdelay::Impairments impairments;
+};
+
+NetdelayArgs parse_netdelay_args(const std::vector<std::string>& args) {
+  NetdelayArgs c;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
     if (a == "--port") {
-      ports.push_back(value());
+      c.ports.push_back(value());
     } else if (a == "--delay-ms") {
-      delay_ms = value();
+      c.delay_ms = value();
     } else if (a == "--access-delay-ms") {
-      access_ms = value();
+      c.access_ms = value();
     } else if (a == "--matrix") {
-      matrix_file = value();
+      c.matrix_file = value();
     } else if (a == "--ready-file") {
-      ready_file = value();
+      c.ready_file = value();
     } else if (a == "--stats-file") {
-      stats_file = value();
+      c.stats_file = value();
     } else if (a == "--loss") {
-      if (impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
-      impairments.loss = netdelay::parse_bernoulli_loss(value());
+      if (c.impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
+      c.impairments.loss = netdelay::parse_bernoulli_loss(value());
     } else if (a == "--loss-ge") {
-      if (impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
-      impairments.loss = netdelay::parse_gilbert_elliott_loss(value());
+      if (c.impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
+      c.impairments.loss = netdelay::parse_gilbert_elliott_loss(value());
     } else if (a == "--jitter-ms") {
-      impairments.jitter_mean_ms = opt::number("--jitter-ms", value());
-      if (!(impairments.jitter_mean_ms >= 0 && impairments.jitter_mean_ms <= 60'000))
+      c.impairments.jitter_mean_ms = opt::number("--jitter-ms", value());
+      if (!(c.impairments.jitter_mean_ms >= 0 && c.impairments.jitter_mean_ms <= 60'000))
         throw ConfigError("--jitter-ms: expected a mean in [0, 60000] ms");
     } else if (a == "--seed") {
-      impairments.seed = opt::unsigned_integer("--seed", value());
+      c.impairments.seed = opt::unsigned_integer("--seed", value());
     } else if (a == "--realtime") {
-      realtime = true;
+      c.realtime = true;
     } else {
       throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
     }
   }
-  if (ports.empty()) throw ConfigError(std::string("no --port given\n") + kUsage);
-  const int given = !delay_ms.empty() + !access_ms.empty() + !matrix_file.empty();
+  if (c.ports.empty()) throw ConfigError(std::string("no --port given\n") + kUsage);
+  const int given = !c.delay_ms.empty() + !c.access_ms.empty() + !c.matrix_file.empty();
   if (given != 1) {
     throw ConfigError(std::string("give exactly one of --delay-ms, --access-delay-ms, "
                                   "--matrix\n") +
                       kUsage);
   }
-  const int n = static_cast<int>(ports.size());
+  return c;
+}
+
+// The one-way delays between the ports, from whichever of the three options was given.
+DelayMatrix delays_of(const NetdelayArgs& c) {
+  const int n = static_cast<int>(c.ports.size());
   DelayMatrix delays = DelayMatrix::uniform(1, 0);
-  if (!delay_ms.empty()) {
-    delays = DelayMatrix::uniform(n, parse_ms(delay_ms));
-  } else if (!access_ms.empty()) {
-    delays =
-        DelayMatrix::from_access_delays(netdelay::parse_delays_ms(access_ms, "--access-delay-ms"));
+  if (!c.delay_ms.empty()) {
+    delays = DelayMatrix::uniform(n, parse_ms(c.delay_ms));
+  } else if (!c.access_ms.empty()) {
+    delays = DelayMatrix::from_access_delays(
+        netdelay::parse_delays_ms(c.access_ms, "--access-delay-ms"));
   } else {
-    std::ifstream in(matrix_file);
-    if (!in) throw ConfigError("--matrix: cannot read '" + matrix_file + "'");
+    std::ifstream in(c.matrix_file);
+    if (!in) throw ConfigError("--matrix: cannot read '" + c.matrix_file + "'");
     delays = DelayMatrix::parse(
         std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
-        matrix_file);
+        c.matrix_file);
   }
   if (delays.ports() != n) {
     throw ConfigError("" + std::to_string(n) + " ports but delays for " +
                       std::to_string(delays.ports()));
   }
+  return delays;
+}
 
-  std::vector<UniqueFd> sockets;
-  std::vector<pollfd> fds;
-  for (const std::string& p : ports) {
-    sockets.push_back(open_port(p));
-    fds.push_back(pollfd{sockets.back().get(), POLLIN, 0});
-  }
-  netdelay::ForwarderOptions options;
-  options.impairments = impairments;
-  DelayForwarder forwarder(std::move(delays), kVnetHdrBytes, options);
-
-  // Stop signals are blocked except inside ppoll, so a signal cannot slip in between the check
-  // of g_stop and the wait.
+// Stop signals are blocked except inside ppoll, so a signal cannot slip in between the check of
+// g_stop and the wait: returns the mask ppoll waits with.
+sigset_t block_stop_signals() {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigaction(SIGINT, &sa, nullptr);
@@ -268,30 +272,29 @@ int run_netdelay(const std::vector<std::string>& args) {
   sigprocmask(SIG_BLOCK, &stop_signals, &wait_mask);
   sigdelset(&wait_mask, SIGINT);
   sigdelset(&wait_mask, SIGTERM);
+  return wait_mask;
+}
 
-  if (realtime) {
-    sched_param sp{};
-    sp.sched_priority = 10;
-    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0)
-      std::cerr << "netdelay: --realtime: " << std::strerror(errno) << " (going on without)\n";
-  }
-  if (!ready_file.empty()) {
-    std::ofstream(ready_file) << "ready\n";
-  }
-  std::cerr << "netdelay: forwarding between " << n << " ports" << impairment_text(impairments)
-            << std::endl;
+// What the loop counts besides the forwarder's own statistics.
+struct LoopCounters {
+  Lateness late;
+  std::uint64_t send_errors = 0, truncated = 0, gso_frames = 0;
+};
 
+// Reads every port's frames in batches and releases the forwarder's copies when due, until a
+// stop signal.
+void forward_until_stopped(std::vector<pollfd>& fds, const std::vector<std::string>& ports,
+                           DelayForwarder& forwarder, const sigset_t& wait_mask,
+                           LoopCounters& counters) {
+  const int n = static_cast<int>(fds.size());
   std::vector<std::uint8_t> scratch(kBatch * kFrameBytes);
   std::vector<iovec> iov(kBatch);
   std::vector<mmsghdr> msgs(kBatch);
   for (int k = 0; k < kBatch; ++k) iov[k] = iovec{scratch.data() + k * kFrameBytes, kFrameBytes};
-  Lateness late;
-  std::uint64_t send_errors = 0, truncated = 0, gso_frames = 0;
   const auto send = [&](int out, std::span<const std::uint8_t> frame, std::int64_t release_ns) {
-    if (::send(fds[out].fd, frame.data(), frame.size(), MSG_DONTWAIT) < 0) ++send_errors;
-    late.add(monotonic_ns() - release_ns);
+    if (::send(fds[out].fd, frame.data(), frame.size(), MSG_DONTWAIT) < 0) ++counters.send_errors;
+    counters.late.add(monotonic_ns() - release_ns);
   };
-
   while (!g_stop) {
     std::int64_t now = monotonic_ns();
     forwarder.release_due(now, send);
@@ -326,10 +329,10 @@ int run_netdelay(const std::vector<std::string>& args) {
         now = monotonic_ns();
         for (int k = 0; k < got; ++k) {
           if (msgs[k].msg_hdr.msg_flags & MSG_TRUNC) {
-            ++truncated;
+            ++counters.truncated;
             continue;
           }
-          if (scratch[k * kFrameBytes + kVnetGsoTypeOffset] != kVnetGsoNone) ++gso_frames;
+          if (scratch[k * kFrameBytes + kVnetGsoTypeOffset] != kVnetGsoNone) ++counters.gso_frames;
           forwarder.on_frame(port, {scratch.data() + k * kFrameBytes, msgs[k].msg_len}, now);
         }
         // Copies due while we read (zero delay, or a long batch) leave now, not after the poll.
@@ -338,15 +341,47 @@ int run_netdelay(const std::vector<std::string>& args) {
       }
     }
   }
+}
+
+int run_netdelay(const std::vector<std::string>& args) {
+  const NetdelayArgs c = parse_netdelay_args(args);
+  DelayMatrix delays = delays_of(c);
+  const int n = static_cast<int>(c.ports.size());
+  std::vector<UniqueFd> sockets;
+  std::vector<pollfd> fds;
+  for (const std::string& p : c.ports) {
+    sockets.push_back(open_port(p));
+    fds.push_back(pollfd{sockets.back().get(), POLLIN, 0});
+  }
+  netdelay::ForwarderOptions options;
+  options.impairments = c.impairments;
+  DelayForwarder forwarder(std::move(delays), kVnetHdrBytes, options);
+  const sigset_t wait_mask = block_stop_signals();
+
+  if (c.realtime) {
+    sched_param sp{};
+    sp.sched_priority = 10;
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0)
+      std::cerr << "netdelay: --realtime: " << std::strerror(errno) << " (going on without)\n";
+  }
+  if (!c.ready_file.empty()) {
+    std::ofstream(c.ready_file) << "ready\n";
+  }
+  std::cerr << "netdelay: forwarding between " << n << " ports" << impairment_text(c.impairments)
+            << std::endl;
+
+  LoopCounters counters;
+  forward_until_stopped(fds, c.ports, forwarder, wait_mask, counters);
   sockets.clear();
-  const std::string text = stats_text(forwarder, late, send_errors, truncated, gso_frames);
+  const std::string text = stats_text(forwarder, counters.late, counters.send_errors,
+                                      counters.truncated, counters.gso_frames);
   std::cerr << "netdelay: stopped\n" << text;
-  if (impairments.loss.active() && gso_frames > 0) {
-    std::cerr << "netdelay: warning: " << gso_frames
+  if (c.impairments.loss.active() && counters.gso_frames > 0) {
+    std::cerr << "netdelay: warning: " << counters.gso_frames
               << " GSO frames crossed under --loss: losing one drops several TCP segments at "
                  "once (turn TSO/GSO/GRO off on the ports' veths)\n";
   }
-  if (!stats_file.empty()) std::ofstream(stats_file) << text;
+  if (!c.stats_file.empty()) std::ofstream(c.stats_file) << text;
   return kExitOk;
 }
 
