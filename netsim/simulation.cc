@@ -265,8 +265,7 @@ void emit_config(const Scenario& sc, const SimOptions& options, const World& w, 
   // What SimGrid was actually given: aggregated lanes carry L flows' bytes and window.
   JsonObject simulated;
   simulated.add("network_model", sc.network.model)
-      .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * (sc.diloco.aggregate ? L : 1) *
-                                  sc.transport.connections_per_peer)
+      .add("tcp_gamma_bytes", sc.network.tcp_gamma_bytes * wan.connections_per_flow())
       .add("ring_flows_per_node", w.lanes)
       .add("local_ranks_per_flow", w.lane_scale)
       .add("driver", sc.run.driver)
@@ -345,7 +344,8 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   // TCP connections one simulated flow stands for: a lane's K connections per peer
   // (transport.connections_per_peer), times the L lanes where they are aggregated.
   const int K = sc.transport.connections_per_peer;
-  const int per_flow = (sc.diloco.aggregate ? L : 1) * K;
+  const int lane_scale = sc.diloco.aggregate ? L : 1;
+  const int per_flow = lane_scale * K;
   configure_network(e, sc, per_flow);
 
   OuterStepCounter counting(sink);
@@ -370,7 +370,7 @@ SimOutcome run_simulation(const Scenario& sc, EventSink& sink, const SimOptions&
   w.progress = std::make_unique<Progress>(sc.diloco.H);
   w.buckets = scenario_buckets(sc);
   w.lanes = sc.diloco.aggregate ? 1 : L;
-  w.lane_scale = sc.diloco.aggregate ? L : 1;
+  w.lane_scale = lane_scale;
   for (std::size_t i = 0; i < w.pf.hosts.size(); ++i)
     w.speed.push_back(std::make_shared<double>(w.pf.speed_factor[i]));
 

@@ -103,6 +103,8 @@ class WanModel {
   double rate_bound(const simgrid::s4u::Host* src, const simgrid::s4u::Host* dst, double t_s);
 
   JsonObject to_json() const;  // the resolved model, for the run's config event
+  // TCP connections one simulated flow stands for (their windows and loss bounds add up).
+  int connections_per_flow() const { return connections_; }
 
  private:
   struct Connection {  // one ordered host pair and lane

@@ -342,15 +342,18 @@ std::uint64_t exchange_slot(Tag tag, std::size_t bytes) {
 // message's slot, so that one-stripe messages spread over the connections too. Sender and
 // receiver compute the same cut from the same (tag, size).
 struct Stripes {
+  std::size_t bytes = 0;
   std::size_t count = 1;
   std::size_t size = 0;
   int first = 0;
   int connections = 1;
 
-  Stripes(std::uint64_t slot, std::size_t bytes, int connections_per_peer, std::size_t min_stripe)
-      : count(std::clamp<std::size_t>(bytes / min_stripe, 1,
+  Stripes(std::uint64_t slot, std::size_t message_bytes, int connections_per_peer,
+          std::size_t min_stripe)
+      : bytes(message_bytes),
+        count(std::clamp<std::size_t>(message_bytes / min_stripe, 1,
                                       static_cast<std::size_t>(connections_per_peer))),
-        size((bytes + count - 1) / count),
+        size((message_bytes + count - 1) / count),
         first(static_cast<int>(slot % static_cast<std::uint64_t>(connections_per_peer))),
         connections(connections_per_peer) {}
   int connection(std::size_t s) const {
@@ -358,9 +361,7 @@ struct Stripes {
                             static_cast<std::size_t>(connections));
   }
   std::size_t offset(std::size_t s) const { return s * size; }
-  std::size_t length(std::size_t s, std::size_t bytes) const {
-    return std::min(size, bytes - offset(s));
-  }
+  std::size_t length(std::size_t s) const { return std::min(size, bytes - offset(s)); }
 };
 
 // An exchange: one Gloo message each way per stripe (Stripes), no credit and no header. The
@@ -377,29 +378,9 @@ class GlooExchange final : public PendingExchange {
  public:
   GlooExchange(GlooTransport& t, int to, Payload out, int from, std::span<std::byte> into, Tag tag)
       : transport_(t), to_(to), from_(from), tag_(tag), bytes_in_(into.size()) {
-    const std::uint64_t in_slot = exchange_slot(tag, into.size());
-    const Stripes in(in_slot, into.size(), t.connections(), t.min_stripe_bytes());
-    for (std::size_t s = 0; s < in.count; ++s) {
-      const std::size_t off = in.offset(s), len = in.length(s, into.size());
-      recv_.push_back(std::make_unique<TrackedBuffer>(t, len == 0 ? &dummy_in_ : into.data() + off,
-                                                      len, in.connection(s)));
-      t.guarded(from, "receive " + tag_text(tag) + " from", [&] {
-        (*recv_.back())->recv(from, in_slot, 0, len);
-        return 0;
-      });
-    }
-    const std::uint64_t out_slot = exchange_slot(tag, out.bytes.size());
-    const Stripes o(out_slot, out.bytes.size(), t.connections(), t.min_stripe_bytes());
-    for (std::size_t s = 0; s < o.count; ++s) {
-      const std::size_t off = o.offset(s), len = o.length(s, out.bytes.size());
-      send_.push_back(std::make_unique<TrackedBuffer>(
-          t, len == 0 ? &dummy_out_ : const_cast<std::byte*>(out.bytes.data()) + off, len,
-          o.connection(s)));
-      t.guarded(to, "send " + tag_text(tag) + " to", [&] {
-        (*send_.back())->send(to, out_slot, 0, len);
-        return 0;
-      });
-    }
+    post(from, into, false, dummy_in_, recv_);
+    post(to, std::span(const_cast<std::byte*>(out.bytes.data()), out.bytes.size()), true,
+         dummy_out_, send_);
   }
   ~GlooExchange() override {
     if (!done_) transport_.abort();
@@ -419,6 +400,30 @@ class GlooExchange final : public PendingExchange {
   }
 
  private:
+  // Posts one direction's message, stripe by stripe (Stripes), on the slot of (tag, its size):
+  // receives into `bytes` from `peer`, or sends `bytes` to it. An empty stripe points at `dummy`.
+  void post(int peer, std::span<std::byte> bytes, bool is_send, std::byte& dummy,
+            std::vector<std::unique_ptr<TrackedBuffer>>& buffers) {
+    GlooTransport& t = transport_;
+    const std::uint64_t slot = exchange_slot(tag_, bytes.size());
+    const Stripes stripes(slot, bytes.size(), t.connections(), t.min_stripe_bytes());
+    for (std::size_t s = 0; s < stripes.count; ++s) {
+      const std::size_t len = stripes.length(s);
+      buffers.push_back(std::make_unique<TrackedBuffer>(
+          t, len == 0 ? &dummy : bytes.data() + stripes.offset(s), len, stripes.connection(s)));
+      TrackedBuffer& b = *buffers.back();
+      t.guarded(peer,
+                (is_send ? "send " : "receive ") + tag_text(tag_) + (is_send ? " to" : " from"),
+                [&] {
+                  if (is_send)
+                    b->send(peer, slot, 0, len);
+                  else
+                    b->recv(peer, slot, 0, len);
+                  return 0;
+                });
+    }
+  }
+
   GlooTransport& transport_;
   int to_;
   int from_;
