@@ -404,6 +404,37 @@ TEST_F(GlooTransportTest, OneOfAPeersFourConnectionsShutDownIsPeerLostOnEveryMem
   EXPECT_EQ(wait_all(pids), std::vector<int>(world, kRankPeerLost));
 }
 
+// The K meshes connect on threads of their own: a peer that passes the arrival barrier and
+// connects its first mesh, then goes silent (here: it opens one connection per peer, not three),
+// leaves the other meshes waiting for it. They end at the epoch's connect bound (TimeoutError),
+// all three threads are joined, and the epoch fails instead of hanging.
+TEST_F(GlooTransportTest, APeerSilentAfterTheFirstOfThreeMeshesFailsTheEpochAtItsConnectBound) {
+  const auto pids = fork_ranks(2, [&](int rank) {
+    auto store = store_client(port_, "rank" + std::to_string(rank));
+    gloo_transport::GlooOptions o;
+    o.connections_per_peer = rank == 0 ? 3 : 1;
+    GlooTransportFactory factory(*store, o);
+    auto spec = spec_for(rank, 2);
+    spec.connect_timeout_s = 1;
+    if (rank == 1) {
+      auto t = factory.connect(spec);  // mesh 0 only
+      store->get("rank0-done", kTimeoutS);
+      return kRankOk;
+    }
+    RankExit code = kRankWrongResult;
+    try {
+      factory.connect(spec);
+    } catch (const TimeoutError&) {
+      code = kRankTimeout;
+    } catch (const PeerLostError&) {
+      code = kRankPeerLost;
+    }
+    store->set("rank0-done", "1");
+    return code;
+  });
+  EXPECT_EQ(wait_all(pids), (std::vector<int>{kRankTimeout, kRankOk}));
+}
+
 TEST_F(GlooTransportTest, AnEpochWhoseMembersNeverArriveTimesOut) {
   auto store = store_client(port_, "alone");
   GlooTransportFactory factory(*store);
