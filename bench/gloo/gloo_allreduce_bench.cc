@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -105,6 +106,18 @@ std::optional<RingMethod> ring_method(const std::string& m) {
   return std::nullopt;
 }
 
+// The one of `all` whose name (as the library prints it in the table) is `v`.
+template <typename E>
+E named_value(const std::string& flag, const std::string& v, std::initializer_list<E> all,
+              const char* (*name)(E)) {
+  std::string names;
+  for (const E e : all) {
+    if (v == name(e)) return e;
+    names += (names.empty() ? "" : ", ") + std::string(name(e));
+  }
+  throw ConfigError(flag + ": expected one of " + names + ", got '" + v + "'");
+}
+
 Config parse(int argc, char** argv) {
   Config c;
   for (int i = 1; i < argc; ++i) {
@@ -143,25 +156,12 @@ Config parse(int argc, char** argv) {
     } else if (a == "--interleave") {
       c.interleave = true;
     } else if (a == "--codec-isa") {
-      const std::string v = value();
-      if (v == "avx512")
-        c.codec_isa = CodecIsa::kAvx512;
-      else if (v == "avx2")
-        c.codec_isa = CodecIsa::kAvx2;
-      else if (v == "portable")
-        c.codec_isa = CodecIsa::kPortable;
-      else
-        throw ConfigError("--codec-isa: expected avx512, avx2 or portable, got '" + v + "'");
+      c.codec_isa = named_value(
+          a, value(), {CodecIsa::kAvx512, CodecIsa::kAvx2, CodecIsa::kPortable}, codec_isa_name);
     } else if (a == "--crc") {
-      const std::string v = value();
-      if (v == "fold")
-        c.crc_kernel = Crc32cKernel::kFold;
-      else if (v == "crc32")
-        c.crc_kernel = Crc32cKernel::kCrc32;
-      else if (v == "table")
-        c.crc_kernel = Crc32cKernel::kTable;
-      else
-        throw ConfigError("--crc: expected fold, crc32 or table, got '" + v + "'");
+      c.crc_kernel =
+          named_value(a, value(), {Crc32cKernel::kFold, Crc32cKernel::kCrc32, Crc32cKernel::kTable},
+                      crc32c_kernel_name);
     } else if (a == "--connections") {
       c.connections = std::stoi(value());
     } else if (a == "--help" || a == "-h") {
