@@ -610,10 +610,6 @@ void parse_diloco(Reader r, DilocoSpec& d) {
     for (const char* key : {"topk_density", "topk_bits", "error_feedback", "sparse_collective"})
       if (const YAML::Node n = r.get(key); n.IsDefined() && !n.IsNull())
         r.fail(r.key_path(key), "absent unless diloco.codec is topk (it is " + d.codec + ")", &n);
-  if (d.codec == "topk" && (d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0))
-    r.fail(r.key_path("codec"),
-           "not topk with streaming: sparse outer steps sync the whole model (their error "
-           "feedback is taken per outer step, not per fragment)");
   if ((d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0) && d.overlap != "none")
     r.fail(r.key_path("overlap"),
            "none when streaming (diloco.fragments, fragment_delay, fragment_alpha are set): "

@@ -94,10 +94,6 @@ DilocoNode::DilocoNode(InnerWorker& worker, Store& store, TransportFactory& tran
                       " are two ways of overlapping the sync; choose one");
   if (!options_.initial_local.empty() && !options_.streaming())
     throw ConfigError("diloco: local parameters to resume from need streaming (diloco.fragments)");
-  if (sparse() && options_.streaming())
-    throw ConfigError("diloco.codec " + std::string(codec_->name()) +
-                      " (sparse outer steps) does not stream: one fragment (its error feedback "
-                      "is taken per outer step, not per fragment)");
   if (!(options_.error_feedback >= 0.0f && options_.error_feedback <= 1.0f))
     throw ConfigError("diloco.error_feedback must be in [0, 1], got " +
                       std::to_string(options_.error_feedback));

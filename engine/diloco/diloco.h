@@ -122,8 +122,8 @@ struct DilocoOptions {
   // SparseLoCo, arXiv 2508.15706): each node keeps an error-feedback buffer e (zeros at the
   // start and for a joiner), sends the codec's top-k of c = beta e + delta, summed by
   // `sparse_collective`, and keeps e = c - decode(encode(c)). `error_feedback` is beta in
-  // [0, 1] (0: nothing is carried over); only with a sparse codec, which runs blocking or
-  // overlapped outer steps, not streaming (one fragment).
+  // [0, 1] (0: nothing is carried over); only with a sparse codec, which runs blocking,
+  // overlapped or streaming outer steps (each fragment's c, from its own part of e, at its sync).
   float error_feedback = 0.0f;  // kDefaultErrorFeedback where a mode picks topk's default
   // How the terms are summed (only with a sparse codec): all-gathered, or each node's decoded
   // term all-reduced by the int8 ring (PRIME's codec, as blocking DiLoCo), or whichever sends

@@ -217,6 +217,18 @@ TEST_F(ProcessFaultMatrix, SparseKilledDuringTheAllGather) {
   killed_during_all_gather();
 }
 
+// Streaming sparse outer steps (topk as above, 2 fragments, each gather beside 1 inner step):
+// node 2 dies at its first all-gather message of outer step 3, in the first fragment's gather;
+// the survivors skip the second fragment, retry the round without it, and match the thread-level
+// reference (local copies and error feedback included, through the outer parameters).
+TEST_F(ProcessFaultMatrix, SparseStreamingKilledDuringAFragmentsAllGather) {
+  codec_ = "topk";
+  diloco_extra_ =
+      "  topk_density: 0.05\n  outer_momentum: 0\n  fragments: 2\n  fragment_delay: 1\n";
+  killed_during_all_gather();
+  EXPECT_EQ(count_in_events(1, "fragment_sync"), 10u);  // 2 per step, the failed ones included
+}
+
 // Overlapped outer steps: node 2 dies at its first all-gather message of outer step 3, while
 // every node's inner steps of step 4 run beside that all-reduce; the survivors retry the round
 // without it once those inner steps end, and match the thread-level reference.
