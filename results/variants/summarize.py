@@ -13,11 +13,12 @@ here = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__)
 ens = here / "ensembles"
 SCENARIOS = ["usa", "useu", "global", "full"]
 ALL_VARIANTS = ["none", "delayed", "eager", "stream4", "stream16", "stream4-fp4", "topk",
-                "topk-delayed"]
+                "topk-delayed", "stream4-topk"]
 LABEL = {"none": "blocking", "delayed": "delayed", "eager": "eager",
          "stream4": "streaming P=4 (int8)", "stream16": "streaming P=16 (int8)",
          "stream4-fp4": "streaming P=4 (fp4)", "topk": "sparse top-k 2 %, 2 bits",
-         "topk-delayed": "sparse top-k 2 %, 2 bits, delayed"}
+         "topk-delayed": "sparse top-k 2 %, 2 bits, delayed",
+         "stream4-topk": "sparse top-k 2 %, 2 bits, streaming P=4"}
 
 
 def holds(v):
