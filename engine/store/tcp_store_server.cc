@@ -207,8 +207,19 @@ struct TcpStoreServer::Impl {
   void on_readable(Connection& c);
   void on_frame(Connection& c);
   void handle_join(Connection& c, Reader& r);
+  // A request of a joined client, by type: each handler reads its fields, finishes the frame
+  // and replies (or parks a wait).
   void handle_request(Connection& c, Reader& r);
+  void handle_set(Connection& c, Reader& r);
+  void handle_wait(Connection& c, Reader& r, Type type);  // get, wait, watch
+  void handle_try_get(Connection& c, Reader& r);
+  void handle_add(Connection& c, Reader& r);
+  void handle_lease(Connection& c, Reader& r, Type type);  // grant, keepalive, revoke
+  void handle_compare_set(Connection& c, Reader& r, Type type);
+  void handle_erase(Connection& c, Reader& r);
+  void handle_list(Connection& c, Reader& r, Type type);  // list, read_prefix
   void reply(Connection& c, const Writer& w);
+  void reply_error(Connection& c, const std::string& what);
   void flush(Connection& c);
   void cut(Connection& c, const std::string& why);
   void refuse(Connection& c, const std::string& why);
@@ -404,180 +415,184 @@ void TcpStoreServer::Impl::handle_join(Connection& c, Reader& r) {
 }
 
 void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
-  const auto& lim = options.limits;
-  const auto timeout_of = [&](std::uint32_t ms) { return store_wire::now_s() + ms / 1000.0; };
   const Type type = r.type();
   ++requests;
-  Writer ok(Type::kOk);
   switch (type) {
-    case Type::kSet: {
-      std::string key = r.str("key", lim.max_key_bytes);
-      std::string value = r.str("value", lim.max_frame_bytes);
-      r.finish("set");
-      if (stored_bytes + key.size() + value.size() > lim.max_stored_bytes) {
-        Writer e(Type::kError);
-        e.str("store full: " + std::to_string(stored_bytes) + " bytes held, limit " +
-              std::to_string(lim.max_stored_bytes));
-        reply(c, e);
-        return;
-      }
-      put(key, std::move(value));
-      reply(c, ok);
-      complete_waits();
-      return;
-    }
+    case Type::kSet:
+      return handle_set(c, r);
     case Type::kGet:
-    case Type::kWait: {
-      PendingWait w;
-      w.type = type;
-      if (type == Type::kGet)
-        w.keys.push_back(r.str("key", lim.max_key_bytes));
-      else
-        w.keys = read_keys(r, "wait");
-      w.deadline_s = timeout_of(r.u32("timeout"));
-      r.finish(type == Type::kGet ? "get" : "wait");
-      c.wait = std::move(w);
-      try_complete_wait(c, false);
-      return;
-    }
-    case Type::kTryGet: {
-      const std::string key = r.str("key", lim.max_key_bytes);
-      r.finish("try_get");
-      auto it = data.find(key);
-      ok.u8(it != data.end() ? 1 : 0);
-      if (it != data.end()) ok.str(it->second);
-      reply(c, ok);
-      return;
-    }
-    case Type::kAdd: {
-      const std::string key = r.str("key", lim.max_key_bytes);
-      const std::int64_t delta = r.i64("delta");
-      r.finish("add");
-      std::int64_t current = 0;
-      if (auto it = data.find(key); it != data.end()) {
-        const auto parsed = parse_int(it->second);
-        if (!parsed) {
-          Writer e(Type::kError);
-          e.str("add: key '" + key + "' holds a value that is not an integer");
-          reply(c, e);
-          return;
-        }
-        current = *parsed;
-      }
-      const std::int64_t next = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
-                                                          static_cast<std::uint64_t>(delta));
-      put(key, std::to_string(next));
-      ok.i64(next);
-      reply(c, ok);
-      complete_waits();
-      return;
-    }
-    case Type::kWatch: {
-      PendingWait w;
-      w.type = type;
-      w.keys = read_keys(r, "watch");
-      w.after = static_cast<std::uint64_t>(r.i64("after revision"));
-      w.deadline_s = timeout_of(r.u32("timeout"));
-      r.finish("watch");
-      c.wait = std::move(w);
-      try_complete_wait(c, false);
-      return;
-    }
-    case Type::kLeaseGrant: {
-      const double ttl_s = r.u32("ttl") / 1000.0;
-      r.finish("lease_grant");
-      ok.i64(leases.grant(ttl_s, store_wire::now_s()));
-      reply(c, ok);
-      return;
-    }
-    case Type::kKeepalive: {
-      const std::int64_t lease = r.i64("lease");
-      r.finish("keepalive");
-      ok.u8(leases.keepalive(lease, store_wire::now_s()) ? 1 : 0);
-      reply(c, ok);
-      return;
-    }
-    case Type::kLeaseRevoke: {
-      const std::int64_t lease = r.i64("lease");
-      r.finish("lease_revoke");
-      for (const std::string& key : leases.revoke(lease)) remove(key);
-      reply(c, ok);
-      complete_waits();
-      return;
-    }
+    case Type::kWait:
+    case Type::kWatch:
+      return handle_wait(c, r, type);
+    case Type::kTryGet:
+      return handle_try_get(c, r);
+    case Type::kAdd:
+      return handle_add(c, r);
+    case Type::kLeaseGrant:
+    case Type::kKeepalive:
+    case Type::kLeaseRevoke:
+      return handle_lease(c, r, type);
     case Type::kCompareSet:
-    case Type::kCompareSetLeased: {
-      const bool leased = type == Type::kCompareSetLeased;
-      const std::string key = r.str("key", lim.max_key_bytes);
-      const bool has_expected = r.u8("has expected") != 0;
-      std::optional<std::string> expected;
-      if (has_expected) expected = r.str("expected", lim.max_frame_bytes);
-      std::string desired = r.str("desired", lim.max_frame_bytes);
-      const std::int64_t lease = leased ? r.i64("lease") : 0;
-      r.finish(leased ? "compare_set_leased" : "compare_set");
-      auto it = data.find(key);
-      const bool matches =
-          (has_expected ? (it != data.end() && it->second == *expected) : (it == data.end())) &&
-          (!leased || leases.alive(lease));
-      if (matches) {
-        if (stored_bytes + key.size() + desired.size() > lim.max_stored_bytes) {
-          Writer e(Type::kError);
-          e.str("store full: " + std::to_string(stored_bytes) + " bytes held");
-          reply(c, e);
-          return;
-        }
-        ok.u8(1).str(desired);
-        put(key, std::move(desired));
-        if (leased) leases.attach(lease, key);
-        reply(c, ok);
-        complete_waits();
-        return;
-      }
-      ok.u8(it != data.end() ? 1 : 0);
-      if (it != data.end()) ok.str(it->second);
-      reply(c, ok);
-      return;
-    }
-    case Type::kErase: {
-      const std::string key = r.str("key", lim.max_key_bytes);
-      r.finish("erase");
-      ok.u8(remove(key) ? 1 : 0);
-      reply(c, ok);
-      complete_waits();
-      return;
-    }
+    case Type::kCompareSetLeased:
+      return handle_compare_set(c, r, type);
+    case Type::kErase:
+      return handle_erase(c, r);
     case Type::kList:
-    case Type::kReadPrefix: {
-      // LIST answers the keys under a prefix, READ_PREFIX the keys and their values.
-      const bool with_values = type == Type::kReadPrefix;
-      const char* what = with_values ? "read_prefix" : "list";
-      const std::string prefix = r.str("prefix", lim.max_key_bytes);
-      r.finish(what);
-      std::vector<std::map<std::string, std::string>::const_iterator> entries;
-      std::uint64_t bytes = 0;
-      for (auto it = data.lower_bound(prefix); it != data.end() && it->first.starts_with(prefix);
-           ++it) {
-        entries.push_back(it);
-        bytes += 4 + it->first.size() + (with_values ? 4 + it->second.size() : 0);
-      }
-      if (entries.size() > lim.max_keys || bytes + 16 > lim.max_frame_bytes) {
-        Writer e(Type::kError);
-        e.str(std::string(what) + " '" + prefix + "': " + std::to_string(entries.size()) +
-              " keys exceed one reply's limits");
-        reply(c, e);
-        return;
-      }
-      ok.u32(static_cast<std::uint32_t>(entries.size()));
-      for (const auto& it : entries) {
-        ok.str(it->first);
-        if (with_values) ok.str(it->second);
-      }
-      reply(c, ok);
-      return;
-    }
+    case Type::kReadPrefix:
+      return handle_list(c, r, type);
     default:
       throw ProtocolError("unknown request type " + std::to_string(static_cast<int>(type)));
   }
+}
+
+void TcpStoreServer::Impl::reply_error(Connection& c, const std::string& what) {
+  Writer e(Type::kError);
+  e.str(what);
+  reply(c, e);
+}
+
+void TcpStoreServer::Impl::handle_set(Connection& c, Reader& r) {
+  const auto& lim = options.limits;
+  std::string key = r.str("key", lim.max_key_bytes);
+  std::string value = r.str("value", lim.max_frame_bytes);
+  r.finish("set");
+  if (stored_bytes + key.size() + value.size() > lim.max_stored_bytes)
+    return reply_error(c, "store full: " + std::to_string(stored_bytes) + " bytes held, limit " +
+                              std::to_string(lim.max_stored_bytes));
+  put(key, std::move(value));
+  reply(c, Writer(Type::kOk));
+  complete_waits();
+}
+
+void TcpStoreServer::Impl::handle_wait(Connection& c, Reader& r, Type type) {
+  const auto& lim = options.limits;
+  PendingWait w;
+  w.type = type;
+  const char* what = w.type == Type::kGet ? "get" : w.type == Type::kWait ? "wait" : "watch";
+  if (w.type == Type::kGet)
+    w.keys.push_back(r.str("key", lim.max_key_bytes));
+  else
+    w.keys = read_keys(r, what);
+  if (w.type == Type::kWatch) w.after = static_cast<std::uint64_t>(r.i64("after revision"));
+  w.deadline_s = store_wire::now_s() + r.u32("timeout") / 1000.0;
+  r.finish(what);
+  c.wait = std::move(w);
+  try_complete_wait(c, false);
+}
+
+void TcpStoreServer::Impl::handle_try_get(Connection& c, Reader& r) {
+  const std::string key = r.str("key", options.limits.max_key_bytes);
+  r.finish("try_get");
+  Writer ok(Type::kOk);
+  auto it = data.find(key);
+  ok.u8(it != data.end() ? 1 : 0);
+  if (it != data.end()) ok.str(it->second);
+  reply(c, ok);
+}
+
+void TcpStoreServer::Impl::handle_add(Connection& c, Reader& r) {
+  const std::string key = r.str("key", options.limits.max_key_bytes);
+  const std::int64_t delta = r.i64("delta");
+  r.finish("add");
+  std::int64_t current = 0;
+  if (auto it = data.find(key); it != data.end()) {
+    const auto parsed = parse_int(it->second);
+    if (!parsed)
+      return reply_error(c, "add: key '" + key + "' holds a value that is not an integer");
+    current = *parsed;
+  }
+  const std::int64_t next = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) +
+                                                      static_cast<std::uint64_t>(delta));
+  put(key, std::to_string(next));
+  Writer ok(Type::kOk);
+  ok.i64(next);
+  reply(c, ok);
+  complete_waits();
+}
+
+void TcpStoreServer::Impl::handle_lease(Connection& c, Reader& r, Type type) {
+  Writer ok(Type::kOk);
+  const double now_s = store_wire::now_s();
+  if (type == Type::kLeaseGrant) {
+    const double ttl_s = r.u32("ttl") / 1000.0;
+    r.finish("lease_grant");
+    ok.i64(leases.grant(ttl_s, now_s));
+    return reply(c, ok);
+  }
+  const std::int64_t lease = r.i64("lease");
+  if (type == Type::kKeepalive) {
+    r.finish("keepalive");
+    ok.u8(leases.keepalive(lease, now_s) ? 1 : 0);
+    return reply(c, ok);
+  }
+  r.finish("lease_revoke");
+  for (const std::string& key : leases.revoke(lease)) remove(key);
+  reply(c, ok);
+  complete_waits();
+}
+
+void TcpStoreServer::Impl::handle_compare_set(Connection& c, Reader& r, Type type) {
+  const auto& lim = options.limits;
+  const bool leased = type == Type::kCompareSetLeased;
+  const std::string key = r.str("key", lim.max_key_bytes);
+  const bool has_expected = r.u8("has expected") != 0;
+  std::optional<std::string> expected;
+  if (has_expected) expected = r.str("expected", lim.max_frame_bytes);
+  std::string desired = r.str("desired", lim.max_frame_bytes);
+  const std::int64_t lease = leased ? r.i64("lease") : 0;
+  r.finish(leased ? "compare_set_leased" : "compare_set");
+  auto it = data.find(key);
+  const bool matches =
+      (has_expected ? (it != data.end() && it->second == *expected) : (it == data.end())) &&
+      (!leased || leases.alive(lease));
+  Writer ok(Type::kOk);
+  if (!matches) {  // the current value, if any
+    ok.u8(it != data.end() ? 1 : 0);
+    if (it != data.end()) ok.str(it->second);
+    return reply(c, ok);
+  }
+  if (stored_bytes + key.size() + desired.size() > lim.max_stored_bytes)
+    return reply_error(c, "store full: " + std::to_string(stored_bytes) + " bytes held");
+  ok.u8(1).str(desired);
+  put(key, std::move(desired));
+  if (leased) leases.attach(lease, key);
+  reply(c, ok);
+  complete_waits();
+}
+
+void TcpStoreServer::Impl::handle_erase(Connection& c, Reader& r) {
+  const std::string key = r.str("key", options.limits.max_key_bytes);
+  r.finish("erase");
+  Writer ok(Type::kOk);
+  ok.u8(remove(key) ? 1 : 0);
+  reply(c, ok);
+  complete_waits();
+}
+
+// LIST answers the keys under a prefix, READ_PREFIX the keys and their values.
+void TcpStoreServer::Impl::handle_list(Connection& c, Reader& r, Type type) {
+  const auto& lim = options.limits;
+  const bool with_values = type == Type::kReadPrefix;
+  const char* what = with_values ? "read_prefix" : "list";
+  const std::string prefix = r.str("prefix", lim.max_key_bytes);
+  r.finish(what);
+  std::vector<std::map<std::string, std::string>::const_iterator> entries;
+  std::uint64_t bytes = 0;
+  for (auto it = data.lower_bound(prefix); it != data.end() && it->first.starts_with(prefix);
+       ++it) {
+    entries.push_back(it);
+    bytes += 4 + it->first.size() + (with_values ? 4 + it->second.size() : 0);
+  }
+  if (entries.size() > lim.max_keys || bytes + 16 > lim.max_frame_bytes)
+    return reply_error(c, std::string(what) + " '" + prefix + "': " +
+                              std::to_string(entries.size()) + " keys exceed one reply's limits");
+  Writer ok(Type::kOk);
+  ok.u32(static_cast<std::uint32_t>(entries.size()));
+  for (const auto& it : entries) {
+    ok.str(it->first);
+    if (with_values) ok.str(it->second);
+  }
+  reply(c, ok);
 }
 
 void TcpStoreServer::Impl::on_frame(Connection& c) {
