@@ -206,92 +206,100 @@ int run_ensemble(const EnsembleArgs& e) {
   return failed == 0 ? kExitOk : kExitFailed;
 }
 
-int run_sim(const std::vector<std::string>& args) {
+// What `meridian sim` was asked.
+struct SimArgs {
   std::string path, out;
-  std::vector<std::string> overrides;
+  std::vector<std::string> overrides;  // --set, and --seed as run.seed=
   std::string simgrid_log = "critical";
   std::string seeds_text;
   bool force = false, plots = true, print_config = false, gather = false;
   std::optional<slurm::Part> part;
   int jobs = 0;  // --jobs; 0: the default
+};
+
+// Parses the command line into `a`; an exit status when the command ends here (--help, a usage
+// error).
+std::optional<int> parse_sim_args(const std::vector<std::string>& args, SimArgs& a) {
   for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
+    const std::string& arg = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--out")
-      out = value();
-    else if (a == "--seed")
-      overrides.push_back("run.seed=" + value());
-    else if (a == "--seeds")
-      seeds_text = value();
-    else if (a == "--set")
-      overrides.push_back(value());
-    else if (a == "--simgrid-log")
-      simgrid_log = value();
-    else if (a == "--force")
-      force = true;
-    else if (a == "--no-plots")
-      plots = false;
-    else if (a == "--print-config")
-      print_config = true;
-    else if (a == "--jobs")
-      jobs = static_cast<int>(opt::integer_in("--jobs", value(), 1, 256));
-    else if (a == "--part")
-      part = slurm::parse_part("--part", value(), slurm::process_env());
-    else if (a == "--gather")
-      gather = true;
-    else if (a == "-h" || a == "--help") {
+    if (arg == "--out")
+      a.out = value();
+    else if (arg == "--seed")
+      a.overrides.push_back("run.seed=" + value());
+    else if (arg == "--seeds")
+      a.seeds_text = value();
+    else if (arg == "--set")
+      a.overrides.push_back(value());
+    else if (arg == "--simgrid-log")
+      a.simgrid_log = value();
+    else if (arg == "--force")
+      a.force = true;
+    else if (arg == "--no-plots")
+      a.plots = false;
+    else if (arg == "--print-config")
+      a.print_config = true;
+    else if (arg == "--jobs")
+      a.jobs = static_cast<int>(opt::integer_in("--jobs", value(), 1, 256));
+    else if (arg == "--part")
+      a.part = slurm::parse_part("--part", value(), slurm::process_env());
+    else if (arg == "--gather")
+      a.gather = true;
+    else if (arg == "-h" || arg == "--help") {
       std::cout << kUsage;
       return kExitOk;
-    } else if (!a.empty() && a[0] == '-') {
-      std::cerr << "meridian sim: unknown option '" << a << "'\n" << kUsage;
+    } else if (!arg.empty() && arg[0] == '-') {
+      std::cerr << "meridian sim: unknown option '" << arg << "'\n" << kUsage;
       return kExitUsage;
-    } else if (path.empty())
-      path = a;
+    } else if (a.path.empty())
+      a.path = arg;
     else {
       std::cerr << "meridian sim: more than one scenario given\n" << kUsage;
       return kExitUsage;
     }
   }
-  if (path.empty()) {
+  if (a.path.empty()) {
     std::cerr << kUsage;
     return kExitUsage;
   }
-  netsim::Scenario sc = netsim::load_scenario(path, overrides);
-  for (const std::string& note : sc.notes_for(config::Mode::kSimulate))
-    std::cerr << "meridian sim: " << note << "\n";
-  if (print_config) {
-    std::cout << nlohmann::json::parse(sc.to_json().str()).dump(2) << "\n";
-    return kExitOk;
-  }
-  if (!seeds_text.empty()) {
-    const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", seeds_text);
-    for (const std::string& o : overrides)
-      if (o.rfind("run.seed=", 0) == 0) throw ConfigError("--seeds and --seed: give one of them");
-    if (part && gather) throw ConfigError("--part and --gather: give one of them");
-    if (jobs == 0)  // default: one child per CPU, no more than there are seeds
-      jobs = static_cast<int>(std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1,
-                                                       seeds.size()));
-    EnsembleArgs e;
-    e.path = path;
-    e.seeds = seeds;
-    e.overrides = overrides;
-    e.out = out.empty() ? sc.output_dir + "-seeds" : out;
-    e.force = force;
-    e.plots = plots;
-    e.gather = gather;
-    e.part = part;
-    e.simgrid_log = simgrid_log;
-    e.jobs = jobs;
-    e.command = "meridian sim";
-    for (const std::string& a : args) e.command += " " + a;
-    return run_ensemble(e);
-  }
-  if (part || gather)
-    throw ConfigError(std::string(gather ? "--gather" : "--part") + ": only with --seeds");
-  if (!plots) throw ConfigError("--no-plots: only with --seeds (a single run draws no figures)");
-  if (jobs != 0) throw ConfigError("--jobs: only with --seeds (a single run is one process)");
-  if (out.empty()) out = sc.output_dir;
-  claim_run_folder(out, force);  // before any work: never over another run unless --force
+  return std::nullopt;
+}
+
+// --seeds: the ensemble's settings, checked.
+EnsembleArgs ensemble_args(const SimArgs& a, const netsim::Scenario& sc,
+                           const std::vector<std::string>& args) {
+  const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", a.seeds_text);
+  for (const std::string& o : a.overrides)
+    if (o.rfind("run.seed=", 0) == 0) throw ConfigError("--seeds and --seed: give one of them");
+  if (a.part && a.gather) throw ConfigError("--part and --gather: give one of them");
+  EnsembleArgs e;
+  e.path = a.path;
+  e.seeds = seeds;
+  e.overrides = a.overrides;
+  e.out = a.out.empty() ? sc.output_dir + "-seeds" : a.out;
+  e.force = a.force;
+  e.plots = a.plots;
+  e.gather = a.gather;
+  e.part = a.part;
+  e.simgrid_log = a.simgrid_log;
+  // Default: one child per CPU, no more than there are seeds.
+  e.jobs = a.jobs != 0 ? a.jobs
+                       : static_cast<int>(std::clamp<std::size_t>(
+                             std::thread::hardware_concurrency(), 1, seeds.size()));
+  e.command = "meridian sim";
+  for (const std::string& arg : args) e.command += " " + arg;
+  return e;
+}
+
+// One run of the scenario: events.jsonl and summary.json in its folder, the summary's table on
+// stdout.
+int run_one(const SimArgs& a, netsim::Scenario& sc, const std::vector<std::string>& args) {
+  if (a.part || a.gather)
+    throw ConfigError(std::string(a.gather ? "--gather" : "--part") + ": only with --seeds");
+  if (!a.plots) throw ConfigError("--no-plots: only with --seeds (a single run draws no figures)");
+  if (a.jobs != 0) throw ConfigError("--jobs: only with --seeds (a single run is one process)");
+  const std::string out = a.out.empty() ? sc.output_dir : a.out;
+  claim_run_folder(out, a.force);  // before any work: never over another run unless --force
   // `worker: torch` (real training) is resolved here, before SimGrid starts: it tokenizes the
   // corpus and fails with a clear error when this build has no LibTorch.
   const auto prepare0 = std::chrono::steady_clock::now();
@@ -303,14 +311,14 @@ int run_sim(const std::vector<std::string>& args) {
   std::ofstream events(events_path, std::ios::binary | std::ios::trunc);
   if (!events) throw ConfigError(events_path + ": cannot write");
 
-  std::string command = "meridian sim " + path;
-  for (auto& a : args)
-    if (a != path) command += " " + a;
+  std::string command = "meridian sim " + a.path;
+  for (auto& arg : args)
+    if (arg != a.path) command += " " + arg;
   JsonlEventSink sink(events);
   InterruptScope interrupt;
   ProgressLine progress;
   opts.command = command;
-  opts.simgrid_log = simgrid_log;
+  opts.simgrid_log = a.simgrid_log;
   opts.interrupt_reason = [] {
     const int sig = InterruptScope::received();
     return sig ? InterruptScope::name(sig) : std::string();
@@ -342,6 +350,20 @@ int run_sim(const std::vector<std::string>& args) {
   std::cout << analysis::summary_table(summary) << "  events: " << events_path << "\n";
   if (!r.interrupted.empty()) return InterruptScope::exit_code(InterruptScope::received());
   return kExitOk;
+}
+
+int run_sim(const std::vector<std::string>& args) {
+  SimArgs a;
+  if (const std::optional<int> done = parse_sim_args(args, a)) return *done;
+  netsim::Scenario sc = netsim::load_scenario(a.path, a.overrides);
+  for (const std::string& note : sc.notes_for(config::Mode::kSimulate))
+    std::cerr << "meridian sim: " << note << "\n";
+  if (a.print_config) {
+    std::cout << nlohmann::json::parse(sc.to_json().str()).dump(2) << "\n";
+    return kExitOk;
+  }
+  if (!a.seeds_text.empty()) return run_ensemble(ensemble_args(a, sc, args));
+  return run_one(a, sc, args);
 }
 
 MERIDIAN_COMMAND("sim", "simulate a scenario on the SimGrid network model", kUsage, run_sim);
