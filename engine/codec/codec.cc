@@ -13,6 +13,7 @@
 #include "engine/codec/topk_codec.h"
 #include "engine/error.h"
 #include "engine/util/crc32c.h"
+#include "engine/util/finite.h"
 
 namespace meridian {
 
@@ -42,6 +43,16 @@ std::uint32_t Codec::decode_add_crc(std::span<const std::byte> in, std::span<flo
   keep(acc, backup);
   decode_add(in, acc);
   return crc32c(in, crc);
+}
+
+std::uint32_t Codec::decode_add_crc_forward(std::span<const std::byte> in, std::span<float> acc,
+                                            std::span<float> backup, std::uint32_t crc,
+                                            std::uint32_t& out_crc,
+                                            std::uint64_t& non_finite) const {
+  crc = decode_add_crc(in, acc, backup, crc);
+  out_crc = crc32c(std::as_bytes(acc), out_crc);
+  non_finite = count_non_finite(acc);
+  return crc;
 }
 
 std::unique_ptr<Codec> make_codec(CodecId id, const CodecParams& params) {

@@ -67,6 +67,14 @@ class Codec {
                                    std::span<float> backup, std::uint32_t crc) const;
   virtual std::uint32_t decode_add_crc(std::span<const std::byte> in, std::span<float> acc,
                                        std::span<float> backup, std::uint32_t crc) const;
+  // The reduce-scatter's step for a codec that encodes in place (encodes_in_place(): the sums
+  // are the payload of the message that forwards them): decode_add_crc, and over the sums as
+  // they are written, their bytes' CRC-32C extended from `out_crc` (returned there) and how many
+  // are not finite (`non_finite`). The default walks the sums twice more; fp32 fuses the walks.
+  virtual std::uint32_t decode_add_crc_forward(std::span<const std::byte> in, std::span<float> acc,
+                                               std::span<float> backup, std::uint32_t crc,
+                                               std::uint32_t& out_crc,
+                                               std::uint64_t& non_finite) const;
   // True when the encoding of values is their own bytes (fp32): the ring may then send the
   // values in place, after a separate header message ("Split messages").
   virtual bool encodes_in_place() const { return false; }

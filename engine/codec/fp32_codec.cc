@@ -12,6 +12,7 @@
 #include "engine/codec/codec_kernels.h"
 #include "engine/error.h"
 #include "engine/util/crc32c.h"
+#include "engine/util/finite.h"
 
 namespace meridian {
 namespace {
@@ -118,6 +119,25 @@ std::uint32_t Fp32Codec::decode_add_crc(std::span<const std::byte> in, std::span
   return checked_decode(
       in, acc, backup, crc,
       [](std::span<const std::byte> block, std::span<float> values) { add(block, values); });
+}
+
+std::uint32_t Fp32Codec::decode_add_crc_forward(std::span<const std::byte> in, std::span<float> acc,
+                                                std::span<float> backup, std::uint32_t crc,
+                                                std::uint32_t& out_crc,
+                                                std::uint64_t& non_finite) const {
+  // Each block's sums are checksummed and checked while they are still in L1: the walks the
+  // ring would otherwise make over the whole piece, once to check it and once to send it.
+  std::uint32_t out = out_crc;
+  std::uint64_t bad = 0;
+  crc = checked_decode(in, acc, backup, crc,
+                       [&](std::span<const std::byte> block, std::span<float> values) {
+                         add(block, values);
+                         out = crc32c(std::as_bytes(values), out);
+                         bad += count_non_finite(values);
+                       });
+  out_crc = out;
+  non_finite = bad;
+  return crc;
 }
 
 }  // namespace meridian

@@ -25,6 +25,10 @@ class Fp32Codec final : public Codec {
                            std::span<float> backup, std::uint32_t crc) const override;
   std::uint32_t decode_add_crc(std::span<const std::byte> in, std::span<float> acc,
                                std::span<float> backup, std::uint32_t crc) const override;
+  std::uint32_t decode_add_crc_forward(std::span<const std::byte> in, std::span<float> acc,
+                                       std::span<float> backup, std::uint32_t crc,
+                                       std::uint32_t& out_crc,
+                                       std::uint64_t& non_finite) const override;
   bool encodes_in_place() const override { return true; }
 };
 

@@ -170,6 +170,7 @@ class RingPass {
     split_ = !phantom_ && codec_.encodes_in_place() &&
              slot_bytes_ - kChunkHeaderBytes >= options_.split_min_payload_bytes;
     saved_.assign(backup_.empty() ? 0 : transfers_, 0);
+    forward_.assign(split_ ? pieces_ : 0, Forward{});
     if (!phantom_) {
       recv_slots_ = std::min(transfers_, pieces_ + 2);
       if (slots.size() < kSendSlots + recv_slots_) slots.resize(kSendSlots + recv_slots_);
@@ -333,7 +334,14 @@ class RingPass {
       const auto piece = std::as_bytes(values(r));
       const std::uint32_t seed =
           begin_seal(chunk_id(w.phase, w.send_share, w.piece, r.count), codec_, message);
-      end_seal(message, crc32c(piece, seed));
+      Forward& f = forward_[w.piece];
+      if (f.ready) {  // checksummed as the reduce-scatter summed it (consume_message)
+        MERIDIAN_CHECK_EQ(f.seed, seed);
+        f.ready = false;
+        end_seal(message, f.crc);
+      } else {
+        end_seal(message, crc32c(piece, seed));
+      }
       outgoing_[t % 2] = {Payload::of(message.first(kChunkHeaderBytes)), Payload::of(piece)};
       return;
     } else if (!phantom_) {
@@ -405,7 +413,10 @@ class RingPass {
     consume_message(t);
     if (phantom_) return;
     const Where w = locate(t);
-    const std::uint64_t bad = count_non_finite(values(piece_range(w.recv_share, w.piece)));
+    const std::uint64_t bad = counted_
+                                  ? counted_non_finite_
+                                  : count_non_finite(values(piece_range(w.recv_share, w.piece)));
+    counted_ = false;
     if (bad > 0)
       throw NonFiniteError("ring all-reduce: the chunk from rank " +
                                std::to_string(mod(rank_ - 1, world_)) + " holds " +
@@ -446,9 +457,24 @@ class RingPass {
       const std::uint32_t header = check_chunk_header(message, id, codec_);
       const auto payload = message.subspan(kChunkHeaderBytes);
       if (!backup.empty()) saved_[t] = 1;
-      verify_chunk_checksum(message, w.phase == kReduceScatter
-                                         ? codec_.decode_add_crc(payload, values(r), backup, header)
-                                         : codec_.decode_crc(payload, values(r), backup, header));
+      std::uint32_t crc;
+      if (split_ && w.phase == kReduceScatter) {
+        // Transfer t + P forwards these sums (the next step's send of this share, or the
+        // all-gather's first) with them as its payload: checksum them for it, and count what is
+        // not finite, while each block is still in cache (results/bench/gloo.md).
+        const Where next = locate(t + pieces_);
+        MERIDIAN_CHECK_EQ(next.send_share, w.recv_share);
+        Forward& f = forward_[w.piece];
+        f.seed = header_seed(chunk_id(next.phase, next.send_share, next.piece, r.count), codec_);
+        f.crc = f.seed;
+        crc = codec_.decode_add_crc_forward(payload, values(r), backup, header, f.crc,
+                                            counted_non_finite_);
+        f.ready = counted_ = true;
+      } else {
+        crc = w.phase == kReduceScatter ? codec_.decode_add_crc(payload, values(r), backup, header)
+                                        : codec_.decode_crc(payload, values(r), backup, header);
+      }
+      verify_chunk_checksum(message, crc);
     } catch (const ProtocolError& e) {
       // Every message comes from the predecessor, which validated anything it forwards: a bad
       // chunk is its doing (what the mesh evicts it for).
@@ -464,6 +490,17 @@ class RingPass {
   const Pass pass_;
   const int world_;
   const int rank_;
+  // Split messages: the checksum of the message that forwards a reduce-scatter sum, taken as
+  // the sum was added (per piece index: that message, transfer t + P, is prepared before the
+  // next receive of the same index is consumed), and the header seed it started from.
+  struct Forward {
+    std::uint32_t seed = 0, crc = 0;
+    bool ready = false;
+  };
+  std::vector<Forward> forward_;
+  // The non-finite count of the transfer being consumed, when its decode counted it.
+  std::uint64_t counted_non_finite_ = 0;
+  bool counted_ = false;
   std::size_t pieces_ = 0;      // P: pieces per share
   std::size_t transfers_ = 0;   // 2 (world - 1) P
   std::size_t slot_bytes_ = 0;  // largest message

@@ -1,6 +1,7 @@
 // Chunk header encode/validate. Explicit little-endian byte packing (no struct punning).
 #include "engine/wire/chunk.h"
 
+#include <array>
 #include <cstring>
 #include <string>
 
@@ -41,21 +42,37 @@ std::size_t chunk_message_bytes(const Codec& codec, std::uint64_t count) {
   return kChunkHeaderBytes + codec.encoded_bytes(count);
 }
 
+namespace {
+
+// Every header field but the checksum, into m[0, 56).
+void write_header(const ChunkId& id, std::uint64_t payload_bytes, std::span<std::byte> m) {
+  put<std::uint32_t>(m, 0, kWireMagic);
+  put<std::uint16_t>(m, 4, kWireVersion);
+  put<std::uint8_t>(m, 6, static_cast<std::uint8_t>(id.codec));
+  put<std::uint8_t>(m, 7, 0);
+  put<std::uint64_t>(m, 8, id.epoch);
+  put<std::uint64_t>(m, 16, id.outer_step);
+  put<std::uint32_t>(m, 24, id.bucket);
+  put<std::uint32_t>(m, 28, id.chunk);
+  put<std::uint64_t>(m, 32, id.count);
+  put<std::uint64_t>(m, 40, payload_bytes);
+  put<std::uint32_t>(m, 52, 0);
+}
+
+}  // namespace
+
 std::uint32_t begin_seal(const ChunkId& id, const Codec& codec, std::span<std::byte> message) {
   MERIDIAN_CHECK_EQ(message.size(), chunk_message_bytes(codec, id.count));
   MERIDIAN_CHECK(codec.id() == id.codec);
-  put<std::uint32_t>(message, 0, kWireMagic);
-  put<std::uint16_t>(message, 4, kWireVersion);
-  put<std::uint8_t>(message, 6, static_cast<std::uint8_t>(id.codec));
-  put<std::uint8_t>(message, 7, 0);
-  put<std::uint64_t>(message, 8, id.epoch);
-  put<std::uint64_t>(message, 16, id.outer_step);
-  put<std::uint32_t>(message, 24, id.bucket);
-  put<std::uint32_t>(message, 28, id.chunk);
-  put<std::uint64_t>(message, 32, id.count);
-  put<std::uint64_t>(message, 40, message.size() - kChunkHeaderBytes);
-  put<std::uint32_t>(message, 52, 0);
+  write_header(id, message.size() - kChunkHeaderBytes, message);
   return header_crc(message);
+}
+
+std::uint32_t header_seed(const ChunkId& id, const Codec& codec) {
+  MERIDIAN_CHECK(codec.id() == id.codec);
+  std::array<std::byte, kChunkHeaderBytes> header{};
+  write_header(id, codec.encoded_bytes(id.count), header);
+  return header_crc(header);
 }
 
 void end_seal(std::span<std::byte> message, std::uint32_t crc) {

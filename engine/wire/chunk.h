@@ -61,6 +61,9 @@ std::span<const std::byte> open_chunk(std::span<const std::byte> message, const 
 //    checksum; verify_chunk_checksum throws ProtocolError when the stored one differs.
 std::uint32_t begin_seal(const ChunkId& id, const Codec& codec, std::span<std::byte> message);
 void end_seal(std::span<std::byte> message, std::uint32_t crc);
+// What begin_seal returns for `id`, without a message: a sender that checksums a payload before
+// its header is written (the ring's fp32 sums, checksummed as they are added) starts from it.
+std::uint32_t header_seed(const ChunkId& id, const Codec& codec);
 std::uint32_t check_chunk_header(std::span<const std::byte> message, const ChunkId& expected,
                                  const Codec& codec);
 void verify_chunk_checksum(std::span<const std::byte> message, std::uint32_t crc);

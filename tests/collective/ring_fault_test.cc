@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -217,6 +219,31 @@ FaultOptions truncate_at(std::uint64_t message, std::size_t keep) {
   f.truncate_at_message = message;
   f.truncate_to_bytes = keep;
   return f;
+}
+
+// A rank that skipped its own non-finite guard sends a NaN in a split reduce-scatter payload
+// (rank 2's share 2, which rank 0 sums at the first step): rank 0's fused add finds it in the sum
+// (NonFiniteError naming rank 2) and every buffer is restored.
+TEST(RingFaults, SplitMessagesNaNInASumIsANonFiniteErrorNamingItsSender) {
+  std::vector<std::vector<float>> inputs = split_inputs();
+  inputs[2][2 * 2 * kSplitPiece + 5] = std::nanf("");
+  InProcRing ring(3, 1);
+  const auto round = run_round(ring.transports(), inputs, split_options());
+  for (int r = 0; r < 3; ++r) {  // expect_failed_cleanly's checks, bit for bit (NaN != NaN)
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_TRUE(r == 0 || holds<PeerLostError>(round.errors[r])) << describe(round.errors[r]);
+    ASSERT_EQ(round.buffers[r].size(), inputs[r].size());
+    EXPECT_EQ(
+        std::memcmp(round.buffers[r].data(), inputs[r].data(), inputs[r].size() * sizeof(float)), 0)
+        << "input buffer changed";
+  }
+  ASSERT_TRUE(holds<NonFiniteError>(round.errors[0])) << describe(round.errors[0]);
+  try {
+    std::rethrow_exception(round.errors[0]);
+  } catch (const NonFiniteError& e) {
+    EXPECT_EQ(e.peer(), 2);
+    EXPECT_NE(std::string(e.what()).find("1 non-finite"), std::string::npos) << e.what();
+  }
 }
 
 // A bad part in the reduce-scatter: its receiver raises ProtocolError, and since the share it

@@ -5,6 +5,7 @@
 
 #include "engine/codec/fp32_codec.h"
 #include "engine/error.h"
+#include "engine/util/crc32c.h"
 #include "engine/wire/chunk.h"
 
 namespace meridian {
@@ -27,6 +28,21 @@ TEST(Wire, RoundTrip) {
   std::vector<float> out(10);
   codec.decode(payload, out);
   EXPECT_EQ(out[9], 9.5f);
+}
+
+// header_seed is begin_seal's checksum seed without a message: a payload checksummed from it
+// and sealed with end_seal opens like seal_chunk's; another chunk's seed does not.
+TEST(Wire, HeaderSeedIsBeginSealsSeed) {
+  Fp32Codec codec;
+  const ChunkId id{7, 3, 2, 5, CodecId::kFp32, 10};
+  std::vector<std::byte> m = make_message(id, codec);
+  const std::vector<std::byte> sealed = m;
+  EXPECT_EQ(header_seed(id, codec), begin_seal(id, codec, m));
+  end_seal(m, crc32c(std::span(m).subspan(kChunkHeaderBytes), header_seed(id, codec)));
+  EXPECT_EQ(m, sealed);
+  ChunkId other = id;
+  other.chunk = 6;
+  EXPECT_NE(header_seed(other, codec), header_seed(id, codec));
 }
 
 TEST(Wire, EveryHeaderFieldIsChecked) {
