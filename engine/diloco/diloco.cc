@@ -23,6 +23,83 @@ void append_floats(std::vector<std::byte>& out, std::span<const float> v) {
   out.insert(out.end(), p, p + v.size_bytes());
 }
 
+// Streaming with tau > 0: the fragments' syncs run on one activity for the whole round, fed
+// fragment by fragment as the node's own activity reaches each fragment's point (an activity per
+// fragment cost the simulator a context each: 1.8x the wall of a blocking intellect1-full at
+// P = 16). Stopping it (stop(), or the destructor) lets the activity end without the fragments
+// not posted yet.
+class FragmentSyncs {
+ public:
+  // sync(p, blamed): fragment p's barrier and all-reduce; whether it succeeded, and whom it blames.
+  using Sync = std::function<bool(int, std::vector<std::int64_t>&)>;
+
+  FragmentSyncs(Runtime& runtime, int fragments, Sync sync)
+      : mu_(runtime.make_mutex()),
+        cv_(runtime.make_condvar()),
+        synced_(static_cast<std::size_t>(fragments), 0),
+        blamed_(static_cast<std::size_t>(fragments)) {
+    activity_ = runtime.spawn("fragment-syncs", [this, fragments, sync = std::move(sync)] {
+      for (int p = 0; p < fragments; ++p) {
+        {
+          LockGuard lock(*mu_);
+          wait_until([&] { return posted_ >= p || stop_; });
+          if (posted_ < p) return;
+        }
+        std::vector<std::int64_t> blamed;
+        const bool ok = sync(p, blamed);
+        LockGuard lock(*mu_);
+        synced_[static_cast<std::size_t>(p)] = ok;
+        blamed_[static_cast<std::size_t>(p)] = std::move(blamed);
+        finished_ = p;
+        cv_->notify_all();
+      }
+    });
+  }
+  FragmentSyncs(const FragmentSyncs&) = delete;
+  FragmentSyncs& operator=(const FragmentSyncs&) = delete;
+  ~FragmentSyncs() { stop(); }
+
+  // Fragment p's pseudo-gradient is taken: its sync may start.
+  void post(int p) {
+    LockGuard lock(*mu_);
+    posted_ = p;
+    cv_->notify_all();
+  }
+  // Waits for fragment p's sync (each is bounded by its own timeouts); whether it succeeded, and
+  // whom it blamed (moved into `blamed`).
+  bool wait(int p, std::vector<std::int64_t>& blamed) {
+    LockGuard lock(*mu_);
+    wait_until([&] { return finished_ >= p; });
+    blamed = std::move(blamed_[static_cast<std::size_t>(p)]);
+    return synced_[static_cast<std::size_t>(p)] != 0;
+  }
+  // No more fragments this round: joins the activity.
+  void stop() {
+    if (!activity_) return;
+    {
+      LockGuard lock(*mu_);
+      stop_ = true;
+      cv_->notify_all();
+    }
+    activity_->join();
+    activity_.reset();
+  }
+
+ private:
+  void wait_until(const std::function<bool()>& done) {
+    while (!done()) cv_->wait_for(*mu_, 3600.0);
+  }
+
+  std::unique_ptr<Mutex> mu_;
+  std::unique_ptr<CondVar> cv_;
+  // Guarded by mu_: the last fragment posted / synced, whether to stop, each sync's outcome.
+  int posted_ = -1, finished_ = -1;
+  bool stop_ = false;
+  std::vector<char> synced_;
+  std::vector<std::vector<std::int64_t>> blamed_;
+  std::unique_ptr<Activity> activity_;
+};
+
 }  // namespace
 
 const char* node_exit_name(NodeExit e) {
@@ -435,105 +512,58 @@ bool DilocoNode::stream_round(const RoundRecord& r, bool connected,
     loss_sum += part.loss * n;
     steps_done += n;
   };
-  // With tau > 0 the syncs run on one activity for the whole round, fed fragment by fragment
-  // (an activity per fragment cost the simulator a context each: 1.8x the wall of a blocking
-  // intellect1-full at P = 16). Guarded by mu: posted, finished, stop, synced, their blame.
-  const std::size_t pc = fragments_.size();
-  auto mu = runtime_.make_mutex();
-  auto cv = runtime_.make_condvar();
-  int posted = -1, finished = -1;  // the last fragment handed to the syncs / synced by them
-  bool stop = false;               // no more fragments this round
-  std::vector<char> synced(pc, 0);
-  std::vector<std::vector<std::int64_t>> fragment_blamed(pc);
-  const auto wait_until = [&](const std::function<bool()>& done_waiting) {
-    while (!done_waiting()) cv->wait_for(*mu, 3600.0);  // each sync is bounded by its timeouts
-  };
-  std::unique_ptr<Activity> syncs;
+  std::optional<FragmentSyncs> syncs;  // tau > 0: beside the tau inner steps
   if (tau > 0)
-    syncs = runtime_.spawn("fragment-syncs", [&] {
-      for (int p = 0; p < p_count; ++p) {
-        {
-          LockGuard lock(*mu);
-          wait_until([&] { return posted >= p || stop; });
-          if (posted < p) return;
-        }
-        std::vector<std::int64_t> blamed_here;
-        const bool s = sync_fragment(r, p, blamed_here);
-        LockGuard lock(*mu);
-        synced[static_cast<std::size_t>(p)] = s;
-        fragment_blamed[static_cast<std::size_t>(p)] = std::move(blamed_here);
-        finished = p;
-        cv->notify_all();
-      }
+    syncs.emplace(runtime_, p_count, [this, &r](int p, std::vector<std::int64_t>& b) {
+      return sync_fragment(r, p, b);
     });
-  const auto end_syncs = [&] {
-    if (!syncs) return;
-    {
-      LockGuard lock(*mu);
-      stop = true;
-      cv->notify_all();
-    }
-    syncs->join();
-    syncs.reset();
-  };
   bool ok = connected;
   int done = 0;  // inner steps of this round so far
-  try {
-    for (int p = 0; p < p_count; ++p) {
-      const auto pi = static_cast<std::size_t>(p);
-      const Fragment& f = fragments_[pi];
-      const int end = (p + 1) * h / p_count;  // part p ends after this many inner steps
-      steps(end - tau - done);
-      // Any fragment's NaN or Inf makes the node sit the round out.
-      if (take_pseudo_gradient(outer_, r.outer_step, f.offset, f.count)) non_finite_ = true;
-      if (ok && non_finite_) ok = false;  // it sits out: the round is retried without its share
-      if (!ok) {
-        // This node's round failed already (or it never connected, or sits out): the peers must
-        // not wait for it at this fragment's barrier, and its aborted rings fail theirs at once.
-        end_syncs();
-        if (options_.barrier_before_allreduce) mesh_->skip_barrier(r, p);
-        for (auto& t : rings_) t->abort();
-      }
-      const double sync_start_s = runtime_.now_s();
-      double exposed_s = 0.0;
-      if (ok && tau == 0) {
-        synced[pi] = sync_fragment(r, p, fragment_blamed[pi]);
-        exposed_s = runtime_.now_s() - sync_start_s;
-      } else if (ok) {
-        {
-          LockGuard lock(*mu);
-          posted = p;
-          cv->notify_all();
-        }
-        steps(tau);
-        const double wait_s = runtime_.now_s();
-        {
-          LockGuard lock(*mu);
-          wait_until([&] { return finished >= p; });
-        }
-        exposed_s = runtime_.now_s() - wait_s;
-      } else {
-        steps(tau);  // an earlier fragment failed: the round is retried at its end
-      }
-      done = end;
-      stream_exposed_s_ += exposed_s;
-      for (std::int64_t id : fragment_blamed[pi])
-        if (std::count(blamed.begin(), blamed.end(), id) == 0) blamed.push_back(id);
-      if (synced[pi]) merge_fragment(f);
-      emit("fragment_sync", JsonObject()
-                                .add("outer_step", r.outer_step)
-                                .add("fragment", p)
-                                .add("elements", f.count)
-                                .add("start_s", sync_start_s)
-                                .add("exposed_s", exposed_s)
-                                .add("ok", synced[pi] != 0));
-      ok = ok && synced[pi];
+  for (int p = 0; p < p_count; ++p) {
+    const Fragment& f = fragments_[static_cast<std::size_t>(p)];
+    const int end = (p + 1) * h / p_count;  // part p ends after this many inner steps
+    steps(end - tau - done);
+    // Any fragment's NaN or Inf makes the node sit the round out.
+    if (take_pseudo_gradient(outer_, r.outer_step, f.offset, f.count)) non_finite_ = true;
+    if (ok && non_finite_) ok = false;  // it sits out: the round is retried without its share
+    if (!ok) {
+      // This node's round failed already (or it never connected, or sits out): the peers must
+      // not wait for it at this fragment's barrier, and its aborted rings fail theirs at once.
+      if (syncs) syncs->stop();
+      if (options_.barrier_before_allreduce) mesh_->skip_barrier(r, p);
+      for (auto& t : rings_) t->abort();
     }
-  } catch (...) {
-    end_syncs();  // the syncs activity would wait for a fragment that never comes
-    throw;
+    const double sync_start_s = runtime_.now_s();
+    double exposed_s = 0.0;
+    bool synced = false;
+    std::vector<std::int64_t> fragment_blamed;
+    if (ok && tau == 0) {
+      synced = sync_fragment(r, p, fragment_blamed);
+      exposed_s = runtime_.now_s() - sync_start_s;
+    } else if (ok) {
+      syncs->post(p);
+      steps(tau);
+      const double wait_s = runtime_.now_s();
+      synced = syncs->wait(p, fragment_blamed);
+      exposed_s = runtime_.now_s() - wait_s;
+    } else {
+      steps(tau);  // an earlier fragment failed: the round is retried at its end
+    }
+    done = end;
+    stream_exposed_s_ += exposed_s;
+    for (std::int64_t id : fragment_blamed)
+      if (std::count(blamed.begin(), blamed.end(), id) == 0) blamed.push_back(id);
+    if (synced) merge_fragment(f);
+    emit("fragment_sync", JsonObject()
+                              .add("outer_step", r.outer_step)
+                              .add("fragment", p)
+                              .add("elements", f.count)
+                              .add("start_s", sync_start_s)
+                              .add("exposed_s", exposed_s)
+                              .add("ok", synced));
+    ok = ok && synced;
   }
-  end_syncs();
+  syncs.reset();  // joins the syncs activity (also when a fragment throws)
   // A node that sits out contributes zeros to the retry, for every fragment (the divisor
   // leaves it out), and its own fallback is zero too.
   if (non_finite_ && !phantom_) std::fill(delta_.begin(), delta_.end(), 0.0f);
