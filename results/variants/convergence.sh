@@ -4,7 +4,8 @@
 # sites, 6,000 inner steps per node, seeds 0-2), with the scenario file that study committed
 # (results/convergence/config/n4.yaml) and the same overrides as scripts/convergence_study.sh's
 # run_point. Runs go to runs/variants-convergence/ (not committed); convergence.json here holds
-# each run's final validation loss and time to the target loss beside the blocking runs'.
+# each run's final validation loss and time to the target loss beside the blocking runs' (a
+# variant not run here keeps its committed rows).
 #   results/variants/convergence.sh BUILD [VARIANTS]   VARIANTS default: "delayed eager"
 # Variants as in variants.sh; one may carry more overrides after '@':
 # "delayed@diloco.outer_momentum=0" (seed 0 only, unless SEEDS="0 1 2" says otherwise).
@@ -49,6 +50,13 @@ def point(s):
             "compute_utilization": s.get("compute_utilization"), "simulated_s": s.get("simulated_s")}
 for seed in range(3):
     rows.setdefault("blocking", {})[seed] = point(blocking[f"n4-int8-H50-s{seed}"])
+# A variant with no run in `out` keeps its rows from the committed convergence.json (the runs
+# are not committed: a clone reruns only the variants it names).
+kept = here / "convergence.json"
+if kept.exists():
+    for v, a in json.loads(kept.read_text()).items():
+        if v != "blocking" and not any(out.glob(f"n4-int8-H50-{v}-s*/summary.json")):
+            rows[v] = {int(seed): r for seed, r in a["runs"].items()}
 for d in sorted(out.glob("n4-int8-H50-*-s*")):
     if not (d / "summary.json").exists():
         continue

@@ -150,7 +150,9 @@ TEST(WanFlow, AggregatedConnectionsSlowStartLikeTheirFlowsOneByOne) {
     p.aggregate = false;
     const FlowProbeResult lanes = probe_in_child(p);
     EXPECT_NEAR(agg.seconds, lanes.seconds, 0.01 * lanes.seconds);
-    if (cap_binds) EXPECT_NEAR(agg.rate_bound_bps, lanes.rate_bound_bps, 1e-9 * lanes.rate_bound_bps);
+    if (cap_binds) {
+      EXPECT_NEAR(agg.rate_bound_bps, lanes.rate_bound_bps, 1e-9 * lanes.rate_bound_bps);
+    }
     // Slow start is a good part of it: at the rate from the first byte each message would take
     // its bytes over the bottleneck (0.8 or 0.4 Gb/s) plus the 125 ms latency.
     const double open_s = 3 * (0.125 + 64.0 * (1 << 20) * 8 / (cap_binds ? 0.8e9 : 0.4e9));
