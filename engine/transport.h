@@ -188,6 +188,11 @@ class ForwardingTransport : public Transport {
   Transport& inner_;
 };
 
+// The most TCP connections per ring neighbour a transport opens (`transport.connections_per_peer`,
+// engine/transport/gloo/README.md "Connections per peer"): the run file's bound and the Gloo
+// transport's.
+inline constexpr int kMaxConnectionsPerPeer = 64;
+
 // What a node needs to join the Transport of one epoch.
 struct EpochSpec {
   std::uint64_t epoch = 0;

@@ -738,7 +738,8 @@ RunFile parse_root(Document& doc) {
     t.scalar<std::string>("kind", f.transport.kind, "gloo or nccl",
                           [](const std::string& v) { return v == "gloo" || v == "nccl"; });
     t.scalar<int>("connections_per_peer", f.transport.connections_per_peer,
-                  "an integer from 1 to 64", [](int k) { return k >= 1 && k <= 64; });
+                  "an integer from 1 to " + std::to_string(kMaxConnectionsPerPeer),
+                  [](int k) { return k >= 1 && k <= kMaxConnectionsPerPeer; });
     t.finish();
   }
   parse_checkpoint(r.child("checkpoint"), f.checkpoint, r.present("checkpoint"));

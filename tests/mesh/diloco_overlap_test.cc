@@ -174,8 +174,9 @@ TEST_P(OverlapTest, TheNextInnerStepsRunBesideTheAllReduce) {
       if (e.type == "inner_steps") started.insert(std::stoll(field(e, "outer_step")));
       if (e.type != "outer_step") continue;
       applied = std::stoll(field(e, "outer_step"));
-      if (applied + 1 < o.outer_steps)
+      if (applied + 1 < o.outer_steps) {
         EXPECT_TRUE(started.count(applied + 1)) << "node " << id << " step " << applied;
+      }
       EXPECT_GE(std::stod(field(e, "exposed_s")), 0.0);
     }
     EXPECT_EQ(applied, o.outer_steps - 1);

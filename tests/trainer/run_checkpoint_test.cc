@@ -207,7 +207,9 @@ TEST_F(RunCheckpointTest, AWriterKilledAtRandomPointsLeavesThePreviousCheckpoint
     const LoadedCheckpoint l = read_checkpoint(found.front().path, model_);
     EXPECT_EQ(l.outer_momentum, state(newest).momentum);
     // A rewrite of step 2 is either wholly there or not at all.
-    if (replace) EXPECT_EQ(l.params[0], completed ? -1.0f : state(2).params[0]);
+    if (replace) {
+      EXPECT_EQ(l.params[0], completed ? -1.0f : state(2).params[0]);
+    }
     for (const auto& e : fs::directory_iterator(node))
       EXPECT_TRUE(e.path().filename().string().find('.') == std::string::npos) << e.path();
     if (!replace && completed) fs::remove_all(node / "step-000000000003");  // next trial again

@@ -77,7 +77,9 @@ TEST_P(EveryCodec, RoundTripAtEdgeCountsIsCloseAndDecodeAddMatchesDecode) {
       } else if (GetParam() == CodecId::kTopk) {
         // Dropped (0) or a kept value's bin mean: bins are a quarter of [min, max] of the kept
         // values, at most max_abs / 2 wide. Exact bounds are in codec_topk_test.cc.
-        if (y[i] != 0.0f) EXPECT_NEAR(y[i], x[i], max_abs / 2 * (1 + 1e-6f)) << "count " << n;
+        if (y[i] != 0.0f) {
+          EXPECT_NEAR(y[i], x[i], max_abs / 2 * (1 + 1e-6f)) << "count " << n;
+        }
       } else if (GetParam() == CodecId::kFp4) {
         // E3M0 rounds to a power of two: within a third of |x|, or amax / 128 near 0.
         const float bound = std::max(std::fabs(x[i]) / 3, max_abs / 128) * (1 + 1e-6f);

@@ -522,8 +522,9 @@ void GlooTransportFactory::authenticate(::gloo::Context& context, const EpochSpe
 
 GlooTransportFactory::GlooTransportFactory(Store& store, GlooOptions options)
     : store_(store), options_(std::move(options)) {
-  if (options_.connections_per_peer < 1 || options_.connections_per_peer > 64) {
-    throw ConfigError("gloo transport: connections_per_peer must be 1 to 64, got " +
+  if (options_.connections_per_peer < 1 || options_.connections_per_peer > kMaxConnectionsPerPeer) {
+    throw ConfigError("gloo transport: connections_per_peer must be 1 to " +
+                      std::to_string(kMaxConnectionsPerPeer) + ", got " +
                       std::to_string(options_.connections_per_peer));
   }
   struct sigaction current {};
