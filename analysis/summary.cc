@@ -563,6 +563,60 @@ nlohmann::json config_value(const Summary& s, std::initializer_list<const char*>
   return *v;
 }
 
+using OJ = nlohmann::ordered_json;
+
+OJ resumes_json(const Summary& s) {
+  OJ resumes = OJ::array();
+  for (const Summary::Resume& r : s.resumes)
+    resumes.push_back(
+        {{"node", r.node},
+         {"t_s", num(r.t_s - s.run_start_s)},
+         {"via", r.via},
+         {"from_outer_step", r.from_outer_step ? OJ(*r.from_outer_step) : OJ(nullptr)}});
+  return resumes;
+}
+
+// The validation curve and the target loss, when the run has them.
+void add_validation(const Summary& s, OJ& j) {
+  if (!s.val_curve.empty()) {
+    OJ curve = OJ::array();
+    for (const Summary::ValPoint& p : s.val_curve)
+      curve.push_back({{"outer_step", p.outer_step},
+                       {"t_s", num(p.t_s)},
+                       {"tokens", num(p.tokens)},
+                       {"val_loss", num(p.val_loss)}});
+    j["val_curve"] = curve;
+  }
+  if (s.target_loss) {
+    const auto& r = s.target_reached;
+    j["target"] = {{"val_loss", num(*s.target_loss)},
+                   {"reached", r.has_value()},
+                   {"outer_step", r ? OJ(r->outer_step) : OJ(nullptr)},
+                   {"time_s", r ? num(r->t_s) : OJ(nullptr)},
+                   {"tokens", r ? num(r->tokens) : OJ(nullptr)}};
+  }
+}
+
+OJ node_json(const NodeStats& n) {
+  return {{"node", n.node},
+          {"host", n.host.empty() ? OJ(nullptr) : OJ(n.host)},
+          {"initial", n.initial},
+          {"start_s", num(n.start_s)},
+          {"end_s", num(n.end_s)},
+          {"end", n.end_reason},
+          {"alive_s", num(n.alive_s)},
+          {"compute_s", num(n.compute_s)},
+          {"allreduce_s", num(n.allreduce_s)},
+          {"outer_opt_s", num(n.outer_opt_s)},
+          {"recovery_s", num(n.recovery_s)},
+          {"idle_s", num(n.idle_s)},
+          {"compute_utilization", num(n.compute_utilization)},
+          {"tokens", num(n.tokens)},
+          {"bytes_sent", num(n.bytes_sent)},
+          {"bytes_received", num(n.bytes_received)},
+          {"outer_steps", n.outer_steps}};
+}
+
 }  // namespace
 
 nlohmann::ordered_json to_json(const Summary& s) {
@@ -581,14 +635,7 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["outer_steps"] = s.outer_steps;
   j["outer_steps_planned"] =
       s.outer_steps_planned ? J(*s.outer_steps_planned) : J(nullptr);  // unknown in old files
-  J resumes = J::array();
-  for (const Summary::Resume& r : s.resumes)
-    resumes.push_back(
-        {{"node", r.node},
-         {"t_s", num(r.t_s - s.run_start_s)},
-         {"via", r.via},
-         {"from_outer_step", r.from_outer_step ? J(*r.from_outer_step) : J(nullptr)}});
-  j["resumes"] = resumes;
+  j["resumes"] = resumes_json(s);
   j["stopped_s"] = num(s.stopped_s);
   j["outer_steps_redone"] = s.outer_steps_redone;
   j["complete"] = s.complete;
@@ -639,43 +686,9 @@ nlohmann::ordered_json to_json(const Summary& s) {
   j["loss"] = num(s.loss);
   j["perplexity"] = num(s.perplexity);
   j["val_loss"] = num(s.val_loss);
-  if (!s.val_curve.empty()) {
-    J curve = J::array();
-    for (const Summary::ValPoint& p : s.val_curve)
-      curve.push_back({{"outer_step", p.outer_step},
-                       {"t_s", num(p.t_s)},
-                       {"tokens", num(p.tokens)},
-                       {"val_loss", num(p.val_loss)}});
-    j["val_curve"] = curve;
-  }
-  if (s.target_loss) {
-    const auto& r = s.target_reached;
-    j["target"] = {{"val_loss", num(*s.target_loss)},
-                   {"reached", r.has_value()},
-                   {"outer_step", r ? J(r->outer_step) : J(nullptr)},
-                   {"time_s", r ? num(r->t_s) : J(nullptr)},
-                   {"tokens", r ? num(r->tokens) : J(nullptr)}};
-  }
+  add_validation(s, j);
   J nodes = J::array();
-  for (const NodeStats& n : s.per_node) {
-    nodes.push_back({{"node", n.node},
-                     {"host", n.host.empty() ? J(nullptr) : J(n.host)},
-                     {"initial", n.initial},
-                     {"start_s", num(n.start_s)},
-                     {"end_s", num(n.end_s)},
-                     {"end", n.end_reason},
-                     {"alive_s", num(n.alive_s)},
-                     {"compute_s", num(n.compute_s)},
-                     {"allreduce_s", num(n.allreduce_s)},
-                     {"outer_opt_s", num(n.outer_opt_s)},
-                     {"recovery_s", num(n.recovery_s)},
-                     {"idle_s", num(n.idle_s)},
-                     {"compute_utilization", num(n.compute_utilization)},
-                     {"tokens", num(n.tokens)},
-                     {"bytes_sent", num(n.bytes_sent)},
-                     {"bytes_received", num(n.bytes_received)},
-                     {"outer_steps", n.outer_steps}});
-  }
+  for (const NodeStats& n : s.per_node) nodes.push_back(node_json(n));
   j["per_node"] = nodes;
   return j;
 }

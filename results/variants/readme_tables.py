@@ -2,9 +2,9 @@
 """Writes the generated tables of results/variants/README.md from the study's outputs, leaving
 its prose alone: (a) the utilization table and the access-bandwidth table (table.md, written by
 summarize.py), (b) the convergence table (convergence.json, written by convergence.sh) and (c)
-the GPU-hours table (convergence.json with summary.json's compute utilization on
-intellect1-global). Each table replaces the block of table lines in README.md that starts with
-the same header line.
+the GPU-hours table (convergence.json with the compute utilization on intellect1-global of
+calibrated/summary.json: the scenarios' inputs as committed). Each table replaces the block of
+table lines in README.md that starts with the same header line.
 
 usage: readme_tables.py [--check] [FOLDER]   (FOLDER: results/variants, the default)
 --check: change nothing; exit 1 when README.md's tables differ from what the outputs give."""
@@ -25,10 +25,13 @@ ROWS = [("blocking", "blocking (results/convergence/)", "Nesterov lr 0.7, μ 0.9
         ("stream4_diloco.outer_momentum_0", "streaming P=4", "SGD lr 0.7, μ 0"),
         ("topk", "sparse top-k 2 %, 2 bits", "SGD lr 0.7, μ 0, error feedback β 0.95"),
         ("topk-delayed", "sparse top-k 2 %, 2 bits, delayed",
+         "SGD lr 0.7, μ 0, error feedback β 0.95"),
+        ("stream4-topk", "sparse top-k 2 %, 2 bits, streaming P=4",
          "SGD lr 0.7, μ 0, error feedback β 0.95")]
 # The utilization study's variant for a convergence key's first part.
 UTIL_OF = {"blocking": "none", "none": "none", "delayed": "delayed", "eager": "eager",
-           "stream4": "stream4", "topk": "topk", "topk-delayed": "topk-delayed"}
+           "stream4": "stream4", "topk": "topk", "topk-delayed": "topk-delayed",
+           "stream4-topk": "stream4-topk"}
 
 
 def fmt(x, digits=3):
@@ -56,15 +59,15 @@ def convergence_tables(conv, summary):
             f"{', '.join('not reached' if x is None else str(x) for x in steps)} | "
             f"{', '.join(fmt(r['time_to_target_s'], 1) for r in runs)} | "
             f"{', '.join('%.0f' % r['simulated_s'] for r in runs)} |")
-        # (c) needs the variant's utilization in this study's (a); one measured only in a
-        # sub-study (calibrated/) is left out of it.
+        # (c) needs the variant's utilization on the calibrated inputs; one not measured there is
+        # left out of it.
         variant = UTIL_OF[key.split("_")[0]]
         if all(x is not None for x in steps) and variant in summary["scenarios"]["global"]:
             u = utilization(variant)
             mean_steps = statistics.mean(steps)
             gpu[(label, optimizer)] = (mean_steps, u, mean_steps / u, study["val_loss_mean"])
     gpu_lines = [f"| variant | outer optimizer | outer steps to {TARGET} (mean) | compute "
-                 f"utilization, intellect1-global | GPU-hours to {TARGET}, relative | final loss "
+                 f"utilization, intellect1-global (calibrated inputs) | GPU-hours to {TARGET}, relative | final loss "
                  "at 6,000 inner steps |",
                  "|---|---|---|---|---|---|"]
     reference = gpu[(ROWS[0][1], ROWS[0][2])][2]
@@ -93,11 +96,11 @@ def main():
     here = pathlib.Path(args[0] if args else pathlib.Path(__file__).parent)
     tables = (here / "table.md").read_text().strip().split("\n\n")
     conv = json.loads((here / "convergence.json").read_text())
-    summary = json.loads((here / "summary.json").read_text())
+    calibrated = json.loads((here / "calibrated" / "summary.json").read_text())
     readme_path = here / "README.md"
     readme = readme_path.read_text()
     updated = readme
-    for table in [tables[0], tables[1], *convergence_tables(conv, summary)]:
+    for table in [tables[0], tables[1], *convergence_tables(conv, calibrated)]:
         updated = replace_table(updated, table)
     if "--check" in sys.argv[1:]:
         if updated != readme:
