@@ -161,21 +161,8 @@ void write_page(const std::string& path, const std::string& text) {
   if (!file.flush()) throw ConfigError(path + ": write failed");
 }
 
-}  // namespace
-
-std::string report_html(const RunData& run, const std::vector<std::string>& png_files) {
-  const Summary& s = run.summary;
-  std::ostringstream h;
-  page_start(h, "Meridian run report: " + run.label);
-  h << "<p class=\"meta\">mode <b>" << html_escape(s.mode) << "</b> &middot; seed " << s.seed
-    << " &middot; H " << s.metrics.H << " &middot; codec "
-    << html_escape(s.metrics.codec.empty() ? "n/a" : s.metrics.codec)
-    << (s.command.empty() ? "" : " &middot; command <code>" + html_escape(s.command) + "</code>")
-    << "</p>\n";
-  // A run that did not finish says so before any number: they cover only what it did.
-  if (const std::string end = run_end_text(s); !end.empty())
-    h << "<div class=\"banner\" id=\"run-end\" role=\"alert\">" << html_escape(end) << "</div>\n";
-
+// The headline: the run's few numbers, as cards.
+void headline_cards(std::ostringstream& h, const Summary& s) {
   auto card = [&](const std::string& value, const std::string& key) {
     h << "<div class=\"card\"><div class=\"v\">" << html_escape(value) << "</div><div class=\"k\">"
       << html_escape(key) << "</div></div>\n";
@@ -189,7 +176,10 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
        "fewer bytes than fp32 DDP");
   if (s.loss) card(fmt(*s.loss, "%.3f"), "final loss");
   h << "</div>\n";
+}
 
+// Every metric with its definition.
+void summary_section(std::ostringstream& h, const Summary& s) {
   h << "<h2>Summary</h2>\n<table>\n<tr><th class=\"l\">metric</th><th>value</th>"
     << "<th class=\"l\">definition</th></tr>\n";
   auto row = [&](const std::string& k, const std::string& v, const std::string& def) {
@@ -260,7 +250,10 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
         "first evaluation at or below train.target_loss: time on the run's clock from its "
         "start, all nodes' tokens");
   h << "</table>\n";
+}
 
+// One row per node.
+void nodes_section(std::ostringstream& h, const Summary& s) {
   // The host column only where the run names hosts (simulated runs); real runs have ids.
   const bool hosts = std::any_of(s.per_node.begin(), s.per_node.end(),
                                  [](const NodeStats& n) { return !n.host.empty(); });
@@ -278,11 +271,10 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
       << seconds(n.idle_s) << "</td><td>" << count(n.tokens) << "</td><td>" << bytes(n.bytes_sent)
       << "</td></tr>\n";
   h << "</table>\n";
+}
 
-  h << "<h2>Plots</h2>\n";
-  figures(h, png_files);
-  if (png_files.empty()) h << "<p>No plots: the run has no outer steps.</p>\n";
-
+// The resolved configuration and the metrics' inputs.
+void configuration_section(std::ostringstream& h, const Summary& s) {
   nlohmann::ordered_json metrics = {{"param_count", s.metrics.param_count},
                                     {"flops_per_token", s.metrics.flops_per_token},
                                     {"tokens_per_inner_step", s.metrics.tokens_per_inner_step},
@@ -295,6 +287,33 @@ std::string report_html(const RunData& run, const std::vector<std::string>& png_
     << (s.versions.empty() ? "" : " (versions: " + html_escape(s.versions.dump()) + ")")
     << ".</p>\n<pre>" << html_escape(s.config.is_null() ? "(not recorded)" : s.config.dump(2))
     << "</pre>\n<p>Metric inputs:</p>\n<pre>" << html_escape(metrics.dump(2)) << "</pre>\n";
+}
+
+}  // namespace
+
+std::string report_html(const RunData& run, const std::vector<std::string>& png_files) {
+  const Summary& s = run.summary;
+  std::ostringstream h;
+  page_start(h, "Meridian run report: " + run.label);
+  h << "<p class=\"meta\">mode <b>" << html_escape(s.mode) << "</b> &middot; seed " << s.seed
+    << " &middot; H " << s.metrics.H << " &middot; codec "
+    << html_escape(s.metrics.codec.empty() ? "n/a" : s.metrics.codec)
+    << (s.command.empty() ? "" : " &middot; command <code>" + html_escape(s.command) + "</code>")
+    << "</p>\n";
+  // A run that did not finish says so before any number: they cover only what it did.
+  if (const std::string end = run_end_text(s); !end.empty())
+    h << "<div class=\"banner\" id=\"run-end\" role=\"alert\">" << html_escape(end) << "</div>\n";
+
+  headline_cards(h, s);
+
+  summary_section(h, s);
+  nodes_section(h, s);
+
+  h << "<h2>Plots</h2>\n";
+  figures(h, png_files);
+  if (png_files.empty()) h << "<p>No plots: the run has no outer steps.</p>\n";
+
+  configuration_section(h, s);
   h << "</body>\n</html>\n";
   return h.str();
 }
