@@ -108,17 +108,10 @@ void fig_nodes(Script& sc, const std::vector<const RunData*>& runs, const std::s
   sc.figure(name, body.str());
 }
 
-void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const std::string& prefix) {
-  double lo = INFINITY, hi = -INFINITY;
-  std::size_t most = 0;
-  for (const RunData* r : runs) {
-    for (const OuterStepStats& st : r->summary.steps) {
-      lo = std::min(lo, st.allreduce_s);
-      hi = std::max(hi, st.allreduce_s);
-    }
-    most = std::max(most, r->summary.steps.size());
-  }
-  if (most == 0) return;
+// The all-reduce times per outer step of every run in one histogram, over [lo, hi]; `most` is
+// the most outer steps of any run.
+void allreduce_histogram(Script& sc, const std::vector<const RunData*>& runs,
+                         const std::string& prefix, double lo, double hi, std::size_t most) {
   // Histogram: the same bins for every run, on a numeric time axis (bin labels rounded to a
   // few digits all read the same when the times differ in the fourth digit: 515.061, 515.47),
   // the runs' bars side by side in each bin.
@@ -169,7 +162,9 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
          << i + 2 << ")";
   }
   sc.figure(prefix + "allreduce_hist", hist.str() + "\n");
+}
 
+void allreduce_box(Script& sc, const std::vector<const RunData*>& runs, const std::string& prefix) {
   // Box plot: one box per run (quartiles, whiskers at 1.5 IQR), every outer step as a dot beside
   // it, spread sideways by a fixed low-discrepancy offset so that equal values stay visible. A
   // run whose steps all took (nearly) the same time has no box (it would be a flat line): its
@@ -219,6 +214,21 @@ void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const st
   }
   box << "set xtics (" << tics.str() << ")\n" << labels.str() << plot.str() << "\n";
   sc.figure(prefix + "allreduce_box", box.str());
+}
+
+void fig_allreduce(Script& sc, const std::vector<const RunData*>& runs, const std::string& prefix) {
+  double lo = INFINITY, hi = -INFINITY;
+  std::size_t most = 0;
+  for (const RunData* r : runs) {
+    for (const OuterStepStats& st : r->summary.steps) {
+      lo = std::min(lo, st.allreduce_s);
+      hi = std::max(hi, st.allreduce_s);
+    }
+    most = std::max(most, r->summary.steps.size());
+  }
+  if (most == 0) return;
+  allreduce_histogram(sc, runs, prefix, lo, hi, most);
+  allreduce_box(sc, runs, prefix);
 }
 
 // The two forms of compute utilization, as legends name them, and their legend colour (a grey
