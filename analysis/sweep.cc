@@ -284,7 +284,7 @@ void plot_val_curves(const SweepResult& result, const fs::path& dir, std::ostrea
     tokens << (i ? ", " : "plot ") << f << " using 2:3" << style;
   }
   if (target) {
-    char t[64];
+    char t[96];  // two %g of up to 13 characters each
     std::snprintf(t, sizeof t, ", %g with lines dt 2 lc rgb '#808080' title 'target %g'", *target,
                   *target);
     time << t;
@@ -301,6 +301,56 @@ void plot_val_curves(const SweepResult& result, const fs::path& dir, std::ostrea
             options.height_px, drawn, 2);
 }
 
+// One series per combination of the other axes' values (in grid order, so that the legend
+// lists them as they were given), each point at axis `a`'s value (its index when not numeric).
+using SweepSeries =
+    std::vector<std::pair<std::string, std::vector<std::pair<double, const Summary*>>>>;
+SweepSeries axis_series(const SweepResult& result, std::size_t a, bool numeric) {
+  const SweepAxis& axis = result.axes[a];
+  SweepSeries lines;
+  for (const SweepPointResult& p : result.points) {
+    if (!p.summary) continue;
+    std::string line;
+    for (std::size_t b = 0; b < p.point.settings.size(); ++b)
+      if (b != a)
+        line += (line.empty() ? "" : " ") + p.point.settings[b].first + "=" +
+                p.point.settings[b].second;
+    const std::string& v = p.point.settings[a].second;
+    const double x =
+        numeric ? std::strtod(v.c_str(), nullptr)
+                : static_cast<double>(std::find(axis.values.begin(), axis.values.end(), v) -
+                                      axis.values.begin());
+    auto it = std::find_if(lines.begin(), lines.end(), [&](auto& l) { return l.first == line; });
+    if (it == lines.end()) it = lines.insert(lines.end(), {line, {}});
+    it->second.push_back({x, &*p.summary});
+  }
+  return lines;
+}
+
+// The x axis of an axis' figures: its values as tics (a log scale for a numeric axis spanning a
+// decade or more), or its categories.
+std::string axis_xtics(const SweepAxis& axis, bool numeric) {
+  std::ostringstream body;
+  if (numeric) {
+    body << "set xtics (";
+    for (std::size_t i = 0; i < axis.values.size(); ++i)
+      body << (i ? ", " : "") << gp_quote(axis.values[i]) << " " << axis.values[i];
+    body << ")\nset offsets graph 0.05, graph 0.05, 0, 0\n";
+    double lo = INFINITY, hi = 0;
+    for (const std::string& v : axis.values) {
+      lo = std::min(lo, std::strtod(v.c_str(), nullptr));
+      hi = std::max(hi, std::strtod(v.c_str(), nullptr));
+    }
+    if (lo > 0 && hi >= 10 * lo) body << "set logscale x\n";  // e.g. H = 50, 100, 500
+  } else {
+    body << "set xtics (";
+    for (std::size_t i = 0; i < axis.values.size(); ++i)
+      body << (i ? ", " : "") << gp_quote(axis.values[i]) << " " << i;
+    body << ")\nset xrange [-0.5:" << axis.values.size() - 0.5 << "]\n";
+  }
+  return body.str();
+}
+
 }  // namespace
 
 void plot_sweep(const SweepResult& result, const std::string& out_dir, const PlotOptions& options,
@@ -313,25 +363,7 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
     const SweepAxis& axis = result.axes[a];
     if (axis.values.size() < 2) continue;
     const bool numeric = all_numeric(axis.values);
-    // Lines: the other axes' values; x: this axis' value (its index when not numeric).
-    // In grid order, so that the legend lists the other axes' values as they were given.
-    std::vector<std::pair<std::string, std::vector<std::pair<double, const Summary*>>>> lines;
-    for (const SweepPointResult& p : result.points) {
-      if (!p.summary) continue;
-      std::string line;
-      for (std::size_t b = 0; b < p.point.settings.size(); ++b)
-        if (b != a)
-          line += (line.empty() ? "" : " ") + p.point.settings[b].first + "=" +
-                  p.point.settings[b].second;
-      const std::string& v = p.point.settings[a].second;
-      const double x =
-          numeric ? std::strtod(v.c_str(), nullptr)
-                  : static_cast<double>(std::find(axis.values.begin(), axis.values.end(), v) -
-                                        axis.values.begin());
-      auto it = std::find_if(lines.begin(), lines.end(), [&](auto& l) { return l.first == line; });
-      if (it == lines.end()) it = lines.insert(lines.end(), {line, {}});
-      it->second.push_back({x, &*p.summary});
-    }
+    SweepSeries lines = axis_series(result, a, numeric);
     if (lines.empty()) continue;
     std::string safe = axis.key;
     for (char& c : safe)
@@ -376,23 +408,7 @@ void plot_sweep(const SweepResult& result, const std::string& out_dir, const Plo
     body << "set grid\n"
          << kKeyOutside << "\n"
          << "set xlabel " << gp_quote(axis.key) << "\n";
-    if (numeric) {
-      body << "set xtics (";
-      for (std::size_t i = 0; i < axis.values.size(); ++i)
-        body << (i ? ", " : "") << gp_quote(axis.values[i]) << " " << axis.values[i];
-      body << ")\nset offsets graph 0.05, graph 0.05, 0, 0\n";
-      double lo = INFINITY, hi = 0;
-      for (const std::string& v : axis.values) {
-        lo = std::min(lo, std::strtod(v.c_str(), nullptr));
-        hi = std::max(hi, std::strtod(v.c_str(), nullptr));
-      }
-      if (lo > 0 && hi >= 10 * lo) body << "set logscale x\n";  // e.g. H = 50, 100, 500
-    } else {
-      body << "set xtics (";
-      for (std::size_t i = 0; i < axis.values.size(); ++i)
-        body << (i ? ", " : "") << gp_quote(axis.values[i]) << " " << i;
-      body << ")\nset xrange [-0.5:" << axis.values.size() - 0.5 << "]\n";
-    }
+    body << axis_xtics(axis, numeric);
     body << "set title " << gp_quote("Compute utilization vs " + axis.key)
          << "\nset ylabel 'utilization [%]'\nset yrange [0:105]\n"
          << util.str() << "\n"
