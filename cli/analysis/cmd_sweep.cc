@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "analysis/sweep.h"
@@ -41,10 +42,11 @@ constexpr const char* kUsage =
     "  example: meridian sweep scenarios/intellect1-global.yaml --set diloco.H=50,100,500 \\\n"
     "             --set diloco.codec=fp32,int8 --out results/sweep-H-codec\n";
 
-int run_sweep_command(const std::vector<std::string>& args) {
-  analysis::SweepOptions options;
-  std::vector<analysis::SweepAxis> axes;
-  bool force = false;
+// Parses the command line into `options`, `axes` and `force`; an exit status when the command
+// ends here (--help).
+std::optional<int> parse_sweep_args(const std::vector<std::string>& args,
+                                    analysis::SweepOptions& options,
+                                    std::vector<analysis::SweepAxis>& axes, bool& force) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
@@ -98,6 +100,15 @@ int run_sweep_command(const std::vector<std::string>& args) {
         "reconfigure with -DMERIDIAN_WITH_SIMGRID=ON");
   if (axes.empty())
     throw ConfigError(std::string("nothing to sweep: give --set KEY=V1,V2\n") + kUsage);
+
+  return std::nullopt;
+}
+
+int run_sweep_command(const std::vector<std::string>& args) {
+  analysis::SweepOptions options;
+  std::vector<analysis::SweepAxis> axes;
+  bool force = false;
+  if (const std::optional<int> done = parse_sweep_args(args, options, axes, force)) return *done;
 
   // The sweep's folder is claimed once, before any point: its point folders are then its own
   // (each `meridian sim` child is given --force for them).
