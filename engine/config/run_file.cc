@@ -526,6 +526,42 @@ void parse_network(Reader r, NetworkSpec& n) {
   check_network(r, n);
 }
 
+// The diloco keys that constrain one another, each error naming the key to change.
+void check_diloco(Reader& r, const DilocoSpec& d) {
+  // Streaming's schedule needs a part of the H inner steps per fragment, and each fragment's
+  // sync to end within its part; and it is one way of overlapping the sync, overlap another.
+  if (d.fragments > d.H)
+    r.fail(r.key_path("fragments"),
+           "at most diloco.H (" + std::to_string(d.H) + "): one part of the inner steps each");
+  if (d.fragment_delay > d.H / d.fragments)
+    r.fail(r.key_path("fragment_delay"),
+           "at most diloco.H / diloco.fragments (" + std::to_string(d.H / d.fragments) +
+               "): a fragment's sync ends within its part of the inner steps");
+  if (d.codec != "topk")
+    for (const char* key : {"topk_density", "topk_bits", "error_feedback", "sparse_collective"})
+      if (const YAML::Node n = r.get(key); n.IsDefined() && !n.IsNull())
+        r.fail(r.key_path(key), "absent unless diloco.codec is topk (it is " + d.codec + ")", &n);
+  if ((d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0) && d.overlap != "none")
+    r.fail(r.key_path("overlap"),
+           "none when streaming (diloco.fragments, fragment_delay, fragment_alpha are set): "
+           "they are two ways of overlapping the sync");
+  // The engine's mesh evicts a member that missed heartbeats for dead_after_s: it needs at least
+  // one heartbeat in that window (engine/mesh/elastic_mesh.cc), so refuse it here, by key.
+  if (d.dead_after_s <= d.heartbeat_s) {
+    // Blame the one that was given: dead_after_s when it was, else heartbeat_s.
+    const YAML::Node dead = r.get("dead_after_s"), beat = r.get("heartbeat_s");
+    const bool dead_given = dead.IsDefined() && !dead.IsNull();
+    std::ostringstream want;
+    if (dead_given)
+      want << "seconds > diloco.heartbeat_s (" << d.heartbeat_s << ")";
+    else
+      want << "seconds < diloco.dead_after_s (" << d.dead_after_s << ")";
+    want << ": a member is evicted once it missed heartbeats for dead_after_s";
+    r.fail(r.key_path(dead_given ? "dead_after_s" : "heartbeat_s"), want.str(),
+           dead_given ? &dead : &beat);
+  }
+}
+
 void parse_diloco(Reader r, DilocoSpec& d) {
   r.scalar<int>("H", d.H, "a positive integer", positive<int>());
   r.scalar<std::string>("codec", d.codec, "one of " + codec_choices(), [](const std::string& v) {
@@ -597,38 +633,7 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   r.moved("allreduce_timeout_s", "it is diloco.timeout_s");
   r.moved("max_retries", "it is diloco.retries");
   r.finish();
-  // Streaming's schedule needs a part of the H inner steps per fragment, and each fragment's
-  // sync to end within its part; and it is one way of overlapping the sync, overlap another.
-  if (d.fragments > d.H)
-    r.fail(r.key_path("fragments"),
-           "at most diloco.H (" + std::to_string(d.H) + "): one part of the inner steps each");
-  if (d.fragment_delay > d.H / d.fragments)
-    r.fail(r.key_path("fragment_delay"),
-           "at most diloco.H / diloco.fragments (" + std::to_string(d.H / d.fragments) +
-               "): a fragment's sync ends within its part of the inner steps");
-  if (d.codec != "topk")
-    for (const char* key : {"topk_density", "topk_bits", "error_feedback", "sparse_collective"})
-      if (const YAML::Node n = r.get(key); n.IsDefined() && !n.IsNull())
-        r.fail(r.key_path(key), "absent unless diloco.codec is topk (it is " + d.codec + ")", &n);
-  if ((d.fragments > 1 || d.fragment_delay > 0 || d.fragment_alpha != 0) && d.overlap != "none")
-    r.fail(r.key_path("overlap"),
-           "none when streaming (diloco.fragments, fragment_delay, fragment_alpha are set): "
-           "they are two ways of overlapping the sync");
-  // The engine's mesh evicts a member that missed heartbeats for dead_after_s: it needs at least
-  // one heartbeat in that window (engine/mesh/elastic_mesh.cc), so refuse it here, by key.
-  if (d.dead_after_s <= d.heartbeat_s) {
-    // Blame the one that was given: dead_after_s when it was, else heartbeat_s.
-    const YAML::Node dead = r.get("dead_after_s"), beat = r.get("heartbeat_s");
-    const bool dead_given = dead.IsDefined() && !dead.IsNull();
-    std::ostringstream want;
-    if (dead_given)
-      want << "seconds > diloco.heartbeat_s (" << d.heartbeat_s << ")";
-    else
-      want << "seconds < diloco.dead_after_s (" << d.dead_after_s << ")";
-    want << ": a member is evicted once it missed heartbeats for dead_after_s";
-    r.fail(r.key_path(dead_given ? "dead_after_s" : "heartbeat_s"), want.str(),
-           dead_given ? &dead : &beat);
-  }
+  check_diloco(r, d);
 }
 
 // worker: modeled|torch (simulation): who computes the inner steps.
