@@ -49,120 +49,132 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-int run_finetune(const std::vector<std::string>& args) {
+// What `meridian finetune` was asked.
+struct FinetuneArgs {
   std::string config_name, out, corpus_name = "general", init, spectrum_yaml;
   std::string domain_dir = "/usr/share/common-licenses", cache = ".cache/meridian-data";
   int steps = 100, eval_sequences = 32, batch = 0, seq_len = 0;
   std::uint64_t seed = 0;
-  double lr = -1, warmup = -1;
+  double lr = -1, warmup = -1;  // < 0: the model configuration's
   bool force = false;
+};
+
+// Parses the command line into `f`; an exit status when it is a usage error.
+std::optional<int> parse_finetune_args(const std::vector<std::string>& args, FinetuneArgs& f) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--config")
-      config_name = opt::value(args, i);
+      f.config_name = opt::value(args, i);
     else if (a == "--out")
-      out = opt::value(args, i);
+      f.out = opt::value(args, i);
     else if (a == "--corpus")
-      corpus_name = opt::value(args, i);
+      f.corpus_name = opt::value(args, i);
     else if (a == "--init")
-      init = opt::value(args, i);
+      f.init = opt::value(args, i);
     else if (a == "--spectrum")
-      spectrum_yaml = opt::value(args, i);
+      f.spectrum_yaml = opt::value(args, i);
     else if (a == "--steps")
-      steps = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
+      f.steps = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--lr")
-      lr = opt::number(a, opt::value(args, i));
+      f.lr = opt::number(a, opt::value(args, i));
     else if (a == "--warmup")
-      warmup = opt::number(a, opt::value(args, i));
+      f.warmup = opt::number(a, opt::value(args, i));
     else if (a == "--seed")
-      seed = opt::unsigned_integer(a, opt::value(args, i));
+      f.seed = opt::unsigned_integer(a, opt::value(args, i));
     else if (a == "--eval-sequences")
-      eval_sequences = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
+      f.eval_sequences = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--batch")
-      batch = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
+      f.batch = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--seq-len")
-      seq_len = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
+      f.seq_len = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
     else if (a == "--domain-dir")
-      domain_dir = opt::value(args, i);
+      f.domain_dir = opt::value(args, i);
     else if (a == "--cache")
-      cache = opt::value(args, i);
+      f.cache = opt::value(args, i);
     else if (a == "--force")
-      force = true;
+      f.force = true;
     else {
       std::cerr << "meridian finetune: unknown argument " << a << "\n" << kUsage;
       return kExitUsage;
     }
   }
-  if (config_name.empty() || out.empty() || (corpus_name != "general" && corpus_name != "domain")) {
+  if (f.config_name.empty() || f.out.empty() ||
+      (f.corpus_name != "general" && f.corpus_name != "domain")) {
     std::cerr << kUsage;
     return kExitUsage;
   }
-  claim_run_folder(out, force);  // before hours of training, not after
+  return std::nullopt;
+}
+
+int run_finetune(const std::vector<std::string>& args) {
+  FinetuneArgs f;
+  if (const std::optional<int> done = parse_finetune_args(args, f)) return *done;
+  claim_run_folder(f.out, f.force);  // before hours of training, not after
   post::FinetuneOptions o;
-  o.config = trainer::load_named_config(config_name);
-  if (lr >= 0) o.config.train.optim.lr = lr;
-  if (warmup >= 0) o.config.train.optim.warmup_steps = static_cast<std::int64_t>(warmup);
-  if (batch > 0) o.config.train.batch = batch;
-  if (seq_len > 0) {
-    if (seq_len > o.config.model.seq_len)
-      throw ConfigError("--seq-len " + std::to_string(seq_len) + " exceeds the model's " +
+  o.config = trainer::load_named_config(f.config_name);
+  if (f.lr >= 0) o.config.train.optim.lr = f.lr;
+  if (f.warmup >= 0) o.config.train.optim.warmup_steps = static_cast<std::int64_t>(f.warmup);
+  if (f.batch > 0) o.config.train.batch = f.batch;
+  if (f.seq_len > 0) {
+    if (f.seq_len > o.config.model.seq_len)
+      throw ConfigError("--seq-len " + std::to_string(f.seq_len) + " exceeds the model's " +
                         std::to_string(o.config.model.seq_len));
-    o.config.model.seq_len = seq_len;  // shorter sequences only: RoPE tables shrink, weights stay
+    o.config.model.seq_len = f.seq_len;  // shorter sequences only: RoPE tables shrink, weights stay
   }
-  o.steps = steps;
-  o.seed = seed;
+  o.steps = f.steps;
+  o.seed = f.seed;
 
   // The files the arguments name are read before the corpora are tokenized.
-  if (!init.empty()) {
-    std::filesystem::path p = post::resolve_checkpoint(init);
+  if (!f.init.empty()) {
+    std::filesystem::path p = post::resolve_checkpoint(f.init);
     o.init_params = post::read_weights(p, o.config.model);
   }
-  if (!spectrum_yaml.empty()) o.trainable = post::read_trainable(spectrum_yaml);
+  if (!f.spectrum_yaml.empty()) o.trainable = post::read_trainable(f.spectrum_yaml);
 
   trainer::DataOptions data;
   data.vocab = o.config.model.vocab;
-  data.cache_dir = cache;
+  data.cache_dir = f.cache;
   data.on_slow_step = [](const std::string& step) {
     std::cerr << "meridian finetune: " << step << "\n";
   };
   const trainer::TokenizedCorpus general = trainer::prepare_corpus(data);
   const trainer::TokenizedCorpus domain = post::encode_documents(
-      post::read_paragraph_documents(domain_dir), general, cache, /*validation_every=*/10);
+      post::read_paragraph_documents(f.domain_dir), general, f.cache, /*validation_every=*/10);
 
   ProgressLine progress;
   o.on_step = [&](int done, double loss) {
     char text[80];
-    std::snprintf(text, sizeof text, "step %d/%d  loss %.3f", done, steps, loss);
-    progress.update(steps > 0 ? double(done) / steps : -1, text);
+    std::snprintf(text, sizeof text, "step %d/%d  loss %.3f", done, f.steps, loss);
+    progress.update(f.steps > 0 ? double(done) / f.steps : -1, text);
   };
-  const post::FinetuneResult r = post::finetune(o, corpus_name == "general" ? general : domain);
+  const post::FinetuneResult r = post::finetune(o, f.corpus_name == "general" ? general : domain);
   progress.finish();
-  const double val_general = post::evaluate(o.config, r.params, general, eval_sequences);
-  const double val_domain = post::evaluate(o.config, r.params, domain, eval_sequences);
+  const double val_general = post::evaluate(o.config, r.params, general, f.eval_sequences);
+  const double val_domain = post::evaluate(o.config, r.params, domain, f.eval_sequences);
   rusage ru{};
   ::getrusage(RUSAGE_SELF, &ru);
 
-  std::filesystem::create_directories(out);
-  post::write_weights(std::filesystem::path(out) / "model.safetensors", o.config.model, r.params);
+  std::filesystem::create_directories(f.out);
+  post::write_weights(std::filesystem::path(f.out) / "model.safetensors", o.config.model, r.params);
   std::vector<double> steady(r.step_s.begin() + std::min<std::size_t>(r.step_s.size(), 3),
                              r.step_s.end());
   nlohmann::json j = {
       {"command", "meridian finetune"},
       {"config", o.config.model.name},
-      {"corpus", corpus_name},
-      {"init", init},
-      {"spectrum", spectrum_yaml},
-      {"steps", steps},
+      {"corpus", f.corpus_name},
+      {"init", f.init},
+      {"spectrum", f.spectrum_yaml},
+      {"steps", f.steps},
       {"lr", o.config.train.optim.lr},
       {"warmup_steps", o.config.train.optim.warmup_steps},
       {"batch", o.config.train.batch},
       {"seq_len", o.config.model.seq_len},
-      {"seed", seed},
+      {"seed", f.seed},
       {"general_corpus",
        {{"train_tokens", general.train->size()},
         {"validation_tokens", general.validation->size()}}},
       {"domain_corpus",
-       {{"dir", domain_dir},
+       {{"dir", f.domain_dir},
         {"train_tokens", domain.train->size()},
         {"validation_tokens", domain.validation->size()}}},
       {"params_total", r.params_total},
@@ -176,8 +188,8 @@ int run_finetune(const std::vector<std::string>& args) {
       {"val_loss_general", val_general},
       {"val_loss_domain", val_domain},
   };
-  std::ofstream(std::filesystem::path(out) / "result.json") << j.dump(1) << "\n";
-  std::cout << "finetune " << o.config.model.name << " on " << corpus_name << ": " << steps
+  std::ofstream(std::filesystem::path(f.out) / "result.json") << j.dump(1) << "\n";
+  std::cout << "finetune " << o.config.model.name << " on " << f.corpus_name << ": " << f.steps
             << " steps, trainable " << r.params_trainable << "/" << r.params_total << ", step "
             << median(steady) << " s, final train loss "
             << (r.train_loss.empty() ? 0.0 : r.train_loss.back()) << ", val general " << val_general
