@@ -40,78 +40,83 @@ constexpr const char* kUsage =
     "  --join STEP              a new node joins after outer step STEP and takes the data\n"
     "                           shard of the most recently failed node (repeatable)\n";
 
+// Reads the command line into `e` and the output paths. Every value is checked here, before
+// the model or the corpus is touched; a ConfigError names the option and what it expects.
+void parse_train_diloco_args(const std::vector<std::string>& argv, trainer::EmulationOptions& e,
+                             std::string& csv_path, std::string& events_path) {
+  auto& o = e.worker;
+  auto& d = e.diloco;
+  int& nodes = e.nodes;
+  std::map<std::string, std::string> kv;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    if (argv[i].rfind("--", 0) != 0 || i + 1 >= argv.size())
+      throw ConfigError("expected --option VALUE pairs, got '" + argv[i] + "'");
+    const std::string k = argv[i].substr(2), v = argv[++i];
+    if (k == "fail") {
+      const auto at = v.find('@');
+      if (at == std::string::npos) throw ConfigError("--fail: expected NODE@STEP, got '" + v + "'");
+      e.fail_after.emplace(opt::integer_in("--fail STEP", v.substr(at + 1), 0, kMaxCount),
+                           opt::integer_in("--fail NODE", v.substr(0, at), 1, kMaxCount));
+    } else if (k == "join") {
+      e.join_after.push_back(opt::integer_in("--join", v, 0, kMaxCount));
+    } else {
+      kv[k] = v;
+    }
+  }
+  auto take = [&](const std::string& k, const std::string& def) {
+    auto it = kv.find(k);
+    std::string v = it == kv.end() ? def : it->second;
+    if (it != kv.end()) kv.erase(it);
+    return v;
+  };
+  const auto count = [&](const std::string& k, std::uint64_t lo) -> std::optional<std::int64_t> {
+    const auto it = kv.find(k);
+    if (it == kv.end()) return std::nullopt;
+    const auto v = static_cast<std::int64_t>(opt::integer_in("--" + k, it->second, lo, kMaxCount));
+    kv.erase(it);
+    return v;
+  };
+  const std::string model = take("model", "small");
+  const auto batch = count("batch", 1), seq_len = count("seq-len", 1);
+  const auto warmup = count("warmup", 0);
+  const std::string lr = take("lr", "");
+  const double lr_value = lr.empty() ? 0.0 : opt::number("--lr", lr);
+  o.seed = opt::unsigned_integer("--seed", take("seed", "0"));
+  o.validation_sequences = static_cast<int>(count("val-sequences", 1).value_or(32));
+  o.data.cache_dir = take("cache", ".cache/meridian-trainer");
+  nodes = static_cast<int>(count("nodes", 1).value_or(4));
+  d.inner_steps = static_cast<int>(count("inner-steps", 1).value_or(50));
+  d.outer_steps = count("outer-steps", 1).value_or(4);
+  d.codec = parse_codec(take("codec", "fp32"));
+  if (d.codec == CodecId::kTopk) d.error_feedback = kDefaultErrorFeedback;
+  csv_path = take("csv", "");
+  events_path = take("events", "");
+  if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
+  if (!events_path.empty()) opt::check_writable("--events", events_path);
+  if (!kv.empty()) throw ConfigError("unknown option --" + kv.begin()->first);
+  trainer::validate_emulation(e);  // the churn schedule, before the model or the corpus
+  o.data.on_slow_step = [](const std::string& step) {
+    std::cerr << "meridian train-diloco: " << step << "\n";
+  };
+
+  o.config = trainer::load_named_config(model);
+  auto& t = o.config.train;
+  if (batch) t.batch = static_cast<int>(*batch);
+  if (seq_len) o.config.model.seq_len = static_cast<int>(*seq_len);
+  trainer::validate(o.config.model, "--seq-len");
+  if (!lr.empty()) t.optim.lr = lr_value;
+  if (warmup) t.optim.warmup_steps = *warmup;
+}
+
 int run_train_diloco(const std::vector<std::string>& argv) {
   trainer::EmulationOptions e;
   auto& o = e.worker;
   auto& d = e.diloco;
-  int& nodes = e.nodes;
   std::string csv_path, events_path;
   try {
-    std::map<std::string, std::string> kv;
-    for (std::size_t i = 0; i < argv.size(); ++i) {
-      if (argv[i].rfind("--", 0) != 0 || i + 1 >= argv.size())
-        throw ConfigError("expected --option VALUE pairs, got '" + argv[i] + "'");
-      const std::string k = argv[i].substr(2), v = argv[++i];
-      if (k == "fail") {
-        const auto at = v.find('@');
-        if (at == std::string::npos)
-          throw ConfigError("--fail: expected NODE@STEP, got '" + v + "'");
-        e.fail_after.emplace(opt::integer_in("--fail STEP", v.substr(at + 1), 0, kMaxCount),
-                             opt::integer_in("--fail NODE", v.substr(0, at), 1, kMaxCount));
-      } else if (k == "join") {
-        e.join_after.push_back(opt::integer_in("--join", v, 0, kMaxCount));
-      } else {
-        kv[k] = v;
-      }
-    }
-    auto take = [&](const std::string& k, const std::string& def) {
-      auto it = kv.find(k);
-      std::string v = it == kv.end() ? def : it->second;
-      if (it != kv.end()) kv.erase(it);
-      return v;
-    };
-    // Every value is checked here, before the model or the corpus is touched; an error names
-    // the option and what it expects.
-    const auto count = [&](const std::string& k, std::uint64_t lo) -> std::optional<std::int64_t> {
-      const auto it = kv.find(k);
-      if (it == kv.end()) return std::nullopt;
-      const auto v =
-          static_cast<std::int64_t>(opt::integer_in("--" + k, it->second, lo, kMaxCount));
-      kv.erase(it);
-      return v;
-    };
-    const std::string model = take("model", "small");
-    const auto batch = count("batch", 1), seq_len = count("seq-len", 1);
-    const auto warmup = count("warmup", 0);
-    const std::string lr = take("lr", "");
-    const double lr_value = lr.empty() ? 0.0 : opt::number("--lr", lr);
-    o.seed = opt::unsigned_integer("--seed", take("seed", "0"));
-    o.validation_sequences = static_cast<int>(count("val-sequences", 1).value_or(32));
-    o.data.cache_dir = take("cache", ".cache/meridian-trainer");
-    nodes = static_cast<int>(count("nodes", 1).value_or(4));
-    d.inner_steps = static_cast<int>(count("inner-steps", 1).value_or(50));
-    d.outer_steps = count("outer-steps", 1).value_or(4);
-    d.codec = parse_codec(take("codec", "fp32"));
-    if (d.codec == CodecId::kTopk) d.error_feedback = kDefaultErrorFeedback;
-    csv_path = take("csv", "");
-    events_path = take("events", "");
-    if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
-    if (!events_path.empty()) opt::check_writable("--events", events_path);
-    if (!kv.empty()) throw ConfigError("unknown option --" + kv.begin()->first);
-    trainer::validate_emulation(e);  // the churn schedule, before the model or the corpus
-    o.data.on_slow_step = [](const std::string& step) {
-      std::cerr << "meridian train-diloco: " << step << "\n";
-    };
-
-    o.config = trainer::load_named_config(model);
-    auto& t = o.config.train;
-    if (batch) t.batch = static_cast<int>(*batch);
-    if (seq_len) o.config.model.seq_len = static_cast<int>(*seq_len);
-    trainer::validate(o.config.model, "--seq-len");
-    if (!lr.empty()) t.optim.lr = lr_value;
-    if (warmup) t.optim.warmup_steps = *warmup;
-  } catch (const ConfigError& e) {
-    std::cerr << "meridian train-diloco: " << e.what() << "\n" << kUsage;
+    parse_train_diloco_args(argv, e, csv_path, events_path);
+  } catch (const ConfigError& err) {
+    std::cerr << "meridian train-diloco: " << err.what() << "\n" << kUsage;
     return kExitUsage;
   }
   // Nodes share one core here: bounds are generous, a failed node is cut off explicitly.
