@@ -93,6 +93,46 @@ Args parse(const std::vector<std::string>& argv) {
   return a;
 }
 
+// The standalone run's worker, step count, evaluation interval and CSV path from its options;
+// a ConfigError names the option that is wrong.
+trainer::TorchWorkerOptions worker_options(const Args& a, int& steps, int& eval_every,
+                                           std::string& csv_path) {
+  trainer::TorchWorkerOptions o;
+  o.config = trainer::load_named_config(a.str("model", "small"));
+  auto& t = o.config.train;
+  t.batch = static_cast<int>(a.num("batch", t.batch));
+  o.config.model.seq_len = static_cast<int>(a.num("seq-len", o.config.model.seq_len));
+  trainer::validate(o.config.model, "--seq-len");
+  t.optim.lr = a.num("lr", t.optim.lr);
+  t.optim.warmup_steps = static_cast<std::int64_t>(a.num("warmup", t.optim.warmup_steps));
+  t.optim.decay_start_step =
+      static_cast<std::int64_t>(a.num("decay-start", t.optim.decay_start_step));
+  t.optim.total_steps = static_cast<std::int64_t>(a.num("total-steps", t.optim.total_steps));
+  t.optim.z_loss_weight = a.num("z-loss", t.optim.z_loss_weight);
+  if (a.has("bf16")) t.bf16_autocast = trainer::Bf16Autocast::kOn;
+  o.seed = static_cast<std::uint64_t>(a.num("seed", 0));
+  o.validation_sequences = static_cast<int>(a.num("val-sequences", 32));
+  o.data.cache_dir = a.str("cache", ".cache/meridian-trainer");
+  if (a.has("corpus-files")) {
+    std::stringstream ss(a.kv.at("corpus-files"));
+    for (std::string f; std::getline(ss, f, ',');) o.data.files.push_back(f);
+  }
+  if (a.has("shard")) {
+    const auto s = a.kv.at("shard");
+    const auto slash = s.find('/');
+    if (slash == std::string::npos) throw ConfigError("--shard: expected R/W, got '" + s + "'");
+    o.world = static_cast<int>(opt::integer_in("--shard W", s.substr(slash + 1), 1, 1 << 20));
+    o.rank = static_cast<int>(opt::integer_in("--shard R", s.substr(0, slash), 0, o.world - 1));
+  }
+  steps = static_cast<int>(a.num("steps", 100));
+  eval_every = static_cast<int>(a.num("eval-every", 25));
+  if (steps < 0 || eval_every <= 0 || t.batch <= 0)
+    throw ConfigError("--steps must be >= 0, --eval-every and --batch > 0");
+  csv_path = a.str("csv", "");
+  if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
+  return o;
+}
+
 int run_train(const std::vector<std::string>& argv) {
   // `meridian train RUN.yaml ...`: one node of a real run (cli/train/, built with Gloo).
   if (!argv.empty() && argv[0].rfind("--", 0) != 0) {
@@ -110,38 +150,7 @@ int run_train(const std::vector<std::string>& argv) {
   Args a;
   try {
     a = parse(argv);
-    o.config = trainer::load_named_config(a.str("model", "small"));
-    auto& t = o.config.train;
-    t.batch = static_cast<int>(a.num("batch", t.batch));
-    o.config.model.seq_len = static_cast<int>(a.num("seq-len", o.config.model.seq_len));
-    trainer::validate(o.config.model, "--seq-len");
-    t.optim.lr = a.num("lr", t.optim.lr);
-    t.optim.warmup_steps = static_cast<std::int64_t>(a.num("warmup", t.optim.warmup_steps));
-    t.optim.decay_start_step =
-        static_cast<std::int64_t>(a.num("decay-start", t.optim.decay_start_step));
-    t.optim.total_steps = static_cast<std::int64_t>(a.num("total-steps", t.optim.total_steps));
-    t.optim.z_loss_weight = a.num("z-loss", t.optim.z_loss_weight);
-    if (a.has("bf16")) t.bf16_autocast = trainer::Bf16Autocast::kOn;
-    o.seed = static_cast<std::uint64_t>(a.num("seed", 0));
-    o.validation_sequences = static_cast<int>(a.num("val-sequences", 32));
-    o.data.cache_dir = a.str("cache", ".cache/meridian-trainer");
-    if (a.has("corpus-files")) {
-      std::stringstream ss(a.kv.at("corpus-files"));
-      for (std::string f; std::getline(ss, f, ',');) o.data.files.push_back(f);
-    }
-    if (a.has("shard")) {
-      const auto s = a.kv.at("shard");
-      const auto slash = s.find('/');
-      if (slash == std::string::npos) throw ConfigError("--shard: expected R/W, got '" + s + "'");
-      o.world = static_cast<int>(opt::integer_in("--shard W", s.substr(slash + 1), 1, 1 << 20));
-      o.rank = static_cast<int>(opt::integer_in("--shard R", s.substr(0, slash), 0, o.world - 1));
-    }
-    steps = static_cast<int>(a.num("steps", 100));
-    eval_every = static_cast<int>(a.num("eval-every", 25));
-    if (steps < 0 || eval_every <= 0 || t.batch <= 0)
-      throw ConfigError("--steps must be >= 0, --eval-every and --batch > 0");
-    csv_path = a.str("csv", "");
-    if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
+    o = worker_options(a, steps, eval_every, csv_path);
   } catch (const ConfigError& e) {
     std::cerr << "meridian train: " << e.what() << "\n" << kUsage;
     return kExitUsage;
