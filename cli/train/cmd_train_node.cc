@@ -654,25 +654,37 @@ std::unique_ptr<trainer::CheckpointWriter> checkpoint_writer(const NodeArgs& a,
       fault);
 }
 
-int run_node(NodeArgs a, const std::vector<std::string>& argv) {
+// The node's run configuration: the run file with its overrides, placed by Slurm where it runs
+// under it, the command line's transport; its notes on stderr.
+trainer::RunConfig node_run_config(NodeArgs& a) {
   trainer::RunConfig c = trainer::load_run_config(a.run_yaml, a.overrides);
   place_with_slurm(a, c);
   for (const std::string& note : c.file.notes_for(config::Mode::kReal))
     std::cerr << "node " << a.node_id << ": " << note << std::endl;
   if (!a.transport.empty()) c.transport.kind = a.transport;
-  const trainer::CheckpointOptions& ck = c.checkpoint;
-  if ((a.resume || a.exit_in_checkpoint_write > 0) && !ck.enabled())
+  if ((a.resume || a.exit_in_checkpoint_write > 0) && !c.checkpoint.enabled())
     throw ConfigError(std::string(a.resume ? "--resume" : "--fault-exit-in-checkpoint-write") +
                       ": " + a.run_yaml + " has no `checkpoint:` section");
-  StoreIdentity identity{read_secret_file(a.secret_file), kVersion, trainer::run_config_hash(c)};
+  return c;
+}
 
-  // Stop signals become a graceful leave; blocked before any thread starts.
+// Stop signals become a graceful leave: blocked here, before any thread starts, and waited for
+// by the node's watcher (SIGUSR1 wakes it at the end).
+sigset_t block_stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGUSR1);  // wakes the watcher at the end
+  sigaddset(&signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
+
+int run_node(NodeArgs a, const std::vector<std::string>& argv) {
+  trainer::RunConfig c = node_run_config(a);
+  const trainer::CheckpointOptions& ck = c.checkpoint;
+  StoreIdentity identity{read_secret_file(a.secret_file), kVersion, trainer::run_config_hash(c)};
+  sigset_t signals = block_stop_signals();
 
   compose::RealNode real(c, real_node_args(a, identity));
   if (real.server()) {
