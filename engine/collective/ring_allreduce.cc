@@ -281,6 +281,11 @@ class RingPass {
   // owner's re-decode at all-gather step 0 changes a share summed in the reduce-scatter.
   static bool first_change(const Where& w) { return w.phase == kReduceScatter || w.step == 0; }
 
+  // Whether transfer `w`'s receive is summed by decode_add_crc_forward (split messages, the
+  // reduce-scatter), which checksums the sums for the message that forwards them and counts
+  // their non-finite values.
+  bool forwards_sums(const Where& w) const { return split_ && w.phase == kReduceScatter; }
+
   Range piece_range(int share, std::size_t piece) const {
     const Range s = split(count_, world_, share);
     const Range p = split(s.count, pieces_, piece);
@@ -413,10 +418,9 @@ class RingPass {
     consume_message(t);
     if (phantom_) return;
     const Where w = locate(t);
-    const std::uint64_t bad = counted_
+    const std::uint64_t bad = forwards_sums(w)
                                   ? counted_non_finite_
                                   : count_non_finite(values(piece_range(w.recv_share, w.piece)));
-    counted_ = false;
     if (bad > 0)
       throw NonFiniteError("ring all-reduce: the chunk from rank " +
                                std::to_string(mod(rank_ - 1, world_)) + " holds " +
@@ -458,7 +462,7 @@ class RingPass {
       const auto payload = message.subspan(kChunkHeaderBytes);
       if (!backup.empty()) saved_[t] = 1;
       std::uint32_t crc;
-      if (split_ && w.phase == kReduceScatter) {
+      if (forwards_sums(w)) {
         // Transfer t + P forwards these sums (the next step's send of this share, or the
         // all-gather's first) with them as its payload: checksum them for it, and count what is
         // not finite, while each block is still in cache (results/bench/gloo.md).
@@ -469,7 +473,7 @@ class RingPass {
         f.crc = f.seed;
         crc = codec_.decode_add_crc_forward(payload, values(r), backup, header, f.crc,
                                             counted_non_finite_);
-        f.ready = counted_ = true;
+        f.ready = true;
       } else {
         crc = w.phase == kReduceScatter ? codec_.decode_add_crc(payload, values(r), backup, header)
                                         : codec_.decode_crc(payload, values(r), backup, header);
@@ -498,9 +502,9 @@ class RingPass {
     bool ready = false;
   };
   std::vector<Forward> forward_;
-  // The non-finite count of the transfer being consumed, when its decode counted it.
+  // The non-finite count of the transfer being consumed, when its decode counted it
+  // (forwards_sums).
   std::uint64_t counted_non_finite_ = 0;
-  bool counted_ = false;
   std::size_t pieces_ = 0;      // P: pieces per share
   std::size_t transfers_ = 0;   // 2 (world - 1) P
   std::size_t slot_bytes_ = 0;  // largest message
