@@ -19,6 +19,16 @@ struct StateSection {
   std::uint64_t count = 0;   // number of fp32 values (== values.size() when values is not empty)
 };
 
+// Positions [begin, end) in the run's data order: the sequence of samples a run trains, epoch
+// after epoch (a worker maps a position to a sample: trainer/data.h, DataOrder). Which positions
+// a node trains is the engine's plan (engine/diloco/data_plan.h), not the node's.
+struct SampleRange {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+  std::int64_t size() const { return end - begin; }
+  bool operator==(const SampleRange&) const = default;
+};
+
 struct InnerStepsResult {
   std::int64_t steps = 0;    // inner steps completed
   std::int64_t tokens = 0;   // tokens consumed by this node
@@ -33,8 +43,16 @@ class InnerWorker {
  public:
   virtual ~InnerWorker() = default;
 
-  // Runs `steps` inner optimizer steps on the local data shard.
+  // Runs `steps` inner optimizer steps on the samples assigned (assign_samples), or on the
+  // worker's own data when it reads none the engine plans.
   virtual InnerStepsResult run_inner_steps(int steps) = 0;
+
+  // Elastic data (engine/diloco/README.md, "Elastic data"): the samples one inner step reads,
+  // or 0 for a worker that reads no data the engine plans (a timing-only worker).
+  virtual std::int64_t samples_per_step() const { return 0; }
+  // The positions the next outer step's inner steps read, in order: samples_per_step() * H of
+  // them, given before those inner steps start (never while they run).
+  virtual void assign_samples(std::vector<SampleRange> ranges) { (void)ranges; }
 
   // Number of fp32 parameters (the pseudo-gradient's length).
   virtual std::uint64_t parameter_count() const = 0;
@@ -66,6 +84,10 @@ class ForwardingWorker : public InnerWorker {
   explicit ForwardingWorker(InnerWorker& inner) : inner_(inner) {}
 
   InnerStepsResult run_inner_steps(int steps) override { return inner_.run_inner_steps(steps); }
+  std::int64_t samples_per_step() const override { return inner_.samples_per_step(); }
+  void assign_samples(std::vector<SampleRange> ranges) override {
+    inner_.assign_samples(std::move(ranges));
+  }
   std::uint64_t parameter_count() const override { return inner_.parameter_count(); }
   std::span<float> parameters() override { return inner_.parameters(); }
   void parameters_updated() override { inner_.parameters_updated(); }

@@ -10,7 +10,7 @@ set(meridian_core_sources
   codec/fp4_codec.cc codec/fp4_codec.h codec/int8_minmax_codec.cc codec/int8_minmax_codec.h
   codec/int8_prime_codec.cc codec/int8_prime_codec.h codec/topk_codec.cc codec/topk_codec.h
   collective/ring_allreduce.cc collective/ring_allreduce.h
-  diloco/buckets.cc diloco/buckets.h diloco/diloco.cc diloco/diloco.h
+  diloco/buckets.cc diloco/buckets.h diloco/data_plan.cc diloco/data_plan.h diloco/diloco.cc diloco/diloco.h
   diloco/outer_optimizer.cc diloco/outer_optimizer.h
   events/config_record.cc events/config_record.h events/event_sink.cc events/event_sink.h events/json.cc events/json.h
   mesh/elastic_mesh.cc mesh/elastic_mesh.h mesh/ring_order.cc mesh/ring_order.h

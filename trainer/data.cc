@@ -331,6 +331,43 @@ void ShardReader::next_batch(int batch, std::vector<std::int64_t>& out) {
   }
 }
 
+DataOrder::DataOrder(std::shared_ptr<const std::vector<std::int32_t>> tokens, int seq_len,
+                     std::uint64_t seed)
+    : tokens_(std::move(tokens)), seq_len_(seq_len), seed_(seed) {
+  MERIDIAN_CHECK(tokens_ != nullptr);
+  if (seq_len <= 0) throw ConfigError("data: seq_len must be positive");
+  const std::int64_t n = static_cast<std::int64_t>(tokens_->size());
+  sequences_ = n > seq_len ? (n - 1) / seq_len : 0;
+  if (sequences_ == 0)
+    throw ConfigError("data: the stream (" + std::to_string(n) +
+                      " tokens) has no sequence of length " + std::to_string(seq_len));
+}
+
+const std::vector<std::int64_t>& DataOrder::permutation(std::int64_t epoch) {
+  for (int i = 0; i < 2; ++i)
+    if (epochs_[i] == epoch) return perms_[i];
+  const int slot = epochs_[0] < epochs_[1] ? 0 : 1;  // the older one goes
+  std::vector<std::int64_t>& p = perms_[slot];
+  p.resize(static_cast<std::size_t>(sequences_));
+  for (std::int64_t j = 0; j < sequences_; ++j) p[static_cast<std::size_t>(j)] = j;
+  // Its own stream, apart from ShardReader's: a different constant in the state.
+  std::uint64_t state = seed_ ^ (0x9E6C63D0676A9A99ull * static_cast<std::uint64_t>(epoch + 1));
+  for (std::size_t i = p.size(); i > 1; --i) std::swap(p[i - 1], p[splitmix64(state) % i]);
+  epochs_[slot] = epoch;
+  return p;
+}
+
+std::int64_t DataOrder::sequence_at(std::int64_t position) {
+  MERIDIAN_CHECK_GE(position, 0);
+  return permutation(position / sequences_)[static_cast<std::size_t>(position % sequences_)];
+}
+
+void DataOrder::append_sequence(std::int64_t j, std::vector<std::int64_t>& out) const {
+  MERIDIAN_CHECK(j >= 0 && j < sequences_);
+  const auto start = tokens_->begin() + j * seq_len_;
+  out.insert(out.end(), start, start + seq_len_ + 1);
+}
+
 std::vector<std::int64_t> validation_sequences(const std::vector<std::int32_t>& tokens,
                                                int seq_len, int count, bool spread) {
   const std::int64_t available =

@@ -94,6 +94,33 @@ class ShardReader {
   DataPosition pos_;
 };
 
+// The run's data order (elastic data, engine/diloco/data_plan.h): every packed sequence of the
+// stream once per epoch, in a permutation drawn from (seed, epoch); position g is sequence
+// perm_{g / S}[g mod S] of the S sequences. The same on every node: which positions a node reads
+// is the engine's plan, so a node id never decides what it trains.
+class DataOrder {
+ public:
+  DataOrder(std::shared_ptr<const std::vector<std::int32_t>> tokens, int seq_len,
+            std::uint64_t seed);
+  std::int64_t sequences() const { return sequences_; }  // S, per epoch
+  // The sequence number at position g (>= 0).
+  std::int64_t sequence_at(std::int64_t position);
+  // Appends the seq_len + 1 token ids of sequence `j` to `out`.
+  void append_sequence(std::int64_t j, std::vector<std::int64_t>& out) const;
+
+ private:
+  const std::vector<std::int64_t>& permutation(std::int64_t epoch);
+
+  std::shared_ptr<const std::vector<std::int32_t>> tokens_;
+  int seq_len_;
+  std::uint64_t seed_;
+  std::int64_t sequences_ = 0;
+  // The two most recent epochs' permutations: owed positions of an earlier epoch are read
+  // beside the current one's (an older epoch is drawn again when asked for).
+  std::int64_t epochs_[2] = {-1, -1};
+  std::vector<std::int64_t> perms_[2];
+};
+
 // `count` sequences of `tokens` as count * (seq_len + 1) ids: the fixed validation set every
 // node evaluates identically. The first `count` in order, or with `spread` evenly spaced over
 // the whole split (a large corpus's first sequences would all come from one document).

@@ -100,12 +100,13 @@ NodeState snapshot_node_state(const OuterStepView& view, InnerWorker& worker) {
   MERIDIAN_CHECK_EQ(s.exp_avg.size(), s.params.size());
   MERIDIAN_CHECK_EQ(s.exp_avg_sq.size(), s.params.size());
   s.worker_progress = worker.progress();
-  s.outer_json = nlohmann::json{{"steps_done", s.steps_done},
-                                {"epoch", view.epoch},
-                                {"members", view.members},
-                                {"node", view.node},
-                                {"fallback", view.fallback}}
-                     .dump();
+  nlohmann::json outer = {{"steps_done", s.steps_done},
+                          {"epoch", view.epoch},
+                          {"members", view.members},
+                          {"node", view.node},
+                          {"fallback", view.fallback}};
+  if (!view.data_ledger.empty()) outer["data_ledger"] = std::string(view.data_ledger);
+  s.outer_json = outer.dump();
   return s;
 }
 
@@ -417,9 +418,20 @@ void load_for_resume(const ResumeCandidate& c, const ModelConfig& model, InnerWo
   worker.restore_progress(progress);
   std::copy(l.params.begin(), l.params.end(), params.begin());
   worker.parameters_updated();
-  options.first_outer_step =
-      nlohmann::json::parse(l.outer_json).at("steps_done").get<std::int64_t>();
+  const auto outer = nlohmann::json::parse(l.outer_json);
+  options.first_outer_step = outer.at("steps_done").get<std::int64_t>();
   MERIDIAN_CHECK_EQ(options.first_outer_step, c.steps_done);  // find_resume_candidates checked
+  // The run's data ledger (the same in every node's checkpoint of a step: any shard's serves).
+  if (const auto it = outer.find("data_ledger"); it != outer.end()) {
+    if (!it->is_string())
+      throw ConfigError("--resume: " + c.path.string() + ": outer.data_ledger is not a string");
+    options.initial_data_ledger = it->get<std::string>();
+    try {
+      DataLedger::decode(options.initial_data_ledger);
+    } catch (const ProtocolError& e) {
+      throw ConfigError("--resume: " + c.path.string() + ": " + e.what());
+    }
+  }
   options.initial_momentum = std::move(l.outer_momentum);
   // An overlapped node's next pseudo-gradient came from its own shard's inner steps: from
   // another shard's checkpoint it would be counted twice (its owner sends it too), so that

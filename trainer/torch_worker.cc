@@ -32,7 +32,8 @@ struct TorchWorker::Impl {
         corpus(std::move(c)),
         model(options.config.model),
         reader(corpus.train, options.config.model.seq_len, options.rank, options.world,
-               options.seed) {
+               options.seed),
+        order(corpus.train, options.config.model.seq_len, options.seed) {
     if (corpus.vocab != options.config.model.vocab)
       throw ConfigError("model " + options.config.model.name + ": vocab " +
                         std::to_string(options.config.model.vocab) +
@@ -61,9 +62,26 @@ struct TorchWorker::Impl {
     return {all.narrow(1, 0, T), all.narrow(1, 1, T)};
   }
 
+  // The next `rows` sequences: the engine's plan (assign_samples) once it gave one, else this
+  // worker's own shard (a worker outside DiLoCo: `meridian train` without a run file).
+  void next_batch(int rows) {
+    if (!planned) {
+      reader.next_batch(rows, batch);
+      return;
+    }
+    batch.clear();
+    for (int b = 0; b < rows; ++b) {
+      if (assigned.empty())
+        throw Error("data: the inner steps read past the samples the engine planned for them");
+      SampleRange& r = assigned.front();
+      order.append_sequence(order.sequence_at(r.begin), batch);
+      if (++r.begin == r.end) assigned.erase(assigned.begin());
+    }
+  }
+
   double train_step() {
     const auto& tc = options.config.train;
-    reader.next_batch(tc.batch, batch);
+    next_batch(tc.batch);
     auto [input, target] = split(batch, tc.batch);
     model.zero_grad();
     at::Tensor logits;
@@ -84,6 +102,9 @@ struct TorchWorker::Impl {
   TokenizedCorpus corpus;
   LlamaModel model;
   ShardReader reader;
+  DataOrder order;
+  bool planned = false;               // assign_samples() was called: read `assigned`
+  std::vector<SampleRange> assigned;  // what is left of the plan, in reading order
   std::unique_ptr<FlatAdamW> optimizer;
   bool bf16 = false;  // train.bf16_autocast resolved for this machine
   std::vector<std::int64_t> batch, validation;
@@ -147,6 +168,13 @@ InnerStepsResult TorchWorker::run_inner_steps(int steps) {
   r.loss = steps > 0 ? loss_sum / steps : std::numeric_limits<double>::quiet_NaN();
   r.compute_s = impl_->options.clock() - t0;
   return r;
+}
+
+std::int64_t TorchWorker::samples_per_step() const { return impl_->options.config.train.batch; }
+
+void TorchWorker::assign_samples(std::vector<SampleRange> ranges) {
+  impl_->planned = true;
+  impl_->assigned = std::move(ranges);
 }
 
 std::uint64_t TorchWorker::parameter_count() const {

@@ -1,6 +1,7 @@
 // TorchWorker: the engine's InnerWorker backed by real LibTorch training of the Llama-style
-// decoder on a data shard (AdamW inner steps, one thread, optional bf16 autocast), with
-// checkpoints. The header includes no LibTorch (pimpl), so the CLI and the simulator can use it.
+// decoder on the samples DiLoCo plans for it (a data shard outside DiLoCo): AdamW inner steps,
+// one thread, optional bf16 autocast, with checkpoints. The header includes no LibTorch (pimpl),
+// so the CLI and the simulator can use it.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +20,9 @@ namespace meridian::trainer {
 struct TorchWorkerOptions {
   TrainerConfig config;          // model shapes and inner-optimizer settings
   DataOptions data;              // corpus and cache; data.vocab is set from config.model.vocab
-  int rank = 0;                  // data shard of this node
+  int rank = 0;                  // data shard of this node (without an engine plan)
   int world = 1;                 // number of shards
-  std::uint64_t seed = 0;        // weight init (identical on every node) and shard shuffling
+  std::uint64_t seed = 0;        // weight init and the data order (identical on every node)
   int validation_sequences = 16; // size of the fixed validation set evaluate() uses
   // Seconds on the caller's clock for InnerStepsResult::compute_s (the Runtime's clock in the
   // engine; a steady clock when empty).
@@ -39,6 +40,10 @@ class TorchWorker final : public InnerWorker {
   TorchWorker& operator=(const TorchWorker&) = delete;
 
   InnerStepsResult run_inner_steps(int steps) override;
+  // train.batch sequences per inner step; once assign_samples() was called, the inner steps
+  // read the engine's plan through the run's DataOrder (and never the shard again).
+  std::int64_t samples_per_step() const override;
+  void assign_samples(std::vector<SampleRange> ranges) override;
   std::uint64_t parameter_count() const override;
   std::span<float> parameters() override;  // zero-copy view of the model's flat buffer
   std::vector<std::uint64_t> bucket_boundaries() const override;  // one bucket per layer group

@@ -15,7 +15,8 @@
 namespace meridian {
 namespace {
 
-// Bound on the opaque progress string a source may send (nothing is allocated beyond it).
+// Bound on the opaque progress string a source may send, with the data ledger before it
+// (nothing is allocated beyond it).
 constexpr std::uint64_t kMaxProgressBytes = std::uint64_t{1} << 20;
 
 void append_floats(std::vector<std::byte>& out, std::span<const float> v) {
@@ -248,6 +249,22 @@ void DilocoNode::initialise_outer_state() {
     }
   }
   options_.initial_error_feedback = {};
+  const std::int64_t per_step = worker_.samples_per_step();
+  data_ = !phantom_ && per_step > 0;
+  if (data_) {
+    const std::int64_t per_node = per_step * options_.inner_steps;
+    if (options_.initial_data_ledger.empty()) {
+      ledger_ = DataLedger(per_node);
+    } else {
+      ledger_ = DataLedger::decode(options_.initial_data_ledger);
+      if (ledger_.per_node() != per_node)
+        throw ConfigError("diloco: the data ledger to resume from plans " +
+                          std::to_string(ledger_.per_node()) +
+                          " samples per node and outer step, this run " + std::to_string(per_node) +
+                          " (H x the worker's samples per step)");
+    }
+  }
+  options_.initial_data_ledger = {};
   if (!options_.initial_local.empty()) {
     if (!phantom_) {
       MERIDIAN_CHECK_EQ(options_.initial_local.size(), count_);
@@ -397,7 +414,36 @@ void DilocoNode::ensure_epoch(const RoundRecord& r) {
       JsonObject().add("epoch", r.epoch).add("outer_step", r.outer_step).add("members", r.members));
 }
 
+void DilocoNode::plan_data(std::int64_t step, const RoundRecord& r) {
+  if (!data_) return;
+  ledger_.plan(step, r.members);
+  worker_.assign_samples(ledger_.assigned(step, id_));
+}
+
+void DilocoNode::settle_data(const RoundRecord& done, const RoundRecord& next) {
+  if (!data_) return;
+  // Whose pseudo-gradient of the step was applied: a commit's contributors; after a fallback,
+  // each survivor applied its own.
+  const bool commit = next.prev == RoundPrev::kCommit;
+  std::vector<std::int64_t> credited;
+  for (std::int64_t m : done.members)
+    if (!done.abstains(m) && (commit || next.rank_of(m) >= 0)) credited.push_back(m);
+  const DataSettlement s = ledger_.settle(done.outer_step, credited);
+  std::vector<std::int64_t> trained;  // node, begin, end, node, begin, end, ...
+  for (const auto& [node, ranges] : s.trained)
+    for (const SampleRange& x : ranges) trained.insert(trained.end(), {node, x.begin, x.end});
+  std::int64_t owed = 0;
+  for (const SampleRange& x : ledger_.returned()) owed += x.size();
+  emit("data", JsonObject()
+                   .add("outer_step", done.outer_step)
+                   .add("trained", trained)
+                   .add("returned", flatten(s.returned))
+                   .add("next", ledger_.next())
+                   .add("owed", owed));
+}
+
 void DilocoNode::inner_steps(const RoundRecord& r) {
+  plan_data(r.outer_step, r);
   run_phase(r.outer_step, stats_, options_.inner_steps);
   non_finite_ = take_pseudo_gradient(outer_, r.outer_step, 0, count_);
 }
@@ -458,6 +504,7 @@ void DilocoNode::begin_overlapped(const RoundRecord& r) {
     const std::span<const float> p = worker_.parameters();
     start_.assign(p.begin(), p.end());
   }
+  plan_data(r.outer_step + 1, r);
   phase_ = runtime_.spawn("inner-steps", [this, step = r.outer_step + 1] {
     run_phase(step, phase_stats_, options_.inner_steps);
   });
@@ -496,6 +543,7 @@ bool DilocoNode::stream_round(const RoundRecord& r, bool connected,
   stats_ = RoundStats{};
   stream_exposed_s_ = 0.0;
   non_finite_ = false;
+  plan_data(r.outer_step, r);
   if (!phantom_) {
     delta_.resize(count_);
     reduced_.resize(count_);
@@ -904,6 +952,7 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
   } else if (options_.phantom_outer_opt_s > 0) {
     runtime_.compute_s(options_.phantom_outer_opt_s);
   }
+  settle_data(done, next);
   const double outer_opt_s = runtime_.now_s() - start_s;
   JsonObject f;
   f.add("outer_step", done.outer_step)
@@ -923,9 +972,10 @@ void DilocoNode::apply(const RoundRecord& done, const RoundRecord& next) {
     if (phase_ran && !phantom_) pending = delta_;
     std::span<const float> local;
     if (options_.streaming() && !phantom_) local = worker_.parameters();
+    const std::string ledger = data_ ? ledger_.encode() : std::string();
     options_.on_outer_step(OuterStepView{id_, done.outer_step, done.epoch, done.members, fallback,
-                                         outer_, optimizer_->momentum(), pending, local,
-                                         feedback_});
+                                         outer_, optimizer_->momentum(), pending, local, feedback_,
+                                         ledger});
   }
   // Without a phase (the run's last step) nothing follows: the loop ends at this record.
   pending_ = phase_ran;
@@ -944,7 +994,16 @@ void DilocoNode::serve_joiners(const RoundRecord& r) {
   std::uint64_t section_bytes = 0;
   std::vector<StateSection> sections = worker_.state_sections();
   for (const StateSection& s : sections) section_bytes += s.count * sizeof(float);
-  const std::string progress = worker_.progress();
+  // The private part: the sections, then (elastic data) the ledger's length in 8 bytes and
+  // its text, then the worker's progress.
+  std::string progress = worker_.progress();
+  if (data_) {
+    const std::string ledger = ledger_.encode();
+    const std::uint64_t n = ledger.size();
+    std::string head(sizeof n, '\0');
+    std::memcpy(head.data(), &n, sizeof n);
+    progress = head + ledger + progress;
+  }
   state->private_bytes = section_bytes + (phantom_ ? 0 : progress.size());
   if (!phantom_) {
     append_floats(state->shared, outer_);
@@ -997,8 +1056,24 @@ void DilocoNode::recover(const RoundRecord& r) {
       if (!s.values.empty()) std::memcpy(s.values.data(), q, s.count * sizeof(float));
       q += s.count * sizeof(float);
     }
-    worker_.restore_progress(
-        std::string(reinterpret_cast<const char*>(q), got.state.private_bytes - section_bytes));
+    std::string_view rest(reinterpret_cast<const char*>(q),
+                          got.state.private_bytes - section_bytes);
+    if (data_) {
+      std::uint64_t n = 0;
+      if (rest.size() < sizeof n) throw ProtocolError("recovery: no data ledger in the state");
+      std::memcpy(&n, rest.data(), sizeof n);
+      if (n > rest.size() - sizeof n)
+        throw ProtocolError("recovery: the data ledger's length " + std::to_string(n) +
+                            " runs past the state's " + std::to_string(rest.size()) + " bytes");
+      DataLedger ledger = DataLedger::decode(rest.substr(sizeof n, n));
+      if (ledger.per_node() != ledger_.per_node())
+        throw ProtocolError("recovery: the source's data ledger plans " +
+                            std::to_string(ledger.per_node()) + " samples per node, this node " +
+                            std::to_string(ledger_.per_node()));
+      ledger_ = std::move(ledger);
+      rest.remove_prefix(sizeof n + n);
+    }
+    worker_.restore_progress(std::string(rest));
     const std::span<float> params = worker_.parameters();
     std::copy(outer_.begin(), outer_.end(), params.begin());
     worker_.parameters_updated();

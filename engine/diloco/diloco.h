@@ -17,6 +17,7 @@
 #include "engine/codec/codec.h"
 #include "engine/collective/ring_allreduce.h"
 #include "engine/diloco/buckets.h"
+#include "engine/diloco/data_plan.h"
 #include "engine/diloco/outer_optimizer.h"
 #include "engine/events/event_sink.h"
 #include "engine/inner_worker.h"
@@ -49,6 +50,9 @@ struct OuterStepView {
   // sent yet). Per node, not shared; a checkpoint needs it to resume bit-identically. Empty
   // otherwise.
   std::span<const float> error_feedback;
+  // Elastic data: the run's data ledger after the step (DataLedger::encode), the same on every
+  // member; a checkpoint needs it to resume. Empty when the worker reads no planned data.
+  std::string_view data_ledger;
 };
 
 // When the all-reduce of outer step t runs (engine/diloco/README.md, "Overlapped outer steps").
@@ -132,6 +136,9 @@ struct DilocoOptions {
   // Resuming a sparse run: this node's buffer at the checkpoint (OuterStepView::error_feedback);
   // empty = zeros.
   std::vector<float> initial_error_feedback;
+  // Resuming a run whose worker reads planned data: the ledger at the checkpoint
+  // (OuterStepView::data_ledger); empty = a fresh ledger. Its per-node count must be the run's.
+  std::string initial_data_ledger;
   // Called on the node's activity after every applied outer step (may call request_leave()).
   std::function<void(const OuterStepView&)> on_outer_step;
 
@@ -200,6 +207,11 @@ class DilocoNode {
   // for this node, as a ring failure is, not the node's end (its own death shows at its report).
   bool connect_epoch(const RoundRecord& r);
   void inner_steps(const RoundRecord& r);
+  // Elastic data (engine/diloco/data_plan.h): plans outer step `step` for round r's members and
+  // gives the worker its positions; at the record that applies a step, settles its plan with
+  // the nodes whose pseudo-gradients were applied (event `data`). No-ops when data_ is off.
+  void plan_data(std::int64_t step, const RoundRecord& r);
+  void settle_data(const RoundRecord& done, const RoundRecord& next);
   // H inner steps on the worker, their `inner_steps` event (for `outer_step`) and stats.
   void run_phase(std::int64_t outer_step, RoundStats& into, int steps);
   // delta_ = base - the worker's parameters over [offset, offset + count) (the whole model,
@@ -315,6 +327,10 @@ class DilocoNode {
   std::vector<std::vector<float>> gather_staging_;
   // Per local rank: a bucket's encoding, decoded into this node's term (the dense ring's input).
   std::vector<std::vector<std::byte>> own_encoding_;
+
+  // Elastic data: on when the worker reads planned samples (not for timing-only workers).
+  bool data_ = false;
+  DataLedger ledger_;
 
   // Streaming outer steps (options_.streaming()).
   std::vector<Fragment> fragments_;

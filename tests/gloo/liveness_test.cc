@@ -219,9 +219,11 @@ class LivenessTest : public meridian::testing::TrainProcessTest {
   void expect_agree_with_node_1(const std::vector<int>& ids) {
     const auto c1 = checksums(node_dir(1));
     for (int id : ids)
-      for (const auto& [step, v] : checksums(node_dir(id)))
-        if (c1.count(step))
+      for (const auto& [step, v] : checksums(node_dir(id))) {
+        if (c1.count(step)) {
           EXPECT_EQ(v.second, c1.at(step).second) << "node " << id << ", outer step " << step;
+        }
+      }
   }
 
   std::map<int, int> exit_;

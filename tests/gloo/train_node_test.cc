@@ -30,6 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using meridian::testing::checksums;
+using meridian::testing::expect_every_position_trained_once;
 using meridian::testing::read_file;
 using meridian::testing::wait_until;
 
@@ -41,9 +42,11 @@ class TrainNodeTest : public meridian::testing::TrainProcessTest {
     Checksums c1, c2, c4;
   };
   // Three nodes of run.yaml (written by the caller); node 3 pauses at its `message`-th outgoing
-  // ring message, in outer step 1's all-reduce, and is SIGKILLed there; node 4 restarts on its
-  // data shard. Every node ends; the survivors ran every step, some without node 3, and agree
-  // step by step; node 4 applied a step and agrees with them at each of its steps.
+  // ring message, in outer step 1's all-reduce, and is SIGKILLed there; node 4 starts in its
+  // place (no --shard: the run's data plan gives it node 3's share). Every node ends; the
+  // survivors ran every step, some without node 3, and agree step by step; node 4 applied a step
+  // and agrees with them at each of its steps; every position of the data order handed out was
+  // trained exactly once (node 3's positions of step 1 by the next step's members).
   KillAndRejoin kill_node_3_at_message_and_rejoin(int outer_steps, int message) {
     const std::string store = start_first();
     const pid_t n1 = pids_.back();
@@ -60,8 +63,8 @@ class TrainNodeTest : public meridian::testing::TrainProcessTest {
               std::string::npos);
     // It applied outer step 0 only: the kill interrupted outer step 1's all-reduce.
     EXPECT_EQ(checksums(node_dir(3)).size(), 1u);
-    // Restart it under a new id, on the dead node's data shard.
-    const pid_t n4 = start(4, {"--store", store, "--shard", "2"});
+    // A replacement under a new id.
+    const pid_t n4 = start(4, {"--store", store});
     EXPECT_EQ(finish(n2), 0) << log(2);
     EXPECT_EQ(finish(n4), 0) << log(4);
     EXPECT_EQ(finish(n1), 0) << log(1);
@@ -76,6 +79,9 @@ class TrainNodeTest : public meridian::testing::TrainProcessTest {
     EXPECT_EQ(out.c1, out.c2);
     // The rejoined node applied at least one step; at each its checksum is its peers'.
     EXPECT_FALSE(out.c4.empty()) << log(4);
+    const auto data = meridian::testing::data_records(dir_ / out_);
+    expect_every_position_trained_once(data);
+    EXPECT_NE(data.at(1).at("returned"), nlohmann::json::array()) << "node 3's share of step 1";
     for (const auto& [step, v] : out.c4) {
       const auto peer = out.c1.find(step);
       EXPECT_NE(peer, out.c1.end()) << "outer step " << step;
@@ -222,6 +228,11 @@ class TrainResumeTest : public TrainNodeTest {
       EXPECT_NE(events.find("\"type\":\"checkpoint\""), std::string::npos);
       EXPECT_NE(events.find("\"type\":\"run_resumed\",\"life\":"), std::string::npos) << events;
     }
+    // The data each step trained is the uninterrupted run's, node by node, in both lives.
+    const auto data = meridian::testing::data_records(dir_ / name),
+               ref = meridian::testing::data_records(dir_ / "ref");
+    EXPECT_EQ(data, ref);
+    expect_every_position_trained_once(data);
     // The report covers the whole run: every planned step done, and where it resumed.
     const fs::path html = dir_ / (name + "-report.html");
     const std::string cmd = std::string(MERIDIAN_BIN) + " report " + (dir_ / name).string() +
@@ -288,8 +299,8 @@ TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
             << " damaged; resumed after outer step " << resumed_at << std::endl;
   EXPECT_LT(resumed_at, std::stol(have1.back().substr(5)));
   EXPECT_GE(resumed_at, 1);
-  // The same checkpoints resumed by two nodes (shards 0 and 1 of 3; shard 2 is then not
-  // trained): each takes its own shard's inner state, and the run ends.
+  // The same checkpoints resumed by two nodes: each takes its own shard's inner state, the data
+  // ledger plans for two, and the run ends with every position handed out trained once.
   write_run_named("fewer", 2);
   const std::string store2 = start_first({"--resume"});
   const pid_t f1 = pids_.back();
@@ -302,6 +313,15 @@ TEST_F(TrainResumeTest, EveryNodeSigkilledMidRunResumesBitIdentical) {
       << log(2);
   EXPECT_TRUE(fs::exists(ckpt("fewer", 2) / kLast)) << log(2);
   EXPECT_EQ(checksums(node_dir(1)).rbegin()->second, checksums(node_dir(2)).rbegin()->second);
+  {
+    // Its steps before the resume are the first life's (the reference's, as above).
+    auto data = meridian::testing::data_records(dir_ / "fewer");
+    ASSERT_FALSE(data.empty());
+    const long first = data.begin()->first;
+    for (const auto& [step, r] : meridian::testing::data_records(dir_ / "ref"))
+      if (step < first) data.emplace(step, r);
+    expect_every_position_trained_once(data);
+  }
   // A fresh start (no --resume) over checkpoints of an earlier run is refused.
   start_first();
   EXPECT_EQ(finish(pids_.back()), 2) << log(1);

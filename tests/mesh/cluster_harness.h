@@ -62,6 +62,7 @@ class SyntheticWorker final : public InnerWorker {
     if (before) before();
     InnerStepsResult r;
     for (int s = 0; s < steps; ++s) {
+      read_samples();
       ++step_;
       for (std::uint64_t i = 0; i < params_.size(); ++i) {
         params_[i] -= static_cast<float>((id_ + step_ + static_cast<std::int64_t>(i)) % 5 - 2);
@@ -77,6 +78,18 @@ class SyntheticWorker final : public InnerWorker {
     return r;
   }
   std::uint64_t parameter_count() const override { return count_; }
+  // Elastic data: with set_samples_per_step(n > 0), each inner step reads n of the positions
+  // the engine assigned, in order (a CheckError when none is left), and records them.
+  std::int64_t samples_per_step() const override { return samples_; }
+  void assign_samples(std::vector<SampleRange> ranges) override {
+    std::lock_guard<std::mutex> lock(data_mu_);
+    assigned_ = std::move(ranges);
+  }
+  void set_samples_per_step(std::int64_t n) { samples_ = n; }
+  std::vector<std::int64_t> positions_read() const {
+    std::lock_guard<std::mutex> lock(data_mu_);
+    return read_;
+  }
   std::span<float> parameters() override { return params_; }
   std::vector<std::uint64_t> bucket_boundaries() const override { return boundaries_; }
   std::vector<StateSection> state_sections() override {
@@ -111,6 +124,19 @@ class SyntheticWorker final : public InnerWorker {
   std::vector<float> params_, moment_;
   std::mutex hooks_mu_;
   std::function<void()> before_inner_, after_inner_;
+  std::int64_t samples_ = 0;
+  mutable std::mutex data_mu_;
+  std::vector<SampleRange> assigned_;  // guarded by data_mu_
+  std::vector<std::int64_t> read_;     // guarded by data_mu_
+
+  void read_samples() {
+    std::lock_guard<std::mutex> lock(data_mu_);
+    for (std::int64_t k = 0; k < samples_; ++k) {
+      MERIDIAN_CHECK(!assigned_.empty());  // the engine planned fewer than the steps read
+      read_.push_back(assigned_.front().begin);
+      if (++assigned_.front().begin == assigned_.front().end) assigned_.erase(assigned_.begin());
+    }
+  }
 };
 
 // A node's view of the shared store (engine/fault's CuttableStore, cut when the node is killed,
@@ -236,6 +262,7 @@ struct StepRecord {
   std::vector<float> pending;         // OuterStepView::pending (overlapped runs)
   std::vector<float> local;           // OuterStepView::local (streaming runs)
   std::vector<float> error_feedback;  // OuterStepView::error_feedback (sparse codecs)
+  std::string data_ledger;            // OuterStepView::data_ledger (a worker reading planned data)
 };
 
 using StepRecords = std::map<std::int64_t, std::map<std::int64_t, StepRecord>>;
@@ -673,7 +700,8 @@ class Cluster {
                      std::vector<float>(v.momentum.begin(), v.momentum.end()),
                      std::vector<float>(v.pending.begin(), v.pending.end()),
                      std::vector<float>(v.local.begin(), v.local.end()),
-                     std::vector<float>(v.error_feedback.begin(), v.error_feedback.end())};
+                     std::vector<float>(v.error_feedback.begin(), v.error_feedback.end()),
+                     std::string(v.data_ledger)};
       records_[v.outer_step][v.node] = std::move(rec);
       auto it = at_step_.find(v.outer_step);
       if (it != at_step_.end()) {

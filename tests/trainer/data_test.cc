@@ -88,6 +88,44 @@ TEST(Data, PositionRestoresTheExactContinuationAcrossEpochs) {
   EXPECT_THROW(b.restore({0, 1000}), ConfigError);
 }
 
+// The run's data order (elastic data): each epoch visits every sequence once, in a permutation
+// drawn from (seed, epoch) alone, so every node maps a position to the same sequence, and an
+// earlier epoch's position (owed again after a loss) reads what it read the first time.
+TEST(Data, TheDataOrderVisitsEverySequenceOncePerEpoch) {
+  auto tokens = std::make_shared<std::vector<std::int32_t>>(1000);
+  for (std::size_t i = 0; i < tokens->size(); ++i) (*tokens)[i] = static_cast<int>(i);
+  DataOrder a(tokens, 10, 42), b(tokens, 10, 42), other(tokens, 10, 43);
+  ASSERT_EQ(a.sequences(), 99);
+  std::vector<std::int64_t> e0, e1;
+  for (std::int64_t g = 0; g < 99; ++g) e0.push_back(a.sequence_at(g));
+  for (std::int64_t g = 99; g < 198; ++g) e1.push_back(a.sequence_at(g));
+  std::vector<std::int64_t> sorted0 = e0, sorted1 = e1, all(99);
+  std::sort(sorted0.begin(), sorted0.end());
+  std::sort(sorted1.begin(), sorted1.end());
+  for (std::int64_t j = 0; j < 99; ++j) all[static_cast<std::size_t>(j)] = j;
+  EXPECT_EQ(sorted0, all);
+  EXPECT_EQ(sorted1, all);
+  EXPECT_NE(e0, e1);  // another epoch, another permutation
+  // Epochs 2 and 3 push epoch 0 out of the cache; it is drawn again, the same.
+  a.sequence_at(2 * 99);
+  a.sequence_at(3 * 99 + 5);
+  for (std::int64_t g = 0; g < 99; ++g)
+    ASSERT_EQ(a.sequence_at(g), e0[static_cast<std::size_t>(g)]);
+  // Another node with the same seed reads the same order, from any position first.
+  EXPECT_EQ(b.sequence_at(150), e1[51]);
+  EXPECT_EQ(b.sequence_at(7), e0[7]);
+  bool differs = false;
+  for (std::int64_t g = 0; g < 99; ++g)
+    differs |= other.sequence_at(g) != e0[static_cast<std::size_t>(g)];
+  EXPECT_TRUE(differs);
+  std::vector<std::int64_t> seq;
+  a.append_sequence(e0[3], seq);
+  ASSERT_EQ(seq.size(), 11u);  // input and target: seq_len + 1 tokens from j * seq_len
+  EXPECT_EQ(seq.front(), e0[3] * 10);
+  EXPECT_EQ(seq.back(), e0[3] * 10 + 10);
+  EXPECT_THROW(DataOrder(std::make_shared<std::vector<std::int32_t>>(5), 8, 0), ConfigError);
+}
+
 TEST(Data, BadInputIsRefusedWithTheReason) {
   DataOptions o = min_corpus(MERIDIAN_TRAINER_CACHE_DIR);
   o.corpus_dir = "/nonexistent/fortunes";

@@ -99,6 +99,33 @@ TEST(TorchWorker, ShardsReadDifferentData) {
   EXPECT_NE(la, lb);  // same init, different batches
 }
 
+// Under DiLoCo the engine plans the data (assign_samples): the same positions give the same
+// training whatever the worker's shard, other positions other training, and reading past the
+// plan is an error naming it.
+TEST(TorchWorker, AssignedPositionsDecideWhatItTrains) {
+  TorchWorker a(tiny_options(0, 2), corpus()), b(tiny_options(1, 2), corpus()),
+      c(tiny_options(0, 2), corpus());
+  EXPECT_EQ(a.samples_per_step(), a.config().train.batch);
+  const std::int64_t q = 2 * a.samples_per_step();  // two inner steps
+  a.assign_samples({{100, 100 + q}});
+  b.assign_samples({{100, 100 + q / 2}, {500, 500 + q / 2}});
+  c.assign_samples({{500, 500 + q / 2}, {100, 100 + q / 2}});
+  a.run_inner_steps(1);
+  b.run_inner_steps(1);
+  c.run_inner_steps(1);
+  EXPECT_EQ(copy_of(a.parameters()), copy_of(b.parameters()));  // positions 100.. on both
+  EXPECT_NE(copy_of(a.parameters()), copy_of(c.parameters()));
+  a.run_inner_steps(1);
+  b.run_inner_steps(1);
+  EXPECT_NE(copy_of(a.parameters()), copy_of(b.parameters()));  // 100 + q/2.. against 500..
+  try {
+    a.run_inner_steps(1);
+    ADD_FAILURE() << "read past the plan";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("past the samples the engine planned"), std::string::npos);
+  }
+}
+
 TEST_F(TorchWorkerCheckpoint, ResumeFromACheckpointIsBitIdentical) {
   TorchWorker straight(tiny_options(), corpus());
   straight.run_inner_steps(6);

@@ -33,6 +33,8 @@ class SimTorchWorker final : public InnerWorker {
     tokens_ += r.tokens;
     return r;
   }
+  std::int64_t samples_per_step() const override { return torch_.samples_per_step(); }
+  void assign_samples(std::vector<SampleRange> r) override { torch_.assign_samples(std::move(r)); }
   std::uint64_t parameter_count() const override { return torch_.parameter_count(); }
   std::span<float> parameters() override { return torch_.parameters(); }
   void parameters_updated() override { torch_.parameters_updated(); }
