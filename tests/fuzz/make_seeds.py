@@ -27,6 +27,11 @@ def seed(target, name, data):
     (d / name).write_bytes(data.encode() if isinstance(data, str) else data)
 
 
+# data_ledger_fuzz: ledgers as DataLedger::encode writes them (a fresh one; one with positions
+# owed and an overlapped run's planned step).
+seed("data_ledger_fuzz", "fresh", "data-ledger 1\nper_node 8\nnext 0\nreturned\n")
+seed("data_ledger_fuzz", "owed-and-planned",
+     "data-ledger 1\nper_node 4\nnext 24\nreturned 4 8\nplanned 2 3 12 16\nplanned 2 5 20 24\n")
 # round_record_fuzz: record texts as RoundRecord::encode writes them.
 seed("round_record_fuzz", "commit", "round=3;epoch=2;outer_step=1;attempt=0;prev=1;members=1,2,3;"
      "joiners=3;sources=1,2;removed=;reason=")
