@@ -12,6 +12,7 @@
 #include "engine/events/config_record.h"
 #include "engine/fault/cuttable_store.h"
 #include "trainer/precision.h"
+#include "trainer/run_config.h"
 
 namespace meridian::trainer {
 namespace {
@@ -100,17 +101,7 @@ class Emulation {
         .add("codec", codec_name(d.codec)).add("outer_lr", static_cast<double>(d.outer.lr))
         .add("outer_momentum", static_cast<double>(d.outer.momentum))
         .add("local_ranks", d.local_ranks);
-    if (d.codec == CodecId::kTopk)
-      diloco.add("topk_density", d.codec_params.topk_density)
-          .add("topk_bits", d.codec_params.topk_bits)
-          .add("error_feedback", static_cast<double>(d.error_feedback));
-    if (d.sparse_collective != SparseCollective::kAuto)
-      diloco.add("sparse_collective", sparse_collective_name(d.sparse_collective));
-    if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
-    if (d.streaming())
-      diloco.add("fragments", d.fragments)
-          .add("fragment_delay", d.fragment_delay)
-          .add("fragment_alpha", static_cast<double>(d.fragment_alpha));
+    add_variant_fields(diloco, d);
     std::vector<std::int64_t> fail_steps, fail_nodes;
     for (const auto& [step, node] : o_.fail_after) {
       fail_steps.push_back(step);

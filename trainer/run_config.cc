@@ -117,6 +117,20 @@ JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& d
   return out;
 }
 
+void add_variant_fields(JsonObject& diloco, const DilocoOptions& d) {
+  if (d.codec == CodecId::kTopk)
+    diloco.add("topk_density", d.codec_params.topk_density)
+        .add("topk_bits", d.codec_params.topk_bits)
+        .add("error_feedback", static_cast<double>(d.error_feedback));
+  if (d.sparse_collective != SparseCollective::kAuto)
+    diloco.add("sparse_collective", sparse_collective_name(d.sparse_collective));
+  if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
+  if (d.streaming())
+    diloco.add("fragments", d.fragments)
+        .add("fragment_delay", d.fragment_delay)
+        .add("fragment_alpha", static_cast<double>(d.fragment_alpha));
+}
+
 JsonObject run_config_json(const RunConfig& c) {
   const DilocoOptions& d = c.diloco;
   const ModelConfig& m = c.trainer.model;
@@ -129,17 +143,7 @@ JsonObject run_config_json(const RunConfig& c) {
   data.add("files", c.data.files);
   data.add("validation_sequences", c.validation_sequences);
   diloco.add("H", d.inner_steps).add("codec", std::string(codec_name(d.codec)));
-  if (d.codec == CodecId::kTopk)
-    diloco.add("topk_density", d.codec_params.topk_density)
-        .add("topk_bits", d.codec_params.topk_bits)
-        .add("error_feedback", static_cast<double>(d.error_feedback));
-  if (d.sparse_collective != SparseCollective::kAuto)
-    diloco.add("sparse_collective", sparse_collective_name(d.sparse_collective));
-  if (d.overlap != Overlap::kNone) diloco.add("overlap", overlap_name(d.overlap));
-  if (d.streaming())
-    diloco.add("fragments", d.fragments)
-        .add("fragment_delay", d.fragment_delay)
-        .add("fragment_alpha", static_cast<double>(d.fragment_alpha));
+  add_variant_fields(diloco, d);
   diloco.add("outer_lr", static_cast<double>(d.outer.lr));
   diloco.add("outer_momentum", static_cast<double>(d.outer.momentum));
   diloco.add("local_ranks", d.local_ranks).add("timeout_s", d.allreduce_timeout_s);

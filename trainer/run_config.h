@@ -57,6 +57,11 @@ JsonObject trainer_config_json(const TrainerConfig& t, const config::DataSpec& d
 // The resolved configuration as a JSON object text (the `config` event's `config` field and the
 // text hashed for the store's configuration check).
 JsonObject run_config_json(const RunConfig& c);
+// The outer-step variant's keys of a `diloco` record (codec topk's density, bits and error
+// feedback; sparse_collective, overlap and the streaming keys), each only where it is not the
+// default, so that records and configuration hashes of runs without them stay as they were. The
+// one writer of them for run_config_json and the thread emulation's config record.
+void add_variant_fields(JsonObject& diloco, const DilocoOptions& d);
 
 // The configuration hash a node of this run sends when it joins the run's store
 // (StoreIdentity::config_hash): config_hash_of the run_config_json text. `meridian store
