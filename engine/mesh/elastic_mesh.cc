@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <functional>
+#include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/mesh/ring_order.h"
@@ -69,6 +73,101 @@ bool report_has_flag(const std::string& report, const std::string& flag) {
 
 // A report of a member that announced its leave ("ok;leave", "fail;abstain;leave;blame=[..]").
 bool report_says_leave(const std::string& report) { return report_has_flag(report, ";leave"); }
+
+// What a round's reports say (resolve_once): who goes on and who is removed, and how it went.
+struct RoundReports {
+  std::vector<std::int64_t> survivors, removed, blamed, abstain;
+  bool missing = false;      // a live member has not reported yet
+  bool any_fail = false;     // a member's all-reduce failed
+  bool unconnected = false;  // a member's transports never connected
+};
+
+// Reads the reports of `cur`'s members: `report(m)` is member m's report (none yet: nullopt),
+// `dead_by_mesh(m)` whether the mesh counts m dead. A member that announced its leave is removed
+// like a dead one, and so is one its ring successor blamed for invalid chunks.
+RoundReports read_reports(const RoundRecord& cur,
+                          const std::function<std::optional<std::string>(std::int64_t)>& report,
+                          const std::function<bool(std::int64_t)>& dead_by_mesh) {
+  RoundReports out;
+  for (std::size_t i = 0; i < cur.members.size(); ++i) {
+    const std::int64_t m = cur.members[i];
+    const auto rep = report(m);
+    const bool dead = dead_by_mesh(m) || (rep && report_says_leave(*rep));
+    if (rep) {
+      out.any_fail = out.any_fail || rep->substr(0, rep->find(';')) != "ok";
+      if (rep->find(";abstain") != std::string::npos) out.abstain.push_back(m);
+      out.unconnected = out.unconnected || report_has_flag(*rep, ";unconnected");
+      // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
+      // anybody else is ignored, so one faulty node can cost at most its predecessor's place.
+      const std::int64_t pred = cur.members[(i + cur.members.size() - 1) % cur.members.size()];
+      for (std::int64_t b : blamed_in_report(*rep))
+        if (b == pred && pred != m && std::count(out.blamed.begin(), out.blamed.end(), b) == 0)
+          out.blamed.push_back(b);
+      (dead ? out.removed : out.survivors).push_back(m);
+    } else if (dead) {
+      out.removed.push_back(m);
+    } else {
+      out.missing = true;
+    }
+  }
+  // Members whose chunks failed validation are cut off like dead ones.
+  for (std::int64_t b : out.blamed) {
+    const auto it = std::find(out.survivors.begin(), out.survivors.end(), b);
+    if (it == out.survivors.end()) continue;  // already removed (dead)
+    out.survivors.erase(it);
+    out.removed.push_back(b);
+  }
+  return out;
+}
+
+// The non-finite rule: at an outer-step boundary each survivor's count of steps in a row that it
+// sat out moves on (a step it contributed to resets it); one that reached `evict_after` (> 0) is
+// evicted, never all of them. A retry carries the counts unchanged. Writes next.nonfinite_steps,
+// moves the evicted from rep.survivors to rep.removed and returns them.
+std::vector<std::int64_t> apply_nonfinite_rule(const RoundRecord& cur, bool retry, int evict_after,
+                                               RoundReports& rep, RoundRecord& next) {
+  std::vector<std::int64_t> evicted;
+  for (std::int64_t m : rep.survivors) {
+    const int before = cur.nonfinite_steps_of(m);
+    const bool sat_out =
+        std::count(rep.abstain.begin(), rep.abstain.end(), m) > 0 || cur.abstains(m);
+    const int n = retry ? before : sat_out ? before + 1 : 0;
+    if (!retry && evict_after > 0 && n >= evict_after)
+      evicted.push_back(m);
+    else if (n > 0)
+      next.nonfinite_steps.emplace_back(m, n);
+  }
+  if (evicted.size() == rep.survivors.size()) {  // never all of them: the run would end here
+    for (std::int64_t m : evicted) next.nonfinite_steps.emplace_back(m, evict_after);
+    evicted.clear();
+  }
+  std::sort(next.nonfinite_steps.begin(), next.nonfinite_steps.end());
+  for (std::int64_t m : evicted) {
+    rep.survivors.erase(std::find(rep.survivors.begin(), rep.survivors.end(), m));
+    rep.removed.push_back(m);
+  }
+  return evicted;
+}
+
+// next.prev and next.reason: committed, retried or fallen back, and why; who was evicted.
+void describe_outcome(const RoundRecord& cur, const RoundReports& rep, bool retry,
+                      const std::vector<std::int64_t>& evicted, int evict_after,
+                      RoundRecord& next) {
+  if (!rep.any_fail) {
+    next.prev = RoundPrev::kCommit;
+  } else {
+    next.prev = retry ? RoundPrev::kRetry : RoundPrev::kFallback;
+    next.reason = "allreduce failed in epoch " + std::to_string(cur.epoch) + " attempt " +
+                  std::to_string(cur.attempt) + ", removed " + ids_text(rep.removed);
+    if (rep.unconnected) next.reason += ", a member's connections failed";
+    if (!rep.abstain.empty())
+      next.reason += ", non-finite pseudo-gradient on " + ids_text(rep.abstain);
+  }
+  if (!evicted.empty())
+    next.reason += std::string(next.reason.empty() ? "" : "; ") + "evicted " + ids_text(evicted) +
+                   ": non-finite pseudo-gradient in " + std::to_string(evict_after) +
+                   " outer steps in a row";
+}
 
 }  // namespace
 
@@ -485,43 +584,11 @@ bool ElasticMesh::resolve_once() {
   }
   seen_alive_.insert(live.alive.begin(), live.alive.end());
 
-  std::vector<std::int64_t> survivors, removed, blamed, abstain;
-  bool missing = false;
-  bool any_fail = false;
-  bool unconnected = false;  // a member's transports never connected
-  for (std::size_t i = 0; i < cur.members.size(); ++i) {
-    const std::int64_t m = cur.members[i];
-    const auto rep = store_.try_get(key_report(r, m));
-    const bool dead = is_dead(live, m) || (rep && report_says_leave(*rep));
-    if (rep) {
-      any_fail = any_fail || rep->substr(0, rep->find(';')) != "ok";
-      if (rep->find(";abstain") != std::string::npos) abstain.push_back(m);
-      unconnected = unconnected || report_has_flag(*rep, ";unconnected");
-      // A member can only vouch for what it received, i.e. from its ring predecessor: a blame of
-      // anybody else is ignored, so one faulty node can cost at most its predecessor's place.
-      const std::int64_t pred = cur.members[(i + cur.members.size() - 1) % cur.members.size()];
-      for (std::int64_t b : blamed_in_report(*rep))
-        if (b == pred && pred != m && std::count(blamed.begin(), blamed.end(), b) == 0)
-          blamed.push_back(b);
-      if (dead)
-        removed.push_back(m);
-      else
-        survivors.push_back(m);
-    } else if (dead) {
-      removed.push_back(m);
-    } else {
-      missing = true;
-    }
-  }
-  // Members whose chunks failed validation are cut off like dead ones.
-  for (std::int64_t b : blamed) {
-    const auto it = std::find(survivors.begin(), survivors.end(), b);
-    if (it == survivors.end()) continue;  // already removed (dead)
-    survivors.erase(it);
-    removed.push_back(b);
-  }
-  if (missing) return false;            // a report or a lease's end will wake the coordinator
-  if (survivors.empty()) return false;  // nobody left to continue (or to recover from)
+  RoundReports rep = read_reports(
+      cur, [&](std::int64_t m) { return store_.try_get(key_report(r, m)); },
+      [&](std::int64_t m) { return is_dead(live, m); });
+  if (rep.missing) return false;            // a report or a lease's end will wake the coordinator
+  if (rep.survivors.empty()) return false;  // nobody left to continue (or to recover from)
 
   RoundRecord next;
   next.round = r + 1;
@@ -530,46 +597,14 @@ bool ElasticMesh::resolve_once() {
   // drive the members into a fallback that sets their parameters apart), up to
   // max_connect_retries attempts in all.
   const bool retry =
-      any_fail && (cur.attempt < options_.max_retries ||
-                   (unconnected && removed.empty() && cur.attempt < options_.max_connect_retries));
-  // The non-finite rule: at an outer-step boundary each survivor's count of steps in a row that
-  // it sat out moves on (a step it contributed to resets it); one that reached
-  // nonfinite_evict_after is evicted. A retry carries the counts unchanged.
-  std::vector<std::int64_t> evicted;
-  for (std::int64_t m : survivors) {
-    const int before = cur.nonfinite_steps_of(m);
-    const bool sat_out = std::count(abstain.begin(), abstain.end(), m) > 0 || cur.abstains(m);
-    const int n = retry ? before : sat_out ? before + 1 : 0;
-    const int k = options_.nonfinite_evict_after;
-    if (!retry && k > 0 && n >= k)
-      evicted.push_back(m);
-    else if (n > 0)
-      next.nonfinite_steps.emplace_back(m, n);
-  }
-  if (evicted.size() == survivors.size()) {  // never all of them: the run would end here
-    for (std::int64_t m : evicted)
-      next.nonfinite_steps.emplace_back(m, options_.nonfinite_evict_after);
-    evicted.clear();
-  }
-  std::sort(next.nonfinite_steps.begin(), next.nonfinite_steps.end());
-  for (std::int64_t m : evicted) {
-    survivors.erase(std::find(survivors.begin(), survivors.end(), m));
-    removed.push_back(m);
-  }
-  next.removed = removed;
-  if (!any_fail) {
-    next.prev = RoundPrev::kCommit;
-  } else {
-    next.prev = retry ? RoundPrev::kRetry : RoundPrev::kFallback;
-    next.reason = "allreduce failed in epoch " + std::to_string(cur.epoch) + " attempt " +
-                  std::to_string(cur.attempt) + ", removed " + ids_text(removed);
-    if (unconnected) next.reason += ", a member's connections failed";
-    if (!abstain.empty()) next.reason += ", non-finite pseudo-gradient on " + ids_text(abstain);
-  }
-  if (!evicted.empty())
-    next.reason += std::string(next.reason.empty() ? "" : "; ") + "evicted " + ids_text(evicted) +
-                   ": non-finite pseudo-gradient in " +
-                   std::to_string(options_.nonfinite_evict_after) + " outer steps in a row";
+      rep.any_fail &&
+      (cur.attempt < options_.max_retries ||
+       (rep.unconnected && rep.removed.empty() && cur.attempt < options_.max_connect_retries));
+  const int evict_after = options_.nonfinite_evict_after;
+  const std::vector<std::int64_t> evicted =
+      apply_nonfinite_rule(cur, retry, evict_after, rep, next);
+  next.removed = rep.removed;
+  describe_outcome(cur, rep, retry, evicted, evict_after, next);
   next.outer_step = retry ? cur.outer_step : cur.outer_step + 1;
   next.attempt = retry ? cur.attempt + 1 : 0;
   std::vector<std::int64_t> admitted;
@@ -583,20 +618,21 @@ bool ElasticMesh::resolve_once() {
       admitted.push_back(j);
     }
   }
-  std::vector<std::int64_t> members = survivors;
+  std::vector<std::int64_t> members = rep.survivors;
   members.insert(members.end(), admitted.begin(), admitted.end());
   const bool changed = members != cur.members;
   next.members = changed ? ring_order(members) : cur.members;
   next.joiners = admitted;
   // A retry keeps those that sat out (their pseudo-gradient is still the one they withheld).
   if (retry) {
+    std::vector<std::int64_t>& abstain = rep.abstain;
     for (std::int64_t m : cur.abstain)
       if (std::count(abstain.begin(), abstain.end(), m) == 0) abstain.push_back(m);
     for (std::int64_t m : next.members)
       if (std::count(abstain.begin(), abstain.end(), m)) next.abstain.push_back(m);
   }
-  if (!admitted.empty()) next.sources = survivors;
-  next.epoch = (changed || any_fail) ? cur.epoch + 1 : cur.epoch;
+  if (!admitted.empty()) next.sources = rep.survivors;
+  next.epoch = (changed || rep.any_fail) ? cur.epoch + 1 : cur.epoch;
   {
     // A node that announced its leave writes no record: the others take the role when they see
     // its deathrattle, and a record that it and its taker both wrote would be the same text, so
@@ -613,8 +649,8 @@ bool ElasticMesh::resolve_once() {
   for (std::int64_t id : live.left)
     if (!live.alive.count(id) && cur.rank_of(id) < 0 && next.rank_of(id) < 0)
       forget_left.push_back(id);
-  return publish(next, admitted, any_fail ? removed : std::vector<std::int64_t>{}, blamed, evicted,
-                 forget_left);
+  return publish(next, admitted, rep.any_fail ? rep.removed : std::vector<std::int64_t>{},
+                 rep.blamed, evicted, forget_left);
 }
 
 RoundRecord ElasticMesh::wait_admitted() {
