@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -68,12 +69,24 @@ class WithStore : public Base {
 
 // Forks one process per rank; each runs body(rank) and exits with its return value (or the
 // RankExit of the Meridian error that escaped it). Never returns in the child.
+// The ranks start together, once all are forked (a pipe's end of file is the gate): a rank that
+// talks to the fixture's store server while the parent forks the next one could make the server
+// thread hold a lock (OpenSSL's, for a handshake's nonce and HMAC) at the moment of the fork,
+// and the new child, which inherits the lock held, would hang at its own handshake. A full
+// suite run saw a rank that never arrived at its epoch's rendezvous (20 s, once).
 inline std::vector<pid_t> fork_ranks(int world, const std::function<int(int)>& body) {
   std::vector<pid_t> pids;
+  int gate[2];
+  if (::pipe(gate) != 0) throw Error("fork_ranks: pipe failed");
   std::fflush(nullptr);
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      ::close(gate[1]);
+      char byte;
+      while (::read(gate[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      ::close(gate[0]);
       int code = kRankOtherError;
       try {
         code = body(rank);
@@ -94,6 +107,8 @@ inline std::vector<pid_t> fork_ranks(int world, const std::function<int(int)>& b
     }
     pids.push_back(pid);
   }
+  ::close(gate[0]);
+  ::close(gate[1]);  // every rank reads end of file now: they start together
   return pids;
 }
 
