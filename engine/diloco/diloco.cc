@@ -296,46 +296,10 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
         result.exit = NodeExit::kFinished;
         break;
       }
-      join_servers();
-      // Serve joiners before connecting the round's epoch: a transport whose connect waits for
-      // every member (Gloo) would otherwise wait for a joiner that waits for its state.
-      serve_joiners(r);
-      const bool connected = connect_epoch(r);
-      // Streaming: the first attempt's all-reduces are the fragments' syncs during its inner
-      // steps; a retry all-reduces every fragment at once below, as blocking DiLoCo does.
-      const bool streamed = options_.streaming() && r.attempt == 0;
-      bool streamed_ok = false;
-      std::vector<std::int64_t> blamed;
-      if (streamed)
-        streamed_ok = stream_round(r, connected, blamed);
-      else if (r.attempt == 0 && overlapped())
-        begin_overlapped(r);
-      else if (r.attempt == 0)
-        inner_steps(r);
-      // A node whose pseudo-gradient was not finite sits out: it sends nothing this attempt
-      // and asks for a retry in which the others average without it (`abstain`).
-      const bool sit_out = non_finite_ && !r.abstains(id_);
-      bool ok;
-      if (streamed) {
-        ok = streamed_ok;
-      } else if (!connected) {
-        ok = false;  // a member never connected (it died after the record): retry without it
-      } else if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
-        ok = false;  // a member is gone: fail the round without starting the ring
-        for (auto& t : rings_) t->abort();  // peers that passed the barrier fail fast
-      } else if (sit_out) {
-        ok = false;
-        for (auto& t : rings_) t->abort();
-      } else {
-        ok = all_reduce(r, blamed, shards_, 0, count_);
-      }
-      // Overlapped: report once the next step's inner steps ended too. The next record admits
-      // joiners, and the sources serve them at the top of the loop: a record written while
-      // their inner steps still ran would leave the joiners waiting for that long.
-      if (join_phase()) phase_ran_ = true;
+      const RoundOutcome out = play_round(r);
       const bool leaving = leave_requested();
       if (leaving) mesh_->announce_leave();
-      mesh_->report(r, ok, blamed, sit_out, !connected);
+      mesh_->report(r, out.ok, out.blamed, out.sit_out, !out.connected);
       if (leaving) {
         result.exit = NodeExit::kLeft;
         break;
@@ -377,6 +341,46 @@ NodeResult DilocoNode::run(bool initial, std::int64_t node_id) {
                                                      result.exit == NodeExit::kLeft));
   mesh_->leave();  // deathrattle (best effort: a lost node's store may be unreachable)
   return result;
+}
+
+DilocoNode::RoundOutcome DilocoNode::play_round(const RoundRecord& r) {
+  RoundOutcome out;
+  join_servers();
+  // Serve joiners before connecting the round's epoch: a transport whose connect waits for
+  // every member (Gloo) would otherwise wait for a joiner that waits for its state.
+  serve_joiners(r);
+  out.connected = connect_epoch(r);
+  // Streaming: the first attempt's all-reduces are the fragments' syncs during its inner
+  // steps; a retry all-reduces every fragment at once below, as blocking DiLoCo does.
+  const bool streamed = options_.streaming() && r.attempt == 0;
+  bool streamed_ok = false;
+  if (streamed)
+    streamed_ok = stream_round(r, out.connected, out.blamed);
+  else if (r.attempt == 0 && overlapped())
+    begin_overlapped(r);
+  else if (r.attempt == 0)
+    inner_steps(r);
+  // A node whose pseudo-gradient was not finite sits out: it sends nothing this attempt
+  // and asks for a retry in which the others average without it (`abstain`).
+  out.sit_out = non_finite_ && !r.abstains(id_);
+  if (streamed) {
+    out.ok = streamed_ok;
+  } else if (!out.connected) {
+    out.ok = false;  // a member never connected (it died after the record): retry without it
+  } else if (options_.barrier_before_allreduce && !mesh_->ready_barrier(r)) {
+    out.ok = false;  // a member is gone: fail the round without starting the ring
+    for (auto& t : rings_) t->abort();  // peers that passed the barrier fail fast
+  } else if (out.sit_out) {
+    out.ok = false;
+    for (auto& t : rings_) t->abort();
+  } else {
+    out.ok = all_reduce(r, out.blamed, shards_, 0, count_);
+  }
+  // Overlapped: report once the next step's inner steps ended too. The next record admits
+  // joiners, and the sources serve them at the top of the loop: a record written while
+  // their inner steps still ran would leave the joiners waiting for that long.
+  if (join_phase()) phase_ran_ = true;
+  return out;
 }
 
 bool DilocoNode::connect_epoch(const RoundRecord& r) {

@@ -194,7 +194,20 @@ class DilocoNode {
     std::int64_t tokens = 0;
   };
 
+  // What this node reports of a round: whether its all-reduce succeeded, whether it sat out
+  // (a non-finite pseudo-gradient), whether its transports connected, whom it blames.
+  struct RoundOutcome {
+    bool ok = false;
+    bool sit_out = false;
+    bool connected = false;
+    std::vector<std::int64_t> blamed;
+  };
+
   void initialise_outer_state();
+  // One attempt of round r up to its report: serve joiners, connect the epoch, the inner steps
+  // (the first attempt; streaming's fragment syncs among them), the ready barrier and the
+  // all-reduce; the overlapped inner steps beside it are joined before it returns.
+  RoundOutcome play_round(const RoundRecord& r);
   void recover(const RoundRecord& r);
   void serve_joiners(const RoundRecord& r);
   void join_servers();
