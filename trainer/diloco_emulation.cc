@@ -44,7 +44,6 @@ struct Node {
   std::unique_ptr<DilocoNode> diloco;
   std::unique_ptr<std::thread> thread;
   NodeResult result;
-  int shard = 0;
 };
 
 class Emulation {
@@ -68,11 +67,11 @@ class Emulation {
     emit_config();
     {
       std::lock_guard<std::mutex> lock(mu_);
-      for (int id = 1; id <= o_.nodes; ++id) launch_locked(id, id - 1, true);
+      for (int id = 1; id <= o_.nodes; ++id) launch_locked(id, true);
     }
     // Joiners may be launched while we wait: take threads until none is left.
     while (auto t = take_thread()) t->join();
-    for (auto& [id, n] : nodes_) result_.nodes.push_back({id, n->shard, n->result});
+    for (auto& [id, n] : nodes_) result_.nodes.push_back({id, n->result});
     Event done{runtime_.now_s(), -1, "run_finished", {}};
     done.fields.add("simulated_s", runtime_.now_s() - start_s_)
         .add("outer_steps", static_cast<std::int64_t>(result_.steps.size()));
@@ -138,13 +137,10 @@ class Emulation {
     return nullptr;
   }
 
-  void launch_locked(std::int64_t id, int shard, bool initial) {
+  void launch_locked(std::int64_t id, bool initial) {
     auto n = std::make_unique<Node>(world_.store());
-    auto w = o_.worker;
-    w.rank = shard;
-    w.world = o_.nodes;
-    n->shard = shard;
-    n->worker = std::make_unique<RecordingWorker>(std::make_unique<TorchWorker>(w, corpus_));
+    n->worker =
+        std::make_unique<RecordingWorker>(std::make_unique<TorchWorker>(o_.worker, corpus_));
     n->diloco =
         world_.make_node({*n->worker, n->store, world_.transports(), runtime_, events_}, o_.diloco);
     Node* raw = n.get();
@@ -184,18 +180,15 @@ class Emulation {
       Node& n = *nodes_.at(it->second);
       n.store.cut();
       world_.cut_network(it->second);
-      failed_shards_.push_back(n.shard);
       log_("churn: node " + std::to_string(it->second) + " fails after outer step " +
            std::to_string(s.outer_step));
     }
     for (std::int64_t step : o_.join_after) {
       if (step != s.outer_step) continue;
-      const int shard = failed_shards_.empty() ? 0 : failed_shards_.back();
-      if (!failed_shards_.empty()) failed_shards_.pop_back();
       const std::int64_t id = 100 + static_cast<std::int64_t>(nodes_.size());
       log_("churn: node " + std::to_string(id) + " joins after outer step " +
-           std::to_string(s.outer_step) + " on shard " + std::to_string(shard));
-      launch_locked(id, shard, false);
+           std::to_string(s.outer_step));
+      launch_locked(id, false);
     }
   }
 
@@ -209,7 +202,6 @@ class Emulation {
   std::mutex mu_;
   std::map<std::int64_t, std::unique_ptr<Node>> nodes_;
   std::set<std::int64_t> reported_;
-  std::vector<int> failed_shards_;
   std::chrono::steady_clock::time_point t0_;
   EmulationResult result_;
   double start_s_ = 0;

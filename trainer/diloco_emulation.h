@@ -19,12 +19,12 @@
 namespace meridian::trainer {
 
 struct EmulationOptions {
-  TorchWorkerOptions worker;  // model, data, seed; rank/world are set per node
+  TorchWorkerOptions worker;  // model, data, seed (the data each node reads is the engine's plan)
   DilocoOptions diloco;       // H, outer steps, codec, outer optimizer, timeouts
-  int nodes = 4;              // initial members, ids 1..nodes, data shards 0..nodes-1
+  int nodes = 4;              // initial members, ids 1..nodes
   // Churn: node id -> the outer step (1-based) after which it fails (store and network cut).
   std::multimap<std::int64_t, std::int64_t> fail_after;  // outer step -> node id
-  // Outer steps after which a new node joins, taking the shard of the latest failed node.
+  // Outer steps after which a new node joins (the data plan gives it a member's share).
   std::vector<std::int64_t> join_after;
   // Echoed into the run's `config` event (the first record).
   std::string command;
@@ -44,7 +44,6 @@ struct EmulatedStep {
 
 struct EmulatedNode {
   std::int64_t id = 0;
-  int shard = 0;
   NodeResult result;
 };
 

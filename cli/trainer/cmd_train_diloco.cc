@@ -1,5 +1,5 @@
-// `meridian train-diloco`: N DiLoCo nodes as threads of one process, each a TorchWorker on its
-// own data shard, over the in-process transport and an in-memory store, with an optional churn
+// `meridian train-diloco`: N DiLoCo nodes as threads of one process, each a TorchWorker on the
+// run's data plan, over the in-process transport and an in-memory store, with an optional churn
 // schedule (a node fails at an outer step, a joiner arrives and recovers live). Prints the
 // validation loss of the outer parameters per outer step as CSV. The emulation of the
 // convergence study on one machine; not the simulator (no network model).
@@ -37,8 +37,8 @@ constexpr const char* kUsage =
     "  --batch B --seq-len T --lr X --warmup N   override the model config\n"
     "  --seed S --val-sequences N --cache DIR --csv FILE --events FILE\n"
     "  --fail NODE@STEP         node id NODE (1..N) dies after outer step STEP (repeatable)\n"
-    "  --join STEP              a new node joins after outer step STEP and takes the data\n"
-    "                           shard of the most recently failed node (repeatable)\n";
+    "  --join STEP              a new node joins after outer step STEP (repeatable); the\n"
+    "                           run's data plan gives it a member's share\n";
 
 // Reads the command line into `e` and the output paths. Every value is checked here, before
 // the model or the corpus is touched; a ConfigError names the option and what it expects.
@@ -161,9 +161,8 @@ int run_train_diloco(const std::vector<std::string>& argv) {
         });
     progress.finish();
     for (const auto& n : result.nodes)
-      std::cerr << "node " << n.id << " (shard " << n.shard << "): "
-                << node_exit_name(n.result.exit) << " after " << n.result.outer_steps_applied
-                << " outer steps " << n.result.what << "\n";
+      std::cerr << "node " << n.id << ": " << node_exit_name(n.result.exit) << " after "
+                << n.result.outer_steps_applied << " outer steps " << n.result.what << "\n";
   } catch (const ConfigError& err) {
     std::cerr << "meridian train-diloco: " << err.what() << "\n";
     return kExitUsage;
