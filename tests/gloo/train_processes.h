@@ -25,6 +25,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/mesh/data_records.h"
+
 namespace meridian::testing {
 
 namespace fs = std::filesystem;
@@ -64,42 +66,16 @@ inline std::map<long, std::pair<int, std::string>> checksums(const fs::path& nod
 }
 
 // The `data` records (elastic data) of every node's events.jsonl under `run_dir` (node-*/),
-// every life: outer step -> the record less `t` and `node`. Every node that settled a step
-// settled it the same way (one ledger): a gtest failure otherwise.
-inline std::map<long, nlohmann::json> data_records(const fs::path& run_dir) {
-  std::map<long, nlohmann::json> out;
+// every life (tests/mesh/data_records.h checks that every node settled a step the same way).
+inline DataRecords data_records(const fs::path& run_dir) {
+  DataRecords out;
   for (const auto& e : fs::directory_iterator(run_dir)) {
     if (e.path().filename().string().rfind("node-", 0) != 0) continue;
     std::istringstream in(read_file(e.path() / "events.jsonl"));
-    for (std::string line; std::getline(in, line);) {
-      auto r = nlohmann::json::parse(line, nullptr, false);
-      if (r.is_discarded() || r.value("type", "") != "data") continue;
-      r.erase("t");
-      r.erase("node");
-      const long step = r.at("outer_step").get<long>();
-      const auto [it, fresh] = out.emplace(step, r);
-      EXPECT_EQ(it->second, r) << e.path() << " settled outer step " << step << " differently";
-    }
+    for (std::string line; std::getline(in, line);)
+      add_data_record(out, nlohmann::json::parse(line, nullptr, false), e.path().string());
   }
   return out;
-}
-
-// Every position the run handed out, [0, next) after its last step, was trained by exactly one
-// node once, and nothing is owed: no sample lost, none trained twice.
-inline void expect_every_position_trained_once(const std::map<long, nlohmann::json>& records) {
-  ASSERT_FALSE(records.empty()) << "no data records";
-  std::vector<long> all;
-  for (const auto& [step, r] : records) {
-    const auto t = r.at("trained").get<std::vector<long>>();  // node, begin, end, ...
-    for (std::size_t i = 0; i + 2 < t.size(); i += 3)
-      for (long p = t[i + 1]; p < t[i + 2]; ++p) all.push_back(p);
-  }
-  std::sort(all.begin(), all.end());
-  const auto& last = records.rbegin()->second;
-  EXPECT_EQ(last.at("owed").get<long>(), 0);
-  std::vector<long> want(last.at("next").get<std::size_t>());
-  for (std::size_t i = 0; i < want.size(); ++i) want[i] = static_cast<long>(i);
-  EXPECT_TRUE(all == want) << all.size() << " positions trained, " << want.size() << " handed out";
 }
 
 // With a run under way on `etcd` (tests/store/etcd_cluster.h) whose node 1 has applied `steps()`

@@ -13,6 +13,7 @@
 #include "engine/diloco/data_plan.h"
 #include "engine/error.h"
 #include "tests/mesh/cluster_harness.h"
+#include "tests/mesh/data_records.h"
 
 namespace meridian::testing {
 namespace {
@@ -109,69 +110,30 @@ TEST(DataLedgerTest, EncodeDecodeRoundTripsAndRejectsBadText) {
             std::string::npos);
 }
 
-// The `data` events of a cluster's run, checked and read: every node that recorded a step
-// recorded the same settlement (one ledger everywhere), and no position is credited twice.
-struct DataRecord {
-  std::map<std::int64_t, std::vector<std::int64_t>> credited;  // node -> positions, in order
-  std::map<std::int64_t, std::string> trained_text;            // step -> the event's field
-  std::int64_t next = 0, owed = 0;                             // after the last step
-};
-
-std::vector<std::int64_t> integers_of(const std::string& json_array) {
-  std::vector<std::int64_t> out;
-  std::string digits;
-  for (char ch : json_array + ",") {
-    if (ch >= '0' && ch <= '9') {
-      digits += ch;
-    } else if (!digits.empty()) {
-      out.push_back(std::stoll(digits));
-      digits.clear();
-    }
-  }
-  return out;
+// The `data` records of a cluster's run (tests/mesh/data_records.h: every node that recorded a
+// step settled it the same way).
+DataRecords data_record(Cluster& c) {
+  DataRecords d;
+  for (std::int64_t id : c.ids())
+    for (const Event& e : c.events(id))
+      add_data_record(d, nlohmann::json::parse(e.to_json()), "node " + std::to_string(id));
+  return d;
 }
 
-DataRecord data_record(Cluster& c) {
-  DataRecord d;
-  std::map<std::int64_t, std::string> seen;  // step -> the first node's fields
-  std::int64_t last = -1;
-  for (std::int64_t id : c.ids())
-    for (const Event& e : c.events(id)) {
-      if (e.type != "data") continue;
-      const std::int64_t step = std::stoll(field(e, "outer_step"));
-      const std::string all = field(e, "trained") + "|" + field(e, "returned") + "|" +
-                              field(e, "next") + "|" + field(e, "owed");
-      const auto [it, fresh] = seen.emplace(step, all);
-      EXPECT_EQ(it->second, all) << "node " << id << " settled step " << step << " differently";
-      if (!fresh) continue;
-      d.trained_text[step] = field(e, "trained");
-      const auto t = integers_of(field(e, "trained"));
-      for (std::size_t i = 0; i + 2 < t.size(); i += 3)  // node, begin, end
-        for (std::int64_t p = t[i + 1]; p < t[i + 2]; ++p) d.credited[t[i]].push_back(p);
-      if (step > last) {
-        last = step;
-        d.next = std::stoll(field(e, "next"));
-        d.owed = std::stoll(field(e, "owed"));
-      }
-    }
-  return d;
+std::int64_t next_of(const DataRecords& d) {
+  return d.empty() ? 0 : d.rbegin()->second.at("next").get<std::int64_t>();
 }
 
 // Every position in [0, next) was trained exactly once (nothing owed at the end), and each node
 // that was not killed read exactly the positions it was credited with, in order.
-void expect_every_position_once(Cluster& c, const DataRecord& d) {
-  std::vector<std::int64_t> all;
-  for (const auto& [node, ps] : d.credited) all.insert(all.end(), ps.begin(), ps.end());
-  std::sort(all.begin(), all.end());
-  std::vector<std::int64_t> want(static_cast<std::size_t>(d.next));
-  for (std::int64_t i = 0; i < d.next; ++i) want[static_cast<std::size_t>(i)] = i;
-  EXPECT_EQ(d.owed, 0);
-  EXPECT_EQ(all, want);
+void expect_every_position_once(Cluster& c, const DataRecords& d) {
+  expect_every_position_trained_once(d);
+  const auto credited = credited_positions(d);
   for (std::int64_t id : c.ids()) {
     if (c.killed(id)) continue;
-    const auto it = d.credited.find(id);
+    const auto it = credited.find(id);
     const std::vector<std::int64_t> none;
-    EXPECT_EQ(c.worker(id).positions_read(), it == d.credited.end() ? none : it->second)
+    EXPECT_EQ(c.worker(id).positions_read(), it == credited.end() ? none : it->second)
         << "node " << id;
   }
 }
@@ -188,8 +150,8 @@ ClusterOptions data_options() {
 TEST(ElasticDataTest, AChurnFreeRunTrainsConsecutivePositionsByRingOrder) {
   Cluster c(data_options());
   c.run_and_check();
-  const DataRecord d = data_record(c);
-  EXPECT_EQ(d.next, 4 * 6 * 3 * 2);
+  const DataRecords d = data_record(c);
+  EXPECT_EQ(next_of(d), 4 * 6 * 3 * 2);
   expect_every_position_once(c, d);
   // Step 0 in the round's member order: 6 positions each.
   const auto members = c.steps().at(0).at(1).members;
@@ -197,7 +159,7 @@ TEST(ElasticDataTest, AChurnFreeRunTrainsConsecutivePositionsByRingOrder) {
   for (std::size_t k = 0; k < members.size(); ++k)
     want.insert(want.end(), {members[k], static_cast<std::int64_t>(6 * k),
                              static_cast<std::int64_t>(6 * k + 6)});
-  EXPECT_EQ(integers_of(d.trained_text.at(0)), want);
+  EXPECT_EQ(d.at(0).at("trained").get<std::vector<std::int64_t>>(), want);
 }
 
 // A node killed in step 2's collective trained positions that no average holds: they are owed
@@ -208,16 +170,18 @@ void expect_churn_keeps_every_position_once(ClusterOptions o) {
   c.join_at(2);  // admitted by step 4: an overlapped joiner's first inner steps are step 5's
   c.run_and_check();
   EXPECT_FALSE(c.all_of_type("retry").empty());
-  const DataRecord d = data_record(c);
+  const DataRecords d = data_record(c);
   expect_every_position_once(c, d);
+  const auto credited = credited_positions(d);
   // Node 4 read its step-2 positions, which are credited to another node at step 3.
   const auto read4 = c.worker(4).positions_read();
   ASSERT_FALSE(read4.empty());
-  const auto credited4 = d.credited.count(4) ? d.credited.at(4) : std::vector<std::int64_t>{};
+  const auto credited4 = credited.count(4) ? credited.at(4) : std::vector<std::int64_t>{};
   EXPECT_LT(credited4.size(), read4.size());
   const std::int64_t j = c.joiner_of(2);
   ASSERT_GT(j, 0);
-  EXPECT_FALSE(d.credited.at(j).empty());
+  ASSERT_TRUE(credited.count(j));
+  EXPECT_FALSE(credited.at(j).empty());
 }
 
 TEST(ElasticDataTest, AKilledNodesPositionsAreTrainedByOthersAndAJoinerGetsItsShare) {
@@ -253,7 +217,7 @@ TEST(ElasticDataTest, AResumedRunTrainsWhatTheWholeRunTrained) {
     Cluster whole(o);
     whole.run_and_check();
     const auto ref = whole.steps();
-    const DataRecord all = data_record(whole);
+    const DataRecords all = data_record(whole);
     constexpr std::int64_t kDone = 3;
     ClusterOptions r = o;
     resume_from(r, ref, kDone, (kDone + (pending ? 1 : 0)) * o.inner_steps, pending);
@@ -267,10 +231,10 @@ TEST(ElasticDataTest, AResumedRunTrainsWhatTheWholeRunTrained) {
     r.configure = [ledger](DilocoOptions& d) { d.initial_data_ledger = ledger; };
     Cluster resumed(r);
     resumed.run_and_check();
-    const DataRecord second = data_record(resumed);
+    const DataRecords second = data_record(resumed);
     for (std::int64_t t = kDone; t < o.outer_steps; ++t)
-      EXPECT_EQ(second.trained_text.at(t), all.trained_text.at(t)) << "step " << t;
-    EXPECT_EQ(second.next, all.next);
+      EXPECT_EQ(second.at(t), all.at(t)) << "step " << t;  // trained, returned, next, owed
+    EXPECT_EQ(next_of(second), next_of(all));
     // A ledger planned for another per-node count is refused, naming both.
     ClusterOptions bad = r;
     bad.on_launch = [restore](std::int64_t id, SyntheticWorker& w) {

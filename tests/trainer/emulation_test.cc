@@ -13,6 +13,7 @@
 #include "engine/error.h"
 #include "engine/events/event_sink.h"
 #include "engine/events/sinks/sinks.h"
+#include "tests/mesh/data_records.h"
 #include "trainer/diloco_emulation.h"
 
 namespace meridian::trainer {
@@ -60,29 +61,16 @@ TEST(DilocoEmulation, TinyNodesTrainThroughAFailureAndAJoin) {
   EXPECT_EQ(events.of_type("recovery_finished").size(), 1u);  // the joiner got real state
   // Elastic data: every position of the run's data order handed out was trained once, through
   // the failure and the join (the failed node's share by the others), and nothing is owed.
-  std::map<std::int64_t, nlohmann::json> data;
-  for (const Event& e : events.of_type("data")) {
-    auto j = nlohmann::json::parse(e.to_json());
-    j.erase("t");
-    j.erase("node");
-    const auto [it, fresh] = data.emplace(j.at("outer_step").get<std::int64_t>(), j);
-    EXPECT_EQ(it->second, j) << "the nodes settled a step differently";
-  }
+  testing::DataRecords data;
+  for (const Event& e : events.of_type("data"))
+    testing::add_data_record(data, nlohmann::json::parse(e.to_json()),
+                             "node " + std::to_string(e.node));
   ASSERT_EQ(data.size(), 4u);
-  std::vector<std::int64_t> trained;
-  for (const auto& [step, j] : data) {
-    const auto t = j.at("trained").get<std::vector<std::int64_t>>();
-    for (std::size_t i = 0; i + 2 < t.size(); i += 3)
-      for (std::int64_t p = t[i + 1]; p < t[i + 2]; ++p) trained.push_back(p);
-  }
-  std::sort(trained.begin(), trained.end());
-  EXPECT_EQ(data.rbegin()->second.at("owed"), 0);
-  const auto next = data.rbegin()->second.at("next").get<std::int64_t>();
+  testing::expect_every_position_trained_once(data);
   // Fresh shares of H x batch positions: 3 in step 0, 3 in step 1 (node 2's is lost), 1 in
   // step 2 beside node 2's owed share, 3 in step 3 with the joiner.
-  EXPECT_EQ(next, 10 * 4 * o.worker.config.train.batch);
-  ASSERT_EQ(trained.size(), static_cast<std::size_t>(next));
-  for (std::int64_t p = 0; p < next; ++p) ASSERT_EQ(trained[static_cast<std::size_t>(p)], p);
+  EXPECT_EQ(data.rbegin()->second.at("next").get<std::int64_t>(),
+            10 * 4 * o.worker.config.train.batch);
   EXPECT_FALSE(events.of_type("fail_detected").empty());
   const auto all = events.events();
   ASSERT_FALSE(all.empty());
