@@ -87,12 +87,7 @@ std::vector<Outcome> run(Mode mode, const std::vector<std::vector<std::size_t>>&
       if (r == absent) continue;
       sg4::Actor::create("rank" + std::to_string(r), pf.hosts[r], [&, r] {
         SimRuntime rt(pf.hosts[r]);
-        EpochSpec spec;
-        spec.epoch = 1;
-        spec.rank = r;
-        spec.members = members;
-        spec.timeout_s = 60.0;
-        auto t = net.connect(spec);
+        auto t = net.connect(testing::ring_epoch(r, members, 60.0));
         sg4::this_actor::sleep_for(0.37 * r);
         std::vector<RingOptions> options;
         for (std::size_t b = 0; b < counts[r].size(); ++b) {

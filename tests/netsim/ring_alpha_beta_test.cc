@@ -92,12 +92,7 @@ double simulate_ring(int nodes, std::size_t count, CodecId codec, int rendezvous
     for (int r = 0; r < nodes; ++r) {
       sg4::Actor::create("rank" + std::to_string(r), pf.hosts[r], [&, r] {
         SimRuntime rt(pf.hosts[r]);
-        EpochSpec spec;
-        spec.epoch = 1;
-        spec.rank = r;
-        spec.members = members;
-        spec.timeout_s = 60.0;
-        auto t = net.connect(spec);
+        auto t = net.connect(testing::ring_epoch(r, members, 60.0));
         RingOptions o;
         o.max_chunk_bytes = std::size_t{1} << 30;  // one piece per share: P = 1
         o.timeout_s = 600;

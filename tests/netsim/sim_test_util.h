@@ -13,7 +13,20 @@
 #include <string>
 #include <vector>
 
+#include "engine/transport.h"
+
 namespace meridian::netsim::testing {
+
+// Epoch 1 of `members` for `rank`, waiting at most `timeout_s` for them to arrive (a ring test's
+// one epoch; every other field at its default).
+inline EpochSpec ring_epoch(int rank, const std::vector<std::int64_t>& members, double timeout_s) {
+  EpochSpec spec;
+  spec.epoch = 1;
+  spec.rank = rank;
+  spec.members = members;
+  spec.timeout_s = timeout_s;
+  return spec;
+}
 
 // Runs `body` in a child process; returns its exit status (0 = body returned normally).
 inline int run_in_child(const std::function<void()>& body) {
