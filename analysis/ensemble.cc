@@ -12,7 +12,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis {
 namespace {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <limits>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis {
 namespace {

@@ -1,5 +1,5 @@
-// Typed reader of events.jsonl (schema: engine/events/SCHEMA.md): one record per line, parsed
-// with nlohmann_json and checked field by field. Reading only: writing is engine/events/.
+// Typed reader of events.jsonl (schema: engine/core/events/SCHEMA.md): one record per line, parsed
+// with nlohmann_json and checked field by field. Reading only: writing is engine/core/events/.
 // A malformed line or a missing required field is a ConfigError naming file, line and field.
 #pragma once
 
@@ -98,7 +98,7 @@ struct FallbackRecord {
   std::int64_t outer_step = 0;
   std::string reason;
 };
-// The non-finite guard (engine/diloco): a node whose pseudo-gradient held NaN or Inf sat the
+// The non-finite guard (engine/core/diloco): a node whose pseudo-gradient held NaN or Inf sat the
 // step out (detected_by "self", action "abstain"), or a receiver found one in a chunk and
 // blamed its sender (detected_by "receiver", action "blame"; the mesh evicts it).
 struct NonFiniteRecord {

@@ -11,7 +11,7 @@
 #include <sstream>
 
 #include "analysis/process.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis {
 

@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis {
 namespace fs = std::filesystem;

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 extern char** environ;
 

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "analysis/ensemble.h"
-#include "engine/error.h"
-#include "engine/util/base64.h"
+#include "engine/core/error.h"
+#include "engine/core/util/base64.h"
 
 namespace meridian::analysis {
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "analysis/plots.h"
-#include "engine/util/base64.h"
+#include "engine/core/util/base64.h"
 
 namespace meridian::analysis {
 
@@ -35,7 +35,7 @@ std::string ensemble_report_html(const EnsembleData& ensemble,
                                  const std::vector<std::string>& png_files,
                                  const std::string& runs_href);
 
-// Standard base64 (RFC 4648, with padding): engine/util/base64.h.
+// Standard base64 (RFC 4648, with padding): engine/core/util/base64.h.
 using meridian::base64_encode;
 
 // &, <, >, " escaped.

@@ -13,7 +13,7 @@
 #include <tuple>
 #include <utility>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis {
 namespace {

@@ -1,6 +1,6 @@
-// The run statistics of engine/events/SCHEMA.md ("Metrics derived from it"), computed once here
-// from typed events, plus the per-outer-step and per-node series the plots draw.
-// Not a plotter and not a reader: see plots.h and events.h.
+// The run statistics of engine/core/events/SCHEMA.md ("Metrics derived from it"), computed once
+// here from typed events, plus the per-outer-step and per-node series the plots draw. Not a plotter
+// and not a reader: see plots.h and events.h.
 #pragma once
 
 #include <cstdint>

@@ -12,7 +12,7 @@
 
 #include "analysis/events.h"
 #include "analysis/process.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis {
 namespace fs = std::filesystem;

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/codec/codec.h"
-#include "engine/codec/codec_isa.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/codec/codec_isa.h"
 
 namespace meridian {
 namespace {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <string>
 
-#include "engine/events/sinks/sinks.h"
+#include "engine/backends/event_sinks/sinks.h"
 
 namespace meridian {
 namespace {

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/collective/ring_allreduce.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/transport/inproc/inproc_transport.h"
+#include "engine/backends/inproc/inproc_transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/collective/ring_allreduce.h"
 
 namespace meridian {
 namespace {

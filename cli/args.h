@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli::opt {
 

@@ -12,7 +12,7 @@
 #include "cli/command.h"
 #include "cli/run_config_hash.h"
 #include "engine/config/run_file.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli {
 namespace {

@@ -8,8 +8,8 @@
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "cli/run_config_hash.h"
-#include "engine/error.h"
-#include "engine/store/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "cli/command.h"
 #include "cli/torch_commands.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #ifdef MERIDIAN_HAVE_NETSIM
 #include "netsim/worker_plugin.h"
 #endif

@@ -8,7 +8,7 @@
 #include <string>
 #include <system_error>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli {
 

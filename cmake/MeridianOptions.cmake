@@ -62,7 +62,7 @@ if(MERIDIAN_NATIVE_X86_64_V3 AND CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
     target_compile_options(meridian_flags INTERFACE -march=x86-64-v3)
     meridian_found("codegen" "x86-64-v3 (AVX2, FMA)")
     # Clang compiles the codecs' AVX-512 kernels only for an AVX-512 translation unit
-    # (engine/codec/codec_kernels.h); the clang checking tree runs only on this machine.
+    # (engine/core/codec/codec_kernels.h); the clang checking tree runs only on this machine.
     if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang" AND _cpuinfo MATCHES " avx512f " AND
        _cpuinfo MATCHES " avx512bw " AND _cpuinfo MATCHES " avx512vl " AND
        _cpuinfo MATCHES " avx512dq " AND _cpuinfo MATCHES " avx512vbmi ")

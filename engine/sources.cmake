@@ -1,7 +1,9 @@
 # Every source file of the engine, named once, by the target it belongs to (no file(GLOB): a file
-# is part of the build because it is listed here). engine/CMakeLists.txt builds the targets from
-# these lists; the checking trees compile the same files with their sanitizers (tests/fuzz,
-# tests/tsan, tests/sanitize). Each list holds absolute paths.
+# is part of the build because it is listed here). Folders are targets: meridian_core is
+# engine/core/, meridian_config is engine/config/, and each backend meridian_<name> is
+# engine/backends/<name>/; each list below is relative to its target's folder, and becomes
+# absolute at the end. engine/CMakeLists.txt builds the targets from these lists; the checking
+# trees compile the same files with their sanitizers (tests/fuzz, tests/tsan, tests/sanitize).
 set(meridian_core_sources
   # The seams and the error types.
   error.cc error.h inner_worker.h runtime.h store.h transport.h
@@ -21,26 +23,29 @@ set(meridian_core_sources
   wire/chunk.cc wire/chunk.h
   # The lease bookkeeping every store shares.
   store/lease_table.cc store/lease_table.h)
-set(meridian_runtime_thread_sources runtime/thread_runtime.cc runtime/thread_runtime.h)
-set(meridian_inproc_sources transport/inproc/inproc_transport.cc transport/inproc/inproc_transport.h
-  store/memory_store.cc store/memory_store.h
-  transport/deadline.h)  # the transports' shared deadline arithmetic (header only)
-set(meridian_store_tcp_sources store/tcp_store.h store/tcp_store_client.cc
-  store/tcp_store_server.cc store/tcp_store_wire.cc store/tcp_store_wire.h)
-set(meridian_faults_sources fault/faulty_transport.cc fault/faulty_transport.h
-  fault/cuttable_store.cc fault/cuttable_store.h fault/fault_point.cc fault/fault_point.h
-  fault/watched_transport.h)
-set(meridian_event_sinks_sources events/sinks/sinks.cc events/sinks/sinks.h)
-set(meridian_config_sources config/reader.cc config/reader.h config/run_file.cc config/run_file.h)
-set(meridian_store_etcd_sources store/etcd/etcd_store.cc store/etcd/etcd_store.h
-  store/etcd/etcd_wire.cc store/etcd/etcd_wire.h)
-set(meridian_gloo_sources transport/gloo/gloo_transport.cc transport/gloo/gloo_transport.h
-  transport/gloo/gloo_store_adapter.cc transport/gloo/gloo_store_adapter.h)
-set(meridian_nccl_sources transport/nccl/nccl_transport.cc transport/nccl/nccl_transport.h)
+set(meridian_config_sources reader.cc reader.h run_file.cc run_file.h)
+# What the backends share: deadlines on the steady clock (header only).
+set(meridian_common_sources deadline.h)
+set(meridian_runtime_thread_sources thread_runtime.cc thread_runtime.h)
+set(meridian_inproc_sources inproc_transport.cc inproc_transport.h memory_store.cc memory_store.h)
+set(meridian_store_tcp_sources tcp_store.h tcp_store_client.cc tcp_store_server.cc
+  tcp_store_wire.cc tcp_store_wire.h)
+set(meridian_faults_sources faulty_transport.cc faulty_transport.h cuttable_store.cc
+  cuttable_store.h fault_point.cc fault_point.h watched_transport.h)
+set(meridian_event_sinks_sources sinks.cc sinks.h)
+set(meridian_store_etcd_sources etcd_store.cc etcd_store.h etcd_wire.cc etcd_wire.h)
+set(meridian_gloo_sources gloo_transport.cc gloo_transport.h gloo_store_adapter.cc
+  gloo_store_adapter.h)
+set(meridian_nccl_sources nccl_transport.cc nccl_transport.h)
 
 # The targets every build has (meridian_engine), in link order.
 set(MERIDIAN_ENGINE_TARGETS meridian_core meridian_runtime_thread meridian_inproc
   meridian_store_tcp meridian_faults meridian_event_sinks meridian_config)
-foreach(t IN LISTS MERIDIAN_ENGINE_TARGETS ITEMS meridian_store_etcd meridian_gloo meridian_nccl)
-  list(TRANSFORM ${t}_sources PREPEND "${CMAKE_CURRENT_LIST_DIR}/")
+# Every engine target and its folder.
+set(MERIDIAN_BACKENDS common runtime_thread inproc store_tcp faults event_sinks store_etcd gloo
+  nccl)
+list(TRANSFORM meridian_core_sources PREPEND "${CMAKE_CURRENT_LIST_DIR}/core/")
+list(TRANSFORM meridian_config_sources PREPEND "${CMAKE_CURRENT_LIST_DIR}/config/")
+foreach(b IN LISTS MERIDIAN_BACKENDS)
+  list(TRANSFORM meridian_${b}_sources PREPEND "${CMAKE_CURRENT_LIST_DIR}/backends/${b}/")
 endforeach()

@@ -7,8 +7,8 @@
 #include <limits>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/util/splitmix64.h"
+#include "engine/core/error.h"
+#include "engine/core/util/splitmix64.h"
 
 namespace meridian::netsim::calibrate {
 namespace {

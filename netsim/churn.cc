@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::netsim {
 

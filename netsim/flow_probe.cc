@@ -6,7 +6,7 @@
 #include <simgrid/s4u.hpp>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "netsim/platform.h"
 #include "netsim/scenario.h"
 #include "netsim/wan.h"

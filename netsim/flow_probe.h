@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/events/json.h"
+#include "engine/core/events/json.h"
 #include "netsim/tcp_model.h"
 
 namespace meridian::netsim {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::netsim {
 

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "engine/inner_worker.h"
-#include "engine/runtime.h"
+#include "engine/core/inner_worker.h"
+#include "engine/core/runtime.h"
 #include "netsim/scenario.h"
 
 namespace meridian::netsim {

@@ -9,8 +9,8 @@
 #include <simgrid/s4u.hpp>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/util/splitmix64.h"
+#include "engine/core/error.h"
+#include "engine/core/util/splitmix64.h"
 #include "netsim/wan.h"
 
 namespace meridian::netsim {

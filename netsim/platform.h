@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/events/json.h"
+#include "engine/core/events/json.h"
 #include "netsim/scenario.h"
 
 namespace simgrid::s4u {

@@ -7,7 +7,7 @@
 #include <simgrid/s4u.hpp>
 #include <utility>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "netsim/deferred_time.h"
 #include "netsim/wait_list.h"
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/runtime.h"
+#include "engine/core/runtime.h"
 
 namespace simgrid::s4u {
 class Host;

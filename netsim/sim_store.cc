@@ -4,19 +4,19 @@
 #include "netsim/sim_store.h"
 
 #include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <mutex>
-#include <cmath>
 #include <simgrid/kernel/Timer.hpp>
 #include <simgrid/s4u.hpp>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 
-#include "engine/error.h"
-#include "engine/store/lease_table.h"
+#include "engine/core/error.h"
+#include "engine/core/store/lease_table.h"
 #include "netsim/deferred_time.h"
 #include "netsim/wait_list.h"
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/store.h"
+#include "engine/core/store.h"
 
 namespace simgrid::s4u {
 class Host;

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/diloco/diloco.h"
-#include "engine/error.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/error.h"
 #include "netsim/wait_list.h"
 #include "netsim/wan.h"
 
@@ -398,7 +398,7 @@ bool first_message_alone(std::size_t round, std::uint64_t messages) {
 }
 
 // When each rank's phantom ring rounds start and end, message by message
-// (engine/collective/ring_allreduce.cc with one piece per share): within a round, rank r's
+// (engine/core/collective/ring_allreduce.cc with one piece per share): within a round, rank r's
 // transfer t + 1 starts once its transfer t has completed both ways. Rank r posts transfer t
 // (its receive with it) at T_r(t); its send leaves at S_r(t) = T_r(t) when eager, or with a
 // rendezvous once its successor's receive is posted and the control trips have crossed,

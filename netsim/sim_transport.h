@@ -9,7 +9,7 @@
 #include <memory>
 #include <set>
 
-#include "engine/transport.h"
+#include "engine/core/transport.h"
 
 namespace simgrid::s4u {
 class Host;

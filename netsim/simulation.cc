@@ -14,10 +14,10 @@
 // After s4u.hpp (its own block, so include sorting keeps it there): it needs SimGrid's macros.
 #include <simgrid/version.h>
 
-#include "engine/codec/codec.h"
-#include "engine/diloco/diloco.h"
-#include "engine/error.h"
-#include "engine/events/config_record.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/error.h"
+#include "engine/core/events/config_record.h"
 #include "netsim/churn.h"
 #include "netsim/modeled_worker.h"
 #include "netsim/platform.h"

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/events/event_sink.h"
+#include "engine/core/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/worker_plugin.h"
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::netsim {
 

@@ -8,7 +8,7 @@
 #include <simgrid/kernel/resource/NetworkModelIntf.hpp>
 #include <simgrid/s4u.hpp>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "netsim/platform.h"
 
 namespace meridian::netsim {

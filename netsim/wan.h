@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/events/json.h"
+#include "engine/core/events/json.h"
 #include "netsim/scenario.h"
 #include "netsim/tcp_model.h"
 

@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::netsim {
 namespace {

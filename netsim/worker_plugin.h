@@ -1,5 +1,5 @@
 // Who computes a simulated node's inner steps: the scenario's `worker:` key. `modeled` (default)
-// is netsim's ModeledWorker (phantom buffers); other kinds (`torch`: trainer/emulation, real
+// is netsim's ModeledWorker (phantom buffers); other kinds (`torch`: cli/emulation, real
 // LibTorch training) are registered by libraries linked into the executable. Not a worker itself:
 // only the seam through which simulation.cc makes workers and reports outer steps to them.
 #pragma once
@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/diloco/diloco.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/json.h"
-#include "engine/inner_worker.h"
-#include "engine/runtime.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/events/event_sink.h"
+#include "engine/core/events/json.h"
+#include "engine/core/inner_worker.h"
+#include "engine/core/runtime.h"
 #include "netsim/scenario.h"
 
 namespace meridian::netsim {

@@ -2,12 +2,12 @@
 // replacement: one parameter group, fixed hyper-parameters but the lr.
 #include "trainer/adamw.h"
 
-#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 #include <ATen/Dispatch.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 
 #include <cmath>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::trainer {
 

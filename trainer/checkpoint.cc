@@ -1,7 +1,7 @@
 // Checkpoint files: safetensors for tensors, JSON for progress, CRC-32C over the tensor files and
 // one manifest (size and SHA-256 of every file, progress.json included) written last. Not
 // asynchronous: the caller decides when to write (the engine runs it off the critical path).
-// SHA-256 is engine/util/sha256.h's, OpenSSL's libcrypto: 1.6 GB/s on this machine's SHA-NI
+// SHA-256 is engine/core/util/sha256.h's, OpenSSL's libcrypto: 1.6 GB/s on this machine's SHA-NI
 // against 55 MB/s for the portable one it replaced, and a 1B model's checkpoint is 16 GB.
 #include "trainer/checkpoint.h"
 
@@ -15,9 +15,9 @@
 #include <set>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/util/crc32c.h"
-#include "engine/util/sha256.h"
+#include "engine/core/error.h"
+#include "engine/core/util/crc32c.h"
+#include "engine/core/util/sha256.h"
 #include "trainer/safetensors/safetensors.h"
 
 namespace meridian::trainer {

@@ -14,10 +14,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/util/crc32c.h"
-#include "engine/util/files.h"
-#include "engine/util/splitmix64.h"
+#include "engine/core/error.h"
+#include "engine/core/util/crc32c.h"
+#include "engine/core/util/files.h"
+#include "engine/core/util/splitmix64.h"
 #include "trainer/docs_corpus.h"
 
 #ifndef MERIDIAN_SPM_TRAIN

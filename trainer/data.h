@@ -94,7 +94,7 @@ class ShardReader {
   DataPosition pos_;
 };
 
-// The run's data order (elastic data, engine/diloco/data_plan.h): every packed sequence of the
+// The run's data order (elastic data, engine/core/diloco/data_plan.h): every packed sequence of the
 // stream once per epoch, in a permutation drawn from (seed, epoch); position g is sequence
 // perm_{g / S}[g mod S] of the S sequences. The same on every node: which positions a node reads
 // is the engine's plan, so a node id never decides what it trains.

@@ -8,9 +8,9 @@
 #include <set>
 #include <thread>
 
-#include "engine/error.h"
-#include "engine/events/config_record.h"
-#include "engine/fault/cuttable_store.h"
+#include "engine/backends/faults/cuttable_store.h"
+#include "engine/core/error.h"
+#include "engine/core/events/config_record.h"
 #include "trainer/precision.h"
 #include "trainer/run_config.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/diloco/diloco.h"
-#include "engine/events/event_sink.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/events/event_sink.h"
 #include "trainer/torch_worker.h"
 
 namespace meridian::trainer {
@@ -71,8 +71,9 @@ class EmulationWorld {
 void validate_emulation(const EmulationOptions& options);
 
 // Runs to the end (every node finished, left or lost). Emits the run-level `config` record
-// first and `run_finished` last (engine/events/SCHEMA.md), the nodes' events in between. `on_step` is called for each applied
-// outer step (from a node's thread, serialised), e.g. to stream a CSV.
+// first and `run_finished` last (engine/core/events/SCHEMA.md), the nodes' events in between.
+// `on_step` is called for each applied outer step (from a node's thread, serialised), e.g. to
+// stream a CSV.
 EmulationResult run_emulation(EmulationOptions options, EmulationWorld& world, EventSink& events,
                               const std::function<void(const EmulatedStep&)>& on_step = {},
                               std::function<void(const std::string&)> log = {});

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <unordered_set>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/data.h"
 
 namespace meridian::trainer {

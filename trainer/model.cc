@@ -17,7 +17,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/torch_compat.h"
 
 namespace meridian::trainer {

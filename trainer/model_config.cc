@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "engine/config/run_file.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/run_config.h"
 
 namespace meridian::trainer {

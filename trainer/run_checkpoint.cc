@@ -14,7 +14,7 @@
 #include <set>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::trainer {
 namespace fs = std::filesystem;

@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/diloco/diloco.h"
-#include "engine/inner_worker.h"
-#include "engine/store.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/inner_worker.h"
+#include "engine/core/store.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model_config.h"
 

@@ -1,9 +1,9 @@
 // The real run's view of the run file (run_config.h). No YAML here: engine/config reads it.
 #include "trainer/run_config.h"
 
-#include "engine/codec/codec.h"
-#include "engine/error.h"
-#include "engine/store/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/error.h"
 #include "trainer/precision.h"
 
 namespace meridian::trainer {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "engine/config/run_file.h"
-#include "engine/diloco/diloco.h"
-#include "engine/events/json.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/events/json.h"
 #include "trainer/data.h"
 #include "trainer/model_config.h"
 

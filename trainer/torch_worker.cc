@@ -17,7 +17,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/adamw.h"
 #include "trainer/checkpoint.h"
 #include "trainer/model.h"

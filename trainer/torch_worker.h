@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/inner_worker.h"
+#include "engine/core/inner_worker.h"
 #include "trainer/data.h"
 #include "trainer/model_config.h"
 

@@ -30,14 +30,14 @@
 #include <utility>
 #include <vector>
 
-#include "engine/codec/codec_isa.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/error.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/tcp_store.h"
-#include "engine/transport/gloo/gloo_store_adapter.h"
-#include "engine/transport/gloo/gloo_transport.h"
-#include "engine/util/crc32c.h"
+#include "engine/backends/gloo/gloo_store_adapter.h"
+#include "engine/backends/gloo/gloo_transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/core/codec/codec_isa.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/error.h"
+#include "engine/core/util/crc32c.h"
 
 namespace meridian::bench {
 namespace {

@@ -13,9 +13,9 @@
 #include <sstream>
 #include <string>
 
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
 #include "cli/compose/simulation.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/core/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 

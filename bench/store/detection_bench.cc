@@ -21,12 +21,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/fault/cuttable_store.h"
-#include "engine/mesh/elastic_mesh.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/tcp_store.h"
+#include "engine/backends/faults/cuttable_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
+#include "engine/core/mesh/elastic_mesh.h"
 
 namespace meridian {
 namespace {

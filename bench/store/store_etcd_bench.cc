@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/mesh/elastic_mesh.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/etcd/etcd_store.h"
-#include "engine/store/tcp_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/backends/store_etcd/etcd_store.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
+#include "engine/core/mesh/elastic_mesh.h"
 #include "tests/store/etcd_cluster.h"
 
 namespace meridian {

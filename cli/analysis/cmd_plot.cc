@@ -7,7 +7,7 @@
 #include "analysis/plots.h"
 #include "cli/args.h"
 #include "cli/command.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "analysis/report.h"
 #include "cli/command.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli {
 namespace {

@@ -15,7 +15,7 @@
 #include "cli/run_folder.h"
 #include "cli/scenario_check.h"
 #include "cli/slurm.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli {
 namespace {

@@ -10,11 +10,11 @@
 
 #include <memory>
 
-#include "engine/diloco/diloco.h"
+#include "engine/core/diloco/diloco.h"
 
 namespace meridian::compose {
 
-// A NodeFactory (engine/diloco/diloco.h): builds the node on `parts` with `options`.
+// A NodeFactory (engine/core/diloco/diloco.h): builds the node on `parts` with `options`.
 std::unique_ptr<DilocoNode> make_node(const NodeParts& parts, DilocoOptions options);
 
 }  // namespace meridian::compose

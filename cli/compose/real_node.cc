@@ -4,11 +4,11 @@
 #include <algorithm>
 
 #include "cli/args.h"
-#include "engine/error.h"
-#include "engine/store/etcd/etcd_store.h"
-#include "engine/transport/gloo/gloo_transport.h"
+#include "engine/backends/gloo/gloo_transport.h"
+#include "engine/backends/store_etcd/etcd_store.h"
+#include "engine/core/error.h"
 #ifdef MERIDIAN_HAVE_NCCL
-#include "engine/transport/nccl/nccl_transport.h"
+#include "engine/backends/nccl/nccl_transport.h"
 #endif
 
 namespace meridian::compose {

@@ -9,10 +9,10 @@
 #include <memory>
 #include <string>
 
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store.h"
-#include "engine/store/tcp_store.h"
-#include "engine/transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/core/store.h"
+#include "engine/core/transport.h"
 #include "trainer/run_config.h"
 #include "trainer/torch_worker.h"
 

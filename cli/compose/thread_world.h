@@ -5,9 +5,9 @@
 
 #include <cstdint>
 
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/memory_store.h"
-#include "engine/transport/inproc/inproc_transport.h"
+#include "engine/backends/inproc/inproc_transport.h"
+#include "engine/backends/inproc/memory_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
 #include "trainer/diloco_emulation.h"
 
 namespace meridian::compose {

@@ -29,7 +29,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/netdelay/delay_forwarder.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::cli {
 namespace {

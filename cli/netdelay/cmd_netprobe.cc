@@ -25,8 +25,8 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
-#include "engine/error.h"
-#include "engine/util/files.h"
+#include "engine/core/error.h"
+#include "engine/core/util/files.h"
 
 namespace meridian::cli {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::netdelay {
 namespace {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/util/splitmix64.h"
+#include "engine/core/error.h"
+#include "engine/core/util/splitmix64.h"
 
 namespace meridian::netdelay {
 namespace {

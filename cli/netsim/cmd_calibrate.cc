@@ -24,7 +24,7 @@
 #include "cli/progress.h"
 #include "cli/run_folder.h"
 #include "engine/config/reader.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "netsim/calibrate.h"
 #include "netsim/scenario.h"
 

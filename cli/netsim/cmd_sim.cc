@@ -25,9 +25,9 @@
 #include "cli/progress.h"
 #include "cli/run_folder.h"
 #include "cli/slurm.h"
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 

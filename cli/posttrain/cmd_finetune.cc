@@ -15,7 +15,7 @@
 #include "cli/progress.h"
 #include "cli/run_folder.h"
 #include "cli/torch_commands.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/post/finetune/domain_corpus.h"
 #include "trainer/post/finetune/finetune.h"
 #include "trainer/post/merge.h"

@@ -31,18 +31,18 @@
 #include "cli/slurm.h"
 #include "cli/train/terminal_notices.h"
 #include "cli/train/train_node.h"
-#include "engine/codec/codec.h"
-#include "engine/diloco/diloco.h"
-#include "engine/error.h"
-#include "engine/events/config_record.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
-#include "engine/fault/fault_point.h"
-#include "engine/fault/watched_transport.h"
-#include "engine/store/tcp_store.h"
-#include "engine/store/tcp_store_wire.h"
-#include "engine/util/crc32c.h"
-#include "engine/util/files.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/backends/faults/fault_point.h"
+#include "engine/backends/faults/watched_transport.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store_wire.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/error.h"
+#include "engine/core/events/config_record.h"
+#include "engine/core/events/event_sink.h"
+#include "engine/core/util/crc32c.h"
+#include "engine/core/util/files.h"
 #include "trainer/run_checkpoint.h"
 #include "trainer/run_config.h"
 #include "trainer/torch_worker.h"
@@ -110,7 +110,8 @@ constexpr char kUsage[] =
     "\n"
     "A node whose store has no round yet starts the run (round 0 forms once run.nodes nodes are\n"
     "queued); otherwise it joins the running one through live recovery. Writes\n"
-    "<output.dir>/node-<ID>/events.jsonl (engine/events/SCHEMA.md) and checksums.tsv (outer_step,\n"
+    "<output.dir>/node-<ID>/events.jsonl (engine/core/events/SCHEMA.md) and checksums.tsv "
+    "(outer_step,\n"
     "epoch, members, CRC-32C of the outer parameters after each applied outer step), and with\n"
     "FILE's `checkpoint:` its checkpoints in <checkpoint.dir>/node-<ID>/step-<n>/\n"
     "(cli/train/README.md). SIGINT or SIGTERM: leave gracefully after the current round.\n";
@@ -306,7 +307,7 @@ int lives_in(const std::string& events_text) {
   return lives;
 }
 
-// The `run_resumed` record a resumed life writes after its `config` (engine/events/SCHEMA.md).
+// The `run_resumed` record a resumed life writes after its `config` (engine/core/events/SCHEMA.md).
 Event run_resumed_event(double t_s, int node_id, int life, const char* via,
                         std::optional<std::int64_t> from, const std::string& checkpoint) {
   JsonObject f;
@@ -315,7 +316,7 @@ Event run_resumed_event(double t_s, int node_id, int life, const char* via,
   return Event{t_s, node_id, "run_resumed", f};
 }
 
-// The `checkpoint` event of one write (engine/events/SCHEMA.md).
+// The `checkpoint` event of one write (engine/core/events/SCHEMA.md).
 JsonObject checkpoint_event(const trainer::CheckpointWriteResult& r) {
   JsonObject f;
   f.add("outer_step", r.steps_done - 1).add("steps_done", r.steps_done);

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/events/event_sink.h"
+#include "engine/core/events/event_sink.h"
 
 namespace meridian::cli {
 

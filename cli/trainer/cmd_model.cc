@@ -4,7 +4,7 @@
 
 #include "cli/command.h"
 #include "cli/torch_commands.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/model_config.h"
 
 namespace meridian::cli {

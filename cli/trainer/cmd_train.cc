@@ -15,7 +15,7 @@
 #ifdef MERIDIAN_HAVE_TRAIN_NODE
 #include "cli/train/train_node.h"
 #endif
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/adamw.h"
 #include "trainer/torch_worker.h"
 

@@ -16,10 +16,10 @@
 #include "cli/compose/thread_world.h"
 #include "cli/progress.h"
 #include "cli/torch_commands.h"
-#include "engine/codec/codec.h"
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
 #include "trainer/diloco_emulation.h"
 
 namespace meridian::cli {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::config {
 namespace {

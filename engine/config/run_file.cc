@@ -14,9 +14,9 @@
 #include <set>
 #include <sstream>
 
-#include "engine/codec/codec.h"
 #include "engine/config/reader.h"
-#include "engine/error.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/error.h"
 
 #ifndef MERIDIAN_TRAINER_CONFIG_DIR
 #define MERIDIAN_TRAINER_CONFIG_DIR "trainer/configs"
@@ -546,7 +546,7 @@ void check_diloco(Reader& r, const DilocoSpec& d) {
            "none when streaming (diloco.fragments, fragment_delay, fragment_alpha are set): "
            "they are two ways of overlapping the sync");
   // The engine's mesh evicts a member that missed heartbeats for dead_after_s: it needs at least
-  // one heartbeat in that window (engine/mesh/elastic_mesh.cc), so refuse it here, by key.
+  // one heartbeat in that window (engine/core/mesh/elastic_mesh.cc), so refuse it here, by key.
   if (d.dead_after_s <= d.heartbeat_s) {
     // Blame the one that was given: dead_after_s when it was, else heartbeat_s.
     const YAML::Node dead = r.get("dead_after_s"), beat = r.get("heartbeat_s");
@@ -570,7 +570,7 @@ void parse_diloco(Reader r, DilocoSpec& d) {
   });
   r.scalar<std::string>("overlap", d.overlap,
                         "one of none (blocking), delayed, eager: whether the next inner steps "
-                        "run during the all-reduce (engine/diloco/README.md)",
+                        "run during the all-reduce (engine/core/diloco/README.md)",
                         [](const std::string& v) {
                           return std::any_of(
                               std::begin(kAllOverlaps), std::end(kAllOverlaps),

@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/diloco/diloco.h"
-#include "engine/events/json.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/events/json.h"
 
 namespace meridian::config {
 
@@ -163,7 +163,7 @@ struct NetworkSpec {
   // sender and its receiver have posted it (a rendezvous protocol). 0: the data goes at once
   // (eager, buffered: NCCL-like pre-posted receives, the INTELLECT-1 scenarios). Meridian's Gloo
   // transport needs 2: Gloo's receive-ready notice for the credit, then the receiver's credit
-  // (engine/transport/gloo/README.md; results/fidelity/README.md).
+  // (engine/backends/gloo/README.md; results/fidelity/README.md).
   int rendezvous_trips = 0;
   std::string platform_xml;            // if set, the platform comes from this file
   std::string sites_from;              // YAML file supplying sites and rtt (shared tables)
@@ -194,17 +194,17 @@ struct NetworkSpec {
 struct DilocoSpec {
   int H = 100;
   std::string codec = "int8";
-  // none (blocking, INTELLECT-1), delayed or eager (engine/diloco/README.md, "Overlapped outer
+  // none (blocking, INTELLECT-1), delayed or eager (engine/core/diloco/README.md, "Overlapped outer
   // steps"); serialised only when not none, so a blocking run's configuration is unchanged.
   std::string overlap = "none";
-  // Streaming DiLoCo (engine/diloco/README.md, "Streaming outer steps"): P fragments, each
+  // Streaming DiLoCo (engine/core/diloco/README.md, "Streaming outer steps"): P fragments, each
   // synced once per outer step at its own point, its all-reduce beside `fragment_delay` inner
   // steps and merged as local = alpha * local + (1 - alpha) * outer. Serialised only when not
   // 1 / 0 / 0 (blocking), so a blocking run's configuration is unchanged.
   int fragments = 1;
   int fragment_delay = 0;
   double fragment_alpha = 0.0;
-  // codec topk (engine/diloco/README.md, "Sparse outer steps"): values kept per value, value
+  // codec topk (engine/core/diloco/README.md, "Sparse outer steps"): values kept per value, value
   // bits, and the error feedback's beta (NaN = unset: 0.95 with topk; an error with another
   // codec). Serialised only with topk.
   double topk_density = 0.02;
@@ -214,7 +214,7 @@ struct DilocoSpec {
     return std::isnan(error_feedback) ? (codec == "topk" ? double{kDefaultErrorFeedback} : 0.0)
                                       : error_feedback;
   }
-  // codec topk: how the terms are summed, auto | gather | ring (engine/collective/README.md,
+  // codec topk: how the terms are summed, auto | gather | ring (engine/core/collective/README.md,
   // "Sparse pieces"). Serialised only when not auto.
   std::string sparse_collective = "auto";
   std::string buckets = "layers";  // "layers" (embedding, each layer, head) or an integer count
@@ -239,7 +239,7 @@ struct DilocoSpec {
   double round_timeout_s = 0.0;
 };
 
-// `recovery:` live recovery of joiners (engine/recovery/live_recovery.h).
+// `recovery:` live recovery of joiners (engine/core/recovery/live_recovery.h).
 struct RecoverySpec {
   double timeout_s = 60.0;
   std::uint64_t chunk_bytes = 64u << 20;
@@ -252,7 +252,7 @@ struct RecoverySpec {
 struct TransportSpec {
   std::string kind = "gloo";  // gloo | nccl
   // TCP connections per ring neighbour (Gloo): an exchange's message is striped over them
-  // (engine/transport/gloo/README.md, "Connections per peer"). The simulator models K connections
+  // (engine/backends/gloo/README.md, "Connections per peer"). The simulator models K connections
   // per flow (their windows and loss bounds), so `meridian sim` reads it too.
   int connections_per_peer = 1;
 };
@@ -260,7 +260,8 @@ struct TransportSpec {
 // `store:` the real run's rendezvous store.
 struct StoreSpec {
   // "" = the embedded TCP store (--store / --serve-store on the command line);
-  // etcd://HOST:PORT[,...][/PREFIX][?...] = an etcd cluster (engine/store/etcd/etcd_store.h).
+  // etcd://HOST:PORT[,...][/PREFIX][?...] = an etcd cluster
+  // (engine/backends/store_etcd/etcd_store.h).
   std::string address;
   std::string bind = "127.0.0.1";  // where a --serve-store node's store listens
 };
@@ -308,7 +309,7 @@ struct RunFile {
   std::string churn_trace;  // path (resolved), "" = no churn
   std::string output_dir;   // default runs/<run.name> (under the working directory)
   // Who computes inner steps in simulation: "modeled" (ModeledWorker, phantom buffers) or
-  // "torch" (real LibTorch training of `model` with `train` and `data`, trainer/emulation).
+  // "torch" (real LibTorch training of `model` with `train` and `data`, cli/emulation).
   std::string worker = "modeled";
   std::vector<std::string> sections;  // the top-level sections the file gave
   // Every key the file (or a --set) gave, by key path ("diloco.H", "network.nodes[0].count"):

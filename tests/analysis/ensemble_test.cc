@@ -15,7 +15,7 @@
 
 #include "analysis/plots.h"
 #include "analysis/report.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/analysis/test_files.h"
 
 namespace meridian::analysis {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/analysis/synthetic_run.h"
 
 namespace meridian::analysis {

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "analysis/report.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/analysis/synthetic_run.h"
 #include "tests/analysis/test_files.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "analysis/events.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis {
 namespace {
@@ -433,7 +433,7 @@ TEST(Summary, ValidationLossFromTheLastStepsEvaluationsAndTheTableShowsTheLosses
   const std::string table = summary_table(s);
   EXPECT_NE(table.find("final loss (train, mean over nodes)  2.5000"), std::string::npos) << table;
   EXPECT_NE(table.find("final validation loss                3.2500"), std::string::npos) << table;
-  // The reader parses the record as written by engine/events.
+  // The reader parses the record as written by engine/core/events.
   const EventRecord r = parse_event_line(
       R"({"t":1,"node":2,"type":"evaluation","outer_step":4,"val_loss":2.75,"sequences":16,)"
       R"("params_crc32c":"0a1b2c3d"})",

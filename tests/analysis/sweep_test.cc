@@ -6,11 +6,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/analysis/synthetic_run.h"
 
 namespace meridian::analysis {

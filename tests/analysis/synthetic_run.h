@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/events/event_sink.h"
+#include "engine/core/events/event_sink.h"
 
 namespace meridian::analysis::testing {
 

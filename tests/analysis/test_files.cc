@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "analysis/gnuplot.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::analysis::testing {
 namespace fs = std::filesystem;

@@ -1,15 +1,15 @@
-// FaultPoint (engine/fault/fault_point.h): the point's text and its errors, and where the
+// FaultPoint (engine/backends/faults/fault_point.h): the point's text and its errors, and where the
 // trigger fires on a node's own sequence of calls — inner steps, epochs connected (retries),
 // collective messages of each ring phase, recovery messages — with stub workers and transports.
-#include "engine/fault/fault_point.h"
+#include "engine/backends/faults/fault_point.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "engine/collective/ring_allreduce.h"
-#include "engine/error.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/error.h"
 
 namespace meridian {
 namespace {

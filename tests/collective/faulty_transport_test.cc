@@ -1,14 +1,14 @@
 // FaultyTransport over the in-process transport: each fault fires at exactly the configured
 // outgoing message and nowhere else; delays go through the Runtime.
-#include "engine/fault/faulty_transport.h"
+#include "engine/backends/faults/faulty_transport.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/transport/inproc/inproc_transport.h"
+#include "engine/backends/inproc/inproc_transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/error.h"
 
 namespace meridian {
 namespace {

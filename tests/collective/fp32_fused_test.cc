@@ -10,8 +10,8 @@
 #include <span>
 #include <vector>
 
-#include "engine/codec/fp32_codec.h"
-#include "engine/util/crc32c.h"
+#include "engine/core/codec/fp32_codec.h"
+#include "engine/core/util/crc32c.h"
 
 namespace meridian {
 namespace {

@@ -1,13 +1,14 @@
 // In-process transport: delivery, ordering, phantom payloads, and the error contract of
-// engine/transport.h (PeerLostError for dead/aborted/closed peers, TimeoutError, ProtocolError).
-#include "engine/transport/inproc/inproc_transport.h"
+// engine/core/transport.h (PeerLostError for dead/aborted/closed peers, TimeoutError,
+// ProtocolError).
+#include "engine/backends/inproc/inproc_transport.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/collective/rank_threads.h"
 
 namespace meridian {

@@ -6,20 +6,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstring>
 #include <iterator>
+#include <limits>
 #include <span>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
-#include "engine/codec/fp32_codec.h"
-#include "engine/codec/int8_prime_codec.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/error.h"
-#include "engine/wire/chunk.h"
+#include "engine/core/codec/fp32_codec.h"
+#include "engine/core/codec/int8_prime_codec.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/error.h"
+#include "engine/core/wire/chunk.h"
 #include "tests/collective/ring_harness.h"
 
 namespace meridian {
@@ -209,7 +209,7 @@ TEST(RingSchedule, SmallPiecesStayExact) {
 }
 
 // One to four pieces per share: the ring encodes a transfer ahead of posting it only from three
-// pieces on (engine/collective/README.md), and with one piece keeps one transfer in flight, so
+// pieces on (engine/core/collective/README.md), and with one piece keeps one transfer in flight, so
 // each count takes another path through the schedule.
 TEST(RingSchedule, OneToFourPiecesPerShareStayExact) {
   constexpr std::size_t kShare = 60;  // values per share: 60, 30, 20, 15 values per piece

@@ -12,12 +12,12 @@
 #include <utility>
 #include <vector>
 
-#include "engine/codec/fp32_codec.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/error.h"
-#include "engine/fault/faulty_transport.h"
-#include "engine/transport/inproc/inproc_transport.h"
-#include "engine/wire/chunk.h"
+#include "engine/backends/faults/faulty_transport.h"
+#include "engine/backends/inproc/inproc_transport.h"
+#include "engine/core/codec/fp32_codec.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/error.h"
+#include "engine/core/wire/chunk.h"
 #include "tests/collective/ring_harness.h"
 
 namespace meridian {

@@ -9,11 +9,11 @@
 #include <deque>
 #include <vector>
 
-#include "engine/codec/topk_codec.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/error.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/wire/chunk.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/codec/topk_codec.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/error.h"
+#include "engine/core/wire/chunk.h"
 #include "tests/collective/rank_threads.h"
 #include "tests/collective/ring_harness.h"
 #include "tests/unit/codec_test_util.h"

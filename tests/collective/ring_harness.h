@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "engine/collective/ring_allreduce.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/transport/inproc/inproc_transport.h"
+#include "engine/backends/inproc/inproc_transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/collective/ring_allreduce.h"
 #include "tests/collective/rank_threads.h"
 
 namespace meridian::testing {

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/collective/ring_allreduce.h"
+#include "engine/core/collective/ring_allreduce.h"
 #include "tests/collective/ring_harness.h"
 
 namespace meridian {

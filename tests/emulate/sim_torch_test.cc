@@ -13,17 +13,17 @@
 #include <vector>
 
 #include "analysis/summary.h"
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
+#include "cli/compose/simulation.h"
+#include "cli/compose/thread_world.h"
+#include "cli/emulation/torch_sim_worker.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "netsim/worker_plugin.h"
 #include "tests/netsim/sim_test_util.h"
 #include "trainer/diloco_emulation.h"
-#include "cli/compose/simulation.h"
-#include "cli/compose/thread_world.h"
-#include "trainer/emulation/torch_sim_worker.h"
 #include "trainer/model_config.h"
 
 namespace meridian::trainer {
@@ -40,7 +40,7 @@ std::string emulate(const std::string& tag, std::vector<std::string> overrides =
   const std::string out = nt::temp_path(tag + ".jsonl");
   overrides.push_back(std::string("data.cache_dir=") + MERIDIAN_TRAINER_CACHE_DIR);
   const int rc = nt::run_in_child([&] {
-    netsim::register_worker_kind("torch", &torch_worker_plugin);
+    netsim::register_worker_kind("torch", &emulation::torch_worker_plugin);
     netsim::Scenario sc = netsim::load_scenario(kScenario, overrides);
     const netsim::SimOptions options = compose::simulation_options(sc);
     std::ofstream f(out, std::ios::binary);
@@ -348,7 +348,7 @@ std::string plugin_error(const std::string& sections) {
         "worker: torch\n" + sections +
             "\nnetwork: {sites: [{name: a}], nodes: [{site: a, count: 2}]}\n",
         "emu.yaml");
-    torch_worker_plugin(sc);
+    emulation::torch_worker_plugin(sc);
   } catch (const ConfigError& e) {
     return e.what();
   }

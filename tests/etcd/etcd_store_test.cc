@@ -2,20 +2,20 @@
 // (tests/store/store_conformance.h), the run record's join proof (wrong secret, version and
 // configuration refused with the reason), failover when members die (PeerLostError only once
 // none answers), etcd auth, TLS with client certificates, and the etcd:// URL's errors.
-#include "engine/store/etcd/etcd_store.h"
-#include "engine/store/etcd/etcd_wire.h"
+#include "engine/backends/store_etcd/etcd_store.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
-#include "engine/error.h"
+#include "engine/backends/store_etcd/etcd_wire.h"
+#include "engine/core/error.h"
 #include "tests/mesh/store_size.h"
 #include "tests/store/etcd_cluster.h"
 #include "tests/store/store_conformance.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "netsim/churn.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

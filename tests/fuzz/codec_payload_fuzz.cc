@@ -10,9 +10,9 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/codec/codec.h"
-#include "engine/error.h"
-#include "engine/wire/chunk.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/error.h"
+#include "engine/core/wire/chunk.h"
 #include "tests/fuzz/fuzz_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/diloco/data_plan.h"
-#include "engine/error.h"
+#include "engine/core/diloco/data_plan.h"
+#include "engine/core/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using meridian::DataLedger;

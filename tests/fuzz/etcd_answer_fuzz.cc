@@ -1,18 +1,18 @@
-// Fuzz target: what the etcd store's client reads from etcd (engine/store/etcd/etcd_wire.h): an
-// HTTP/1.1 answer (status line, headers, a Content-Length, chunked or until-close body) delivered
-// in pieces, then its body as each of the client's parsers reads it (a unary answer unwrapped,
-// a range's values and entries, a compare-and-set's result, a lease's fields, the run record,
-// and the body's lines as a watch stream). Each returns a result or throws ProtocolError /
-// PeerLostError (the stream ended mid-answer, a watch's error message); anything else is a
-// finding. Input: byte 0 = the size of the pieces the stream arrives in (1..256); the rest is
-// the stream.
+// Fuzz target: what the etcd store's client reads from etcd
+// (engine/backends/store_etcd/etcd_wire.h): an HTTP/1.1 answer (status line, headers, a
+// Content-Length, chunked or until-close body) delivered in pieces, then its body as each of the
+// client's parsers reads it (a unary answer unwrapped, a range's values and entries, a
+// compare-and-set's result, a lease's fields, the run record, and the body's lines as a watch
+// stream). Each returns a result or throws ProtocolError / PeerLostError (the stream ended
+// mid-answer, a watch's error message); anything else is a finding. Input: byte 0 = the size of the
+// pieces the stream arrives in (1..256); the rest is the stream.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/store/etcd/etcd_wire.h"
+#include "engine/backends/store_etcd/etcd_wire.h"
+#include "engine/core/error.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

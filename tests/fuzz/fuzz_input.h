@@ -11,7 +11,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::fuzz {
 

@@ -1,4 +1,4 @@
-// Fuzz target: live recovery's messages (engine/recovery/live_recovery.h) on both sides. The
+// Fuzz target: live recovery's messages (engine/core/recovery/live_recovery.h) on both sides. The
 // peer is scripted: its messages come from the input, in order, and when they run out it is
 // gone (PeerLostError), as a dead source or joiner would be.
 //  - joiner side (fetch_recovery from one or two sources): the layout reply (shared and private
@@ -19,10 +19,10 @@
 #include <mutex>
 #include <string>
 
-#include "engine/error.h"
-#include "engine/recovery/live_recovery.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/util/crc32c.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/recovery/live_recovery.h"
+#include "engine/core/util/crc32c.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
-#include "engine/mesh/round_record.h"
+#include "engine/core/error.h"
+#include "engine/core/mesh/round_record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using meridian::RoundRecord;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "trainer/model_config.h"
 #include "trainer/run_config.h"

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/fuzz/fuzz_input.h"
 #include "trainer/safetensors/safetensors.h"
 

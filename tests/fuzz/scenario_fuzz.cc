@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "netsim/scenario.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

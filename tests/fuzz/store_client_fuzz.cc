@@ -1,8 +1,9 @@
-// Fuzz target: the TCP store client's reply parsing (engine/store/tcp_store_client.cc). A fake
-// server on loopback greets the client and proves the secret correctly, then answers the one
-// request with the fuzzed bytes and closes. Input: byte 0 picks the Store operation; the rest is
-// the reply stream (length-prefixed frames). The client returns or throws PeerLostError,
-// TimeoutError, ProtocolError or Error (a declined request), never anything else.
+// Fuzz target: the TCP store client's reply parsing
+// (engine/backends/store_tcp/tcp_store_client.cc). A fake server on loopback greets the client and
+// proves the secret correctly, then answers the one request with the fuzzed bytes and closes.
+// Input: byte 0 picks the Store operation; the rest is the reply stream (length-prefixed frames).
+// The client returns or throws PeerLostError, TimeoutError, ProtocolError or Error (a declined
+// request), never anything else.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,10 +13,10 @@
 #include <string>
 #include <thread>
 
-#include "engine/error.h"
-#include "engine/store/tcp_store.h"
-#include "engine/store/tcp_store_wire.h"
-#include "engine/util/hmac.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store_wire.h"
+#include "engine/core/error.h"
+#include "engine/core/util/hmac.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

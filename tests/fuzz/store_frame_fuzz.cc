@@ -17,10 +17,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/error.h"
-#include "engine/store/tcp_store.h"
-#include "engine/store/tcp_store_wire.h"
-#include "engine/util/hmac.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store_wire.h"
+#include "engine/core/error.h"
+#include "engine/core/util/hmac.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Fuzz target: the chunk header of a collective (engine/wire/chunk.h), as a receiver sees it.
+// Fuzz target: the chunk header of a collective (engine/core/wire/chunk.h), as a receiver sees it.
 // Input: byte 0 picks the codec and whether the receiver expects exactly the header's own
 // fields (so the fuzzer gets past the field checks to the size and checksum checks); the rest
 // is the message. open_chunk returns a payload of the expected size or throws ProtocolError.
@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/codec/codec.h"
-#include "engine/error.h"
-#include "engine/wire/chunk.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/error.h"
+#include "engine/core/wire/chunk.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

@@ -30,8 +30,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/store/tcp_store.h"
-#include "engine/store/tcp_store_wire.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store_wire.h"
 
 namespace meridian::testing {
 

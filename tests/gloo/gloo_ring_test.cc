@@ -9,11 +9,11 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/codec/fp32_codec.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/transport/gloo/gloo_transport.h"
-#include "engine/util/crc32c.h"
+#include "engine/backends/gloo/gloo_transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/codec/fp32_codec.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/util/crc32c.h"
 #include "tests/gloo/multi_process.h"
 
 namespace meridian {

@@ -4,7 +4,7 @@
 // as PeerLostError (not a timeout) on the survivors; with several connections per peer, messages
 // striped whole and in order, and one connection shut down failing the epoch on every member.
 // Ephemeral ports; no sleeps.
-#include "engine/transport/gloo/gloo_transport.h"
+#include "engine/backends/gloo/gloo_transport.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -18,9 +18,9 @@
 #include <set>
 #include <thread>
 
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/memory_store.h"
-#include "engine/util/epoch_keys.h"
+#include "engine/backends/inproc/memory_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/util/epoch_keys.h"
 #include "tests/gloo/multi_process.h"
 
 namespace meridian {
@@ -516,8 +516,8 @@ TEST_F(GlooTransportTest, AWorldOfOneNeedsNoPeers) {
 }
 
 // The store holds the rendezvous of the current epochs only: an epoch's keys are erased when a
-// later epoch connects (engine/transport.h, epoch_superseded), for rings over 30 epochs and for
-// recoveries over 10 rounds. Before that rule every epoch left its keys behind for good. Two
+// later epoch connects (engine/core/transport.h, epoch_superseded), for rings over 30 epochs and
+// for recoveries over 10 rounds. Before that rule every epoch left its keys behind for good. Two
 // ranks as threads of this process, on one in-memory store.
 TEST(GlooStoreKeys, OnlyTheCurrentEpochsRendezvousStaysInTheStore) {
   ThreadRuntime runtime;

@@ -59,7 +59,7 @@ double longest_stall_s(const std::vector<double>& t, std::size_t from, std::size
 // without a byte, as half-open peers would. Gloo's tcp pairs listen on a short-lived port each
 // and accept the first connection that arrives. It looks every millisecond, so it reaches the
 // ports of the first epochs for certain; unbounded, a stranger this fast wins almost every
-// epoch's accept race on this machine and denies progress (engine/transport/gloo/README.md,
+// epoch's accept race on this machine and denies progress (engine/backends/gloo/README.md,
 // "Every pair authenticated"), which only a transport with its own listener can close. Stops
 // (closing what it holds) when destroyed.
 class ListenerSquatter {

@@ -1,6 +1,6 @@
 // A participant that lies during training, over real processes: DiLoCo nodes (DilocoNode over
 // the Gloo transport and the TCP store, one forked process each) where one node's ring chunks
-// claim a huge element count or carry a bad checksum (engine/fault flips the bytes
+// claim a huge element count or carry a bad checksum (engine/backends/faults flips the bytes
 // after sealing) and where that node also sends the store an oversized frame from a joined
 // connection. The honest receivers reject the chunks with ProtocolError naming the sender, the
 // mesh evicts the liar and retries the round without it, the store cuts off the connection, and
@@ -17,16 +17,16 @@
 #include <string>
 #include <vector>
 
-#include "engine/codec/fp32_codec.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/diloco/diloco.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/fault/faulty_transport.h"
-#include "engine/transport/gloo/gloo_transport.h"
-#include "engine/util/crc32c.h"
-#include "engine/wire/chunk.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/backends/faults/faulty_transport.h"
+#include "engine/backends/gloo/gloo_transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/codec/fp32_codec.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/events/event_sink.h"
+#include "engine/core/util/crc32c.h"
+#include "engine/core/wire/chunk.h"
 #include "tests/gloo/multi_process.h"
 #include "tests/gloo/raw_store_client.h"
 

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/store/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/core/error.h"
 
 namespace meridian::testing {
 

@@ -1,19 +1,19 @@
 // The fault matrix over real processes (issue 19): `meridian train RUN.yaml` nodes on loopback
 // (Gloo, the embedded TCP store or a 3-member etcd cluster, network namespaces for a partition),
 // each fault injected at a named point of the node's own activity (`--fault-kill=POINT`: the
-// process SIGKILLs itself there, engine/fault/fault_point.h). Every case compares the survivors'
-// outer parameters (checksums.tsv: CRC-32C after every applied outer step) with the thread-level
-// reference of the same schedule: the same RUN.yaml's TorchWorkers as threads over the in-process
-// transport and a MemoryStore (tests/mesh/cluster_harness.h), each node cut at the same point.
-// The table of cases: tests/README.md.
+// process SIGKILLs itself there, engine/backends/faults/fault_point.h). Every case compares the
+// survivors' outer parameters (checksums.tsv: CRC-32C after every applied outer step) with the
+// thread-level reference of the same schedule: the same RUN.yaml's TorchWorkers as threads over the
+// in-process transport and a MemoryStore (tests/mesh/cluster_harness.h), each node cut at the same
+// point. The table of cases: tests/README.md.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "engine/fault/fault_point.h"
-#include "engine/util/crc32c.h"
+#include "engine/backends/faults/fault_point.h"
+#include "engine/core/util/crc32c.h"
 #include "tests/gloo/train_processes.h"
 #include "tests/mesh/cluster_harness.h"
 #include "tests/store/etcd_cluster.h"

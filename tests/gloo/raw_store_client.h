@@ -1,6 +1,6 @@
 // Test support: a raw socket to the TCP store that speaks the handshake by hand, so that tests
 // can send the server malformed or oversized frames from a joined (authenticated) connection.
-// Not a client: engine/store/tcp_store.h is the real one.
+// Not a client: engine/backends/store_tcp/tcp_store.h is the real one.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/store/tcp_store_wire.h"
-#include "engine/util/hmac.h"
+#include "engine/backends/store_tcp/tcp_store_wire.h"
+#include "engine/core/util/hmac.h"
 
 namespace meridian::testing {
 

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <string>
 
-#include "engine/codec/codec.h"
-#include "engine/error.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/error.h"
 
 namespace meridian::trainer {
 namespace {
@@ -272,7 +272,7 @@ TEST_F(RunConfigTest, BadCheckpointKeysNameTheKey) {
 }
 
 // store.address: empty (the embedded TCP store, given on the command line) or an etcd URL, which
-// engine/store/etcd checks in full when the node starts.
+// engine/backends/store_etcd checks in full when the node starts.
 TEST_F(RunConfigTest, StoreIsEmptyOrAnEtcdUrl) {
   EXPECT_EQ(load_run_config(write("model: tiny\n")).store, "");
   EXPECT_EQ(load_run_config(write("store: {address: 'etcd://h1:2379,h2:2379/r'}\n")).store,

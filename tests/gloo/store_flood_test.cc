@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/store/tcp_store.h"
-#include "engine/store/tcp_store_wire.h"
+#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store_wire.h"
+#include "engine/core/error.h"
 #include "tests/gloo/connection_flood.h"
 
 namespace meridian {

@@ -2,7 +2,7 @@
 // handshake (wrong secret, version and configuration mismatches refused with their reason), and
 // peers that send garbage or lie about sizes being cut off while the server keeps serving
 // others. Ephemeral ports, no sleeps.
-#include "engine/store/tcp_store.h"
+#include "engine/backends/store_tcp/tcp_store.h"
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -11,8 +11,8 @@
 
 #include <thread>
 
-#include "engine/error.h"
-#include "engine/store/tcp_store_wire.h"
+#include "engine/backends/store_tcp/tcp_store_wire.h"
+#include "engine/core/error.h"
 #include "tests/gloo/raw_store_client.h"
 #include "tests/store/store_conformance.h"
 

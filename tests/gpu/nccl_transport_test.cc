@@ -2,7 +2,7 @@
 // tests and says so when skipped): host and device buffers, fused exchange, zero bytes, an
 // oversize message as ProtocolError, abort() reaching the peer as PeerLostError through the
 // store, and a world of one. The parent never touches CUDA (a forked child could not use it).
-#include "engine/transport/nccl/nccl_transport.h"
+#include "engine/backends/nccl/nccl_transport.h"
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

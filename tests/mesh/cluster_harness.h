@@ -19,15 +19,15 @@
 #include <thread>
 #include <vector>
 
-#include "engine/diloco/diloco.h"
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
-#include "engine/fault/cuttable_store.h"
-#include "engine/fault/fault_point.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/memory_store.h"
-#include "engine/transport/inproc/inproc_transport.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/backends/faults/cuttable_store.h"
+#include "engine/backends/faults/fault_point.h"
+#include "engine/backends/inproc/inproc_transport.h"
+#include "engine/backends/inproc/memory_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/diloco/diloco.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
 
 namespace meridian::testing {
 
@@ -139,8 +139,8 @@ class SyntheticWorker final : public InnerWorker {
   }
 };
 
-// A node's view of the shared store (engine/fault's CuttableStore, cut when the node is killed,
-// noticed within 10 ms) whose keepalives can be muted: the node runs on, its lease starves.
+// A node's view of the shared store (engine/backends/faults's CuttableStore, cut when the node is
+// killed, noticed within 10 ms) whose keepalives can be muted: the node runs on, its lease starves.
 class NodeStore final : public CuttableStore {
  public:
   explicit NodeStore(Store& inner) : CuttableStore(inner, "this node was killed", 0.01) {}
@@ -235,8 +235,8 @@ struct ClusterOptions {
   // Adjusts every node's DilocoOptions once the harness has set them (codec, outer optimizer,
   // chunk sizes of a run file).
   std::function<void(DilocoOptions&)> configure;
-  // Node id -> the point of its own activity where it is killed (engine/fault/fault_point.h),
-  // counted as `meridian train --fault-kill` counts it.
+  // Node id -> the point of its own activity where it is killed
+  // (engine/backends/faults/fault_point.h), counted as `meridian train --fault-kill` counts it.
   std::map<std::int64_t, FaultPoint> kill_at;
   // The store the nodes share (it must outlive the cluster); null = the cluster's MemoryStore.
   Store* store = nullptr;

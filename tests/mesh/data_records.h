@@ -1,5 +1,5 @@
-// Test support for elastic data (engine/diloco/data_plan.h): the `data` records of a run, one per
-// settled outer step, and the check that every position handed out was trained exactly once.
+// Test support for elastic data (engine/core/diloco/data_plan.h): the `data` records of a run, one
+// per settled outer step, and the check that every position handed out was trained exactly once.
 // Used by the thread clusters (tests/mesh), the thread emulation (tests/trainer) and the real
 // processes (tests/gloo), from events in memory or from events.jsonl files.
 #pragma once

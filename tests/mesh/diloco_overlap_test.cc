@@ -1,4 +1,4 @@
-// Overlapped outer steps (diloco.overlap: delayed, eager; engine/diloco/README.md): the shared
+// Overlapped outer steps (diloco.overlap: delayed, eager; engine/core/diloco/README.md): the shared
 // outer state against a plain per-element reference of the update rule written here, the
 // parameters each inner phase starts from, that the next inner steps really run beside the
 // all-reduce, a joiner, a node killed during an overlapped all-reduce, and a resume that carries

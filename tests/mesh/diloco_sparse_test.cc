@@ -1,4 +1,4 @@
-// Sparse outer steps (codec topk with error feedback; engine/diloco/README.md, "Sparse outer
+// Sparse outer steps (codec topk with error feedback; engine/core/diloco/README.md, "Sparse outer
 // steps"): the outer state and every node's error-feedback buffer against a plain per-element
 // reference of the update rule written here (the terms all-gathered, or all-reduced by the int8
 // ring; blocking, overlapped and streaming), a joiner, a node killed during the all-gather, a
@@ -10,8 +10,8 @@
 #include <map>
 #include <tuple>
 
-#include "engine/codec/topk_codec.h"
-#include "engine/diloco/buckets.h"
+#include "engine/core/codec/topk_codec.h"
+#include "engine/core/diloco/buckets.h"
 #include "tests/mesh/cluster_harness.h"
 
 namespace meridian::testing {
@@ -327,7 +327,7 @@ INSTANTIATE_TEST_SUITE_P(Diloco, SparseOverlapTest,
                          [](const auto& info) { return std::string(overlap_name(info.param)); });
 
 // Streaming sparse outer steps: each fragment is its own sparse outer step at its own sync
-// (engine/diloco/README.md, "Sparse outer steps", Streaming). Three layer groups [0, 100),
+// (engine/core/diloco/README.md, "Sparse outer steps", Streaming). Three layer groups [0, 100),
 // [100, 150), [150, 300) in two fragments, [0, 150) and [150, 300): the first fragment's two
 // buckets are encoded each on its own. H = 4, so part p of a step ends after e_p = 2 (p + 1)
 // inner steps.
@@ -348,7 +348,7 @@ ClusterOptions sparse_streaming_options(int tau, float alpha, float beta, float 
 //   at e_p:       x_m,p = alpha x_m,p + (1 - alpha) N(theta_p, u_p; avg_p)  (a preview: theta,
 //                 u unchanged; alpha = 0 takes it whole)
 //   at H:         (theta, u) = N(theta, u; avg);  e_m = beta e_m + Delta_m - s_m (every fragment)
-// with N the Nesterov step of engine/diloco/outer_optimizer.cc (buf = mu buf + g;
+// with N the Nesterov step of engine/core/diloco/outer_optimizer.cc (buf = mu buf + g;
 // theta = theta - lr (g + mu buf)). The synthetic worker moves x as in reference() above.
 struct StreamingReference {
   std::map<std::int64_t, std::vector<float>> theta;                          // after step t

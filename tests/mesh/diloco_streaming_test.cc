@@ -1,16 +1,16 @@
-// Streaming outer steps (diloco.fragments, fragment_delay, fragment_alpha; engine/diloco/README.md
-// "Streaming outer steps"): the outer state and every node's local copy against a plain
-// per-element reference of the schedule and update rule written here, that each fragment's
-// all-reduce runs beside its tau inner steps, a joiner, a node killed during a fragment's
-// all-reduce, a resume that carries the local copy bit-identically, and the configuration's
-// errors.
+// Streaming outer steps (diloco.fragments, fragment_delay, fragment_alpha;
+// engine/core/diloco/README.md "Streaming outer steps"): the outer state and every node's local
+// copy against a plain per-element reference of the schedule and update rule written here, that
+// each fragment's all-reduce runs beside its tau inner steps, a joiner, a node killed during a
+// fragment's all-reduce, a resume that carries the local copy bit-identically, and the
+// configuration's errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <tuple>
 
-#include "engine/diloco/buckets.h"
+#include "engine/core/diloco/buckets.h"
 #include "tests/mesh/cluster_harness.h"
 
 namespace meridian::testing {

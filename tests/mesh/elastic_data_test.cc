@@ -1,4 +1,4 @@
-// Elastic data (engine/diloco/data_plan.h): which positions of the run's data order each node
+// Elastic data (engine/core/diloco/data_plan.h): which positions of the run's data order each node
 // trains is a function of the order and of each outer step's membership. The ledger's rules
 // alone, then whole clusters with kills, joiners, overlapped and streaming outer steps and a
 // resume: every position handed out is trained exactly once or still owed, each node read
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/diloco/data_plan.h"
-#include "engine/error.h"
+#include "engine/core/diloco/data_plan.h"
+#include "engine/core/error.h"
 #include "tests/mesh/cluster_harness.h"
 #include "tests/mesh/data_records.h"
 

@@ -1,14 +1,14 @@
 // Live recovery on its own: exact transfer from parallel sources, a corrupted chunk caught by
 // CRC-32C and refetched elsewhere, a lost source resumed elsewhere, all sources lost, bad
 // layouts, phantom states, the source assignment.
-#include "engine/recovery/live_recovery.h"
+#include "engine/core/recovery/live_recovery.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/error.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/fault/faulty_transport.h"
-#include "engine/transport/inproc/inproc_transport.h"
+#include "engine/backends/faults/faulty_transport.h"
+#include "engine/backends/inproc/inproc_transport.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/error.h"
 
 namespace meridian {
 namespace {

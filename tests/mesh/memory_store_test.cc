@@ -1,14 +1,14 @@
 // MemoryStore: the Store contract (tests/store/store_conformance.h), and the LeaseTable and
 // ChangeLog behind its leases and watches.
-#include "engine/store/memory_store.h"
+#include "engine/backends/inproc/memory_store.h"
 
 #include <gtest/gtest.h>
 
 #include <limits>
 
-#include "engine/error.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/lease_table.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/store/lease_table.h"
 #include "tests/store/store_conformance.h"
 
 namespace meridian {

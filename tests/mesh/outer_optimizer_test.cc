@@ -1,10 +1,10 @@
 // Outer Nesterov SGD against hand-computed values, and bucketing of uneven layer groups.
-#include "engine/diloco/outer_optimizer.h"
+#include "engine/core/diloco/outer_optimizer.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/diloco/buckets.h"
-#include "engine/error.h"
+#include "engine/core/diloco/buckets.h"
+#include "engine/core/error.h"
 
 namespace meridian {
 namespace {

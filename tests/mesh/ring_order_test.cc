@@ -1,5 +1,5 @@
 // Bottleneck-TSP ring order: equal to brute force on random matrices, edges, heuristic bounds.
-#include "engine/mesh/ring_order.h"
+#include "engine/core/mesh/ring_order.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <random>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian {
 namespace {

@@ -1,14 +1,14 @@
 // RoundRecord encoding, the mesh's option checks and defaults, and a joiner queued while the
 // coordinator looked.
-#include "engine/mesh/round_record.h"
+#include "engine/core/mesh/round_record.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/mesh/elastic_mesh.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/memory_store.h"
+#include "engine/backends/inproc/memory_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
+#include "engine/core/mesh/elastic_mesh.h"
 #include "tests/mesh/cluster_harness.h"
 
 namespace meridian {

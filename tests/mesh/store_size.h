@@ -1,7 +1,7 @@
 // Test support: a long run with churn on the cluster harness, sampling the store's keys as it
 // goes and checking that their number stays under a bound that does not grow with the run
-// (engine/mesh/PROTOCOL.md, "Store size"). Shared by the in-memory run (tests/mesh) and the run
-// on etcd (tests/etcd). Not a check of the values: the fault matrix does that.
+// (engine/core/mesh/PROTOCOL.md, "Store size"). Shared by the in-memory run (tests/mesh) and the
+// run on etcd (tests/etcd). Not a check of the values: the fault matrix does that.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,16 +1,17 @@
 // The store's size over a long run: what the mesh writes per round, per join, per leave and per
-// transport epoch is erased once no node can need it (engine/mesh/PROTOCOL.md, "Store size"),
+// transport epoch is erased once no node can need it (engine/core/mesh/PROTOCOL.md, "Store size"),
 // so the key count stays under a bound that does not grow with the number of rounds; and the
 // epoch-key rule behind the transports' part of it.
+#include "tests/mesh/store_size.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <map>
 #include <string>
 
-#include "engine/transport.h"
-#include "engine/util/epoch_keys.h"
-#include "tests/mesh/store_size.h"
+#include "engine/core/transport.h"
+#include "engine/core/util/epoch_keys.h"
 
 namespace meridian::testing {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "cli/netdelay/delay_forwarder.h"
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::netdelay {
 namespace {

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/post/temp_dir_test_base.h"
 
 namespace meridian::netsim::calibrate {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "cli/compose/simulation.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/core/events/event_sink.h"
 #include "netsim/scenario.h"
 #include "netsim/simulation.h"
 #include "tests/netsim/sim_test_util.h"

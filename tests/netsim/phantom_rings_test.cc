@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/codec/codec.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/error.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/error.h"
 #include "netsim/platform.h"
 #include "netsim/scenario.h"
 #include "netsim/sim_runtime.h"

@@ -19,9 +19,9 @@
 #include <fstream>
 #include <simgrid/s4u.hpp>
 
-#include "engine/codec/codec.h"
-#include "engine/collective/ring_allreduce.h"
-#include "engine/wire/chunk.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/collective/ring_allreduce.h"
+#include "engine/core/wire/chunk.h"
 #include "netsim/platform.h"
 #include "netsim/scenario.h"
 #include "netsim/sim_runtime.h"

@@ -1,7 +1,5 @@
 // Scenario YAML and churn CSV parsing: defaults, derived model numbers, and errors that name
 // the file, the key (or line and column) and the expectation.
-#include "cli/compose/compose.h"
-#include "cli/compose/simulation.h"
 #include "netsim/scenario.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +11,9 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "engine/error.h"
+#include "cli/compose/compose.h"
+#include "cli/compose/simulation.h"
+#include "engine/core/error.h"
 #include "netsim/churn.h"
 #include "netsim/platform.h"
 #include "netsim/simulation.h"

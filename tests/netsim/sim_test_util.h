@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/transport.h"
+#include "engine/core/transport.h"
 
 namespace meridian::netsim::testing {
 

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/post/temp_dir_test_base.h"
 #include "trainer/post/finetune/domain_corpus.h"
 

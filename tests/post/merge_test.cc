@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/post/temp_dir_test_base.h"
 #include "trainer/safetensors/float_convert.h"
 #include "trainer/safetensors/safetensors.h"

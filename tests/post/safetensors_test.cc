@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/post/temp_dir_test_base.h"
 #include "trainer/safetensors/float_convert.h"
 

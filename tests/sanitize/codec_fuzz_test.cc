@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "engine/codec/codec.h"
-#include "engine/error.h"
-#include "engine/wire/chunk.h"
+#include "engine/core/codec/codec.h"
+#include "engine/core/error.h"
+#include "engine/core/wire/chunk.h"
 #include "tests/unit/codec_test_util.h"
 
 namespace meridian {

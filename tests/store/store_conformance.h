@@ -1,4 +1,4 @@
-// The Store contract (engine/store.h), one suite for every backend: each test binary that
+// The Store contract (engine/core/store.h), one suite for every backend: each test binary that
 // includes this header instantiates StoreConformance with its backends, e.g.
 //   INSTANTIATE_TEST_SUITE_P(Memory, StoreConformance, ::testing::Values(StoreBackend{...}));
 // Every operation, waits woken by another caller's write, timeouts that name the key, atomic
@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/store.h"
+#include "engine/core/error.h"
+#include "engine/core/store.h"
 
 namespace meridian::testing {
 

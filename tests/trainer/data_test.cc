@@ -1,12 +1,13 @@
 // The data pipeline: fortune documents, a deterministic SentencePiece tokenizer, held-out
 // validation documents, disjoint shards that cover the stream, and exact resume from a position.
+#include "trainer/data.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <set>
 
-#include "engine/error.h"
-#include "trainer/data.h"
+#include "engine/core/error.h"
 #include "trainer/docs_corpus.h"
 
 namespace meridian::trainer {

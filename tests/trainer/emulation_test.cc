@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "cli/compose/thread_world.h"
-#include "engine/error.h"
-#include "engine/events/event_sink.h"
-#include "engine/events/sinks/sinks.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/core/error.h"
+#include "engine/core/events/event_sink.h"
 #include "tests/mesh/data_records.h"
 #include "trainer/diloco_emulation.h"
 

@@ -1,13 +1,14 @@
 // Model configs: every shipped YAML loads, parameter counts and FLOPs per token match the
 // closed-form formulas (and INTELLECT-1's published 10B numbers), bad files are refused.
+#include "trainer/model_config.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 
-#include "engine/error.h"
-#include "trainer/model_config.h"
+#include "engine/core/error.h"
 
 namespace meridian::trainer {
 namespace {

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/events/json.h"
+#include "engine/core/error.h"
+#include "engine/core/events/json.h"
 #include "trainer/model_config.h"
 #include "trainer/run_config.h"
 

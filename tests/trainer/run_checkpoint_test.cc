@@ -17,9 +17,9 @@
 #include <random>
 #include <thread>
 
-#include "engine/error.h"
-#include "engine/runtime/thread_runtime.h"
-#include "engine/store/memory_store.h"
+#include "engine/backends/inproc/memory_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/error.h"
 
 namespace meridian::trainer {
 namespace {

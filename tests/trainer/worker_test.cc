@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/torch_worker.h"
 
 namespace meridian::trainer {

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/codec/bf16_codec.h"
+#include "engine/core/codec/bf16_codec.h"
 
 namespace meridian {
 namespace {

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/codec/fp4_codec.h"
-#include "engine/error.h"
+#include "engine/core/codec/fp4_codec.h"
+#include "engine/core/error.h"
 #include "tests/unit/codec_test_util.h"
 
 namespace meridian {

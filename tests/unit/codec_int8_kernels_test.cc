@@ -11,9 +11,9 @@
 #include <random>
 #include <vector>
 
-#include "engine/codec/codec_isa.h"
-#include "engine/codec/int8_minmax_codec.h"
-#include "engine/codec/int8_prime_codec.h"
+#include "engine/core/codec/codec_isa.h"
+#include "engine/core/codec/int8_minmax_codec.h"
+#include "engine/core/codec/int8_prime_codec.h"
 #include "tests/unit/codec_test_util.h"
 
 namespace meridian {

@@ -10,9 +10,9 @@
 #include <random>
 #include <vector>
 
-#include "engine/codec/int8_minmax_codec.h"
-#include "engine/codec/int8_prime_codec.h"
-#include "engine/error.h"
+#include "engine/core/codec/int8_minmax_codec.h"
+#include "engine/core/codec/int8_prime_codec.h"
+#include "engine/core/error.h"
 #include "tests/unit/codec_test_util.h"
 
 namespace meridian {

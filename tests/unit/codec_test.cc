@@ -1,7 +1,7 @@
 // Properties every codec shares: registry, exact sizes, round trips at edge counts, decode_add
 // equal to decode plus the accumulator, determinism and precondition checks. Per-codec numeric
 // properties are in codec_bf16_test.cc, codec_int8_test.cc and codec_fp4_test.cc.
-#include "engine/codec/codec.h"
+#include "engine/core/codec/codec.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "tests/unit/codec_test_util.h"
 
 namespace meridian {

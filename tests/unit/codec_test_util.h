@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "engine/codec/codec.h"
+#include "engine/core/codec/codec.h"
 
 namespace meridian::codec_test {
 

@@ -1,4 +1,4 @@
-// The top-k codec (engine/codec/topk_codec.h): which values are kept, what they decode to, the
+// The top-k codec (engine/core/codec/topk_codec.h): which values are kept, what they decode to, the
 // sizes its parameters give, and the errors of a payload it did not make.
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/codec/topk_codec.h"
-#include "engine/error.h"
+#include "engine/core/codec/topk_codec.h"
+#include "engine/core/error.h"
 #include "tests/unit/codec_test_util.h"
 
 namespace meridian {

@@ -1,7 +1,7 @@
 // CRC-32C against a bit-by-bit reference: the standard check value, every length around the
 // three-stream block of the hardware path and the folding block, unaligned starts and chained
 // (non-zero) start values, for every kernel this CPU has (each capped in turn).
-#include "engine/util/crc32c.h"
+#include "engine/core/util/crc32c.h"
 
 #include <gtest/gtest.h>
 

@@ -1,14 +1,14 @@
 // SHA-256 against the FIPS 180-2 examples, HMAC-SHA256 against RFC 4231's test cases and base64
-// against RFC 4648's (engine/util/, OpenSSL behind them). Exact outputs: any bit wrong fails.
+// against RFC 4648's (engine/core/util/, OpenSSL behind them). Exact outputs: any bit wrong fails.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
-#include "engine/util/base64.h"
-#include "engine/util/hmac.h"
-#include "engine/util/sha256.h"
+#include "engine/core/error.h"
+#include "engine/core/util/base64.h"
+#include "engine/core/util/hmac.h"
+#include "engine/core/util/sha256.h"
 
 namespace meridian {
 namespace {

@@ -1,5 +1,5 @@
-// deadline_after (engine/transport/deadline.h): bounded, and defined for every double.
-#include "engine/transport/deadline.h"
+// deadline_after (engine/backends/common/deadline.h): bounded, and defined for every double.
+#include "engine/backends/common/deadline.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // count_non_finite against a per-value std::isfinite over every length around its 64-value
 // block, with NaN, +-Inf and the largest finite values placed in blocks and in the tail.
-#include "engine/util/finite.h"
+#include "engine/core/util/finite.h"
 
 #include <gtest/gtest.h>
 

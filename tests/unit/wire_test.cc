@@ -3,10 +3,10 @@
 
 #include <vector>
 
-#include "engine/codec/fp32_codec.h"
-#include "engine/error.h"
-#include "engine/util/crc32c.h"
-#include "engine/wire/chunk.h"
+#include "engine/core/codec/fp32_codec.h"
+#include "engine/core/error.h"
+#include "engine/core/util/crc32c.h"
+#include "engine/core/wire/chunk.h"
 
 namespace meridian {
 namespace {

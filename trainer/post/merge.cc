@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/safetensors/float_convert.h"
 #include "trainer/safetensors/safetensors.h"
 

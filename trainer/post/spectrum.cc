@@ -14,7 +14,7 @@
 #include <numbers>
 #include <ostream>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/safetensors/float_convert.h"
 #include "trainer/safetensors/safetensors.h"
 

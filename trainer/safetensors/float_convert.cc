@@ -7,7 +7,7 @@
 #include <cstring>
 #include <string>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 
 namespace meridian::safetensors {
 

@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "engine/error.h"
-#include "engine/util/crc32c.h"
+#include "engine/core/error.h"
+#include "engine/core/util/crc32c.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; this reader copies bytes as they are");

@@ -11,8 +11,8 @@
 #include <set>
 #include <sstream>
 
-#include "engine/error.h"
-#include "engine/util/crc32c.h"
+#include "engine/core/error.h"
+#include "engine/core/util/crc32c.h"
 
 #ifndef MERIDIAN_POST_SPM_ENCODE
 #define MERIDIAN_POST_SPM_ENCODE "spm_encode"

@@ -3,9 +3,9 @@
 // requires_grad = false, so autograd computes no weight gradient for them).
 #include "trainer/post/finetune/finetune.h"
 
-#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>  // at::NoGradGuard (not reached through ATen.h in LibTorch 2.11)
 
 #include <chrono>
 #include <cmath>
@@ -13,7 +13,7 @@
 #include <map>
 #include <set>
 
-#include "engine/error.h"
+#include "engine/core/error.h"
 #include "trainer/adamw.h"
 #include "trainer/model.h"
 #include "trainer/precision.h"

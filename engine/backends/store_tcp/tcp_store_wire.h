@@ -1,0 +1,125 @@
+// The TCP store's wire format, shared by server and client: length-prefixed frames of typed,
+// length-prefixed fields, and bounded blocking socket I/O. Internal to
+// engine/backends/store_tcp/tcp_store*; not a general serialisation library.
+//
+// Frame:   u32 body_bytes (big-endian), body. body[0] is the message type.
+// Join:    server HELLO(magic, protocol, nonce) -> client JOIN(id, version, config hash,
+//          client nonce, HMAC(secret, join_transcript)) -> server WELCOME(HMAC proof) or
+//          REFUSED(reason), then close.
+// Request: one at a time per connection; reply status OK (+ result), TIMEOUT or ERROR (+ text).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "engine/core/util/sha256.h"
+
+namespace meridian::store_wire {
+
+inline constexpr std::uint32_t kMagic = 0x4d524453;  // "MRDS"
+// 2: READ_PREFIX (every key and value under a prefix in one reply).
+// 3: leases (LEASE_GRANT, KEEPALIVE, LEASE_REVOKE, COMPARE_SET_LEASED) and WATCH.
+inline constexpr std::uint16_t kProtocolVersion = 3;
+inline constexpr std::uint32_t kMaxHandshakeFrameBytes = 16 * 1024;
+using Nonce = std::array<std::uint8_t, 32>;
+
+enum class Type : std::uint8_t {
+  kHello = 1,
+  kJoin = 2,
+  kWelcome = 3,
+  kRefused = 4,
+  kSet = 16,
+  kGet = 17,
+  kTryGet = 18,
+  kWait = 19,
+  kAdd = 20,
+  kCompareSet = 21,
+  kErase = 22,
+  kList = 23,
+  kReadPrefix = 24,
+  kLeaseGrant = 25,
+  kKeepalive = 26,
+  kLeaseRevoke = 27,
+  kCompareSetLeased = 28,
+  kWatch = 29,
+  kOk = 32,
+  kTimeout = 33,
+  kError = 34,
+};
+
+class Writer {
+ public:
+  explicit Writer(Type type) { out_.push_back(static_cast<char>(type)); }
+  Writer& u8(std::uint8_t v);
+  Writer& u16(std::uint16_t v);
+  Writer& u32(std::uint32_t v);
+  Writer& i64(std::int64_t v);
+  Writer& str(std::string_view s);  // u32 length + bytes
+  Writer& raw(const void* data, std::size_t n);
+  const std::string& body() const { return out_; }
+  // The whole frame: length prefix + body.
+  std::string frame() const;
+
+ private:
+  std::string out_;
+};
+
+// Bounds-checked reads over one frame body (owned); every shortfall or oversize field throws
+// ProtocolError naming the field.
+class Reader {
+ public:
+  explicit Reader(std::string body) : in_(std::move(body)) {}
+  Type type();
+  std::uint8_t u8(const char* what);
+  std::uint16_t u16(const char* what);
+  std::uint32_t u32(const char* what);
+  std::int64_t i64(const char* what);
+  std::string str(const char* what, std::uint32_t max_bytes);
+  void raw(void* out, std::size_t n, const char* what);
+  std::size_t remaining() const { return in_.size() - pos_; }
+  // Throws unless the body was consumed exactly.
+  void finish(const char* what) const;
+
+ private:
+  void need(std::size_t n, const char* what) const;
+  std::string in_;
+  std::size_t pos_ = 0;
+};
+
+// The bytes both sides MAC for a join; ties the proof to this server's nonce and to everything
+// the client claims, each field length-prefixed so no two claims share a transcript.
+std::string join_transcript(const Nonce& server_nonce, const std::string& client_id,
+                            const std::string& version, const std::string& config_hash,
+                            const Nonce& client_nonce);
+std::string server_transcript(const Nonce& server_nonce, const Nonce& client_nonce);
+Nonce random_nonce();
+
+// Blocking I/O on a socket with an absolute deadline (seconds on a monotonic clock, see
+// now_s()). Throw PeerLostError on close or error, TimeoutError on the deadline.
+double now_s();
+// Waits until `fd` is ready for poll `events`; `doing` completes the TimeoutError's message.
+void wait_ready(int fd, short events, double deadline_s, const char* doing);
+// One connection attempt to host:port (non-blocking connect + poll, TCP_NODELAY set); returns
+// the socket, or PeerLostError naming host:port and the OS error.
+int dial_once(const std::string& host, std::uint16_t port, double deadline_s);
+// dial_once then `handshake(fd)` (none when empty), the pair retried with backoff while either
+// throws PeerLostError (a server not up yet, refused or unreachable: nodes may start before the
+// store; or one that closes the connection before its welcome) until the deadline, when the
+// last PeerLostError is rethrown. Any other error closes the socket and propagates at once.
+// `on_wait(error, waited_s)`, when given, is told while it keeps failing: once 2 s in, then every
+// 10 s (so that a person is not left with half a minute of silence).
+int dial(const std::string& host, std::uint16_t port, double deadline_s,
+         const std::function<void(int fd)>& handshake = {},
+         const std::function<void(const std::string& error, double waited_s)>& on_wait = {});
+void send_all(int fd, std::string_view data, double deadline_s);
+// Reads one frame body whose length must lie in [1, max_body_bytes] (else ProtocolError,
+// before allocating).
+std::string recv_frame(int fd, std::uint32_t max_body_bytes, double deadline_s);
+
+// Decodes a big-endian u32 length prefix.
+std::uint32_t decode_u32(const unsigned char* p);
+
+}  // namespace meridian::store_wire
