@@ -6,7 +6,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "engine/core/error.h"
 
@@ -15,16 +20,96 @@ namespace {
 
 using nlohmann::json;
 
+// Where a record stands, for messages ("events.jsonl:12"): put together only when one is needed
+// (a file of a long run holds millions of records).
+struct Where {
+  std::string_view source;
+  int line = 0;  // 0: `source` says it all
+  std::string text() const {
+    return line == 0 ? std::string(source) : std::string(source) + ":" + std::to_string(line);
+  }
+};
+
+// One JSON object's members in the order they came; a later duplicate wins, as in a parsed
+// object. Records have a dozen members: a short vector beats a tree of map nodes.
+using Members = std::vector<std::pair<std::string, json>>;
+
+Members members_of(json&& object) {
+  Members out;
+  out.reserve(object.size());
+  for (auto& [key, value] : object.get_ref<json::object_t&>())
+    out.emplace_back(key, std::move(value));
+  return out;
+}
+
+// Reads a line's object into Members through nlohmann's SAX interface, without building the tree
+// the ordinary parse builds. It takes what nearly every record is, scalars and arrays of scalars
+// at the top level; anything else (an object inside, a top level that is no object, anything
+// that is not JSON) stops it, and the caller parses the line the ordinary way, which also words
+// every error. The values are the ordinary parse's: the same lexer reads them.
+class MembersReader final : public nlohmann::json_sax<json> {
+ public:
+  explicit MembersReader(Members& out) : out_(out) {}
+  bool complete() const { return complete_; }
+
+  bool null() override { return value(json()); }
+  bool boolean(bool v) override { return value(v); }
+  bool number_integer(number_integer_t v) override { return value(v); }
+  bool number_unsigned(number_unsigned_t v) override { return value(v); }
+  bool number_float(number_float_t v, const string_t&) override { return value(v); }
+  bool string(string_t& v) override { return value(std::move(v)); }
+  bool binary(binary_t&) override { return false; }
+  bool start_object(std::size_t) override { return !in_object_ && (in_object_ = true); }
+  bool key(string_t& k) override {
+    out_.emplace_back(std::move(k), json());
+    return true;
+  }
+  bool end_object() override { return complete_ = true; }
+  bool start_array(std::size_t) override {
+    if (!in_object_ || in_array_ || out_.empty()) return false;
+    out_.back().second = json::array();
+    return in_array_ = true;
+  }
+  bool end_array() override { return !(in_array_ = false); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool value(json v) {
+    if (!in_object_ || out_.empty()) return false;  // a top level that is no object
+    if (in_array_)
+      out_.back().second.push_back(std::move(v));
+    else
+      out_.back().second = std::move(v);
+    return true;
+  }
+
+  Members& out_;
+  bool in_object_ = false, in_array_ = false, complete_ = false;
+};
+
 // Typed access to one record's fields; every failure names the record and the field.
 class Fields {
  public:
-  Fields(const json& obj, const std::string& where, const std::string& type)
-      : obj_(obj), where_(where), type_(type) {}
+  Fields(const Members& members, const Where& where, const std::string& type)
+      : members_(members), where_(where), type_(type) {}
+  // A nested object's fields (its members held here).
+  Fields(json&& object, const Where& where, const std::string& type)
+      : own_(members_of(std::move(object))), members_(own_), where_(where), type_(type) {}
+  Fields(const Fields&) = delete;
+  Fields& operator=(const Fields&) = delete;
 
+  // The value of `key`, nullptr when absent.
+  const json* find(const char* key) const {
+    for (auto it = members_.rbegin(); it != members_.rend(); ++it)
+      if (it->first == key) return &it->second;
+    return nullptr;
+  }
   const json& required(const char* key) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end()) fail(key, "is missing");
-    return *it;
+    const json* v = find(key);
+    if (!v) fail(key, "is missing");
+    return *v;
   }
   double number(const char* key) const {
     const json& v = required(key);
@@ -58,32 +143,37 @@ class Fields {
   }
   // A number or null; an absent key reads as null.
   std::optional<double> nullable_number(const char* key) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return std::nullopt;
-    if (!it->is_number()) fail(key, "must be a number or null, got " + it->dump());
-    return it->get<double>();
+    const json* v = find(key);
+    if (!v || v->is_null()) return std::nullopt;
+    if (!v->is_number()) fail(key, "must be a number or null, got " + v->dump());
+    return v->get<double>();
   }
   Fields object(const char* key) const {
     const json& v = required(key);
     if (!v.is_object()) fail(key, "must be an object, got " + v.dump());
-    return Fields(v, where_, type_ + "." + key);
+    return Fields(json(v), where_, type_ + "." + key);
   }
   // An integer, or nullopt when the key is absent or null.
   std::optional<std::int64_t> optional_integer(const char* key) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end() || it->is_null()) return std::nullopt;
+    const json* v = find(key);
+    if (!v || v->is_null()) return std::nullopt;
     return integer(key);
   }
-  bool has(const char* key) const { return obj_.contains(key); }
-  const json& raw() const { return obj_; }
+  bool has(const char* key) const { return find(key) != nullptr; }
+  // The value of `key` as it is, or `fallback` when absent.
+  json value_or(const char* key, json fallback) const {
+    const json* v = find(key);
+    return v ? *v : std::move(fallback);
+  }
 
   [[noreturn]] void fail(const char* key, const std::string& what) const {
-    throw ConfigError(where_ + ": '" + type_ + "' record: field '" + key + "' " + what);
+    throw ConfigError(where_.text() + ": '" + type_ + "' record: field '" + key + "' " + what);
   }
 
  private:
-  const json& obj_;
-  const std::string& where_;
+  Members own_;
+  const Members& members_;
+  const Where& where_;
   std::string type_;
 };
 
@@ -94,8 +184,8 @@ ConfigRecord parse_config(const Fields& f) {
     f.fail("mode", "must be simulate, emulate or real, got '" + r.mode + "'");
   if (f.has("seed")) r.seed = f.integer("seed");
   if (f.has("command")) r.command = f.string("command");
-  r.versions = f.raw().value("versions", json::object());
-  r.config = f.raw().value("config", json());
+  r.versions = f.value_or("versions", json::object());
+  r.config = f.value_or("config", json());
   Fields m = f.object("metrics");
   r.metrics.param_count = m.number("param_count");
   r.metrics.flops_per_token = m.number("flops_per_token");
@@ -189,39 +279,66 @@ EventBody parse_body(const std::string& type, const Fields& f) {
   return UnknownRecord{};
 }
 
-}  // namespace
-
-EventRecord parse_event_line(const std::string& line, const std::string& where) {
+// The members of the object on `line`: read by MembersReader, or, where it stops, by the ordinary
+// parse, whose errors name the problem.
+Members parse_members(const std::string& line, const Where& where) {
+  Members members;
+  members.reserve(24);
+  MembersReader reader(members);
+  if (json::sax_parse(line, &reader) && reader.complete()) return members;
   json obj;
   try {
     obj = json::parse(line);
   } catch (const json::parse_error& e) {
-    throw ConfigError(where + ": not valid JSON (" + e.what() + ")");
+    throw ConfigError(where.text() + ": not valid JSON (" + e.what() + ")");
   }
   if (!obj.is_object())
-    throw ConfigError(where + ": a record must be a JSON object, got " + obj.dump());
-  Fields common(obj, where, "record");
+    throw ConfigError(where.text() + ": a record must be a JSON object, got " + obj.dump());
+  return members_of(std::move(obj));
+}
+
+EventRecord parse_record(const std::string& line, const Where& where) {
+  const Members members = parse_members(line, where);
+  Fields common(members, where, "record");
   EventRecord r;
   r.type = common.string("type");
-  Fields f(obj, where, r.type);
+  Fields f(members, where, r.type);
   r.t_s = f.number("t");
   r.node = f.integer("node");
   r.body = parse_body(r.type, f);
   return r;
 }
 
-std::vector<EventRecord> read_events(std::istream& in, const std::string& source_name) {
+}  // namespace
+
+EventRecord parse_event_line(const std::string& line, const std::string& where) {
+  return parse_record(line, Where{where});
+}
+
+namespace {
+
+// read_events with room for `expected` records made at once: a long run's file holds about a
+// million, and a vector grown by doubling moves them all again at every step.
+std::vector<EventRecord> read_events(std::istream& in, const std::string& source_name,
+                                     std::size_t expected) {
   std::vector<EventRecord> out;
+  out.reserve(expected);
   std::string line;
   int line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    EventRecord r = parse_event_line(line, source_name + ":" + std::to_string(line_no));
+    EventRecord r = parse_record(line, Where{source_name, line_no});
     r.line = line_no;
     out.push_back(std::move(r));
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<EventRecord> read_events(std::istream& in, const std::string& source_name) {
+  return read_events(in, source_name, 0);
 }
 
 std::string events_path(const std::string& run_dir_or_file) {
@@ -233,11 +350,22 @@ std::string events_path(const std::string& run_dir_or_file) {
 
 namespace {
 
+// Lines in `in` from where it stands, which it leaves at its start again.
+std::size_t count_lines(std::istream& in) {
+  std::vector<char> block(1 << 20);
+  std::size_t lines = 0;
+  while (in.read(block.data(), std::streamsize(block.size())) || in.gcount() > 0)
+    lines += std::count(block.begin(), block.begin() + in.gcount(), '\n');
+  in.clear();
+  in.seekg(0);
+  return lines + 1;  // a last line without its newline
+}
+
 std::vector<EventRecord> read_one_file(const std::string& file) {
   std::ifstream in(file);
   if (!in)
     throw ConfigError(file + ": cannot open the events file (expected RUN_DIR/events.jsonl)");
-  return read_events(in, file);
+  return read_events(in, file, count_lines(in));
 }
 
 // The lives of one real node's file: a `config` record starts each (a node restarted with
@@ -245,17 +373,21 @@ std::vector<EventRecord> read_one_file(const std::string& file) {
 // and "FILE (life N, line L)" for the others.
 void split_lives(std::vector<EventRecord> records, const std::string& file,
                  std::vector<std::vector<EventRecord>>& streams, std::vector<std::string>& names) {
-  int life = 0;
-  for (EventRecord& r : records) {
-    if (life == 0 || r.as<ConfigRecord>()) {
-      ++life;
-      streams.emplace_back();
-      names.push_back(life == 1 ? file
-                                : file + " (life " + std::to_string(life) + ", from line " +
-                                      std::to_string(r.line) + ")");
-    }
-    streams.back().push_back(std::move(r));
+  std::vector<std::size_t> starts;  // where each life begins
+  for (std::size_t i = 0; i < records.size(); ++i)
+    if (i == 0 || records[i].as<ConfigRecord>()) starts.push_back(i);
+  for (std::size_t k = 0; k < starts.size(); ++k)
+    names.push_back(k == 0 ? file
+                           : file + " (life " + std::to_string(k + 1) + ", from line " +
+                                 std::to_string(records[starts[k]].line) + ")");
+  if (starts.size() == 1) {  // a simulation's file, or a node never resumed: the whole vector
+    streams.push_back(std::move(records));
+    return;
   }
+  starts.push_back(records.size());
+  for (std::size_t k = 0; k + 1 < starts.size(); ++k)
+    streams.emplace_back(std::make_move_iterator(records.begin() + starts[k]),
+                         std::make_move_iterator(records.begin() + starts[k + 1]));
 }
 
 // DIR/node-<ID>/events.jsonl of a real run, in node-id order; empty when there are none.

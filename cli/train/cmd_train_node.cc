@@ -76,7 +76,7 @@ constexpr char kUsage[] =
     "                        (ID - 1) % data.shards); the run plans the data, not the shard\n"
     "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
     "  --resume              restart the run from the newest checkpoint (FILE's `checkpoint:`)\n"
-    "                        of this node's data shard that every resuming node has; each is\n"
+    "                        of this node's shard (--shard) that every resuming node has; each is\n"
     "                        verified against its manifest (sizes, SHA-256 of every file) and a\n"
     "                        failing one is skipped with its reason. With none valid the node\n"
     "                        refuses (exit 2, naming each checkpoint and why) unless told\n"

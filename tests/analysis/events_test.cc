@@ -284,6 +284,38 @@ TEST(Events, MissingMetricInConfigIsNamed) {
       << msg;
 }
 
+// Records are read without a tree of maps where they hold only scalars and arrays of scalars, and
+// the ordinary way otherwise (an object inside, an error): both read every record alike.
+TEST(Events, ARecordReadsTheSameWhicheverWayItIsRead) {
+  const std::string base = R"({"t":2.5,"node":3,"type":"epoch_formed","epoch":4,)"
+                           R"("outer_step":7,"members":[1,3,5])";
+  for (const std::string extra : {"", R"(,"note":{"why":"the ordinary way"})"}) {
+    const EventRecord r = parse_event_line(base + extra + "}", "x:1");
+    const auto* e = r.as<EpochFormedRecord>();
+    ASSERT_NE(e, nullptr) << extra;
+    EXPECT_EQ(r.t_s, 2.5);
+    EXPECT_EQ(r.node, 3);
+    EXPECT_EQ(e->epoch, 4);
+    EXPECT_EQ(e->outer_step, 7);
+    EXPECT_EQ(e->members, (std::vector<std::int64_t>{1, 3, 5}));
+    // A repeated field: the later value counts, as in any JSON object.
+    const EventRecord d = parse_event_line(base + R"(,"epoch":9)" + extra + "}", "x:1");
+    EXPECT_EQ(d.as<EpochFormedRecord>()->epoch, 9) << extra;
+  }
+}
+
+TEST(Events, AnythingButTheRecordsShapeIsNamed) {
+  EXPECT_NE(error_of(R"({"t":1,"node":0,"type":"epoch_formed","epoch":0,"outer_step":0,)"
+                     R"("members":[[1]]})")
+                .find("'members' must hold integer node ids"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"t":1,"node":0,"type":"join_requested"} trailing)").find("not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of("7").find("must be a JSON object, got 7"), std::string::npos);
+  EXPECT_NE(error_of(R"({"t":1,"node":0,"type":"join_requested")").find("not valid JSON"),
+            std::string::npos);
+}
+
 TEST(Events, MissingFileIsAConfigError) {
   EXPECT_THROW(read_events_file("/nonexistent/run"), ConfigError);
 }
