@@ -9,6 +9,7 @@
 //   lists belongs to the target(s) whose folder holds it most closely.
 // - The core links no threads; a core file names no thread, mutex, condition variable or clock,
 //   and includes no backend library or socket header.
+// - A transport backend is named only by the composition layer (cli/compose/).
 // Each rule is proved able to fail by planting a violation in a real file.
 #include <gtest/gtest.h>
 
@@ -214,6 +215,36 @@ TEST(Layering, TheLinkGraphHasNoCycle) {
     for (const auto& l : t.links)
       EXPECT_FALSE(reach(targets, l).contains(name))
           << name << " links " << l << ", which links it back";
+}
+
+// Transports are chosen in one place: outside their own folders, only the composition layer
+// (cli/compose/) includes a transport backend's header (tests and benchmarks aside).
+const std::regex kTransportInclude(R"re(^\s*#\s*include\s*"engine/backends/(gloo|nccl|inproc)/)re");
+
+std::vector<std::string> transport_violations(const std::string& rel, const std::string& text) {
+  std::vector<std::string> out;
+  if (rel.rfind("cli/compose/", 0) == 0 || rel.rfind("engine/backends/", 0) == 0) return out;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n)
+    if (std::regex_search(line, kTransportInclude))
+      out.push_back(rel + ":" + std::to_string(n) + ": " + line +
+                    "  (a transport is named only in cli/compose/)");
+  return out;
+}
+
+TEST(Layering, OnlyTheCompositionLayerNamesATransport) {
+  int files = 0;
+  for (const auto& folder : {"engine", "netsim", "trainer", "analysis", "cli"})
+    for (const auto& rel : code_files_under(folder)) {
+      ++files;
+      for (const auto& v : transport_violations(rel, read_all(kSource / rel))) ADD_FAILURE() << v;
+    }
+  EXPECT_GT(files, 100);
+  const std::string planted = "#include \"engine/backends/gloo/gloo_transport.h\"\n";
+  EXPECT_FALSE(transport_violations("cli/train/cmd_train_node.cc", planted).empty());
+  EXPECT_FALSE(transport_violations("netsim/simulation.cc", planted).empty());
+  EXPECT_TRUE(transport_violations("cli/compose/real_node.cc", planted).empty());
 }
 
 // Standard headers of threads, locks and waiting: backends' business.
