@@ -289,7 +289,7 @@ Members parse_members(const std::string& line, const Where& where) {
   json obj;
   try {
     obj = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range (406)
     throw ConfigError(where.text() + ": not valid JSON (" + e.what() + ")");
   }
   if (!obj.is_object())

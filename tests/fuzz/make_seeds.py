@@ -27,6 +27,30 @@ def seed(target, name, data):
     (d / name).write_bytes(data.encode() if isinstance(data, str) else data)
 
 
+# events_fuzz: event files as a simulation writes them (a config record, then a few of each kind
+# the reader takes without a tree, one with an array), and a real node's resumed file.
+_config = ('{"t":0,"node":-1,"type":"config","mode":"simulate","seed":1,"metrics":{"param_count":1,'
+           '"flops_per_token":6,"tokens_per_inner_step":1,"gpus_per_node":1,"peak_flops_per_gpu":1,'
+           '"H":5}}')
+seed("events_fuzz", "simulation", "\n".join([
+    _config,
+    '{"t":0,"node":0,"type":"node_started","initial":true,"host":"us-east-0"}',
+    '{"t":0.5,"node":0,"type":"epoch_formed","epoch":0,"outer_step":0,"members":[0,1]}',
+    '{"t":22.9,"node":0,"type":"inner_steps","outer_step":0,"steps":5,"tokens":1048576,'
+    '"start_s":0.01,"compute_s":22.96,"loss":null}',
+    '{"t":30.0,"node":1,"type":"allreduce","outer_step":0,"bucket":0,"epoch":0,"attempt":0,'
+    '"codec":"int8","elements":525336576,"participants":2,"bytes_sent":788030784,'
+    '"bytes_received":788030784,"start_s":24.3,"elapsed_s":5.67,"relative_error":null}',
+    '{"t":31,"node":0,"type":"outer_step","outer_step":0,"epoch":0,"participants":2,"inner_s":22.9,'
+    '"allreduce_s":5.7,"outer_opt_s":0,"tokens":2097152,"loss":3.5,"exposed_s":0}',
+    '{"t":40,"node":-1,"type":"run_finished","simulated_s":40,"outer_steps":1,'
+    '"outer_steps_planned":1}']) + "\n")
+seed("events_fuzz", "resumed", "\n".join([
+    _config.replace('"simulate"', '"real"').replace('"seed":1', '"clock_origin_unix_s":1.7e9'),
+    '{"t":5,"node":3,"type":"node_lost","exit":"lost","reason":"store gone","outer_steps":2}',
+    _config.replace('"simulate"', '"real"'),
+    '{"t":1,"node":3,"type":"run_resumed","life":2,"via":"checkpoint","from_outer_step":2}']) +
+    "\n")
 # data_ledger_fuzz: ledgers as DataLedger::encode writes them (a fresh one; one with positions
 # owed and an overlapped run's planned step).
 seed("data_ledger_fuzz", "fresh", "data-ledger 1\nper_node 8\nnext 0\nreturned\n")
