@@ -350,7 +350,7 @@ std::string events_path(const std::string& run_dir_or_file) {
 
 namespace {
 
-// Lines in `in` from where it stands, which it leaves at its start again.
+// Lines in the file `in` reads, which it then rewinds to its start for reading.
 std::size_t count_lines(std::istream& in) {
   std::vector<char> block(1 << 20);
   std::size_t lines = 0;
