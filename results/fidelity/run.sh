@@ -17,11 +17,14 @@
 #     (scripts/netns/vary_rate.py: each direction a mean-preserving log-normal AR(1), CV C,
 #     correlation time T s, seeded), logged to the run folder's rates.tsv; SIM_SKIP=1 leaves out
 #     the simulation of the run (the fidelity loop, loop/run.sh, simulates it its own way)
-#   results/fidelity/run.sh table [RUN...]   only the comparison and plots (RUN: int8, int8-rtt0...)
+#   results/fidelity/run.sh table [RUN...]   only the comparisons and plots, each real run simulated
+#     anew by this checkout's simulator (no RUN: both tables, the five one-site runs and the seven
+#     three-continent runs; RUN: int8, int8-rtt0...)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=results/fidelity
 M=build/bin/meridian
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 NETNS=scripts/netns/netns.sh
 RATE_MBIT=100
 RTT_MS=${RTT_MS:-60}
@@ -38,28 +41,57 @@ pack() {
     machine.txt run.yaml "${rates[@]}")
 }
 
-table() {  # the comparison table, its plot, and analysis/'s side-by-side figures
-  local args=() runs=() r
+# The simulation of a committed real run, by today's simulator: the command its run recorded
+# (real-<run>/sim-command.txt: the scenario, and the run's own measured inner step). Simulations
+# are not committed; each `table` makes them anew, so the table always says what the simulator
+# of this checkout predicts.
+simulate() {
+  local cmd sim_args
+  cmd=$(cat "$OUT/real-$1/sim-command.txt")
+  read -r -a sim_args <<<"${cmd#meridian sim }"
+  "$M" sim "${sim_args[@]}" --force >"$OUT/sim-$1.log" 2>&1 ||
+    { log "$1: the simulation failed, see $OUT/sim-$1.log"; exit 1; }
+}
+
+# The five one-site runs: comparison.{md,csv,png} and analysis/'s side-by-side figures (plots/).
+ONE_SITE="int8 fp32 int8-rtt0 int8-rtt30 int8-noidlerestart"
+# The three-continent runs (README.md, "Three continents"): comparison-3continents.{md,csv}.
+THREE_CONTINENTS="int8-3continents int8-3continents-rmem int8-3continents-noidlerestart
+  int8-3continents-cubic int8-3continents-cubic-noidlerestart int8-3continents-reno-idlerestart
+  int8-3continents-reno"
+
+table() {  # table OUT_NAME RUN...: the comparison table of the runs, simulated anew
+  local name=$1 args=() runs=() r
+  shift
   for r in "$@"; do
     unpack "$OUT/real-$r"
+    simulate "$r"
+    "$M" plot "$OUT/sim-$r" >/dev/null
     args+=("$r" "$OUT/real-$r" "$OUT/sim-$r")
     runs+=("$OUT/real-$r" "$OUT/sim-$r")
   done
-  python3 "$OUT/compare.py" table "$OUT/comparison" "${args[@]}"
-  gnuplot "$OUT/comparison.gp"
-  "$M" plot "${runs[@]}" --out "$OUT/plots" >/dev/null
+  python3 "$OUT/compare.py" table "$OUT/$name" "${args[@]}"
+  if [[ $name == comparison ]]; then
+    gnuplot "$OUT/comparison.gp"
+    "$M" plot "${runs[@]}" --out "$OUT/plots" >/dev/null
+  fi
 }
 if [[ ${1:-} == table ]]; then
   shift
-  if [[ $# -eq 0 ]]; then set -- int8 fp32 int8-rtt0 int8-rtt30 int8-noidlerestart; fi
-  table "$@"
+  if [[ $# -gt 0 ]]; then
+    table comparison "$@"
+  else
+    # shellcheck disable=SC2086  # the lists split into run names
+    table comparison $ONE_SITE
+    # shellcheck disable=SC2086
+    table comparison-3continents $THREE_CONTINENTS
+  fi
   exit 0
 fi
 BUILD=${1:-build}
 CODECS=${2:-int8 fp32}
 M=$BUILD/bin/meridian
 export OMP_NUM_THREADS=1
-log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 "$NETNS" check
 prefix="mfid$$"
@@ -127,11 +159,9 @@ for codec in $CODECS; do
   sim_args=("$OUT/${SCENARIO:-scenario-$codec.yaml}" --out "$sim"
             --set "hardware.step_time_s=$step_s")
   [[ -n ${SCENARIO:-} ]] || sim_args+=(--set "network.intra_site_rtt_ms=$RTT_MS")
-  "$M" sim "${sim_args[@]}" >"$sim.log" 2>&1
-  echo "meridian sim ${sim_args[*]}" >"$sim/command.txt"
+  echo "meridian sim ${sim_args[*]}" >"$real/sim-command.txt"
   "$M" plot "$real" >/dev/null
-  "$M" report "$real" >/dev/null   # analysis/'s summary of the real run (sim: summary.json)
-  "$M" plot "$sim" >/dev/null
+  "$M" report "$real" >/dev/null   # analysis/'s summary of the real run (sim: `table`)
   pack "$real"
 done
 
