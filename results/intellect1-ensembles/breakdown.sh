@@ -3,10 +3,11 @@
 # WAN model's causes taken away one after another, each step keeping the ones before:
 #   model            the scenario as committed
 #   - path changes   network.variation.path_change_interval_s=0
+#   - access variation  + network.variation.access_cv=0 (each node's share constant in time)
 #   - idle restart   + network.tcp.slow_start_after_idle=false
 #   - window         + tcp_gamma_bytes=1e12 (no window/RTT bound)
-#   - bandwidth      + every access link at 4 Gb/s, the top of intellect1.md's range (no slow node)
-# What remains is the RTT's latency term (and the ring's bytes at 4 Gb/s). Loss and shared
+#   - slow nodes     + every access link at 18.4335 Gb/s, the top of the scenarios' range
+# What remains is the RTT's latency term (and the ring's bytes at the top access rate). Loss and shared
 # capacity are not in these scenarios (no public numbers: scenarios/intellect1-sites.yaml).
 # Seeds 1-20, 3 outer steps each (the steps of a run differ only by path changes).
 # Usage: results/intellect1-ensembles/breakdown.sh BUILD  -> breakdown.json, breakdown.md here.
@@ -14,11 +15,12 @@ set -euo pipefail
 build=$(cd "${1:?usage: breakdown.sh BUILD_DIR}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
-steps=("model" "- path changes" "- idle restart" "- window" "- bandwidth")
+steps=("model" "- path changes" "- access variation" "- idle restart" "- window" "- slow nodes")
 sets=("" "--set network.variation.path_change_interval_s=0"
+      "--set network.variation.access_cv=0"
       "--set network.tcp.slow_start_after_idle=false"
       "--set network.tcp_gamma_bytes=1e12"
-      "--set network.access_bandwidth_gbps=4.0")
+      "--set network.access_bandwidth_gbps=18.4335")
 for s in usa useu global; do
   args=(--set run.outer_steps=3)
   for k in "${!steps[@]}"; do
@@ -31,7 +33,8 @@ done
 python3 - "$here" <<'PY'
 import json, sys
 here = sys.argv[1]
-steps = ["model", "- path changes", "- idle restart", "- window", "- bandwidth"]
+steps = ["model", "- path changes", "- access variation", "- idle restart", "- window",
+         "- slow nodes"]
 out = {}
 md = ["| scenario | " + " | ".join(steps) + " |", "|---|" + "---:|" * len(steps)]
 for s in ["usa", "useu", "global"]:
