@@ -3,7 +3,7 @@
 its prose alone: (a) the utilization table and the access-bandwidth table (table.md, written by
 summarize.py), (b) the convergence table (convergence.json, written by convergence.sh) and (c)
 the GPU-hours table (convergence.json with the compute utilization on intellect1-global of
-calibrated/summary.json: the scenarios' inputs as committed). Each table replaces the block of
+summary.json). Each table replaces the block of
 table lines in README.md that starts with the same header line.
 
 usage: readme_tables.py [--check] [FOLDER]   (FOLDER: results/variants, the default)
@@ -59,15 +59,14 @@ def convergence_tables(conv, summary):
             f"{', '.join('not reached' if x is None else str(x) for x in steps)} | "
             f"{', '.join(fmt(r['time_to_target_s'], 1) for r in runs)} | "
             f"{', '.join('%.0f' % r['simulated_s'] for r in runs)} |")
-        # (c) needs the variant's utilization on the calibrated inputs; one not measured there is
-        # left out of it.
+        # (c) needs the variant's utilization in (a); one not measured there is left out of it.
         variant = UTIL_OF[key.split("_")[0]]
         if all(x is not None for x in steps) and variant in summary["scenarios"]["global"]:
             u = utilization(variant)
             mean_steps = statistics.mean(steps)
             gpu[(label, optimizer)] = (mean_steps, u, mean_steps / u, study["val_loss_mean"])
     gpu_lines = [f"| variant | outer optimizer | outer steps to {TARGET} (mean) | compute "
-                 f"utilization, intellect1-global (calibrated inputs) | GPU-hours to {TARGET}, relative | final loss "
+                 f"utilization, intellect1-global | GPU-hours to {TARGET}, relative | final loss "
                  "at 6,000 inner steps |",
                  "|---|---|---|---|---|---|"]
     reference = gpu[(ROWS[0][1], ROWS[0][2])][2]
@@ -96,11 +95,11 @@ def main():
     here = pathlib.Path(args[0] if args else pathlib.Path(__file__).parent)
     tables = (here / "table.md").read_text().strip().split("\n\n")
     conv = json.loads((here / "convergence.json").read_text())
-    calibrated = json.loads((here / "calibrated" / "summary.json").read_text())
+    summary = json.loads((here / "summary.json").read_text())
     readme_path = here / "README.md"
     readme = readme_path.read_text()
     updated = readme
-    for table in [tables[0], tables[1], *convergence_tables(conv, calibrated)]:
+    for table in [tables[0], tables[1], *convergence_tables(conv, summary)]:
         updated = replace_table(updated, table)
     if "--check" in sys.argv[1:]:
         if updated != readme:

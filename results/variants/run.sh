@@ -4,15 +4,16 @@
 # network. Runs go to runs/variants/ (rebuilt by this script, not committed); each ensemble's
 # ensemble.json is copied here, then summarize.py writes summary.json and table.md.
 #   results/variants/run.sh BUILD [VARIANTS]
-# VARIANTS default: "none delayed eager stream4 stream16 stream4-fp4 topk" (variants.sh).
-# VARIANTS_DIR=DIR: the ensembles, summary.json and table.md go to DIR (a sub-study, e.g.
-# results/variants/calibrated/) and README.md's tables are left alone.
-# BANDWIDTHS="B ...": the sweep's access bandwidths, Gb/s (default 0.05 0.1 0.2 0.5 1 2 4).
+# VARIANTS default: every variant of variants.sh ("none delayed eager stream4 stream16
+# stream4-fp4 topk topk-delayed stream4-topk").
+# VARIANTS_DIR=DIR: the ensembles, summary.json and table.md go to DIR (a sub-study, or a check
+# that the committed outputs reproduce) and README.md's tables are left alone.
+# BANDWIDTHS="B ...": the sweep's access bandwidths, Gb/s (default 0.05 0.1 0.2 0.5 1 2 4 8 16).
 # KEEP=1: an ensemble already in DIR is kept, not rerun (to add variants to a study).
 # About 1 s of wall per steady seed and 20 s per intellect1-full seed on 2 vCPUs.
 set -euo pipefail
 build=$(cd "${1:?usage: run.sh BUILD_DIR [VARIANTS]}" && pwd)
-variants=${2:-none delayed eager stream4 stream16 stream4-fp4 topk}
+variants=${2:-none delayed eager stream4 stream16 stream4-fp4 topk topk-delayed stream4-topk}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/variants.sh"  # variant_settings
 cd "$here/../.."
@@ -31,7 +32,7 @@ for v in $variants; do
   done
   # The access bandwidth each variant needs on the global network: every node at B Gb/s, no
   # checkpoints (their 60 s per step is the same for every variant), seeds 1-5.
-  for b in ${BANDWIDTHS:-0.05 0.1 0.2 0.5 1 2 4}; do
+  for b in ${BANDWIDTHS:-0.05 0.1 0.2 0.5 1 2 4 8 16}; do
     [ -n "${KEEP:-}" ] && [ -f "$dest/ensembles/bandwidth-$v-$b/ensemble.json" ] && continue
     out="runs/variants/bandwidth-$v-$b"
     "$meridian" sim scenarios/intellect1-global.yaml --seeds 1-5 "${set_v[@]}" \
