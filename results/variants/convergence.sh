@@ -2,7 +2,7 @@
 # Part (b) of results/variants/README.md: the overlapped variants' convergence in emulation, at
 # the blocking int8 H = 50 point of results/convergence/ (model micro, N = 4 on intellect1-usa's
 # sites, 6,000 inner steps per node, seeds 0-2), with the scenario file that study committed
-# (results/convergence/config/n4.yaml) and the same overrides as scripts/convergence_study.sh's
+# (results/convergence/config/n4.yaml) and the same overrides as results/convergence/run.sh's
 # run_point. Runs go to runs/variants-convergence/ (not committed); convergence.json here holds
 # each run's final validation loss and time to the target loss beside the blocking runs' (a
 # variant not run here keeps its committed rows).

@@ -5,7 +5,7 @@
 # then every setting re-timed on intellect1-usa and intellect1-global by timing-only
 # simulations. Every run trains 6,000 inner steps per node (30 outer steps at H = 200).
 #
-#   scripts/convergence_study.sh [BUILD_DIR] [OUT_DIR] [GROUPS]
+#   results/convergence/run.sh [BUILD_DIR] [OUT_DIR] [GROUPS]
 #
 # GROUPS (default "n2 n2-int8"): which blocks of the grid to emulate, in order:
 #   n2              N = 2: DP; fp32 at H = 10, 50, 200; int8 and int8 under churn at H = 50
@@ -19,14 +19,14 @@
 # Every group runs seeds 0-2. Runs go to OUT_DIR (default runs/convergence; one folder per
 # run, kept if already complete, so a second call resumes), JOBS (default 2) at a time under
 # `nice -n 10`; the wall time is printed and written to OUT_DIR/wall_time.txt. Then
-# scripts/convergence_aggregate.py writes the table, the figures' data and the figures into
+# results/convergence/aggregate.py writes the table, the figures' data and the figures into
 # results/convergence/. Scenario files are replaced atomically, so a second invocation on the
 # same OUT_DIR may run beside one still going.
 set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-runs/convergence}
 GROUPS_=${3:-n2 n2-int8}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MERIDIAN=$(cd "$BUILD" && pwd)/bin/meridian
 STEPS=6000        # inner steps per node in every run
 JOBS=${JOBS:-2}
@@ -39,12 +39,12 @@ start=$(date +%s)
 nice -n 10 "$MERIDIAN" corpus --corpus=debian-docs --vocab=1024 >&2
 
 # Scenario variants of scenarios/convergence-usa.yaml (N = 4 on intellect1-usa): N nodes on a
-# network's sites (the lists are scripts/convergence_aggregate.py's, which re-times on them),
+# network's sites (the lists are results/convergence/aggregate.py's, which re-times on them),
 # and the DP baseline. Each file is written beside its final name and renamed into place.
 S="$OUT/scenarios"
 cp scenarios/intellect1-sites.yaml "$S/.sites.tmp" && mv "$S/.sites.tmp" "$S/intellect1-sites.yaml"
 nodes_for() {  # N [NETWORK] -> the nodes list lines
-  python3 scripts/convergence_aggregate.py nodes "${2:-usa}" "$1"
+  python3 results/convergence/aggregate.py nodes "${2:-usa}" "$1"
 }
 variant() {  # NAME N NETWORK [dp|churn] -> $S/NAME.yaml (and $S/NAME.csv for churn)
   local name=$1 n=$2 net=$3 kind=${4:-} tmp="$S/.$1.tmp"
@@ -103,7 +103,7 @@ points() {
         echo "n$n-int8-H50-s$seed n$n 50 int8 $seed"
         echo "n$n-int8churn-H50-s$seed n$n-churn 50 int8 $seed"
         echo "n$n-fp32-H200-s$seed n$n 200 fp32 $seed" ;;
-      *) echo "convergence_study: unknown group '$group'" >&2; exit 2 ;;
+      *) echo "convergence/run.sh: unknown group '$group'" >&2; exit 2 ;;
     esac
   done
 }
@@ -116,7 +116,7 @@ run_point() {  # NAME SCENARIO H CODEC SEED [KEY=VALUE...]: one emulated run int
   local t0=$(date +%s)
   nice -n 10 "$MERIDIAN" sim "$S/$sc.yaml" --out "$dir" --set "diloco.H=$h" \
     --set "diloco.codec=$codec" --set "run.seed=$seed" --set "run.outer_steps=$((STEPS / h))" \
-    "${extra[@]}" > "$OUT/$name.log" 2>&1 || echo "convergence_study: $name failed (see $OUT/$name.log)" >&2
+    "${extra[@]}" > "$OUT/$name.log" 2>&1 || echo "convergence/run.sh: $name failed (see $OUT/$name.log)" >&2
   echo "$name $(( $(date +%s) - t0 )) s" >&2
 }
 export -f run_point
@@ -127,12 +127,12 @@ for g in $GROUPS_; do points "$g"; done |
 
 # Timing-only simulations of every setting on both networks (modelled workers with the micro
 # model's shapes and step time): the outer-step period that re-times the emulated trajectories.
-python3 scripts/convergence_aggregate.py timing "$MERIDIAN" "$OUT"
+python3 results/convergence/aggregate.py timing "$MERIDIAN" "$OUT"
 end=$(date +%s)
 echo "convergence study: $(( end - start )) s wall ($GROUPS_)" | tee "$OUT/wall_time.txt"
-python3 scripts/convergence_aggregate.py report "$MERIDIAN" "$OUT" results/convergence 4.3
+python3 results/convergence/aggregate.py report "$MERIDIAN" "$OUT" results/convergence 4.3
 # The configuration: the scenario variants and churn traces every run used.
 rm -rf results/convergence/config && mkdir -p results/convergence/config
 cp "$S"/*.yaml "$S"/*.csv results/convergence/config/
-printf 'scripts/convergence_study.sh %s %s "%s"\n%s\n' "$BUILD" "$OUT" "$GROUPS_" \
+printf 'results/convergence/run.sh %s %s "%s"\n%s\n' "$BUILD" "$OUT" "$GROUPS_" \
   "$(cat "$OUT/wall_time.txt")" > results/convergence/command

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""The convergence study's two last stages (scripts/convergence_study.sh runs both).
+"""The convergence study's two last stages (results/convergence/run.sh runs both).
 
-  convergence_aggregate.py nodes NETWORK N
+  aggregate.py nodes NETWORK N
       The scenario's nodes list lines for N nodes on NETWORK's sites (usa or global): the sites
       the study emulates on and re-times on.
 
-  convergence_aggregate.py timing MERIDIAN OUT
+  aggregate.py timing MERIDIAN OUT
       Timing-only simulations (modelled workers with the `micro` model's shapes, its batch and
       the emulation's step time) of every emulated setting on intellect1-usa and
       intellect1-global: OUT/timing/<network>-<setting>/summary.json. The outer-step period
@@ -16,7 +16,7 @@
       outer step with H = 1 in fp32 (one all-reduce of the gradients per step); it evaluates
       every 200 steps.
 
-  convergence_aggregate.py report MERIDIAN OUT RESULTS [TARGET]
+  aggregate.py report MERIDIAN OUT RESULTS [TARGET]
       Per setting (N, codec, H; DP; churn): final validation loss over the seeds (mean, sample
       standard deviation, min..max), modelled time and tokens to the target validation loss
       (default: the runs' trainer.target_loss) on each network: the table on stdout and in
@@ -106,8 +106,8 @@ def timing_dir(out, network, n, codec, h):
 def timing(meridian, out):
     sdir = os.path.join(out, "timing", "scenarios")
     os.makedirs(sdir, exist_ok=True)
-    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "scenarios", "intellect1-sites.yaml"),
-                sdir)
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    shutil.copy(os.path.join(root, "scenarios", "intellect1-sites.yaml"), sdir)
     wanted = set()
     for kind, n, codec, h, _ in runs(out):
         if kind == "dp":
@@ -187,7 +187,7 @@ def label(key):
 def nodes(network, n):
     """The scenario's nodes list lines for N nodes on NETWORK's sites."""
     if network not in NETWORKS or n not in NETWORKS[network]:
-        sys.exit(f"convergence_aggregate: no site list for {n} nodes on '{network}' "
+        sys.exit(f"convergence/aggregate.py: no site list for {n} nodes on '{network}' "
                  f"(networks: {', '.join(NETWORKS)}; N: 1, 2, 4, 8)")
     return "\n".join(f"    - {{site: {s}, count: {c}}}" for s, c in NETWORKS[network][n])
 
@@ -219,7 +219,7 @@ def kind_label(key):
 def report(meridian, out, results, target=None):
     found = runs(out)
     if not found:
-        sys.exit(f"convergence_aggregate: no complete runs in {out}")
+        sys.exit(f"convergence/aggregate.py: no complete runs in {out}")
     if target is None:
         target = next(iter(next(iter(found.values())).values()))["target"]["val_loss"]
     os.makedirs(results, exist_ok=True)
@@ -260,7 +260,7 @@ def report(meridian, out, results, target=None):
                           f"{100 * (row['usa']['end'] / emulated - 1):+.1f} % |")
     # One summary.json for the study: every complete run's figures (results/ keeps summaries;
     # the loss curves behind the figures are in the runs' own folders, rebuilt by
-    # scripts/convergence_study.sh).
+    # results/convergence/run.sh).
     keep = ["mode", "seed", "scenario", "simulated_s", "outer_steps", "complete", "tokens",
             "compute_utilization", "loss", "val_loss", "target", "retries", "fallbacks",
             "failures", "joins"]
@@ -414,7 +414,7 @@ def report(meridian, out, results, target=None):
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "nodes":
         if not sys.argv[3].isdigit():
-            sys.exit(f"convergence_aggregate: N must be a node count, not '{sys.argv[3]}'")
+            sys.exit(f"convergence/aggregate.py: N must be a node count, not '{sys.argv[3]}'")
         print(nodes(sys.argv[2], int(sys.argv[3])))
     elif len(sys.argv) >= 4 and sys.argv[1] == "timing":
         timing(sys.argv[2], sys.argv[3])
