@@ -8,7 +8,7 @@ CTEST_FLAGS ?=
 # Debian packages the build, tests and demo need (apt-get runs only if one is missing).
 DEB_PACKAGES := build-essential cmake ninja-build pkg-config git \
   libgtest-dev libgmock-dev libbenchmark-dev libboost-dev libboost-graph-dev \
-  libyaml-cpp-dev nlohmann-json3-dev libeigen3-dev \
+  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libeigen3-dev \
   libsimgrid-dev libgloo-dev libtorch-dev libopenblas0-openmp libdnnl-dev \
   libsentencepiece-dev sentencepiece gnuplot-nox fortunes-min fortunes zlib1g-dev \
   linux-doc-6.1 python3.11-doc perl-doc git-doc postgresql-doc-15 manpages manpages-dev \

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/options.h"
 #include "engine/backends/store_tcp/tcp_store.h"
 #include "engine/core/error.h"
 #include "tests/gloo/connection_flood.h"
@@ -22,12 +23,6 @@ namespace {
 using meridian::testing::flood_address;
 
 constexpr char kSecret[] = "store-flood-bench";
-constexpr char kUsage[] =
-    "usage: store_flood_bench [--joins=N]\n"
-    "Prints one Markdown row per case: flood size and spread, descriptor limit, time to answer\n"
-    "the flood, a real node's join latency (median, max over N joins; default 20), CPU seconds\n"
-    "the store used over one idle second with the flood held.\n";
-
 struct Case {
   int connections;
   int addresses;
@@ -74,19 +69,13 @@ void run(const Case& k, int joins) {
 
 int main(int argc, char** argv) {
   int joins = 20;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
-      return 0;
-    }
-    if (a.rfind("--joins=", 0) == 0) {
-      joins = std::atoi(a.c_str() + 8);
-      if (joins >= 1) continue;
-    }
-    std::cerr << "store_flood_bench: bad argument '" << a << "'\n" << kUsage;
-    return 2;
-  }
+  meridian::cli::Options o(
+      "store_flood_bench", {"[--joins=N]"},
+      "Prints one Markdown row per case: flood size and spread, descriptor limit, time to answer "
+      "the flood, a real node's join latency (median, max over N joins), CPU seconds the store "
+      "used over one idle second with the flood held.");
+  o.integer("--joins", "N", "a real node's joins per case (default 20)", joins, 1, 100000);
+  o.parse_or_exit(argc, argv);
   std::printf(
       "| idle connections | from addresses | RLIMIT_NOFILE | flood answered (s) | greeted / shed"
       " | join median (ms) | join max (ms) | store CPU s in 1 idle s |\n"

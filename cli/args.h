@@ -1,7 +1,6 @@
-// Small argument helpers shared by the `meridian` subcommands: the conventions main() applies
-// before any command runs (--help, --key=value), the value after an option and typed values, with
-// errors that name the option and what was expected. Not a general parser: each command walks its
-// own arguments.
+// The typed values of the `meridian` subcommands' options, with errors that name the option and
+// what was expected (the commands' options are parsed by cli/options.h, which converts with
+// these), and the one convention main() applies before any command runs: --help.
 #pragma once
 
 #include <unistd.h>
@@ -23,37 +22,6 @@ inline bool asks_for_help(const std::vector<std::string>& args) {
     if (a == "--help" || a == "-h") return true;
   }
   return false;
-}
-
-// The arguments with every `--key=value` split into `--key` `value`, so that each command sees
-// one spelling. Only the first '=' splits (`--set=diloco.H=5` gives `--set` `diloco.H=5`);
-// arguments that do not start with `--`, and everything after a `--`, are left as they are.
-// `--key=` (empty value) stays one argument, which the command then refuses as unknown.
-inline std::vector<std::string> split_key_value(const std::vector<std::string>& args) {
-  std::vector<std::string> out;
-  bool options_ended = false;
-  for (const std::string& a : args) {
-    const std::size_t eq = a.find('=');
-    options_ended |= a == "--";
-    if (options_ended || a.rfind("--", 0) != 0 || eq == std::string::npos || eq == 2 ||
-        eq + 1 == a.size()) {
-      out.push_back(a);
-      continue;
-    }
-    out.push_back(a.substr(0, eq));
-    out.push_back(a.substr(eq + 1));
-  }
-  return out;
-}
-
-// The value after option args[i] (advancing i); ConfigError naming the option (followed by
-// `usage`, when given) when it is missing.
-inline const std::string& value(const std::vector<std::string>& args, std::size_t& i,
-                                std::string_view usage = {}) {
-  if (i + 1 >= args.size())
-    throw ConfigError(args[i] + " needs a value" +
-                      (usage.empty() ? "" : "\n" + std::string(usage)));
-  return args[++i];
 }
 
 inline double number(const std::string& option, const std::string& text) {

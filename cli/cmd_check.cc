@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/args.h"
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/run_config_hash.h"
 #include "engine/config/run_file.h"
 #include "engine/core/error.h"
@@ -17,23 +17,40 @@
 namespace meridian::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meridian check RUN.yaml [--mode simulate|real] [--set key.path=value ...]\n"
-    "  Reads and validates a run file as `meridian sim` (mode simulate) and `meridian train`\n"
-    "  (mode real) would, without running anything. Prints, on stdout, the resolved\n"
-    "  configuration: every key with its value and where the value came from (FILE:LINE of the\n"
-    "  run file, of a sites file or model config it names, `--set ...`, or `default`); then,\n"
-    "  on stderr, the warnings the run would print: sections the mode does not use, and values\n"
-    "  that look wrong for the run (a blocking checkpoint longer than the compute it follows,\n"
-    "  INTELLECT-1's checkpoint or per-node defaults on a small model).\n"
-    "  For the real mode it also resolves the file as a node does (model config, data, store)\n"
-    "  and prints the configuration hash the nodes send their store (`meridian store --config`\n"
-    "  compares the same).\n"
-    "  --mode M   check for one mode only (default: simulate when the file has a network\n"
-    "             section, and real)\n"
-    "  --set k=v  an override, as the run would take it\n"
-    "  Exit 0: valid for every mode checked (warnings may remain); 2: the file, an override or\n"
-    "  a mode refused it, with the reason.\n";
+struct CheckArgs {
+  std::string path, mode;
+  std::vector<std::string> overrides;
+};
+
+std::unique_ptr<Options> options(CheckArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian check",
+      std::vector<std::string>{"RUN.yaml [--mode simulate|real] [--set key.path=value ...]"},
+      "Reads and validates a run file as `meridian sim` (mode simulate) and `meridian train` "
+      "(mode real) would, without running anything. Prints, on stdout, the resolved "
+      "configuration: every key with its value and where the value came from (FILE:LINE of the "
+      "run file, of a sites file or model config it names, `--set ...`, or `default`); then, on "
+      "stderr, the warnings the run would print: sections the mode does not use, and values that "
+      "look wrong for the run (a blocking checkpoint longer than the compute it follows, "
+      "INTELLECT-1's checkpoint or per-node defaults on a small model). For the real mode it "
+      "also resolves the file as a node does (model config, data, store) and prints the "
+      "configuration hash the nodes send their store (`meridian store --config` compares the "
+      "same).");
+  o->argument("RUN.yaml", "the run file", a.path)
+      .value("--mode", "M",
+             "check for one mode only: simulate or real (default: simulate when the file has a "
+             "network section, and real)",
+             [&a](const std::string& n, const std::string& v) {
+               if (v != "simulate" && v != "real")
+                 throw ConfigError(n + ": expected simulate or real, got '" + v + "'");
+               a.mode = v;
+             })
+      .texts("--set", "k=v", "an override, as the run would take it (repeatable)", a.overrides)
+      .notes(
+          "Exit 0: valid for every mode checked (warnings may remain); 2: the file, an "
+          "override or a mode refused it, with the reason.");
+  return o;
+}
 
 // "key: value  # origin" lines for every leaf of `j`, lists of scalars as one value.
 void list(const nlohmann::json& j, const std::string& path, const config::RunFile& f,
@@ -56,25 +73,11 @@ void list(const nlohmann::json& j, const std::string& path, const config::RunFil
 }
 
 int run_check(const std::vector<std::string>& args) {
-  std::string path, mode_text;
-  std::vector<std::string> overrides;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--mode")
-      mode_text = value();
-    else if (a == "--set")
-      overrides.push_back(value());
-    else if (!a.empty() && a[0] == '-')
-      throw ConfigError("unknown option '" + a + "'\n" + kUsage);
-    else if (path.empty())
-      path = a;
-    else
-      throw ConfigError("one run file at a time ('" + path + "' and '" + a + "')\n" + kUsage);
-  }
-  if (path.empty()) throw ConfigError(std::string("no run file given\n") + kUsage);
-  if (!mode_text.empty() && mode_text != "simulate" && mode_text != "real")
-    throw ConfigError("--mode: expected simulate or real, got '" + mode_text + "'");
+  CheckArgs a;
+  options(a)->parse(args);
+  const std::string& path = a.path;
+  const std::string& mode_text = a.mode;
+  const std::vector<std::string>& overrides = a.overrides;
 
   const config::RunFile f = config::load_run_file(path, overrides);
   std::vector<std::pair<config::Mode, const char*>> modes;
@@ -116,7 +119,7 @@ int run_check(const std::vector<std::string>& args) {
 
 MERIDIAN_COMMAND("check",
                  "validate a run file without running it: resolved values, their origin, warnings",
-                 kUsage, run_check);
+                 help_of<CheckArgs>(options), run_check);
 
 }  // namespace
 }  // namespace meridian::cli

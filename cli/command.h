@@ -15,7 +15,7 @@ using CommandFn = std::function<int(const std::vector<std::string>& args)>;
 struct Command {
   std::string name;
   std::string summary;  // one line for `meridian help`
-  std::string usage;    // full usage text for `meridian help NAME` and argument errors
+  std::function<std::string()> help;  // `meridian help NAME`, `meridian NAME --help`
   CommandFn run;
   // Runs in meridian-torch (cli/elsewhere.cc): `run` replaces this process by it, whatever the
   // arguments (--help included).

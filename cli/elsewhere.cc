@@ -46,7 +46,9 @@ namespace {
 const bool kRegistered = [] {
   for (const TorchCommand& t : kTorchCommands) {
     const std::string name = t.name;
-    register_command(Command{name, t.summary, "",
+    register_command(Command{name,
+                             t.summary,
+                             {},
                              [name](const std::vector<std::string>&) -> int {
                                become_meridian_torch("`meridian " + name + "`");
                              },

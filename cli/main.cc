@@ -1,7 +1,7 @@
 // `meridian`: one binary that simulates, emulates, trains and plots. Dispatches to the
 // registered subcommands and maps errors to exit codes and a one-line message. The conventions
-// every command shares are applied here, before the command runs: `--help`/`-h` prints its usage
-// (stdout, exit 0), `--key=value` reaches it as `--key value`, `meridian --version`.
+// every command shares are applied here, before the command runs: `--help`/`-h` prints its help
+// (stdout, exit 0), `meridian --version`; each command parses its options with cli/options.h.
 #include <algorithm>
 #include <iostream>
 
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       for (const auto& c : commands())
         if (c.name == args[1]) {
           if (c.elsewhere) return c.run({});  // prints its usage there
-          std::cout << c.usage;
+          std::cout << c.help();
           return kExitOk;
         }
       std::cerr << "meridian: no command '" << args[1] << "'\n";
@@ -70,11 +70,11 @@ int main(int argc, char** argv) {
     if (c.name != args[0]) continue;
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (opt::asks_for_help(rest) && !c.elsewhere) {
-      std::cout << c.usage;
+      std::cout << c.help();
       return kExitOk;
     }
     try {
-      return c.run(opt::split_key_value(rest));
+      return c.run(rest);
     } catch (const meridian::ConfigError& e) {
       std::cerr << "meridian " << c.name << ": " << e.what() << "\n";
       return kExitUsage;

@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "cli/args.h"
+#include "cli/options.h"
 #include "engine/backends/gloo/gloo_store_adapter.h"
 #include "engine/backends/gloo/gloo_transport.h"
 #include "engine/backends/runtime_thread/thread_runtime.h"
@@ -41,28 +43,6 @@
 
 namespace meridian::bench {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: gloo_allreduce_bench [--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K]\n"
-    "                            [--methods gloo,fp32,int8,xfer] [--timeout-s S]\n"
-    "                            [--max-chunk-kib K] [--gloo-segment-kib K] [--interleave]\n"
-    "                            [--codec-isa avx512|avx2|portable] [--crc fold|crc32|table]\n"
-    "                            [--connections K]\n"
-    "  --methods: also fp32-norestore, int8-norestore: the ring without the copy that restores\n"
-    "             the input after a failed round (RingOptions::restore_on_failure, as DiLoCo "
-    "runs).\n"
-    "  --gloo-segment-kib: Gloo's maxSegmentSize (default Gloo's own, 1024).\n"
-    "  --interleave: each round runs every method once, in the order given (Gloo first), so the\n"
-    "                methods see the same machine; adds the median of per-round ratios.\n"
-    "  --codec-isa, --crc: cap the codec kernels and the CRC-32C kernel (default: the best this\n"
-    "                CPU has), to time a CPU without AVX-512 on one that has it; the kernels that\n"
-    "                ran are printed above the table.\n"
-    "  --connections: TCP connections per peer of Meridian's transport (transport.\n"
-    "                connections_per_peer; default 1); Gloo's own ring always has one.\n"
-    "       one rank per process (network namespaces):\n"
-    "         ... --rank R --ranks N --store HOST:PORT --hostname ADDR [--serve-store]\n"
-    "           --serve-store: rank 0 runs the store on 0.0.0.0:PORT itself.\n"
-    "Forked mode (no --rank) runs N ranks on 127.0.0.1 with an ephemeral store port.\n";
 
 constexpr char kSecret[] = "gloo-allreduce-bench";
 
@@ -120,67 +100,71 @@ E named_value(const std::string& flag, const std::string& v, std::initializer_li
 
 Config parse(int argc, char** argv) {
   Config c;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::optional<std::string> inline_value;  // --key=value
-    if (const auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = a.substr(eq + 1);
-      a.resize(eq);
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *std::exchange(inline_value, std::nullopt);
-      if (i + 1 >= argc) throw ConfigError(a + ": expected a value\n" + kUsage);
-      return argv[++i];
+  cli::Options o(
+      "gloo_allreduce_bench",
+      {"[--ranks N] [--sizes-mib 1,4,16,64,256] [--iters K] [--methods gloo,fp32,int8,xfer] "
+       "[--timeout-s S] [--max-chunk-kib K] [--gloo-segment-kib K] [--interleave] [--codec-isa "
+       "avx512|avx2|portable] [--crc fold|crc32|table] [--connections K]",
+       "... --rank R --ranks N --store HOST:PORT --hostname ADDR [--serve-store]   one rank per "
+       "process (network namespaces)"},
+      "Times Gloo's ring all-reduce against Meridian's ring over the Gloo transport, per size. "
+      "Forked mode (no --rank) runs N ranks on 127.0.0.1 with an ephemeral store port.");
+  const auto sizes = [](const std::string& n, const std::string& v) {
+    std::vector<std::size_t> out;
+    for (const auto& s : split(v)) out.push_back(cli::opt::integer_in(n, s, 1, 1u << 20));
+    return out;
+  };
+  const auto kib = [](std::size_t& into) {
+    return [&into](const std::string& n, const std::string& v) {
+      into = cli::opt::integer_in(n, v, 0, 1u << 30);
     };
-    if (a == "--ranks") {
-      c.ranks = std::stoi(value());
-    } else if (a == "--sizes-mib") {
-      c.sizes_mib.clear();
-      for (const auto& s : split(value())) c.sizes_mib.push_back(std::stoul(s));
-    } else if (a == "--iters") {
-      c.iters = std::stoi(value());
-    } else if (a == "--methods") {
-      c.methods = split(value());
-    } else if (a == "--timeout-s") {
-      c.timeout_s = std::stod(value());
-    } else if (a == "--max-chunk-kib") {
-      c.max_chunk_kib = std::stoul(value());
-    } else if (a == "--gloo-segment-kib") {
-      c.gloo_segment_kib = std::stoul(value());
-    } else if (a == "--rank") {
-      c.rank = std::stoi(value());
-    } else if (a == "--hostname") {
-      c.hostname = value();
-    } else if (a == "--serve-store") {
-      c.serve_store = true;
-    } else if (a == "--interleave") {
-      c.interleave = true;
-    } else if (a == "--codec-isa") {
-      c.codec_isa = named_value(
-          a, value(), {CodecIsa::kAvx512, CodecIsa::kAvx2, CodecIsa::kPortable}, codec_isa_name);
-    } else if (a == "--crc") {
-      c.crc_kernel =
-          named_value(a, value(), {Crc32cKernel::kFold, Crc32cKernel::kCrc32, Crc32cKernel::kTable},
-                      crc32c_kernel_name);
-    } else if (a == "--connections") {
-      c.connections = std::stoi(value());
-    } else if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--store") {
-      const std::string v = value();
-      const auto colon = v.rfind(':');
-      if (colon == std::string::npos) {
-        throw ConfigError("--store: expected HOST:PORT, got '" + v + "'");
-      }
-      c.store_host = v.substr(0, colon);
-      c.store_port = static_cast<std::uint16_t>(std::stoi(v.substr(colon + 1)));
-    } else {
-      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
-    }
-  }
-  if (c.ranks < 2 || c.iters < 1)
-    throw ConfigError(std::string("need --ranks >= 2 and --iters >= 1\n") + kUsage);
+  };
+  o.integer("--ranks", "N", "ranks (default 4)", c.ranks, 2, 4096)
+      .value("--sizes-mib", "S,S,...", "all-reduce sizes in MiB (default 1,4,16,64,256)",
+             [&c, sizes](const std::string& n, const std::string& v) { c.sizes_mib = sizes(n, v); })
+      .integer("--iters", "K", "timed rounds per size (default 3)", c.iters, 1, 1u << 20)
+      .value("--methods", "M,M,...",
+             "gloo, fp32, int8, xfer, and fp32-norestore, int8-norestore: the ring without the "
+             "copy that restores the input after a failed round (RingOptions::restore_on_failure, "
+             "as DiLoCo runs) (default gloo,fp32,int8)",
+             [&c](const std::string&, const std::string& v) { c.methods = split(v); })
+      .number("--timeout-s", "S", "each round's bound (default 600)", c.timeout_s)
+      .value("--max-chunk-kib", "K", "the ring's chunk (default 4096)", kib(c.max_chunk_kib))
+      .value("--gloo-segment-kib", "K", "Gloo's maxSegmentSize (default Gloo's own, 1024)",
+             kib(c.gloo_segment_kib))
+      .flag("--interleave",
+            "each round runs every method once, in the order given (Gloo first), so the methods "
+            "see the same machine; adds the median of per-round ratios",
+            c.interleave)
+      .value("--codec-isa", "avx512|avx2|portable",
+             "cap the codec kernels (default: the best this CPU has), to time a CPU without "
+             "AVX-512 on one that has it; the kernels that ran are printed above the table",
+             [&c](const std::string& n, const std::string& v) {
+               c.codec_isa = named_value(
+                   n, v, {CodecIsa::kAvx512, CodecIsa::kAvx2, CodecIsa::kPortable}, codec_isa_name);
+             })
+      .value("--crc", "fold|crc32|table", "cap the CRC-32C kernel, likewise",
+             [&c](const std::string& n, const std::string& v) {
+               c.crc_kernel = named_value(
+                   n, v, {Crc32cKernel::kFold, Crc32cKernel::kCrc32, Crc32cKernel::kTable},
+                   crc32c_kernel_name);
+             })
+      .integer("--connections", "K",
+               "TCP connections per peer of Meridian's transport (transport.connections_per_peer; "
+               "default 1); Gloo's own ring always has one",
+               c.connections, 1, 1024)
+      .integer("--rank", "R", "this process's rank (one rank per process)", c.rank, 0, 4095)
+      .value("--store", "HOST:PORT", "the store, with --rank",
+             [&c](const std::string& n, const std::string& v) {
+               const auto colon = v.rfind(':');
+               if (colon == std::string::npos)
+                 throw ConfigError(n + ": expected HOST:PORT, got '" + v + "'");
+               c.store_host = v.substr(0, colon);
+               c.store_port = cli::opt::port(n, v.substr(colon + 1));
+             })
+      .text("--hostname", "ADDR", "the address this rank binds and advertises", c.hostname)
+      .flag("--serve-store", "rank 0 runs the store on 0.0.0.0:PORT itself", c.serve_store);
+  o.parse_or_exit(argc, argv);
   for (const auto& m : c.methods) {
     if (m != "gloo" && m != "xfer" && !ring_method(m)) {
       throw ConfigError("unknown method '" + m +

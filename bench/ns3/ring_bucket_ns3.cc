@@ -15,12 +15,14 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/options.h"
 #include "ns3/core-module.h"
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
@@ -33,53 +35,20 @@ namespace {
 using meridian::ConfigError;
 using nlohmann::json;
 
-constexpr char kUsage[] = R"(usage: ns3_ring_bucket [options]
+constexpr char kAbout[] =
+    "One bucket of a ring all-reduce (reduce-scatter + all-gather, 2(N-1) steps of S/N bytes per "
+    "node) over ns-3 3.37's packet-level TCP. Prints one JSON object: each node's completion time "
+    "(seconds from the common start), the bucket time (the last node's), loss and recovery "
+    "counts, and every setting used.\n\n"
+    "Topology: --nodes N hosts in --sites K sites (N/K per site; the ring visits sites in "
+    "order). Each host has an access link of --access-mbit to its site's router; routers are "
+    "joined pairwise by links of --wan-mbit. One-way delays are set so that host-to-host round "
+    "trips are --lan-rtt-ms within a site and --rtt-ms between sites (without serialization or "
+    "queueing). --loss P drops each packet on an inter-site link with probability P (both "
+    "directions; RateErrorModel, per packet, uniform). Queues never overflow (device FIFOs of "
+    "--queue-packets, no queue discipline), so the only losses are the random ones.";
 
-One bucket of a ring all-reduce (reduce-scatter + all-gather, 2(N-1) steps of S/N bytes per node)
-over ns-3 3.37's packet-level TCP. Prints one JSON object: each node's completion time (seconds
-from the common start), the bucket time (the last node's), loss and recovery counts, and every
-setting used.
-
-Topology: --nodes N hosts in --sites K sites (N/K per site; the ring visits sites in order).
-Each host has an access link of --access-mbit to its site's router; routers are joined pairwise
-by links of --wan-mbit. One-way delays are set so that host-to-host round trips are --lan-rtt-ms
-within a site and --rtt-ms between sites (without serialization or queueing). --loss P drops each
-packet on an inter-site link with probability P (both directions; RateErrorModel, per packet,
-uniform). Queues never overflow (device FIFOs of --queue-packets, no queue discipline), so the
-only losses are the random ones.
-
-Options (each takes --key value or --key=value):
-  --nodes N             ring size, >= 2 (default 4)
-  --sites K             sites, dividing N (default N/2: two nodes per site)
-  --bucket-bytes S      bucket size; each step's chunk is ceil(S/N) (default 16777216)
-  --header-bytes H      bytes added to every chunk (a message header; default 0)
-  --access-mbit B       each host's access link (default 1000)
-  --wan-mbit W          each inter-site link (default 10000: not the bottleneck)
-  --rtt-ms R            host-to-host round trip between sites (default 100)
-  --lan-rtt-ms L        host-to-host round trip within a site (default 1)
-  --loss P              per-packet loss on inter-site links, in [0, 0.5) (default 0)
-  --cc cubic|reno       ns3::TcpCubic, or ns3::TcpLinuxReno (Reno with Linux's window arithmetic)
-                        (default cubic)
-  --seed N              ns-3 run number (RngSeedManager::SetRun), >= 1 (default 1)
-  --mss-bytes M         TCP segment payload (default 1448: 1500 MTU - 40 IP/TCP - 12 timestamps)
-  --buffer-bytes W      SndBufSize and RcvBufSize of every socket (default 4194304)
-  --initial-window I    initial congestion window in segments (default 10)
-  --delack-count D      segments per delayed ACK (default 2, as Linux)
-  --delack-timeout-ms T delayed-ACK timer (default 40: Linux's TCP_ATO_MIN)
-  --min-rto-ms T        minimum retransmission timeout (default 200: Linux's TCP_RTO_MIN)
-  --hystart true|false  TcpCubic's HyStart (default true, as Linux)
-  --recovery prr|classic  loss recovery: ns3::TcpPrrRecovery (default, as Linux) or
-                        ns3::TcpClassicRecovery (RFC 6582 NewReno)
-  --queue-packets Q     every device's FIFO (default 10000)
-  --start-s T0,T1,...   each node's start, in seconds after the last connection is up (default
-                        all 0). Times printed count from that origin. Used to replay another
-                        simulator's per-node starts (its control plane), so that only the data
-                        plane differs.
-  --stop-s T            give up (exit 3) if the bucket is not done by T simulated s (default 3600)
-  --help                this text
-)";
-
-struct Options {
+struct Settings {
   int nodes = 4;
   int sites = 0;  // 0: nodes / 2
   std::uint64_t bucket_bytes = 16777216;
@@ -104,65 +73,79 @@ struct Options {
   std::vector<double> start_s;  // per node, after the origin; empty: all at the origin
 };
 
-// Returns false for --help. Bad arguments are ConfigErrors naming the option.
-bool parse_args(const std::vector<std::string>& raw, Options& o) {
+std::unique_ptr<meridian::cli::Options> options(Settings& o) {
   namespace opt = meridian::cli::opt;
-  if (opt::asks_for_help(raw)) return false;
-  const std::vector<std::string> args = opt::split_key_value(raw);
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& key = args[i];
-    auto num = [&] { return opt::number(key, opt::value(args, i)); };
-    auto count = [&] { return opt::unsigned_integer(key, opt::value(args, i)); };
-    if (key == "--nodes")
-      o.nodes = static_cast<int>(opt::integer_in(key, opt::value(args, i), 0, 4096));
-    else if (key == "--sites")
-      o.sites = static_cast<int>(opt::integer_in(key, opt::value(args, i), 0, 4096));
-    else if (key == "--bucket-bytes")
-      o.bucket_bytes = count();
-    else if (key == "--header-bytes")
-      o.header_bytes = count();
-    else if (key == "--access-mbit")
-      o.access_mbit = num();
-    else if (key == "--wan-mbit")
-      o.wan_mbit = num();
-    else if (key == "--rtt-ms")
-      o.rtt_ms = num();
-    else if (key == "--lan-rtt-ms")
-      o.lan_rtt_ms = num();
-    else if (key == "--loss")
-      o.loss = num();
-    else if (key == "--cc")
-      o.cc = opt::value(args, i);
-    else if (key == "--seed")
-      o.seed = count();
-    else if (key == "--mss-bytes")
-      o.mss_bytes = count();
-    else if (key == "--buffer-bytes")
-      o.buffer_bytes = count();
-    else if (key == "--initial-window")
-      o.initial_window = count();
-    else if (key == "--delack-count")
-      o.delack_count = count();
-    else if (key == "--delack-timeout-ms")
-      o.delack_timeout_ms = num();
-    else if (key == "--min-rto-ms")
-      o.min_rto_ms = num();
-    else if (key == "--hystart") {
-      const std::string& v = opt::value(args, i);
-      if (v != "true" && v != "false")
-        throw ConfigError(key + ": expected true or false, got '" + v + "'");
-      o.hystart = v == "true";
-    } else if (key == "--recovery")
-      o.recovery = opt::value(args, i);
-    else if (key == "--queue-packets")
-      o.queue_packets = count();
-    else if (key == "--stop-s")
-      o.stop_s = num();
-    else if (key == "--start-s")
-      o.start_s = opt::number_list(key, opt::value(args, i));
-    else
-      throw ConfigError("unknown option '" + key + "'");
-  }
+  auto d = std::make_unique<meridian::cli::Options>("ns3_ring_bucket",
+                                                    std::vector<std::string>{"[options]"}, kAbout);
+  const auto count = [](std::uint64_t& into) {
+    return
+        [&into](const std::string& n, const std::string& v) { into = opt::unsigned_integer(n, v); };
+  };
+  const auto nodes = [](int& into) {
+    return [&into](const std::string& n, const std::string& v) {
+      into = static_cast<int>(opt::integer_in(n, v, 0, 4096));
+    };
+  };
+  d->value("--nodes", "N", "ring size, >= 2 (default 4)", nodes(o.nodes))
+      .value("--sites", "K", "sites, dividing N (default N/2: two nodes per site)", nodes(o.sites))
+      .value("--bucket-bytes", "S",
+             "bucket size; each step's chunk is ceil(S/N) (default 16777216)",
+             count(o.bucket_bytes))
+      .value("--header-bytes", "H", "bytes added to every chunk (a message header; default 0)",
+             count(o.header_bytes))
+      .number("--access-mbit", "B", "each host's access link (default 1000)", o.access_mbit)
+      .number("--wan-mbit", "W", "each inter-site link (default 10000: not the bottleneck)",
+              o.wan_mbit)
+      .number("--rtt-ms", "R", "host-to-host round trip between sites (default 100)", o.rtt_ms)
+      .number("--lan-rtt-ms", "L", "host-to-host round trip within a site (default 1)",
+              o.lan_rtt_ms)
+      .number("--loss", "P", "per-packet loss on inter-site links, in [0, 0.5) (default 0)", o.loss)
+      .text("--cc", "cubic|reno",
+            "ns3::TcpCubic, or ns3::TcpLinuxReno (Reno with Linux's window arithmetic) (default "
+            "cubic)",
+            o.cc)
+      .value("--seed", "N", "ns-3 run number (RngSeedManager::SetRun), >= 1 (default 1)",
+             count(o.seed))
+      .value("--mss-bytes", "M",
+             "TCP segment payload (default 1448: 1500 MTU - 40 IP/TCP - 12 timestamps)",
+             count(o.mss_bytes))
+      .value("--buffer-bytes", "W", "SndBufSize and RcvBufSize of every socket (default 4194304)",
+             count(o.buffer_bytes))
+      .value("--initial-window", "I", "initial congestion window in segments (default 10)",
+             count(o.initial_window))
+      .value("--delack-count", "D", "segments per delayed ACK (default 2, as Linux)",
+             count(o.delack_count))
+      .number("--delack-timeout-ms", "T", "delayed-ACK timer (default 40: Linux's TCP_ATO_MIN)",
+              o.delack_timeout_ms)
+      .number("--min-rto-ms", "T",
+              "minimum retransmission timeout (default 200: Linux's TCP_RTO_MIN)", o.min_rto_ms)
+      .value("--hystart", "true|false", "TcpCubic's HyStart (default true, as Linux)",
+             [&o](const std::string& n, const std::string& v) {
+               if (v != "true" && v != "false")
+                 throw ConfigError(n + ": expected true or false, got '" + v + "'");
+               o.hystart = v == "true";
+             })
+      .text("--recovery", "prr|classic",
+            "loss recovery: ns3::TcpPrrRecovery (default, as Linux) or ns3::TcpClassicRecovery "
+            "(RFC 6582 NewReno)",
+            o.recovery)
+      .value("--queue-packets", "Q", "every device's FIFO (default 10000)", count(o.queue_packets))
+      .value(
+          "--start-s", "T0,T1,...",
+          "each node's start, in seconds after the last connection is up (default all 0). "
+          "Times printed count from that origin. Used to replay another simulator's per-node "
+          "starts (its control plane), so that only the data plane differs.",
+          [&o](const std::string& n, const std::string& v) { o.start_s = opt::number_list(n, v); })
+      .number("--stop-s", "T",
+              "give up (exit 3) if the bucket is not done by T simulated s (default 3600)",
+              o.stop_s);
+  return d;
+}
+
+// Returns false for --help. Bad arguments are ConfigErrors naming the option.
+bool parse_args(const std::vector<std::string>& raw, Settings& o) {
+  if (meridian::cli::opt::asks_for_help(raw)) return false;
+  options(o)->parse(raw);
   if (o.sites == 0) o.sites = o.nodes / 2;
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw meridian::ConfigError(what);
@@ -254,7 +237,7 @@ struct RingNode {
   }
 };
 
-int run(const Options& o) {
+int run(const Settings& o) {
   using namespace ns3;
   const int n = o.nodes, k = o.sites, per_site = n / k;
   const std::uint64_t chunk = (o.bucket_bytes + n - 1) / n + o.header_bytes;
@@ -470,10 +453,11 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
+  Settings o;
   try {
     if (!parse_args(std::vector<std::string>(argv + 1, argv + argc), o)) {
-      std::cout << kUsage;
+      Settings defaults;
+      std::cout << options(defaults)->help();
       return 0;
     }
   } catch (const meridian::ConfigError& e) {

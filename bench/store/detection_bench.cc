@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "cli/args.h"
+#include "cli/options.h"
 #include "engine/backends/faults/cuttable_store.h"
 #include "engine/backends/runtime_thread/thread_runtime.h"
 #include "engine/backends/store_tcp/tcp_store.h"
@@ -30,18 +32,6 @@
 
 namespace meridian {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: detection_bench [--nodes=14,56,112,256] [--crashes=K] [--heartbeat=S] [--dead-after=S]\n"
-    "                       [--seed=N]\n"
-    "  --nodes      member counts to measure (default 14,56,112,256)\n"
-    "  --crashes    crashes per count, one at a time (default 8)\n"
-    "  --heartbeat  keepalive interval in seconds (default 2, the engine's)\n"
-    "  --dead-after lease time to live in seconds (default 6, the engine's)\n"
-    "  --seed       the crash moments' seed (default 1)\n"
-    "Prints a Markdown table on stdout: per member count, the detection latency (cut -> the\n"
-    "coordinator's `silent` event) against dead_after_s: min, median, max, and false detections\n"
-    "(a live member reported silent). Progress on stderr.\n";
 
 const StoreIdentity kIdentity{"bench-secret", "bench", "bench-config"};
 
@@ -168,8 +158,7 @@ std::vector<int> parse_counts(const std::string& text) {
   while (at <= text.size()) {
     const std::size_t comma = text.find(',', at);
     const std::string part = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    const int v = std::stoi(part);
-    if (v < 2) throw ConfigError("--nodes: every count must be at least 2");
+    const int v = static_cast<int>(cli::opt::integer_in("--nodes", part, 2, 100000));
     out.push_back(v);
     if (comma == std::string::npos) break;
     at = comma + 1;
@@ -182,36 +171,20 @@ int run(int argc, char** argv) {
   int crashes = 8;
   double beat_s = 2.0, dead_s = 6.0;
   std::uint64_t seed = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto eq = a.find('=');
-    const std::string key = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
-    try {
-      if (key == "--help") {
-        std::cout << kUsage;
-        return 0;
-      } else if (key == "--nodes") {
-        counts = parse_counts(value);
-      } else if (key == "--crashes") {
-        crashes = std::stoi(value);
-      } else if (key == "--heartbeat") {
-        beat_s = std::stod(value);
-      } else if (key == "--dead-after") {
-        dead_s = std::stod(value);
-      } else if (key == "--seed") {
-        seed = std::stoull(value);
-      } else {
-        throw ConfigError("unknown option '" + a + "'");
-      }
-    } catch (const std::invalid_argument&) {
-      std::cerr << "detection_bench: " << key << ": expected a number, got '" << value << "'\n"
-                << kUsage;
-      return 2;
-    } catch (const ConfigError& e) {
-      std::cerr << "detection_bench: " << e.what() << "\n" << kUsage;
-      return 2;
-    }
-  }
+  cli::Options o(
+      "detection_bench",
+      {"[--nodes=14,56,112,256] [--crashes=K] [--heartbeat=S] [--dead-after=S] [--seed=N]"},
+      "Prints a Markdown table on stdout: per member count, the detection latency (cut -> the "
+      "coordinator's `silent` event) against dead_after_s: min, median, max, and false "
+      "detections (a live member reported silent). Progress on stderr.");
+  o.value("--nodes", "N,N,...", "member counts to measure (default 14,56,112,256)",
+          [&counts](const std::string&, const std::string& v) { counts = parse_counts(v); })
+      .integer("--crashes", "K", "crashes per count, one at a time (default 8)", crashes, 1, 100000)
+      .number("--heartbeat", "S", "keepalive interval in seconds (default 2, the engine's)", beat_s)
+      .number("--dead-after", "S", "lease time to live in seconds (default 6, the engine's)",
+              dead_s)
+      .integer("--seed", "N", "the crash moments' seed (default 1)", seed, 0, ~std::uint64_t{0});
+  o.parse_or_exit(argc, argv);
   if (crashes < 1 || !(beat_s > 0) || !(dead_s > beat_s)) {
     std::cerr << "detection_bench: need --crashes >= 1 and --dead-after > --heartbeat > 0\n";
     return 2;

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/options.h"
 #include "engine/backends/runtime_thread/thread_runtime.h"
 #include "engine/backends/store_etcd/etcd_store.h"
 #include "engine/backends/store_tcp/tcp_store.h"
@@ -27,14 +28,6 @@
 
 namespace meridian {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: store_etcd_bench [--reps=N] [--rounds=R]\n"
-    "  --reps=N     repetitions per store (default 5; medians are reported)\n"
-    "  --rounds=R   protocol rounds timed per repetition (default 20)\n"
-    "Prints a Markdown table on stdout: single calls, and the join, per-round and epoch-change\n"
-    "times of three nodes\n"
-    "on the embedded TCP store and on a 3-member etcd cluster (loopback), and their ratio.\n";
 
 constexpr int kNodes = 3;
 const StoreIdentity kIdentity{"bench-secret", "bench", "bench-config"};
@@ -199,31 +192,16 @@ int run(int reps, int rounds) {
 
 int main(int argc, char** argv) {
   int reps = 5, rounds = 20;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&](const std::string& key) -> int {
-      const std::string v = a.substr(key.size() + 3);
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 100000) {
-        std::cerr << "store_etcd_bench: --" << key << ": expected a positive integer, got '" << v
-                  << "'\n";
-        std::exit(2);
-      }
-      return static_cast<int>(n);
-    };
-    if (a == "--help") {
-      std::cout << meridian::kUsage;
-      return 0;
-    } else if (a.rfind("--reps=", 0) == 0) {
-      reps = value("reps");
-    } else if (a.rfind("--rounds=", 0) == 0) {
-      rounds = value("rounds");
-    } else {
-      std::cerr << "store_etcd_bench: unknown argument '" << a << "'\n" << meridian::kUsage;
-      return 2;
-    }
-  }
+  meridian::cli::Options o(
+      "store_etcd_bench", {"[--reps=N] [--rounds=R]"},
+      "Prints a Markdown table on stdout: single calls, and the join, per-round and epoch-change "
+      "times of three nodes on the embedded TCP store and on a 3-member etcd cluster (loopback), "
+      "and their ratio.");
+  o.integer("--reps", "N", "repetitions per store (default 5; medians are reported)", reps, 1,
+            100000)
+      .integer("--rounds", "R", "protocol rounds timed per repetition (default 20)", rounds, 1,
+               100000);
+  o.parse_or_exit(argc, argv);
   try {
     return meridian::run(reps, rounds);
   } catch (const std::exception& e) {

@@ -5,36 +5,12 @@
 #include <iostream>
 
 #include "analysis/plots.h"
-#include "cli/args.h"
 #include "cli/command.h"
+#include "cli/options.h"
 #include "engine/core/error.h"
 
 namespace meridian::cli {
 namespace {
-
-constexpr const char* kUsage =
-    "usage: meridian plot RUN_DIR... [--out DIR] [--step N] [--size WxH] [--no-svg] [--pdf]\n"
-    "                     [--label NAME]... [--title TEXT]\n"
-    "  Draws each run's plots (PNG and SVG) into RUN_DIR/plots: active nodes, all-reduce time\n"
-    "  histogram and box plot, utilization and MFU over time, a per-node timeline of one outer\n"
-    "  step, bytes and bandwidth per node, loss and perplexity (when the run has losses).\n"
-    "  RUN_DIR may also be an events.jsonl file (its folder is the run's folder), or an\n"
-    "  ensemble of `meridian sim --seeds` (a folder with ensemble.json): its figures are\n"
-    "  ensemble_box (compute utilization, MFU and median all-reduce across the seeds: box\n"
-    "  p25-p75, median, whiskers p5-p95, a dot per seed) and ensemble_allreduce_steps (per\n"
-    "  outer step the p10-p90 band over the seeds and the median); several ensembles side by\n"
-    "  side as compare_ensemble_*. Give runs or ensembles, not both.\n"
-    "  --out DIR    one run (ensemble): its plots go to DIR instead; several: the side-by-side\n"
-    "               figures (compare_*.png) go to DIR (default: the first one's plots folder)\n"
-    "  --step N     the outer step of the timeline (default: the first with a recovery, else\n"
-    "               the middle one)\n"
-    "  --size WxH   image size in pixels (default 1200x700)\n"
-    "  --no-svg     PNG only\n"
-    "  --pdf        also PDF (vector, for papers)\n"
-    "  --label NAME the run's (ensemble's) name in legends and axes (default: its folder's\n"
-    "               name); with several, once per run in the same order\n"
-    "  --title TEXT a title above every figure\n"
-    "  Needs gnuplot (apt-get install -y gnuplot-nox).\n";
 
 // "1200x700" -> {1200, 700}; anything else is a ConfigError.
 std::pair<int, int> parse_size(const std::string& s) {
@@ -89,35 +65,58 @@ int plot_ensembles(const std::vector<std::string>& dirs, const std::vector<std::
   return kExitOk;
 }
 
-int run_plot(const std::vector<std::string>& args) {
+struct PlotArgs {
   std::vector<std::string> dirs, labels;
   std::string out;
-  analysis::RunPlotOptions options;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--out")
-      out = value();
-    else if (a == "--step")
-      options.timeline_step = parse_step(value());
-    else if (a == "--size")
-      std::tie(options.plot.width_px, options.plot.height_px) = parse_size(value());
-    else if (a == "--no-svg")
-      options.plot.svg = false;
-    else if (a == "--pdf")
-      options.plot.pdf = true;
-    else if (a == "--label")
-      labels.push_back(value());
-    else if (a == "--title")
-      options.plot.title = value();
-    else if (a == "-h" || a == "--help")
-      return std::cout << kUsage, kExitOk;
-    else if (!a.empty() && a[0] == '-')
-      throw ConfigError("unknown option '" + a + "'\n" + kUsage);
-    else
-      dirs.push_back(a);
-  }
-  if (dirs.empty()) throw ConfigError(std::string("no run directory given\n") + kUsage);
+  analysis::RunPlotOptions plots;
+};
+
+std::unique_ptr<Options> options(PlotArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian plot",
+      std::vector<std::string>{"RUN_DIR... [--out DIR] [--step N] [--size WxH] [--no-svg] [--pdf] "
+                               "[--label NAME]... [--title TEXT]"},
+      "Draws each run's plots (PNG and SVG) into RUN_DIR/plots: active nodes, all-reduce time "
+      "histogram and box plot, utilization and MFU over time, a per-node timeline of one outer "
+      "step, bytes and bandwidth per node, loss and perplexity (when the run has losses). "
+      "RUN_DIR may also be an events.jsonl file (its folder is the run's folder), or an ensemble "
+      "of `meridian sim --seeds` (a folder with ensemble.json): its figures are ensemble_box "
+      "(compute utilization, MFU and median all-reduce across the seeds: box p25-p75, median, "
+      "whiskers p5-p95, a dot per seed) and ensemble_allreduce_steps (per outer step the p10-p90 "
+      "band over the seeds and the median); several ensembles side by side as "
+      "compare_ensemble_*. Give runs or ensembles, not both.");
+  o->arguments("RUN_DIR", "runs' output folders (or events.jsonl files), or ensembles", a.dirs)
+      .text("--out", "DIR",
+            "one run (ensemble): its plots go to DIR instead; several: the side-by-side figures "
+            "(compare_*.png) go to DIR (default: the first one's plots folder)",
+            a.out)
+      .value(
+          "--step", "N",
+          "the outer step of the timeline (default: the first with a recovery, else the "
+          "middle one)",
+          [&a](const std::string&, const std::string& v) { a.plots.timeline_step = parse_step(v); })
+      .value("--size", "WxH", "image size in pixels (default 1200x700)",
+             [&a](const std::string&, const std::string& v) {
+               std::tie(a.plots.plot.width_px, a.plots.plot.height_px) = parse_size(v);
+             })
+      .flag("--no-svg", "PNG only", [&a] { a.plots.plot.svg = false; })
+      .flag("--pdf", "also PDF (vector, for papers)", [&a] { a.plots.plot.pdf = true; })
+      .texts("--label", "NAME",
+             "the run's (ensemble's) name in legends and axes (default: its folder's name); with "
+             "several, once per run in the same order",
+             a.labels)
+      .text("--title", "TEXT", "a title above every figure", a.plots.plot.title)
+      .notes("Needs gnuplot (apt-get install -y gnuplot-nox).");
+  return o;
+}
+
+int run_plot(const std::vector<std::string>& args) {
+  PlotArgs a;
+  options(a)->parse(args);
+  const std::vector<std::string>& dirs = a.dirs;
+  const std::vector<std::string>& labels = a.labels;
+  std::string& out = a.out;
+  analysis::RunPlotOptions& options = a.plots;
   if (!labels.empty() && labels.size() != dirs.size())
     throw ConfigError("--label: " + std::to_string(labels.size()) + " labels for " +
                       std::to_string(dirs.size()) + " runs; give one per run, in order");
@@ -156,7 +155,7 @@ int run_plot(const std::vector<std::string>& args) {
 
 MERIDIAN_COMMAND("plot",
                  "draw a run's or an ensemble's plots (gnuplot: PNG and SVG), several side by side",
-                 kUsage, run_plot);
+                 help_of<PlotArgs>(options), run_plot);
 
 }  // namespace
 }  // namespace meridian::cli

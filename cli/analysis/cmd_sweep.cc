@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "analysis/sweep.h"
-#include "cli/args.h"
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/run_folder.h"
 #include "cli/scenario_check.h"
 #include "cli/slurm.h"
@@ -20,76 +20,70 @@
 namespace meridian::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meridian sweep SCENARIO.yaml --set KEY=V1,V2,... [--set ...] [--out DIR]\n"
-    "                      [--seed N] [--no-plots] [--title TEXT] [--pdf] [--force]\n"
-    "                      [--part I/N|slurm | --gather]\n"
-    "  Runs `meridian sim SCENARIO.yaml --out DIR/<point> --set KEY=V ...` for every point of\n"
-    "  the grid (the cartesian product of the --set lists; a single value is applied to every\n"
-    "  point), then writes DIR/sweep.csv, DIR/sweep.md and, for each key with several values,\n"
-    "  DIR/plots/sweep_<key>.png|svg: utilization and MFU against that value.\n"
-    "  Every point's settings are checked (the scenario loaded with them) before any runs.\n"
-    "  Each point's output is in DIR/<point>.log. Default DIR: runs/sweep. On a terminal, stderr\n"
-    "  shows a progress line (points done, ETA).\n"
-    "  --title TEXT  a title above every sweep plot\n"
-    "  --pdf         also write each plot as PDF\n"
-    "  --force       write into DIR even if it holds another sweep (its points are replaced)\n"
-    "  --part I/N    run only points number I, I+N, ... of the grid (from 0), each leaving its\n"
-    "                exit status in DIR/<point>.exit; no table yet. `--part slurm`: this task's\n"
-    "                share of a Slurm job array (scripts/slurm/README.md)\n"
-    "  --gather      run nothing: the table and plots of the points the parts ran in DIR\n"
-    "  Exit status 1 when a point failed (the others are still in the table).\n"
-    "  example: meridian sweep scenarios/intellect1-global.yaml --set diloco.H=50,100,500 \\\n"
-    "             --set diloco.codec=fp32,int8 --out results/sweep-H-codec\n";
+struct SweepArgs {
+  analysis::SweepOptions sweep;
+  std::vector<analysis::SweepAxis> axes;
+  bool force = false;
+};
 
-// Parses the command line into `options`, `axes` and `force`; an exit status when the command
-// ends here (--help).
-std::optional<int> parse_sweep_args(const std::vector<std::string>& args,
-                                    analysis::SweepOptions& options,
-                                    std::vector<analysis::SweepAxis>& axes, bool& force) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--set") {
-      axes.push_back(analysis::parse_sweep_axis(value()));
-    } else if (a == "--out") {
-      options.out_dir = value();
-    } else if (a == "--seed") {
-      const std::string& s = value();
-      try {
-        std::size_t used = 0;
-        options.seed = std::stoll(s, &used);
-        if (used != s.size()) throw std::invalid_argument(s);
-      } catch (const std::exception&) {
-        throw ConfigError("--seed '" + s + "': expected an integer");
-      }
-    } else if (a == "--force") {
-      force = true;
-    } else if (a == "--no-plots") {
-      options.plots = false;
-    } else if (a == "--title") {
-      options.plot.title = value();
-    } else if (a == "--pdf") {
-      options.plot.pdf = true;
-    } else if (a == "--part") {
-      const slurm::Part p = slurm::parse_part("--part", value(), slurm::process_env());
-      options.part_index = p.index;
-      options.part_count = p.count;
-    } else if (a == "--gather") {
-      options.gather = true;
-    } else if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      return kExitOk;
-    } else if (!a.empty() && a[0] == '-') {
-      throw ConfigError("unknown option '" + a + "'\n" + kUsage);
-    } else if (options.scenario.empty()) {
-      options.scenario = a;
-    } else {
-      throw ConfigError("one scenario at a time ('" + options.scenario + "' and '" + a + "')\n" +
-                        kUsage);
-    }
-  }
-  if (options.scenario.empty()) throw ConfigError(std::string("no scenario given\n") + kUsage);
+std::unique_ptr<Options> options(SweepArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian sweep",
+      std::vector<std::string>{"SCENARIO.yaml --set KEY=V1,V2,... [--set ...] [--out DIR] "
+                               "[--seed N] [--no-plots] [--title TEXT] [--pdf] [--force] "
+                               "[--part I/N|slurm | --gather]"},
+      "Runs `meridian sim SCENARIO.yaml --out DIR/<point> --set KEY=V ...` for every point of the "
+      "grid (the cartesian product of the --set lists; a single value is applied to every "
+      "point), then writes DIR/sweep.csv, DIR/sweep.md and, for each key with several values, "
+      "DIR/plots/sweep_<key>.png|svg: utilization and MFU against that value. Every point's "
+      "settings are checked (the scenario loaded with them) before any runs. Each point's output "
+      "is in DIR/<point>.log. On a terminal, stderr shows a progress line (points done, ETA).");
+  analysis::SweepOptions& s = a.sweep;
+  o->argument("SCENARIO.yaml", "the scenario", s.scenario)
+      .value("--set", "KEY=V1,V2,...", "one axis of the grid (repeatable)",
+             [&a](const std::string&, const std::string& v) {
+               a.axes.push_back(analysis::parse_sweep_axis(v));
+             })
+      .text("--out", "DIR", "the sweep's folder (default runs/sweep)", s.out_dir)
+      .value("--seed", "N", "overrides run.seed in every point",
+             [&s](const std::string& n, const std::string& v) {
+               try {
+                 std::size_t used = 0;
+                 s.seed = std::stoll(v, &used);
+                 if (used != v.size()) throw std::invalid_argument(v);
+               } catch (const std::exception&) {
+                 throw ConfigError(n + " '" + v + "': expected an integer");
+               }
+             })
+      .flag("--no-plots", "no figures (then gnuplot is not needed)", [&s] { s.plots = false; })
+      .text("--title", "TEXT", "a title above every sweep plot", s.plot.title)
+      .flag("--pdf", "also write each plot as PDF", [&s] { s.plot.pdf = true; })
+      .flag("--force", "write into DIR even if it holds another sweep (its points are replaced)",
+            a.force)
+      .value("--part", "I/N|slurm",
+             "run only points number I, I+N, ... of the grid (from 0), each leaving its exit "
+             "status in DIR/<point>.exit; no table yet. `slurm`: this task's share of a Slurm job "
+             "array (scripts/slurm/README.md)",
+             [&s](const std::string& n, const std::string& v) {
+               const slurm::Part p = slurm::parse_part(n, v, slurm::process_env());
+               s.part_index = p.index;
+               s.part_count = p.count;
+             })
+      .flag("--gather", "run nothing: the table and plots of the points the parts ran in DIR",
+            s.gather)
+      .notes(
+          "Exit status 1 when a point failed (the others are still in the table).\n\n"
+          "example:\n"
+          "  meridian sweep scenarios/intellect1-global.yaml --set diloco.H=50,100,500 \\\n"
+          "    --set diloco.codec=fp32,int8 --out results/sweep-H-codec");
+  return o;
+}
+
+// Parses the command line into `a`; ConfigError when it will not run.
+void parse_sweep_args(const std::vector<std::string>& args, SweepArgs& a) {
+  const auto o = options(a);
+  o->parse(args);
+  analysis::SweepOptions& options = a.sweep;
   if (!std::ifstream(options.scenario))
     throw ConfigError(options.scenario + ": cannot read the scenario file");
   bool have_sim = false;
@@ -98,17 +92,15 @@ std::optional<int> parse_sweep_args(const std::vector<std::string>& args,
     throw ConfigError(
         "this meridian has no `sim` command (it was built without the simulator); "
         "reconfigure with -DMERIDIAN_WITH_SIMGRID=ON");
-  if (axes.empty())
-    throw ConfigError(std::string("nothing to sweep: give --set KEY=V1,V2\n") + kUsage);
-
-  return std::nullopt;
+  if (a.axes.empty()) throw ConfigError("nothing to sweep: give --set KEY=V1,V2\n" + o->usage());
 }
 
 int run_sweep_command(const std::vector<std::string>& args) {
-  analysis::SweepOptions options;
-  std::vector<analysis::SweepAxis> axes;
-  bool force = false;
-  if (const std::optional<int> done = parse_sweep_args(args, options, axes, force)) return *done;
+  SweepArgs a;
+  parse_sweep_args(args, a);
+  analysis::SweepOptions& options = a.sweep;
+  const std::vector<analysis::SweepAxis>& axes = a.axes;
+  const bool force = a.force;
 
   // The sweep's folder is claimed once, before any point: its point folders are then its own
   // (each `meridian sim` child is given --force for them).
@@ -157,8 +149,8 @@ int run_sweep_command(const std::vector<std::string>& args) {
   return result.failed() ? kExitFailed : kExitOk;
 }
 
-MERIDIAN_COMMAND("sweep", "run `meridian sim` over a grid of settings; table and plots", kUsage,
-                 run_sweep_command);
+MERIDIAN_COMMAND("sweep", "run `meridian sim` over a grid of settings; table and plots",
+                 help_of<SweepArgs>(options), run_sweep_command);
 
 }  // namespace
 }  // namespace meridian::cli

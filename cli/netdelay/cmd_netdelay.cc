@@ -29,6 +29,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/netdelay/delay_forwarder.h"
+#include "cli/options.h"
 #include "engine/core/error.h"
 
 namespace meridian::cli {
@@ -36,36 +37,6 @@ namespace {
 
 using netdelay::DelayForwarder;
 using netdelay::DelayMatrix;
-
-constexpr char kUsage[] =
-    "usage: meridian netdelay --port IFNAME [--port IFNAME ...]\n"
-    "                         (--delay-ms D | --access-delay-ms D0,D1,... | --matrix FILE)\n"
-    "                         [--loss P | --loss-ge p_gb,p_bg,loss_good,loss_bad]\n"
-    "                         [--jitter-ms J] [--seed S]\n"
-    "                         [--ready-file F] [--stats-file F] [--realtime]\n"
-    "\n"
-    "Forwards Ethernet frames between the given interfaces (port i = the i-th --port), each\n"
-    "copy held for the one-way delay of its (in, out) port pair: D for every pair, D_i + D_j\n"
-    "(each node's access delay), or row i column j of FILE (N lines of N delays in ms). Learns\n"
-    "source MACs; broadcast, multicast and unknown destinations go to every other port. Runs\n"
-    "until SIGINT/SIGTERM, then prints its counters (and writes them to --stats-file).\n"
-    "--ready-file is written once every socket is bound. Rate limits: tbf on the interfaces.\n"
-    "--realtime: run under SCHED_FIFO (priority 10) so that a loaded machine does not delay\n"
-    "releases (the forwarder needs little CPU; a warning, not an error, when not permitted).\n"
-    "\n"
-    "Impairments, each ordered port pair its own random stream from --seed S (default 1), so a\n"
-    "seed and the same frames give the same drops and delays:\n"
-    "--loss P: each frame to a learnt unicast destination is lost with probability P.\n"
-    "--loss-ge p_gb,p_bg,loss_good,loss_bad: Gilbert-Elliott bursts, one step per frame: lost\n"
-    "  with probability loss_good in state Good, loss_bad in Bad; then Good->Bad with p_gb,\n"
-    "  Bad->Good with p_bg (Bad lasts 1/p_bg frames on average; mean loss rate\n"
-    "  (p_bg*loss_good + p_gb*loss_bad) / (p_gb + p_bg)). netem's gemodel p r 1-h 1-k is\n"
-    "  p_gb,p_bg,1-k,1-h here.\n"
-    "--jitter-ms J: each copy held an extra delay drawn from an exponential distribution of mean\n"
-    "  J ms, but never released before its pair's previous copy (FIFO: no reordering).\n"
-    "A frame is the loss model's packet: with TSO/GSO on, one frame can be a 64 kB GSO frame of\n"
-    "many TCP segments (counted as gso_frames; scripts/netns/netns.sh turns offloads off when\n"
-    "--loss or --loss-ge is given). Flooded frames (ARP, unknown destinations) are never lost.\n";
 
 // struct virtio_net_hdr (linux/virtio_net.h, a fixed ABI; the header does not compile as C++):
 // flags, gso_type, hdr_len, gso_size, csum_start, csum_offset.
@@ -190,48 +161,75 @@ struct NetdelayArgs {
   netdelay::Impairments impairments;
 };
 
+std::unique_ptr<Options> options(NetdelayArgs& c) {
+  auto o = std::make_unique<Options>(
+      "meridian netdelay",
+      std::vector<std::string>{
+          "--port IFNAME [--port IFNAME ...] (--delay-ms D | --access-delay-ms D0,D1,... | "
+          "--matrix FILE) [--loss P | --loss-ge p_gb,p_bg,loss_good,loss_bad] [--jitter-ms J] "
+          "[--seed S] [--ready-file F] [--stats-file F] [--realtime]"},
+      "Forwards Ethernet frames between the given interfaces (port i = the i-th --port), each "
+      "copy held for the one-way delay of its (in, out) port pair. Learns source MACs; "
+      "broadcast, multicast and unknown destinations go to every other port. Runs until "
+      "SIGINT/SIGTERM, then prints its counters (and writes them to --stats-file). Rate limits: "
+      "tbf on the interfaces.");
+  netdelay::Impairments& imp = c.impairments;
+  o->texts("--port", "IFNAME", "an interface to forward between (repeatable)", c.ports)
+      .text("--delay-ms", "D", "the one-way delay of every port pair", c.delay_ms)
+      .text("--access-delay-ms", "D0,D1,...", "each port's access delay: D_i + D_j for a pair",
+            c.access_ms)
+      .text("--matrix", "FILE",
+            "row i column j: the delay from port i to j (N lines of N "
+            "delays in ms)",
+            c.matrix_file)
+      .value("--loss", "P", "each frame to a learnt unicast destination is lost with probability P",
+             [&imp](const std::string&, const std::string& v) {
+               if (imp.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
+               imp.loss = netdelay::parse_bernoulli_loss(v);
+             })
+      .value("--loss-ge", "p_gb,p_bg,loss_good,loss_bad",
+             "Gilbert-Elliott bursts, one step per frame: lost with probability loss_good in "
+             "state Good, loss_bad in Bad; then Good->Bad with p_gb, Bad->Good with p_bg (Bad "
+             "lasts 1/p_bg frames on average; mean loss rate (p_bg*loss_good + p_gb*loss_bad) / "
+             "(p_gb + p_bg)). netem's gemodel p r 1-h 1-k is p_gb,p_bg,1-k,1-h here",
+             [&imp](const std::string&, const std::string& v) {
+               if (imp.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
+               imp.loss = netdelay::parse_gilbert_elliott_loss(v);
+             })
+      .value("--jitter-ms", "J",
+             "each copy held an extra delay drawn from an exponential distribution of mean J ms, "
+             "but never released before its pair's previous copy (FIFO: no reordering)",
+             [&imp](const std::string& n, const std::string& v) {
+               imp.jitter_mean_ms = opt::number(n, v);
+               if (!(imp.jitter_mean_ms >= 0 && imp.jitter_mean_ms <= 60'000))
+                 throw ConfigError(n + ": expected a mean in [0, 60000] ms");
+             })
+      .integer("--seed", "S",
+               "the impairments' seed (default 1): each ordered port pair its own random stream, "
+               "so a seed and the same frames give the same drops and delays",
+               imp.seed, 0, ~std::uint64_t{0})
+      .text("--ready-file", "F", "written once every socket is bound", c.ready_file)
+      .text("--stats-file", "F", "the counters, at the end", c.stats_file)
+      .flag("--realtime",
+            "run under SCHED_FIFO (priority 10) so that a loaded machine does not delay releases "
+            "(the forwarder needs little CPU; a warning, not an error, when not permitted)",
+            c.realtime)
+      .notes(
+          "A frame is the loss model's packet: with TSO/GSO on, one frame can be a 64 kB GSO "
+          "frame of many TCP segments (counted as gso_frames; scripts/netns/netns.sh turns "
+          "offloads off when --loss or --loss-ge is given). Flooded frames (ARP, unknown "
+          "destinations) are never lost.");
+  return o;
+}
+
 NetdelayArgs parse_netdelay_args(const std::vector<std::string>& args) {
   NetdelayArgs c;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--port") {
-      c.ports.push_back(value());
-    } else if (a == "--delay-ms") {
-      c.delay_ms = value();
-    } else if (a == "--access-delay-ms") {
-      c.access_ms = value();
-    } else if (a == "--matrix") {
-      c.matrix_file = value();
-    } else if (a == "--ready-file") {
-      c.ready_file = value();
-    } else if (a == "--stats-file") {
-      c.stats_file = value();
-    } else if (a == "--loss") {
-      if (c.impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
-      c.impairments.loss = netdelay::parse_bernoulli_loss(value());
-    } else if (a == "--loss-ge") {
-      if (c.impairments.loss.active()) throw ConfigError("give one of --loss, --loss-ge");
-      c.impairments.loss = netdelay::parse_gilbert_elliott_loss(value());
-    } else if (a == "--jitter-ms") {
-      c.impairments.jitter_mean_ms = opt::number("--jitter-ms", value());
-      if (!(c.impairments.jitter_mean_ms >= 0 && c.impairments.jitter_mean_ms <= 60'000))
-        throw ConfigError("--jitter-ms: expected a mean in [0, 60000] ms");
-    } else if (a == "--seed") {
-      c.impairments.seed = opt::unsigned_integer("--seed", value());
-    } else if (a == "--realtime") {
-      c.realtime = true;
-    } else {
-      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
-    }
-  }
-  if (c.ports.empty()) throw ConfigError(std::string("no --port given\n") + kUsage);
+  const auto o = options(c);
+  o->parse(args);
+  if (c.ports.empty()) throw ConfigError("no --port given\n" + o->usage());
   const int given = !c.delay_ms.empty() + !c.access_ms.empty() + !c.matrix_file.empty();
-  if (given != 1) {
-    throw ConfigError(std::string("give exactly one of --delay-ms, --access-delay-ms, "
-                                  "--matrix\n") +
-                      kUsage);
-  }
+  if (given != 1)
+    throw ConfigError("give exactly one of --delay-ms, --access-delay-ms, --matrix\n" + o->usage());
   return c;
 }
 
@@ -386,7 +384,7 @@ int run_netdelay(const std::vector<std::string>& args) {
 }
 
 MERIDIAN_COMMAND("netdelay", "forward frames between interfaces with a per-pair one-way delay",
-                 kUsage, run_netdelay);
+                 help_of<NetdelayArgs>(options), run_netdelay);
 
 }  // namespace
 }  // namespace meridian::cli

@@ -25,31 +25,86 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/options.h"
 #include "engine/core/error.h"
 #include "engine/core/util/files.h"
 
 namespace meridian::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: meridian netprobe serve [--bind HOST] [--port P] [--port-file F] [--connections K]\n"
-    "       meridian netprobe HOST:PORT [--pings N] [--bytes B] [--flows K] [--cc NAME]\n"
-    "\n"
-    "serve: listens on HOST:P (P = 0: a free port, written to F), answers K connections (default:\n"
-    "until killed), each in its own thread. Client: N 64-byte ping-pongs on one TCP_NODELAY\n"
-    "connection (default 20; 0: none), then B bytes in all (default 10000000) sent over K new\n"
-    "connections at once (default 1; B split evenly), opened before the clock starts; prints\n"
-    "  connect_ms=.. rtt_ms_min=.. rtt_ms_median=.. rtt_ms_max=.. (with pings) flows=.. bytes=..\n"
-    "  seconds=.. mbit_per_s=.. delivered_s=.. delivered_mbit_per_s=.. retrans_segs=.. "
-    "segs=..\n"
-    "seconds runs from the first byte sent to the last receiver's count coming back (so it\n"
-    "includes one round trip); delivered_s to the last byte's arrival at its receiver (the\n"
-    "receivers' clock, the same CLOCK_MONOTONIC on one machine, namespaces or not): the message's\n"
-    "delivery time. retrans_segs: the senders' retransmitted segments (TCP_INFO), segs: the data\n"
-    "segments without retransmissions (bytes / MSS per connection). --cc sets the bulk\n"
-    "connections' congestion control (TCP_CONGESTION; any the kernel has, with CAP_NET_ADMIN,\n"
-    "where a namespace's net.ipv4.tcp_congestion_control may only name the allowed ones);\n"
-    "the one in use goes to stderr.\n";
+// What `meridian netprobe` was asked: serve, or probe HOST:PORT.
+struct ProbeArgs {
+  std::string target;  // "serve" or HOST:PORT
+  std::string bind_host = "0.0.0.0", port_file, cc_name;
+  std::uint16_t port = 0;
+  std::uint64_t connections = 0, pings = 20, bytes = 10'000'000, flows = 1;
+  std::vector<std::string> serve_only, client_only;  // options given, by mode
+};
+
+std::unique_ptr<Options> options(ProbeArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian netprobe",
+      std::vector<std::string>{"serve [--bind HOST] [--port P] [--port-file F] [--connections K]",
+                               "HOST:PORT [--pings N] [--bytes B] [--flows K] [--cc NAME]"},
+      "serve: listens on HOST:P, answers K connections, each in its own thread. Client: N "
+      "64-byte ping-pongs on one TCP_NODELAY connection, then B bytes in all sent over K new "
+      "connections at once (B split evenly), opened before the clock starts; prints\n"
+      "  connect_ms=.. rtt_ms_min=.. rtt_ms_median=.. rtt_ms_max=.. (with pings) flows=..\n"
+      "  bytes=.. seconds=.. mbit_per_s=.. delivered_s=.. delivered_mbit_per_s=..\n"
+      "  retrans_segs=.. segs=..\n"
+      "seconds runs from the first byte sent to the last receiver's count coming back (so it "
+      "includes one round trip); delivered_s to the last byte's arrival at its receiver (the "
+      "receivers' clock, the same CLOCK_MONOTONIC on one machine, namespaces or not): the "
+      "message's delivery time. retrans_segs: the senders' retransmitted segments (TCP_INFO), "
+      "segs: the data segments without retransmissions (bytes / MSS per connection).");
+  const auto serve = [&a](const std::string& n) { a.serve_only.push_back(n); };
+  const auto client = [&a](const std::string& n) { a.client_only.push_back(n); };
+  o->argument("serve|HOST:PORT", "serve, or the server to probe", a.target)
+      .value("--bind", "HOST", "serve: the address to listen on (default 0.0.0.0)",
+             [&a, serve](const std::string& n, const std::string& v) {
+               a.bind_host = v;
+               serve(n);
+             })
+      .value("--port", "P", "serve: the port (default 0: a free one, written to --port-file)",
+             [&a, serve](const std::string& n, const std::string& v) {
+               a.port = opt::port(n, v);
+               serve(n);
+             })
+      .value("--port-file", "F", "serve: where the port is written once it listens",
+             [&a, serve](const std::string& n, const std::string& v) {
+               a.port_file = v;
+               serve(n);
+             })
+      .value("--connections", "K", "serve: connections to answer (default: until killed)",
+             [&a, serve](const std::string& n, const std::string& v) {
+               a.connections = opt::unsigned_integer(n, v);
+               serve(n);
+             })
+      .value("--pings", "N", "client: ping-pongs (default 20; 0: none)",
+             [&a, client](const std::string& n, const std::string& v) {
+               a.pings = opt::unsigned_integer(n, v);
+               client(n);
+             })
+      .value("--bytes", "B", "client: bytes in all (default 10000000)",
+             [&a, client](const std::string& n, const std::string& v) {
+               a.bytes = opt::unsigned_integer(n, v);
+               client(n);
+             })
+      .value("--flows", "K", "client: connections at once (default 1)",
+             [&a, client](const std::string& n, const std::string& v) {
+               a.flows = opt::integer_in(n, v, 1, 1024);
+               client(n);
+             })
+      .value("--cc", "NAME",
+             "client: the bulk connections' congestion control (TCP_CONGESTION; any the kernel "
+             "has, with CAP_NET_ADMIN, where a namespace's net.ipv4.tcp_congestion_control may "
+             "only name the allowed ones); the one in use goes to stderr",
+             [&a, client](const std::string& n, const std::string& v) {
+               a.cc_name = v;
+               client(n);
+             });
+  return o;
+}
 
 constexpr std::size_t kPingBytes = 64;
 constexpr std::size_t kChunkBytes = 1 << 16;
@@ -147,24 +202,11 @@ void serve_one(int fd) {
   }
 }
 
-int run_serve(const std::vector<std::string>& args) {
-  std::string bind_host = "0.0.0.0", port_file;
-  std::uint16_t port = 0;
-  std::uint64_t connections = 0;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--bind")
-      bind_host = value();
-    else if (a == "--port")
-      port = opt::port("--port", value());
-    else if (a == "--port-file")
-      port_file = value();
-    else if (a == "--connections")
-      connections = opt::unsigned_integer("--connections", value());
-    else
-      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
-  }
+int run_serve(const ProbeArgs& a) {
+  const std::string& bind_host = a.bind_host;
+  const std::string& port_file = a.port_file;
+  const std::uint16_t port = a.port;
+  const std::uint64_t connections = a.connections;
   const int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (lfd < 0) fail_errno("socket");
   const int one = 1;
@@ -253,28 +295,14 @@ void send_flow(Flow& f) {
   }
 }
 
-int run_client(const std::vector<std::string>& args) {
-  const std::string target = args[0];
+int run_client(const ProbeArgs& a) {
+  const std::string& target = a.target;
   const auto colon = target.rfind(':');
   if (colon == std::string::npos) throw ConfigError("expected HOST:PORT, got '" + target + "'");
   const sockaddr_in addr =
       resolve(target.substr(0, colon), opt::port("HOST:PORT", target.substr(colon + 1)));
-  std::uint64_t pings = 20, bytes = 10'000'000, flows = 1;
-  std::string cc_name;
-  for (std::size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--pings")
-      pings = opt::unsigned_integer("--pings", value());
-    else if (a == "--bytes")
-      bytes = opt::unsigned_integer("--bytes", value());
-    else if (a == "--flows")
-      flows = opt::integer_in("--flows", value(), 1, 1024);
-    else if (a == "--cc")
-      cc_name = value();
-    else
-      throw ConfigError("unknown argument '" + a + "'\n" + kUsage);
-  }
+  const std::uint64_t pings = a.pings, bytes = a.bytes, flows = a.flows;
+  const std::string& cc_name = a.cc_name;
 
   std::ostringstream line;
   line << std::fixed << std::setprecision(3);
@@ -340,12 +368,18 @@ int run_client(const std::vector<std::string>& args) {
 }
 
 int run_netprobe(const std::vector<std::string>& args) {
-  if (args.empty()) throw ConfigError(std::string("expected serve or HOST:PORT\n") + kUsage);
-  return args[0] == "serve" ? run_serve(args) : run_client(args);
+  ProbeArgs a;
+  options(a)->parse(args);
+  const bool serve = a.target == "serve";
+  const std::vector<std::string>& wrong = serve ? a.client_only : a.serve_only;
+  if (!wrong.empty())
+    throw ConfigError(wrong.front() + ": only " +
+                      (serve ? "for a client (HOST:PORT)" : "with serve"));
+  return serve ? run_serve(a) : run_client(a);
 }
 
-MERIDIAN_COMMAND("netprobe", "TCP round-trip and throughput probe (serve, or HOST:PORT)", kUsage,
-                 run_netprobe);
+MERIDIAN_COMMAND("netprobe", "TCP round-trip and throughput probe (serve, or HOST:PORT)",
+                 help_of<ProbeArgs>(options), run_netprobe);
 
 }  // namespace
 }  // namespace meridian::cli

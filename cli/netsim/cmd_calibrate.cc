@@ -21,6 +21,7 @@
 #include "cli/args.h"
 #include "cli/command.h"
 #include "cli/interrupt.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/run_folder.h"
 #include "engine/config/reader.h"
@@ -34,44 +35,7 @@ namespace {
 namespace fs = std::filesystem;
 namespace cal = netsim::calibrate;
 
-const char* kUsage =
-    "usage: meridian calibrate SCENARIO.yaml --fit KEY=LO:HI[:log] [--fit ...] --observed FILE\n"
-    "                          [--seeds LIST] [--evaluations N] [--search-seed N] [--jobs N]\n"
-    "                          [--set key.path=value ...] [--out DIR] [--force]\n"
-    "                          [--simgrid-log L]\n"
-    "\n"
-    "Fits scenario inputs to what a run has seen. Each point of the search is an ensemble\n"
-    "(`meridian sim --seeds`); its figures are the medians over the seeds of each run's own\n"
-    "all-reduce quantiles and outer-step utilization, compared with the observed ones by the\n"
-    "root mean square of their log ratios (idle time 1 - u for the utilization).\n"
-    "\n"
-    "  --fit KEY=LO:HI   an input to fit and its range, any `--set` key path, e.g.\n"
-    "                    network.access_bandwidth_gbps[0]=0.5:8 (a list's element),\n"
-    "                    network.variation.access_cv=0:1; :log searches the range on a log scale\n"
-    "  --observed FILE   what was seen: a run folder (a simulation's, or a real run's output\n"
-    "                    folder of node-<ID>/events.jsonl) or its events.jsonl or summary.json "
-    "(the\n"
-    "                    all-reduce p5, p25, p50, p75, p95 and the outer-step utilization), or a\n"
-    "                    YAML file: allreduce_s: {p5: .., p25: .., p50: .., p75: .., p95: ..},\n"
-    "                    outer_step_utilization: 0.957, source: \"...\" (any subset of p5, p10,\n"
-    "                    p25, p50, p75, p90, p95)\n"
-    "  --seeds LIST      seeds of each point's ensemble (default 1-10; 1-20, 1,3,5, 1-3,10)\n"
-    "  --evaluations N   points to simulate (default 40): a Latin hypercube design, then a\n"
-    "                    compass search from the best point; the scenario as given is simulated\n"
-    "                    once more, for the page\n"
-    "  --search-seed N   seeds the design (default 1); same arguments, same result\n"
-    "  --jobs N          simulations at a time (default: one per CPU)\n"
-    "  --set k=v         fixed overrides of the scenario (as for `meridian sim`)\n"
-    "  --out DIR         default runs/<name>-calibration\n"
-    "  --force           write over a folder that holds a calibration\n"
-    "  --simgrid-log L   SimGrid's log threshold in the simulations (default critical)\n"
-    "\n"
-    "Writes DIR/calibrated.yaml (the scenario with the fitted values, their provenance in its\n"
-    "header, relative paths rebased to DIR), DIR/calibration.md (observed against simulated, as\n"
-    "given and fitted; also on stdout), DIR/calibration.json and DIR/evaluations.jsonl (every\n"
-    "point: values, figures, residual). Progress on a terminal. Exit 0 when a fit was found.\n";
-
-struct Options {
+struct CalibrateArgs {
   std::string scenario, observed, out, seeds_text = "1-10", simgrid_log = "critical";
   std::vector<cal::FitInput> inputs;
   std::vector<std::string> overrides;
@@ -81,44 +45,60 @@ struct Options {
   bool force = false;
 };
 
-// A parsed command line; std::nullopt after --help.
-std::optional<Options> parse_options(const std::vector<std::string>& args) {
-  Options o;
+std::unique_ptr<Options> options(CalibrateArgs& o) {
+  auto opts = std::make_unique<Options>(
+      "meridian calibrate",
+      std::vector<std::string>{"SCENARIO.yaml --fit KEY=LO:HI[:log] [--fit ...] --observed FILE "
+                               "[--seeds LIST] [--evaluations N] [--search-seed N] [--jobs N] "
+                               "[--set key.path=value ...] [--out DIR] [--force] "
+                               "[--simgrid-log L]"},
+      "Fits scenario inputs to what a run has seen. Each point of the search is an ensemble "
+      "(`meridian sim --seeds`); its figures are the medians over the seeds of each run's own "
+      "all-reduce quantiles and outer-step utilization, compared with the observed ones by the "
+      "root mean square of their log ratios (idle time 1 - u for the utilization).");
+  opts->argument("SCENARIO.yaml", "the scenario whose inputs are fitted", o.scenario)
+      .value(
+          "--fit", "KEY=LO:HI[:log]",
+          "an input to fit and its range, any `--set` key path, e.g. "
+          "network.access_bandwidth_gbps[0]=0.5:8 (a list's element), "
+          "network.variation.access_cv=0:1; :log searches the range on a log scale "
+          "(repeatable)",
+          [&o](const std::string&, const std::string& v) { o.inputs.push_back(cal::parse_fit(v)); })
+      .text("--observed", "FILE",
+            "what was seen: a run folder (a simulation's, or a real run's output folder of "
+            "node-<ID>/events.jsonl) or its events.jsonl or summary.json (the all-reduce p5, "
+            "p25, p50, p75, p95 and the outer-step utilization), or a YAML file: allreduce_s: "
+            "{p5: .., p25: .., p50: .., p75: .., p95: ..}, outer_step_utilization: 0.957, "
+            "source: \"...\" (any subset of p5, p10, p25, p50, p75, p90, p95)",
+            o.observed)
+      .text("--seeds", "LIST", "seeds of each point's ensemble (default 1-10; 1-20, 1,3,5, 1-3,10)",
+            o.seeds_text)
+      .integer("--evaluations", "N",
+               "points to simulate (default 40): a Latin hypercube design, then a compass search "
+               "from the best point; the scenario as given is simulated once more, for the page",
+               o.evaluations, 1, 10000)
+      .integer("--search-seed", "N", "seeds the design (default 1); same arguments, same result",
+               o.search_seed, 0, ~std::uint64_t{0})
+      .integer("--jobs", "N", "simulations at a time (default: one per CPU)", o.jobs, 1, 256)
+      .texts("--set", "k=v", "fixed overrides of the scenario (as for `meridian sim`)", o.overrides)
+      .text("--out", "DIR", "the output folder (default runs/<name>-calibration)", o.out)
+      .flag("--force", "write over a folder that holds a calibration", o.force)
+      .text("--simgrid-log", "L", "SimGrid's log threshold in the simulations (default critical)",
+            o.simgrid_log)
+      .notes(
+          "Writes DIR/calibrated.yaml (the scenario with the fitted values, their provenance "
+          "in its header, relative paths rebased to DIR), DIR/calibration.md (observed "
+          "against simulated, as given and fitted; also on stdout), DIR/calibration.json and "
+          "DIR/evaluations.jsonl (every point: values, figures, residual). Progress on a "
+          "terminal. Exit 0 when a fit was found.");
+  return opts;
+}
+
+// A parsed command line.
+CalibrateArgs parse_options(const std::vector<std::string>& args) {
+  CalibrateArgs o;
   o.args = args;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (a == "--fit")
-      o.inputs.push_back(cal::parse_fit(value()));
-    else if (a == "--observed")
-      o.observed = value();
-    else if (a == "--seeds")
-      o.seeds_text = value();
-    else if (a == "--evaluations")
-      o.evaluations = static_cast<int>(opt::integer_in("--evaluations", value(), 1, 10000));
-    else if (a == "--search-seed")
-      o.search_seed = opt::unsigned_integer("--search-seed", value());
-    else if (a == "--jobs")
-      o.jobs = static_cast<int>(opt::integer_in("--jobs", value(), 1, 256));
-    else if (a == "--set")
-      o.overrides.push_back(value());
-    else if (a == "--out")
-      o.out = value();
-    else if (a == "--simgrid-log")
-      o.simgrid_log = value();
-    else if (a == "--force")
-      o.force = true;
-    else if (a == "-h" || a == "--help") {
-      std::cout << kUsage;
-      return std::nullopt;
-    } else if (!a.empty() && a[0] == '-')
-      throw ConfigError("unknown option '" + a + "'");
-    else if (o.scenario.empty())
-      o.scenario = a;
-    else
-      throw ConfigError("more than one scenario given ('" + o.scenario + "', '" + a + "')");
-  }
-  if (o.scenario.empty()) throw ConfigError("no scenario given");
+  options(o)->parse(args);
   if (o.inputs.empty()) throw ConfigError("nothing to fit: give --fit KEY=LO:HI");
   if (o.observed.empty()) throw ConfigError("no observations: give --observed FILE");
   for (std::size_t i = 0; i < o.inputs.size(); ++i)
@@ -174,7 +154,7 @@ std::string yaml_quoted(const std::string& s) {
 
 // A fitted network.variation key needs a source: the scenario's own (`sc`, as loaded with the
 // fixed overrides), plus what was fitted.
-std::vector<std::string> source_overrides(const Options& o, const netsim::Scenario& sc,
+std::vector<std::string> source_overrides(const CalibrateArgs& o, const netsim::Scenario& sc,
                                           const cal::Observation& observed) {
   std::string fitted;
   for (const cal::FitInput& in : o.inputs)
@@ -210,8 +190,8 @@ struct Evaluation {
 // Runs the ensemble of one point and compares it with the observations.
 class Evaluator {
  public:
-  Evaluator(const Options& o, const cal::Observation& observed, std::vector<std::int64_t> seeds,
-            std::vector<std::string> fixed, int jobs)
+  Evaluator(const CalibrateArgs& o, const cal::Observation& observed,
+            std::vector<std::int64_t> seeds, std::vector<std::string> fixed, int jobs)
       : o_(o),
         observed_(observed),
         seeds_(std::move(seeds)),
@@ -272,7 +252,7 @@ class Evaluator {
   }
 
  private:
-  const Options& o_;
+  const CalibrateArgs& o_;
   const cal::Observation& observed_;
   std::vector<std::int64_t> seeds_;
   std::vector<std::string> fixed_;
@@ -281,7 +261,7 @@ class Evaluator {
 };
 
 // The scenario file with the fitted values set, its relative paths rebased to `out`.
-std::string calibrated_yaml(const Options& o, const std::vector<std::string>& settings,
+std::string calibrated_yaml(const CalibrateArgs& o, const std::vector<std::string>& settings,
                             const std::string& header) {
   YAML::Node root;
   try {
@@ -319,7 +299,7 @@ std::string fmt(const char* f, double v) {
 }
 
 // calibration.md: the inputs, and observed against simulated figures, as given and fitted.
-std::string page(const Options& o, const cal::Observation& observed, const Evaluation& given,
+std::string page(const CalibrateArgs& o, const cal::Observation& observed, const Evaluation& given,
                  const Evaluation& best, int evaluations, double wall_s,
                  const std::string& command) {
   std::ostringstream m;
@@ -360,7 +340,7 @@ std::string page(const Options& o, const cal::Observation& observed, const Evalu
 }
 
 // calibration.json, calibrated.yaml and calibration.md (also on stdout) from the search.
-int write_results(const Options& o, const cal::Observation& observed, const Evaluation& given,
+int write_results(const CalibrateArgs& o, const cal::Observation& observed, const Evaluation& given,
                   const Evaluation& best, int evaluations, double wall_s,
                   const std::string& command, const std::vector<std::string>& fixed) {
   nlohmann::json inputs = nlohmann::json::array();
@@ -414,9 +394,7 @@ int write_results(const Options& o, const cal::Observation& observed, const Eval
 }
 
 int run_calibrate(const std::vector<std::string>& args) {
-  const std::optional<Options> parsed = parse_options(args);
-  if (!parsed) return kExitOk;
-  Options o = *parsed;
+  CalibrateArgs o = parse_options(args);
   const std::vector<std::int64_t> seeds = analysis::parse_seed_list("--seeds", o.seeds_text);
   const netsim::Scenario sc = netsim::load_scenario(o.scenario, o.overrides);
   const cal::Observation observed = load_observation(o.observed);
@@ -475,7 +453,7 @@ int run_calibrate(const std::vector<std::string>& args) {
 }
 
 MERIDIAN_COMMAND("calibrate", "fit scenario inputs to what a run has seen (seeded ensembles)",
-                 kUsage, run_calibrate);
+                 help_of<CalibrateArgs>(options), run_calibrate);
 
 }  // namespace
 }  // namespace meridian::cli

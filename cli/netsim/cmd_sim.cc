@@ -22,6 +22,7 @@
 #include "cli/command.h"
 #include "cli/compose/simulation.h"
 #include "cli/interrupt.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/run_folder.h"
 #include "cli/slurm.h"
@@ -33,37 +34,6 @@
 
 namespace meridian::cli {
 namespace {
-
-constexpr const char* kUsage =
-    "usage: meridian sim SCENARIO.yaml [--out DIR] [--force] [--seed N | --seeds LIST]\n"
-    "                    [--no-plots] [--jobs N] [--set key.path=value ...] [--simgrid-log L]\n"
-    "                    [--print-config] [--part I/N|slurm | --gather]\n"
-    "  Simulates the scenario (SimGrid network model, modelled compute, churn trace);\n"
-    "  with `worker: torch` every node also trains a real LibTorch model (emulation).\n"
-    "  --out DIR      output folder (default: the scenario's output.dir, else runs/<name>)\n"
-    "  --force        write into a folder that already holds a run (its events.jsonl and\n"
-    "                 summary.json are replaced; other files stay)\n"
-    "  --seed N       overrides run.seed\n"
-    "  --seeds LIST   an ensemble: one run per seed (1-20, 1,3,5 or 1-3,10) in DIR/seed-<N>/\n"
-    "                 (default DIR: runs/<name>-seeds), then DIR/ensemble.json and\n"
-    "                 DIR/ensemble.md: each figure's median and 90 % interval over the seeds,\n"
-    "                 the per-outer-step all-reduce times of all runs pooled; and its figures\n"
-    "                 in DIR/plots (`meridian plot DIR`: box plots across the seeds, the\n"
-    "                 per-outer-step all-reduce band)\n"
-    "  --no-plots     with --seeds: no figures (then gnuplot is not needed)\n"
-    "  --jobs N       with --seeds: seeds run N at a time (default: one per CPU); the ensemble\n"
-    "                 is the same for any N\n"
-    "  --part I/N     with --seeds: run only seeds number I, I+N, I+2N, ... of LIST (from 0),\n"
-    "                 each into DIR/seed-<N> with its exit status in DIR/seed-<N>.exit; no\n"
-    "                 ensemble yet. `--part slurm`: this task's share of a Slurm job array\n"
-    "                 (sbatch --array; scripts/slurm/ensemble.sh submits one and its gather)\n"
-    "  --gather       with --seeds: run nothing; the ensemble of the parts that ran in DIR\n"
-    "                 (every seed must have run), the same as one process would have made\n"
-    "  --set k=v      overrides any scenario key, e.g. --set diloco.H=500\n"
-    "  --simgrid-log L  SimGrid's log threshold (default critical; info shows deadlocks)\n"
-    "  --print-config the resolved configuration (every key, defaults included, as the run's\n"
-    "                 `config` record has it) as JSON on stdout, then exit without running\n"
-    "  Writes DIR/events.jsonl and DIR/summary.json; prints a summary table.\n";
 
 // An ensemble's settings: `--seeds` and what goes with it.
 struct EnsembleArgs {
@@ -217,52 +187,62 @@ struct SimArgs {
   int jobs = 0;  // --jobs; 0: the default
 };
 
-// Parses the command line into `a`; an exit status when the command ends here (--help, a usage
-// error).
-std::optional<int> parse_sim_args(const std::vector<std::string>& args, SimArgs& a) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    const auto value = [&]() -> const std::string& { return opt::value(args, i, kUsage); };
-    if (arg == "--out")
-      a.out = value();
-    else if (arg == "--seed")
-      a.overrides.push_back("run.seed=" + value());
-    else if (arg == "--seeds")
-      a.seeds_text = value();
-    else if (arg == "--set")
-      a.overrides.push_back(value());
-    else if (arg == "--simgrid-log")
-      a.simgrid_log = value();
-    else if (arg == "--force")
-      a.force = true;
-    else if (arg == "--no-plots")
-      a.plots = false;
-    else if (arg == "--print-config")
-      a.print_config = true;
-    else if (arg == "--jobs")
-      a.jobs = static_cast<int>(opt::integer_in("--jobs", value(), 1, 256));
-    else if (arg == "--part")
-      a.part = slurm::parse_part("--part", value(), slurm::process_env());
-    else if (arg == "--gather")
-      a.gather = true;
-    else if (arg == "-h" || arg == "--help") {
-      std::cout << kUsage;
-      return kExitOk;
-    } else if (!arg.empty() && arg[0] == '-') {
-      std::cerr << "meridian sim: unknown option '" << arg << "'\n" << kUsage;
-      return kExitUsage;
-    } else if (a.path.empty())
-      a.path = arg;
-    else {
-      std::cerr << "meridian sim: more than one scenario given\n" << kUsage;
-      return kExitUsage;
-    }
-  }
-  if (a.path.empty()) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
-  return std::nullopt;
+std::unique_ptr<Options> options(SimArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian sim",
+      std::vector<std::string>{"SCENARIO.yaml [--out DIR] [--force] [--seed N | --seeds LIST] "
+                               "[--no-plots] [--jobs N] [--set key.path=value ...] "
+                               "[--simgrid-log L] [--print-config] [--part I/N|slurm | --gather]"},
+      "Simulates the scenario (SimGrid network model, modelled compute, churn trace); with "
+      "`worker: torch` every node also trains a real LibTorch model (emulation). Writes "
+      "DIR/events.jsonl and DIR/summary.json; prints a summary table.");
+  o->argument("SCENARIO.yaml", "the scenario (a run file)", a.path)
+      .text("--out", "DIR", "output folder (default: the scenario's output.dir, else runs/<name>)",
+            a.out)
+      .flag("--force",
+            "write into a folder that already holds a run (its events.jsonl and summary.json are "
+            "replaced; other files stay)",
+            a.force)
+      .value("--seed", "N", "overrides run.seed",
+             [&a](const std::string&, const std::string& v) {
+               a.overrides.push_back("run.seed=" + v);
+             })
+      .text("--seeds", "LIST",
+            "an ensemble: one run per seed (1-20, 1,3,5 or 1-3,10) in DIR/seed-<N>/ (default "
+            "DIR: runs/<name>-seeds), then DIR/ensemble.json and DIR/ensemble.md: each figure's "
+            "median and 90 % interval over the seeds, the per-outer-step all-reduce times of all "
+            "runs pooled; and its figures in DIR/plots (`meridian plot DIR`: box plots across "
+            "the seeds, the per-outer-step all-reduce band)",
+            a.seeds_text)
+      .flag("--no-plots", "with --seeds: no figures (then gnuplot is not needed)",
+            [&a] { a.plots = false; })
+      .integer("--jobs", "N",
+               "with --seeds: seeds run N at a time (default: one per CPU); the ensemble is the "
+               "same for any N",
+               a.jobs, 1, 256)
+      .value("--part", "I/N|slurm",
+             "with --seeds: run only seeds number I, I+N, I+2N, ... of LIST (from 0), each into "
+             "DIR/seed-<N> with its exit status in DIR/seed-<N>.exit; no ensemble yet. `slurm`: "
+             "this task's share of a Slurm job array (sbatch --array; scripts/slurm/ensemble.sh "
+             "submits one and its gather)",
+             [&a](const std::string& n, const std::string& v) {
+               a.part = slurm::parse_part(n, v, slurm::process_env());
+             })
+      .flag("--gather",
+            "with --seeds: run nothing; the ensemble of the parts that ran in DIR (every seed "
+            "must have run), the same as one process would have made",
+            a.gather)
+      .texts("--set", "k=v", "overrides any scenario key, e.g. --set diloco.H=500 (repeatable)",
+             a.overrides)
+      .text("--simgrid-log", "L",
+            "SimGrid's log threshold (default critical; info shows "
+            "deadlocks)",
+            a.simgrid_log)
+      .flag("--print-config",
+            "the resolved configuration (every key, defaults included, as the run's `config` "
+            "record has it) as JSON on stdout, then exit without running",
+            a.print_config);
+  return o;
 }
 
 // --seeds: the ensemble's settings, checked.
@@ -354,7 +334,7 @@ int run_one(const SimArgs& a, netsim::Scenario& sc, const std::vector<std::strin
 
 int run_sim(const std::vector<std::string>& args) {
   SimArgs a;
-  if (const std::optional<int> done = parse_sim_args(args, a)) return *done;
+  options(a)->parse(args);
   netsim::Scenario sc = netsim::load_scenario(a.path, a.overrides);
   for (const std::string& note : sc.notes_for(config::Mode::kSimulate))
     std::cerr << "meridian sim: " << note << "\n";
@@ -366,7 +346,8 @@ int run_sim(const std::vector<std::string>& args) {
   return run_one(a, sc, args);
 }
 
-MERIDIAN_COMMAND("sim", "simulate a scenario on the SimGrid network model", kUsage, run_sim);
+MERIDIAN_COMMAND("sim", "simulate a scenario on the SimGrid network model",
+                 help_of<SimArgs>(options), run_sim);
 
 }  // namespace
 }  // namespace meridian::cli

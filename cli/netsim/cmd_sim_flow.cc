@@ -4,27 +4,11 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/options.h"
 #include "netsim/flow_probe.h"
 
 namespace meridian::cli {
 namespace {
-
-constexpr char kUsage[] =
-    "usage: meridian sim-flow [--rtt-ms R] [--bandwidth-mbit B] [--loss P] [--bytes S]\n"
-    "                         [--flows K] [--messages M] [--gap-ms G] [--cc cubic|reno|bbr]\n"
-    "                         [--window-bytes W] [--mss-bytes 1448] [--initial-window 10]\n"
-    "                         [--slow-start-after-idle true|false] [--rto-min-ms 200]\n"
-    "                         [--per-flow-cap-gbps C] [--crosstraffic true|false] [--seconds T]\n"
-    "\n"
-    "Simulates M messages of S bytes (default 1, 64 MiB), each split over K parallel TCP\n"
-    "connections (default 1), from a host on one site to a host on another: R ms round trip\n"
-    "(default 50), access links of B Mbit/s (default 1000), packet loss P on the path (default 0),\n"
-    "G ms idle between messages (default 0), W bytes of socket buffer per connection (default\n"
-    "4194304, Linux's tcp_wmem maximum), with netsim's WAN model (netsim/README.md, \"The WAN\n"
-    "model\"). Prints one JSON line: seconds (first byte sent to last byte received, gaps\n"
-    "excluded), bytes (delivered), goodput_mbit_per_s, rate_bound_mbit_per_s (the loss/cap\n"
-    "bound of all K connections; null when none). --seconds T: send for T seconds instead, as\n"
-    "iperf -t does, and report what arrived in that time.\n";
 
 bool boolean(const std::string& option, const std::string& v) {
   if (v == "true" || v == "1") return true;
@@ -32,38 +16,69 @@ bool boolean(const std::string& option, const std::string& v) {
   throw ConfigError(option + ": expected true or false, got '" + v + "'");
 }
 
+std::unique_ptr<Options> options(netsim::FlowProbe& p) {
+  auto o = std::make_unique<Options>(
+      "meridian sim-flow", std::vector<std::string>{"[options]"},
+      "Simulates M messages of S bytes, each split over K parallel TCP connections, from a host "
+      "on one site to a host on another, with netsim's WAN model (netsim/README.md, \"The WAN "
+      "model\"). Prints one JSON line: seconds (first byte sent to last byte received, gaps "
+      "excluded), bytes (delivered), goodput_mbit_per_s, rate_bound_mbit_per_s (the loss/cap "
+      "bound of all K connections; null when none).");
+  const auto count = [](int& into) {
+    return [&into](const std::string& n, const std::string& v) {
+      into = static_cast<int>(opt::integer_in(n, v, 0, 1u << 30));
+    };
+  };
+  const auto boolean_into = [](bool& into) {
+    return [&into](const std::string& n, const std::string& v) { into = boolean(n, v); };
+  };
+  o->number("--rtt-ms", "R", "round trip in ms (default 50)", p.rtt_ms)
+      .value("--bandwidth-mbit", "B", "access links of B Mbit/s (default 1000)",
+             [&p](const std::string& n, const std::string& v) {
+               p.bandwidth_gbps = opt::number(n, v) / 1000;
+             })
+      .number("--loss", "P", "packet loss on the path (default 0)", p.loss)
+      .integer("--bytes", "S", "bytes per message (default 64 MiB)", p.bytes, 0, ~std::uint64_t{0})
+      .value("--flows", "K", "parallel TCP connections per message (default 1)", count(p.flows))
+      .value("--messages", "M", "messages (default 1)", count(p.messages))
+      .value(
+          "--gap-ms", "G", "ms idle between messages (default 0)",
+          [&p](const std::string& n, const std::string& v) { p.gap_s = opt::number(n, v) / 1000; })
+      .value("--cc", "cubic|reno|bbr", "congestion control (default cubic)",
+             [&p](const std::string& n, const std::string& v) {
+               netsim::parse_congestion_control(v, n);
+               p.tcp.cc = v;
+             })
+      .number("--window-bytes", "W",
+              "socket buffer per connection, bytes (default 4194304, Linux's tcp_wmem maximum)",
+              p.window_bytes)
+      .number("--mss-bytes", "B", "segment size (default 1448)", p.tcp.mss_bytes)
+      .value("--initial-window", "N", "initial window, segments (default 10)",
+             count(p.tcp.initial_window_segments))
+      .value("--slow-start-after-idle", "true|false",
+             "restart the window after an idle gap (default true)",
+             boolean_into(p.tcp.slow_start_after_idle))
+      .number("--rto-min-ms", "T", "minimum retransmission timeout (default 200)", p.tcp.rto_min_ms)
+      .number("--per-flow-cap-gbps", "C", "a bound on each connection's rate (default: none)",
+              p.tcp.per_flow_cap_gbps)
+      .value("--crosstraffic", "true|false", "SimGrid's reverse-path charge (default false)",
+             boolean_into(p.crosstraffic))
+      .number("--seconds", "T",
+              "send for T seconds instead of M messages, as iperf -t does, and report what "
+              "arrived in that time",
+              p.duration_s);
+  return o;
+}
+
 int run(const std::vector<std::string>& args) {
   netsim::FlowProbe p;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto num = [&] { return opt::number(a, opt::value(args, i, kUsage)); };
-    auto count = [&] { return opt::unsigned_integer(a, opt::value(args, i, kUsage)); };
-    if (a == "--rtt-ms") p.rtt_ms = num();
-    else if (a == "--bandwidth-mbit") p.bandwidth_gbps = num() / 1000;
-    else if (a == "--loss") p.loss = num();
-    else if (a == "--bytes") p.bytes = count();
-    else if (a == "--flows") p.flows = static_cast<int>(count());
-    else if (a == "--messages") p.messages = static_cast<int>(count());
-    else if (a == "--gap-ms") p.gap_s = num() / 1000;
-    else if (a == "--seconds") p.duration_s = num();
-    else if (a == "--cc") {
-      p.tcp.cc = opt::value(args, i, kUsage);
-      netsim::parse_congestion_control(p.tcp.cc, "--cc");
-    } else if (a == "--window-bytes") p.window_bytes = num();
-    else if (a == "--mss-bytes") p.tcp.mss_bytes = num();
-    else if (a == "--initial-window") p.tcp.initial_window_segments = static_cast<int>(count());
-    else if (a == "--slow-start-after-idle")
-      p.tcp.slow_start_after_idle = boolean(a, opt::value(args, i, kUsage));
-    else if (a == "--rto-min-ms") p.tcp.rto_min_ms = num();
-    else if (a == "--per-flow-cap-gbps") p.tcp.per_flow_cap_gbps = num();
-    else if (a == "--crosstraffic") p.crosstraffic = boolean(a, opt::value(args, i, kUsage));
-    else throw ConfigError("unknown option '" + a + "'\n" + kUsage);
-  }
+  options(p)->parse(args);
   std::cout << netsim::simulate_transfer(p).to_json().str() << "\n";
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("sim-flow", "the simulator's prediction for one bulk TCP transfer", kUsage, run);
+MERIDIAN_COMMAND("sim-flow", "the simulator's prediction for one bulk TCP transfer",
+                 help_of<netsim::FlowProbe>(options), run);
 
 }  // namespace
 }  // namespace meridian::cli

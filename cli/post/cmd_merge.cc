@@ -3,62 +3,66 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cli/command.h"
 #include "cli/args.h"
+#include "cli/command.h"
+#include "cli/options.h"
+#include "engine/core/error.h"
 #include "trainer/post/merge.h"
 #include "trainer/safetensors/safetensors.h"
 
 namespace meridian::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meridian merge --method linear|slerp|ties|dare A B [C...] --out DIR\n"
-    "                      [--weights w1,w2,...] [--t T] [--density D] [--base N|PATH] [--seed S]\n"
-    "\n"
-    "Checkpoints are safetensors files or directories holding model.safetensors; the result is\n"
-    "DIR/model.safetensors (or DIR itself when it ends in .safetensors), written atomically.\n"
-    "  linear   sum(w_i * theta_i) / sum(w_i); --weights one per model (default all 1)\n"
-    "  slerp    two models, spherical interpolation per tensor at --t (default 0.5; 0 = A,\n"
-    "           1 = B); linear when the tensors are nearly colinear (|cos| > 0.9995)\n"
-    "  ties     task vectors against the base; keep the --density largest magnitudes of each\n"
-    "           (default 0.5), elect the sign of the weighted sum, average the agreeing entries\n"
-    "  dare     task vectors against the base; drop each entry with p = 1 - density and rescale\n"
-    "           the kept ones by 1/(1 - p), seeded by --seed (default 0); base + weighted mean\n"
-    "  --base   ties/dare: the base model, by index among A B C... (default 0, the first) or a\n"
-    "           path (added as an extra model when it is not among them)\n"
-    "  --weights for ties/dare: one per model other than the base\n";
-
-int run_merge_cmd(const std::vector<std::string>& args) {
-  post::MergeOptions options;
+struct MergeArgs {
+  post::MergeOptions merge;
   std::vector<std::string> inputs;
   std::string out, method, base;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--method") {
-      method = opt::value(args, i);
-    } else if (a == "--weights") {
-      options.weights = opt::number_list(a, opt::value(args, i));
-    } else if (a == "--t") {
-      options.t = opt::number(a, opt::value(args, i));
-    } else if (a == "--density") {
-      options.density = opt::fraction(a, opt::value(args, i));
-    } else if (a == "--seed") {
-      options.seed = opt::unsigned_integer(a, opt::value(args, i));
-    } else if (a == "--base") {
-      base = opt::value(args, i);
-    } else if (a == "--out") {
-      out = opt::value(args, i);
-    } else if (!a.empty() && a[0] == '-') {
-      std::cerr << "meridian merge: unknown option " << a << "\n" << kUsage;
-      return kExitUsage;
-    } else {
-      inputs.push_back(a);
-    }
-  }
-  if (method.empty() || out.empty() || inputs.size() < 2) {
-    std::cerr << "meridian merge: needs --method, --out and at least two checkpoints\n" << kUsage;
-    return kExitUsage;
-  }
+};
+
+std::unique_ptr<Options> options(MergeArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian merge",
+      std::vector<std::string>{"--method linear|slerp|ties|dare A B [C...] --out DIR "
+                               "[--weights w1,w2,...] [--t T] [--density D] [--base N|PATH] "
+                               "[--seed S]"},
+      "Merges checkpoints of one architecture into DIR/model.safetensors (or DIR itself when it "
+      "ends in .safetensors), written atomically. Checkpoints are safetensors files or "
+      "directories holding model.safetensors. Methods:\n"
+      "  linear   sum(w_i * theta_i) / sum(w_i); --weights one per model (default all 1)\n"
+      "  slerp    two models, spherical interpolation per tensor at --t (default 0.5; 0 = A,\n"
+      "           1 = B); linear when the tensors are nearly colinear (|cos| > 0.9995)\n"
+      "  ties     task vectors against the base; keep the --density largest magnitudes of each\n"
+      "           (default 0.5), elect the sign of the weighted sum, average the agreeing entries\n"
+      "  dare     task vectors against the base; drop each entry with p = 1 - density and rescale\n"
+      "           the kept ones by 1/(1 - p), seeded by --seed (default 0); base + weighted mean");
+  post::MergeOptions& m = a.merge;
+  o->arguments("A B", "the checkpoints (two or more)", a.inputs, 2)
+      .text("--method", "M", "linear, slerp, ties or dare", a.method)
+      .text("--out", "DIR", "where the merged checkpoint goes", a.out)
+      .value(
+          "--weights", "w1,w2,...",
+          "linear: one per model; ties/dare: one per model other than the base",
+          [&m](const std::string& n, const std::string& v) { m.weights = opt::number_list(n, v); })
+      .number("--t", "T", "slerp's position (default 0.5)", m.t)
+      .value("--density", "D", "ties/dare: the share kept (a fraction or a percentage)",
+             [&m](const std::string& n, const std::string& v) { m.density = opt::fraction(n, v); })
+      .integer("--seed", "S", "dare's seed (default 0)", m.seed, 0, ~std::uint64_t{0})
+      .text("--base", "N|PATH",
+            "ties/dare: the base model, by index among A B C... (default 0, the first) or a path "
+            "(added as an extra model when it is not among them)",
+            a.base);
+  return o;
+}
+
+int run_merge_cmd(const std::vector<std::string>& args) {
+  MergeArgs a;
+  const auto o = options(a);
+  o->parse(args);
+  if (a.method.empty() || a.out.empty())
+    throw ConfigError("needs --method and --out\n" + o->usage());
+  post::MergeOptions& options = a.merge;
+  const std::vector<std::string>& inputs = a.inputs;
+  const std::string &out = a.out, &method = a.method, &base = a.base;
   options.method = post::parse_merge_method(method);
 
   std::vector<std::filesystem::path> paths;
@@ -96,7 +100,8 @@ int run_merge_cmd(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("merge", "merge checkpoints: linear, slerp, ties or dare", kUsage, run_merge_cmd);
+MERIDIAN_COMMAND("merge", "merge checkpoints: linear, slerp, ties or dare",
+                 help_of<MergeArgs>(options), run_merge_cmd);
 
 }  // namespace
 }  // namespace meridian::cli

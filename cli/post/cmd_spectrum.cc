@@ -9,8 +9,9 @@
 #include <iostream>
 #include <map>
 
-#include "cli/command.h"
 #include "cli/args.h"
+#include "cli/command.h"
+#include "cli/options.h"
 #include "trainer/post/merge.h"
 #include "trainer/post/spectrum.h"
 #include "trainer/safetensors/safetensors.h"
@@ -18,49 +19,42 @@
 namespace meridian::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meridian spectrum CHECKPOINT [--top 25%] [--by-type] [--freeze-vectors] [--out FILE]\n"
-    "\n"
-    "For every 2-D weight matrix of a safetensors checkpoint (a file, or a directory with\n"
-    "model.safetensors): singular values (Eigen BDCSVD), noise scale sigma from the median "
-    "singular\n"
-    "value, the Marchenko-Pastur edge sigma*(sqrt(m)+sqrt(n)), SNR = energy above the edge / "
-    "energy\n"
-    "below. Selects the top fraction of matrices by SNR and writes a YAML whose `train:` list the\n"
-    "trainer trains (everything else frozen).\n"
-    "  --top F           share of matrices to train: 25% or 0.25 (default 25%)\n"
-    "  --by-type         rank within each module type (q, k, v, o, gate, up, down, embed, "
-    "lm_head)\n"
-    "  --freeze-vectors  also freeze 1-D tensors (norms, biases); by default they are trained\n"
-    "  --out FILE        YAML output (default spectrum.yaml)\n";
+struct SpectrumArgs {
+  post::SpectrumOptions spectrum;
+  std::string checkpoint, out = "spectrum.yaml";
+};
+
+std::unique_ptr<Options> options(SpectrumArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian spectrum",
+      std::vector<std::string>{
+          "CHECKPOINT [--top 25%] [--by-type] [--freeze-vectors] [--out FILE]"},
+      "For every 2-D weight matrix of a safetensors checkpoint (a file, or a directory with "
+      "model.safetensors): singular values (Eigen BDCSVD), noise scale sigma from the median "
+      "singular value, the Marchenko-Pastur edge sigma*(sqrt(m)+sqrt(n)), SNR = energy above the "
+      "edge / energy below. Selects the top fraction of matrices by SNR and writes a YAML whose "
+      "`train:` list the trainer trains (everything else frozen).");
+  post::SpectrumOptions& sp = a.spectrum;
+  o->argument("CHECKPOINT", "a safetensors file, or a directory with model.safetensors",
+              a.checkpoint)
+      .value("--top", "F", "share of matrices to train: 25% or 0.25 (default 25%)",
+             [&sp](const std::string& n, const std::string& v) {
+               sp.top_fraction = opt::fraction(n, v);
+             })
+      .flag("--by-type",
+            "rank within each module type (q, k, v, o, gate, up, down, embed, lm_head)", sp.by_type)
+      .flag("--freeze-vectors",
+            "also freeze 1-D tensors (norms, biases); by default they are trained",
+            [&sp] { sp.train_vectors = false; })
+      .text("--out", "FILE", "YAML output (default spectrum.yaml)", a.out);
+  return o;
+}
 
 int run_spectrum_cmd(const std::vector<std::string>& args) {
-  post::SpectrumOptions options;
-  std::string checkpoint, out = "spectrum.yaml";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--top") {
-      options.top_fraction = opt::fraction(a, opt::value(args, i));
-    } else if (a == "--by-type") {
-      options.by_type = true;
-    } else if (a == "--freeze-vectors") {
-      options.train_vectors = false;
-    } else if (a == "--out") {
-      out = opt::value(args, i);
-    } else if (!a.empty() && a[0] == '-') {
-      std::cerr << "meridian spectrum: unknown option " << a << "\n" << kUsage;
-      return kExitUsage;
-    } else if (checkpoint.empty()) {
-      checkpoint = a;
-    } else {
-      std::cerr << "meridian spectrum: one CHECKPOINT only, got also " << a << "\n" << kUsage;
-      return kExitUsage;
-    }
-  }
-  if (checkpoint.empty()) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
+  SpectrumArgs a;
+  options(a)->parse(args);
+  const post::SpectrumOptions& options = a.spectrum;
+  const std::string &checkpoint = a.checkpoint, &out = a.out;
   opt::check_writable("--out", out);  // before the decompositions, not after
   const auto start = std::chrono::steady_clock::now();
   const safetensors::File file = safetensors::read(post::resolve_checkpoint(checkpoint));
@@ -96,7 +90,7 @@ int run_spectrum_cmd(const std::vector<std::string>& args) {
 }
 
 MERIDIAN_COMMAND("spectrum", "rank weight matrices by SNR (Spectrum) and list the ones to train",
-                 kUsage, run_spectrum_cmd);
+                 help_of<SpectrumArgs>(options), run_spectrum_cmd);
 
 }  // namespace
 }  // namespace meridian::cli

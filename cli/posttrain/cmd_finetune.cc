@@ -12,6 +12,7 @@
 
 #include "cli/args.h"
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/run_folder.h"
 #include "cli/torch_commands.h"
@@ -23,25 +24,6 @@
 
 namespace meridian::cli {
 namespace {
-
-constexpr const char* kUsage =
-    "usage: meridian finetune --config NAME|FILE.yaml --out DIR [--force]\n"
-    "         [--corpus general|domain] [--init WEIGHTS] [--spectrum YAML] [--steps N]\n"
-    "         [--lr X] [--warmup N] [--seed S]\n"
-    "         [--batch B] [--seq-len T] [--eval-sequences N] [--domain-dir DIR] [--cache DIR]\n"
-    "\n"
-    "Trains the trainer's model (from --init weights, a safetensors file or checkpoint directory,\n"
-    "or the seeded init) for --steps on the general corpus (the fortune files, whose "
-    "SentencePiece\n"
-    "tokenizer every run uses) or the domain corpus (paragraphs of --domain-dir, default\n"
-    "/usr/share/common-licenses from base-files). With --spectrum only the YAML's `train:` "
-    "tensors\n"
-    "are trained and only they get AdamW state. --steps 0 only evaluates. Writes "
-    "DIR/model.safetensors\n"
-    "and DIR/result.json (per-step loss and time, parameters and optimizer bytes, peak RSS, and "
-    "the\n"
-    "validation loss on both corpora). A DIR that already holds a run (result.json, ...) is\n"
-    "refused unless --force.\n";
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -59,56 +41,63 @@ struct FinetuneArgs {
   bool force = false;
 };
 
-// Parses the command line into `f`; an exit status when it is a usage error.
-std::optional<int> parse_finetune_args(const std::vector<std::string>& args, FinetuneArgs& f) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--config")
-      f.config_name = opt::value(args, i);
-    else if (a == "--out")
-      f.out = opt::value(args, i);
-    else if (a == "--corpus")
-      f.corpus_name = opt::value(args, i);
-    else if (a == "--init")
-      f.init = opt::value(args, i);
-    else if (a == "--spectrum")
-      f.spectrum_yaml = opt::value(args, i);
-    else if (a == "--steps")
-      f.steps = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
-    else if (a == "--lr")
-      f.lr = opt::number(a, opt::value(args, i));
-    else if (a == "--warmup")
-      f.warmup = opt::number(a, opt::value(args, i));
-    else if (a == "--seed")
-      f.seed = opt::unsigned_integer(a, opt::value(args, i));
-    else if (a == "--eval-sequences")
-      f.eval_sequences = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
-    else if (a == "--batch")
-      f.batch = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
-    else if (a == "--seq-len")
-      f.seq_len = static_cast<int>(opt::unsigned_integer(a, opt::value(args, i)));
-    else if (a == "--domain-dir")
-      f.domain_dir = opt::value(args, i);
-    else if (a == "--cache")
-      f.cache = opt::value(args, i);
-    else if (a == "--force")
-      f.force = true;
-    else {
-      std::cerr << "meridian finetune: unknown argument " << a << "\n" << kUsage;
-      return kExitUsage;
-    }
-  }
-  if (f.config_name.empty() || f.out.empty() ||
-      (f.corpus_name != "general" && f.corpus_name != "domain")) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
-  return std::nullopt;
+std::unique_ptr<Options> options(FinetuneArgs& f) {
+  auto o = std::make_unique<Options>(
+      "meridian finetune",
+      std::vector<std::string>{"--config NAME|FILE.yaml --out DIR [--force] [--corpus "
+                               "general|domain] [--init WEIGHTS] [--spectrum YAML] [--steps N] "
+                               "[--lr X] [--warmup N] [--seed S] [--batch B] [--seq-len T] "
+                               "[--eval-sequences N] [--domain-dir DIR] [--cache DIR]"},
+      "Trains the trainer's model (from --init weights, or the seeded init) for --steps on the "
+      "general corpus (the fortune files, whose SentencePiece tokenizer every run uses) or the "
+      "domain corpus (paragraphs of --domain-dir). With --spectrum only the YAML's `train:` "
+      "tensors are trained and only they get AdamW state. Writes DIR/model.safetensors and "
+      "DIR/result.json (per-step loss and time, parameters and optimizer bytes, peak RSS, and "
+      "the validation loss on both corpora).");
+  const auto count = [](int& into) {
+    return [&into](const std::string& n, const std::string& v) {
+      into = static_cast<int>(opt::integer_in(n, v, 0, 1u << 30));
+    };
+  };
+  o->text("--config", "NAME|FILE.yaml", "the model config (trainer/configs, or a file)",
+          f.config_name)
+      .text("--out", "DIR", "the output folder", f.out)
+      .flag("--force", "write into a DIR that already holds a run (result.json, ...)", f.force)
+      .value("--corpus", "general|domain", "the corpus to train on (default general)",
+             [&f](const std::string& n, const std::string& v) {
+               if (v != "general" && v != "domain")
+                 throw ConfigError(n + ": expected general or domain, got '" + v + "'");
+               f.corpus_name = v;
+             })
+      .text("--init", "WEIGHTS",
+            "start from these weights: a safetensors file or checkpoint "
+            "directory (default: the seeded init)",
+            f.init)
+      .text("--spectrum", "YAML", "train only the YAML's `train:` tensors (meridian spectrum)",
+            f.spectrum_yaml)
+      .value("--steps", "N", "training steps (default 100; 0 only evaluates)", count(f.steps))
+      .number("--lr", "X", "the learning rate (default: the model config's)", f.lr)
+      .number("--warmup", "N", "warm-up steps (default: the model config's)", f.warmup)
+      .integer("--seed", "S", "the seed (default 0)", f.seed, 0, ~std::uint64_t{0})
+      .value("--batch", "B", "sequences per step (default: the model config's)", count(f.batch))
+      .value("--seq-len", "T", "tokens per sequence, at most the model's (default: the model's)",
+             count(f.seq_len))
+      .value("--eval-sequences", "N", "validation sequences per corpus (default 32)",
+             count(f.eval_sequences))
+      .text("--domain-dir", "DIR",
+            "the domain corpus's folder (default /usr/share/common-licenses, from base-files)",
+            f.domain_dir)
+      .text("--cache", "DIR", "the tokenized corpora's cache (default .cache/meridian-data)",
+            f.cache);
+  return o;
 }
 
 int run_finetune(const std::vector<std::string>& args) {
   FinetuneArgs f;
-  if (const std::optional<int> done = parse_finetune_args(args, f)) return *done;
+  const auto opts = options(f);
+  opts->parse(args);
+  if (f.config_name.empty() || f.out.empty())
+    throw ConfigError("--config and --out are required\n" + opts->usage());
   claim_run_folder(f.out, f.force);  // before hours of training, not after
   post::FinetuneOptions o;
   o.config = trainer::load_named_config(f.config_name);
@@ -197,7 +186,8 @@ int run_finetune(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("finetune", torch_command_summary("finetune"), kUsage, run_finetune);
+MERIDIAN_COMMAND("finetune", torch_command_summary("finetune"), help_of<FinetuneArgs>(options),
+                 run_finetune);
 
 }  // namespace
 }  // namespace meridian::cli

@@ -28,6 +28,7 @@
 #include "cli/command.h"
 #include "cli/compose/compose.h"
 #include "cli/compose/real_node.h"
+#include "cli/options.h"
 #include "cli/slurm.h"
 #include "cli/train/terminal_notices.h"
 #include "cli/train/train_node.h"
@@ -50,72 +51,6 @@
 namespace meridian::cli {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: meridian train FILE --node-id ID --secret-file F\n"
-    "                      (--store HOST:PORT | --serve-store PORT) [options]\n"
-    "       (without --store and --serve-store when FILE says `store: {address: etcd://...}`)\n"
-    "       srun meridian train FILE --secret-file F [options]   (on Slurm: see below)\n"
-    "  FILE                  the run file (cli/train/README.md, \"The run file\"): the same\n"
-    "                        schema `meridian sim` simulates; its network, hardware and churn\n"
-    "                        sections describe the simulated world and are ignored here\n"
-    "  --set KEY=VALUE       override a key of FILE (repeatable; list items as key[N].sub)\n"
-    "  --transport gloo|nccl the transport between nodes (default: FILE's transport.kind, gloo;\n"
-    "                        nccl where this meridian was built with it, one GPU per node)\n"
-    "  --cuda-device G       with nccl: the GPU this node's communicator uses (default 0)\n"
-    "  --node-id ID          this node's id (>= 1, unused in this run; a restarted node takes a\n"
-    "                        new one; under srun without it: the task's rank + 1)\n"
-    "  --store HOST:PORT     the run's store (another node's embedded one or `meridian store`)\n"
-    "  --serve-store PORT    embed the store in this node (0 = a free port), bound to --bind\n"
-    "  --bind HOST           address the embedded store listens on (default: the run file's\n"
-    "                        store.bind, 127.0.0.1; 0.0.0.0 serves every interface)\n"
-    "  --store-port-file F   write the embedded store's port to F once it listens\n"
-    "  --secret-file F       the run's shared secret (mode 600)\n"
-    "  --host ADDR           address this node's Gloo device binds to and advertises\n"
-    "                        (default 127.0.0.1)\n"
-    "  --shard R             whose checkpoints' inner state a resume takes (default\n"
-    "                        (ID - 1) % data.shards); the run plans the data, not the shard\n"
-    "  --device cpu|cuda     (default cpu; this build's TorchWorker trains on the CPU)\n"
-    "  --resume              restart the run from the newest checkpoint (FILE's `checkpoint:`)\n"
-    "                        of this node's shard (--shard) that every resuming node has; each is\n"
-    "                        verified against its manifest (sizes, SHA-256 of every file) and a\n"
-    "                        failing one is skipped with its reason. With none valid the node\n"
-    "                        refuses (exit 2, naming each checkpoint and why) unless told\n"
-    "                        --resume-from. A store whose run is under way is joined by live\n"
-    "                        recovery instead\n"
-    "  --resume-from=WHAT    (implies --resume) what to start from: own-shard (the default:\n"
-    "                        only this shard's checkpoints), other-shard (this shard's, else\n"
-    "                        another shard's: its outer state and inner step, AdamW moments at\n"
-    "                        zero), or a checkpoint directory\n"
-    "                        DIR/node-N/step-<n> (exactly that one; its inner state too when it\n"
-    "                        is of this shard)\n"
-    "  --fault-pause-at-message N --fault-marker F\n"
-    "                        fault injection for tests: at this node's N-th outgoing all-reduce\n"
-    "                        message, write F and stop there (until killed)\n"
-    "  --fault-exit-in-checkpoint-write K\n"
-    "                        fault injection for tests: the process exits (status 3) after the\n"
-    "                        K-th durable step of its checkpoint writes (a file, a rename)\n"
-    "  --fault-kill=POINT    fault injection for tests: the process SIGKILLs itself at POINT of\n"
-    "                        its own activity: inner:N (in its N-th outer step's inner steps),\n"
-    "                        reduce-scatter:N[:A], all-gather:N[:A] (its first message of that\n"
-    "                        phase in outer step N, attempt A, default 0), recovery:K (its K-th\n"
-    "                        outgoing live-recovery message, serving a joiner), admitted (a\n"
-    "                        joiner, right after its admission, before it fetches its state)\n"
-    "\n"
-    "Under Slurm (`srun meridian train FILE --secret-file F`, no --node-id): task T of the\n"
-    "step is node T + 1; with the embedded TCP store task 0 serves it on --serve-store PORT\n"
-    "(default 15000 + the job id's last four digits) at its host's address, and the others\n"
-    "connect to the step's first host; --host defaults to the address SLURMD_NODENAME resolves\n"
-    "to. The step needs at least run.nodes tasks; tasks beyond them join by live recovery.\n"
-    "scripts/slurm/ has an sbatch example (cli/train/README.md, \"On a Slurm cluster\").\n"
-    "\n"
-    "A node whose store has no round yet starts the run (round 0 forms once run.nodes nodes are\n"
-    "queued); otherwise it joins the running one through live recovery. Writes\n"
-    "<output.dir>/node-<ID>/events.jsonl (engine/core/events/SCHEMA.md) and checksums.tsv "
-    "(outer_step,\n"
-    "epoch, members, CRC-32C of the outer parameters after each applied outer step), and with\n"
-    "FILE's `checkpoint:` its checkpoints in <checkpoint.dir>/node-<ID>/step-<n>/\n"
-    "(cli/train/README.md). SIGINT or SIGTERM: leave gracefully after the current round.\n";
-
 struct NodeArgs {
   // bind "": the run file's store.bind; transport "": its transport.kind.
   // host "": 127.0.0.1, or under Slurm this task's host's address.
@@ -135,61 +70,114 @@ struct NodeArgs {
   std::optional<slurm::Task> slurm;            // started by srun without --node-id
 };
 
+std::unique_ptr<Options> options(NodeArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian train",
+      std::vector<std::string>{
+          "FILE --node-id ID --secret-file F (--store HOST:PORT | --serve-store PORT) [options]",
+          "FILE --node-id ID --secret-file F [options]   (FILE says `store: {address: "
+          "etcd://...}`)",
+          "FILE --secret-file F [options]   under srun, on Slurm: see below"},
+      "One DiLoCo node of a real run. A node whose store has no round yet starts the run (round "
+      "0 forms once run.nodes nodes are queued); otherwise it joins the running one through live "
+      "recovery. Writes <output.dir>/node-<ID>/events.jsonl (engine/core/events/SCHEMA.md) and "
+      "checksums.tsv (outer_step, epoch, members, CRC-32C of the outer parameters after each "
+      "applied outer step), and with FILE's `checkpoint:` its checkpoints in "
+      "<checkpoint.dir>/node-<ID>/step-<n>/ (cli/train/README.md). SIGINT or SIGTERM: leave "
+      "gracefully after the current round.");
+  const auto big = std::uint64_t{1} << 40;
+  o->argument("FILE",
+              "the run file (cli/train/README.md, \"The run file\"): the same schema `meridian "
+              "sim` simulates; its network, hardware and churn sections describe the simulated "
+              "world and are ignored here",
+              a.run_yaml)
+      .texts("--set", "KEY=VALUE", "override a key of FILE (repeatable; list items as key[N].sub)",
+             a.overrides)
+      .value("--transport", "gloo|nccl",
+             "the transport between nodes (default: FILE's transport.kind, gloo; nccl where this "
+             "meridian was built with it, one GPU per node)",
+             [&a](const std::string& n, const std::string& v) {
+               if (v != "gloo" && v != "nccl")
+                 throw ConfigError(n + ": expected gloo or nccl, got '" + v + "'");
+               a.transport = v;
+             })
+      .integer("--cuda-device", "G", "with nccl: the GPU this node's communicator uses (default 0)",
+               a.cuda_device, 0, 1023)
+      .integer("--node-id", "ID",
+               "this node's id (>= 1, unused in this run; a restarted node takes a new one; "
+               "under srun without it: the task's rank + 1)",
+               a.node_id, 1, big)
+      .text("--store", "HOST:PORT",
+            "the run's store (another node's embedded one or `meridian "
+            "store`)",
+            a.store)
+      .value("--serve-store", "PORT",
+             "embed the store in this node (0 = a free port), bound to "
+             "--bind",
+             [&a](const std::string& n, const std::string& v) { a.serve_port = opt::port(n, v); })
+      .text("--bind", "HOST",
+            "address the embedded store listens on (default: the run file's store.bind, "
+            "127.0.0.1; 0.0.0.0 serves every interface)",
+            a.bind)
+      .text("--store-port-file", "F", "write the embedded store's port to F once it listens",
+            a.port_file)
+      .text("--secret-file", "F", "the run's shared secret (mode 600)", a.secret_file)
+      .text("--host", "ADDR",
+            "address this node's Gloo device binds to and advertises (default 127.0.0.1)", a.host)
+      .integer("--shard", "R",
+               "whose checkpoints' inner state a resume takes (default (ID - 1) % data.shards); "
+               "the run plans the data, not the shard",
+               a.shard, 0, 1 << 20)
+      .text("--device", "cpu|cuda", "(default cpu; this build's TorchWorker trains on the CPU)",
+            a.device)
+      .flag("--resume",
+            "restart the run from the newest checkpoint (FILE's `checkpoint:`) of this node's "
+            "shard (--shard) that every resuming node has; each is verified against its manifest "
+            "(sizes, SHA-256 of every file) and a failing one is skipped with its reason. With "
+            "none valid the node refuses (exit 2, naming each checkpoint and why) unless told "
+            "--resume-from. A store whose run is under way is joined by live recovery instead",
+            a.resume)
+      .value("--resume-from", "WHAT",
+             "(implies --resume) what to start from: own-shard (the default: only this shard's "
+             "checkpoints), other-shard (this shard's, else another shard's: its outer state and "
+             "inner step, AdamW moments at zero), or a checkpoint directory DIR/node-N/step-<n> "
+             "(exactly that one; its inner state too when it is of this shard)",
+             [&a](const std::string&, const std::string& v) {
+               a.resume_from = trainer::parse_resume_from(v);
+               a.resume = true;
+             })
+      .integer("--fault-pause-at-message", "N",
+               "fault injection for tests: at this node's N-th outgoing all-reduce message, "
+               "write --fault-marker's file and stop there (until killed)",
+               a.pause_at_message, 1, big)
+      .text("--fault-marker", "F", "with --fault-pause-at-message", a.fault_marker)
+      .integer("--fault-exit-in-checkpoint-write", "K",
+               "fault injection for tests: the process exits (status 3) after the K-th durable "
+               "step of its checkpoint writes (a file, a rename)",
+               a.exit_in_checkpoint_write, 1, big)
+      .value(
+          "--fault-kill", "POINT",
+          "fault injection for tests: the process SIGKILLs itself at POINT of its own "
+          "activity: inner:N (in its N-th outer step's inner steps), reduce-scatter:N[:A], "
+          "all-gather:N[:A] (its first message of that phase in outer step N, attempt A, "
+          "default 0), recovery:K (its K-th outgoing live-recovery message, serving a "
+          "joiner), admitted (a joiner, right after its admission, before it fetches its "
+          "state)",
+          [&a](const std::string& n, const std::string& v) { a.kill_at = parse_fault_point(v, n); })
+      .notes(
+          "Under Slurm (`srun meridian train FILE --secret-file F`, no --node-id): task T of "
+          "the step is node T + 1; with the embedded TCP store task 0 serves it on "
+          "--serve-store PORT (default 15000 + the job id's last four digits) at its host's "
+          "address, and the others connect to the step's first host; --host defaults to the "
+          "address SLURMD_NODENAME resolves to. The step needs at least run.nodes tasks; tasks "
+          "beyond them join by live recovery. scripts/slurm/ has an sbatch example "
+          "(cli/train/README.md, \"On a Slurm cluster\").");
+  return o;
+}
+
 NodeArgs parse_args(const std::vector<std::string>& args, const slurm::Env& env) {
   NodeArgs a;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& f = args[i];
-    if (f.rfind("--", 0) != 0) {
-      if (!a.run_yaml.empty()) throw ConfigError("unexpected argument '" + f + "'");
-      a.run_yaml = f;
-      continue;
-    }
-    if (f == "--resume") {
-      a.resume = true;
-      continue;
-    }
-    const std::string& v = opt::value(args, i);
-    if (f == "--node-id") {
-      a.node_id = static_cast<std::int64_t>(opt::integer_in(f, v, 1, std::uint64_t{1} << 40));
-    } else if (f == "--store") {
-      a.store = v;
-    } else if (f == "--serve-store") {
-      a.serve_port = opt::port(f, v);
-    } else if (f == "--bind") {
-      a.bind = v;
-    } else if (f == "--cuda-device") {
-      a.cuda_device = static_cast<int>(opt::integer_in(f, v, 0, 1023));
-    } else if (f == "--set") {
-      a.overrides.push_back(v);
-    } else if (f == "--transport") {
-      if (v != "gloo" && v != "nccl")
-        throw ConfigError("--transport: expected gloo or nccl, got '" + v + "'");
-      a.transport = v;
-    } else if (f == "--store-port-file") {
-      a.port_file = v;
-    } else if (f == "--secret-file") {
-      a.secret_file = v;
-    } else if (f == "--host") {
-      a.host = v;
-    } else if (f == "--shard") {
-      a.shard = static_cast<int>(opt::integer_in(f, v, 0, 1 << 20));
-    } else if (f == "--device") {
-      a.device = v;
-    } else if (f == "--fault-pause-at-message") {
-      a.pause_at_message = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
-    } else if (f == "--fault-marker") {
-      a.fault_marker = v;
-    } else if (f == "--fault-exit-in-checkpoint-write") {
-      a.exit_in_checkpoint_write = opt::integer_in(f, v, 1, std::uint64_t{1} << 40);
-    } else if (f == "--resume-from") {
-      a.resume_from = trainer::parse_resume_from(v);
-      a.resume = true;
-    } else if (f == "--fault-kill") {
-      a.kill_at = parse_fault_point(v, f);
-    } else {
-      throw ConfigError("unknown option '" + f + "'");
-    }
-  }
+  options(a)->parse(args);
   if (a.run_yaml.empty()) throw ConfigError("the run file is required");
   if (a.node_id < 1 && !(a.slurm = slurm::task(env)))
     throw ConfigError("--node-id is required (or start the nodes with srun: see below)");
@@ -781,16 +769,13 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
 
 }  // namespace
 
-const char* const kTrainNodeUsage = kUsage;
+std::string train_node_help() {
+  NodeArgs a;
+  return options(a)->help();
+}
 
 int run_train_node(const std::vector<std::string>& args) {
-  NodeArgs a;
-  try {
-    a = parse_args(args, slurm::process_env());
-  } catch (const ConfigError& e) {
-    std::cerr << "meridian train: " << e.what() << "\n" << kUsage;
-    return kExitUsage;
-  }
+  const NodeArgs a = parse_args(args, slurm::process_env());
   try {
     return run_node(a, args);
   } catch (const ConfigError& e) {

@@ -1,6 +1,6 @@
 // `meridian train RUN.yaml ...`: one DiLoCo node of a real run (cli/train/cmd_train_node.cc).
 // `meridian train` (cli/trainer/cmd_train.cc) runs it when its first argument is a file, and
-// prints its usage before the single worker's.
+// prints its help before the single worker's.
 #pragma once
 
 #include <string>
@@ -8,7 +8,8 @@
 
 namespace meridian::cli {
 
-extern const char* const kTrainNodeUsage;
+// Its help, which `meridian train --help` prints before the single worker's.
+std::string train_node_help();
 int run_train_node(const std::vector<std::string>& args);
 
 }  // namespace meridian::cli

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/command.h"
+#include "cli/options.h"
 #include "cli/torch_commands.h"
 #include "engine/core/error.h"
 #include "trainer/model_config.h"
@@ -10,25 +11,24 @@
 namespace meridian::cli {
 namespace {
 
-constexpr const char* kUsage =
-    "usage: meridian model NAME|FILE.yaml\n"
-    "  NAME is a config in trainer/configs (tiny, small, 150m, 1b, intellect1-10b)\n";
+std::unique_ptr<Options> options(std::string& name) {
+  auto o = std::make_unique<Options>(
+      "meridian model", std::vector<std::string>{"NAME|FILE.yaml"},
+      "Prints a model config's shapes, parameter counts and FLOPs per token (PRIME's formula).");
+  o->argument("NAME|FILE.yaml",
+              "a config in trainer/configs (tiny, small, 150m, 1b, intellect1-10b), or a file",
+              name);
+  return o;
+}
 
 int run_model(const std::vector<std::string>& args) {
-  if (args.size() != 1) {
-    std::cerr << kUsage;
-    return kExitUsage;
-  }
-  try {
-    std::cout << trainer::describe(trainer::load_named_config(args[0]).model);
-  } catch (const ConfigError& e) {
-    std::cerr << "meridian model: " << e.what() << "\n";
-    return kExitUsage;
-  }
+  std::string name;
+  options(name)->parse(args);
+  std::cout << trainer::describe(trainer::load_named_config(name).model);
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("model", torch_command_summary("model"), kUsage, run_model);
+MERIDIAN_COMMAND("model", torch_command_summary("model"), help_of<std::string>(options), run_model);
 
 }  // namespace
 }  // namespace meridian::cli

@@ -14,6 +14,7 @@
 #include "cli/build_info.h"
 #include "cli/command.h"
 #include "cli/compose/thread_world.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/torch_commands.h"
 #include "engine/backends/event_sinks/sinks.h"
@@ -27,18 +28,68 @@ namespace {
 
 constexpr std::uint64_t kMaxCount = 1u << 30;  // bound of every count option
 
-constexpr const char* kUsage =
-    "usage: meridian train-diloco [options]\n"
-    "  --model NAME|FILE.yaml   (default small)\n"
-    "  --nodes N                initial nodes (default 4)\n"
-    "  --inner-steps H          (default 50)   --outer-steps S (default 4)\n"
-    "  --codec fp32|bf16|int8|int8-minmax|fp4|topk   wire codec (default fp32; topk: 2 %,\n"
-    "                           2 bits, all-gathered, error feedback 0.95)\n"
-    "  --batch B --seq-len T --lr X --warmup N   override the model config\n"
-    "  --seed S --val-sequences N --cache DIR --csv FILE --events FILE\n"
-    "  --fail NODE@STEP         node id NODE (1..N) dies after outer step STEP (repeatable)\n"
-    "  --join STEP              a new node joins after outer step STEP (repeatable); the\n"
-    "                           run's data plan gives it a member's share\n";
+// What `meridian train-diloco` was asked, as given (checked as each option is read).
+struct DilocoArgs {
+  std::string model = "small", cache = ".cache/meridian-trainer", csv, events, codec = "fp32";
+  std::optional<double> lr;
+  std::optional<std::int64_t> batch, seq_len, warmup;
+  std::uint64_t seed = 0;
+  std::int64_t val_sequences = 32, nodes = 4, inner_steps = 50, outer_steps = 4;
+  std::multimap<std::int64_t, std::int64_t> fail_after;  // outer step -> node id
+  std::vector<std::int64_t> join_after;
+};
+
+std::unique_ptr<Options> options(DilocoArgs& a) {
+  auto o = std::make_unique<Options>(
+      "meridian train-diloco", std::vector<std::string>{"[options]"},
+      "N DiLoCo nodes as threads of one process, each a TorchWorker on the run's data plan, over "
+      "the in-process transport and an in-memory store, with an optional churn schedule. Prints "
+      "the validation loss of the outer parameters per outer step as CSV.");
+  const auto count = [](std::optional<std::int64_t>& into, std::uint64_t lo) {
+    return [&into, lo](const std::string& n, const std::string& v) {
+      into = static_cast<std::int64_t>(opt::integer_in(n, v, lo, kMaxCount));
+    };
+  };
+  o->text("--model", "NAME|FILE.yaml", "the model config (default small)", a.model)
+      .integer("--nodes", "N", "initial nodes (default 4)", a.nodes, 1, kMaxCount)
+      .integer("--inner-steps", "H", "inner steps per outer step (default 50)", a.inner_steps, 1,
+               kMaxCount)
+      .integer("--outer-steps", "S", "outer steps (default 4)", a.outer_steps, 1, kMaxCount)
+      .text("--codec", "C",
+            "wire codec: fp32, bf16, int8, int8-minmax, fp4 or topk (default fp32; topk: 2 %, 2 "
+            "bits, all-gathered, error feedback 0.95)",
+            a.codec)
+      .value("--batch", "B", "sequences per step (default: the model config's)", count(a.batch, 1))
+      .value("--seq-len", "T", "sequence length (default: the model config's)", count(a.seq_len, 1))
+      .value("--lr", "X", "peak learning rate (default: the model config's)",
+             [&a](const std::string& n, const std::string& v) { a.lr = opt::number(n, v); })
+      .value("--warmup", "N", "warmup steps (default: the model config's)", count(a.warmup, 0))
+      .integer("--seed", "S", "the seed (default 0)", a.seed, 0, ~std::uint64_t{0})
+      .integer("--val-sequences", "N", "validation set size (default 32)", a.val_sequences, 1,
+               kMaxCount)
+      .text("--cache", "DIR", "tokenizer and token cache (default .cache/meridian-trainer)",
+            a.cache)
+      .text("--csv", "FILE", "the loss curve (default: stdout)", a.csv)
+      .text("--events", "FILE", "the run's events (JSON lines)", a.events)
+      .value("--fail", "NODE@STEP", "node id NODE (1..N) dies after outer step STEP (repeatable)",
+             [&a](const std::string& n, const std::string& v) {
+               const auto at = v.find('@');
+               if (at == std::string::npos)
+                 throw ConfigError(n + ": expected NODE@STEP, got '" + v + "'");
+               a.fail_after.emplace(static_cast<std::int64_t>(opt::integer_in(
+                                        n + " STEP", v.substr(at + 1), 0, kMaxCount)),
+                                    static_cast<std::int64_t>(opt::integer_in(
+                                        n + " NODE", v.substr(0, at), 1, kMaxCount)));
+             })
+      .value(
+          "--join", "STEP",
+          "a new node joins after outer step STEP (repeatable); the run's data plan gives it a "
+          "member's share",
+          [&a](const std::string& n, const std::string& v) {
+            a.join_after.push_back(static_cast<std::int64_t>(opt::integer_in(n, v, 0, kMaxCount)));
+          });
+  return o;
+}
 
 // Reads the command line into `e` and the output paths. Every value is checked here, before
 // the model or the corpus is touched; a ConfigError names the option and what it expects.
@@ -46,66 +97,34 @@ void parse_train_diloco_args(const std::vector<std::string>& argv, trainer::Emul
                              std::string& csv_path, std::string& events_path) {
   auto& o = e.worker;
   auto& d = e.diloco;
-  int& nodes = e.nodes;
-  std::map<std::string, std::string> kv;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    if (argv[i].rfind("--", 0) != 0 || i + 1 >= argv.size())
-      throw ConfigError("expected --option VALUE pairs, got '" + argv[i] + "'");
-    const std::string k = argv[i].substr(2), v = argv[++i];
-    if (k == "fail") {
-      const auto at = v.find('@');
-      if (at == std::string::npos) throw ConfigError("--fail: expected NODE@STEP, got '" + v + "'");
-      e.fail_after.emplace(opt::integer_in("--fail STEP", v.substr(at + 1), 0, kMaxCount),
-                           opt::integer_in("--fail NODE", v.substr(0, at), 1, kMaxCount));
-    } else if (k == "join") {
-      e.join_after.push_back(opt::integer_in("--join", v, 0, kMaxCount));
-    } else {
-      kv[k] = v;
-    }
-  }
-  auto take = [&](const std::string& k, const std::string& def) {
-    auto it = kv.find(k);
-    std::string v = it == kv.end() ? def : it->second;
-    if (it != kv.end()) kv.erase(it);
-    return v;
-  };
-  const auto count = [&](const std::string& k, std::uint64_t lo) -> std::optional<std::int64_t> {
-    const auto it = kv.find(k);
-    if (it == kv.end()) return std::nullopt;
-    const auto v = static_cast<std::int64_t>(opt::integer_in("--" + k, it->second, lo, kMaxCount));
-    kv.erase(it);
-    return v;
-  };
-  const std::string model = take("model", "small");
-  const auto batch = count("batch", 1), seq_len = count("seq-len", 1);
-  const auto warmup = count("warmup", 0);
-  const std::string lr = take("lr", "");
-  const double lr_value = lr.empty() ? 0.0 : opt::number("--lr", lr);
-  o.seed = opt::unsigned_integer("--seed", take("seed", "0"));
-  o.validation_sequences = static_cast<int>(count("val-sequences", 1).value_or(32));
-  o.data.cache_dir = take("cache", ".cache/meridian-trainer");
-  nodes = static_cast<int>(count("nodes", 1).value_or(4));
-  d.inner_steps = static_cast<int>(count("inner-steps", 1).value_or(50));
-  d.outer_steps = count("outer-steps", 1).value_or(4);
-  d.codec = parse_codec(take("codec", "fp32"));
+  DilocoArgs a;
+  options(a)->parse(argv);
+  e.fail_after = a.fail_after;
+  e.join_after = a.join_after;
+  o.seed = a.seed;
+  o.validation_sequences = static_cast<int>(a.val_sequences);
+  o.data.cache_dir = a.cache;
+  e.nodes = static_cast<int>(a.nodes);
+  d.inner_steps = static_cast<int>(a.inner_steps);
+  d.outer_steps = a.outer_steps;
+  d.codec = parse_codec(a.codec);
   if (d.codec == CodecId::kTopk) d.error_feedback = kDefaultErrorFeedback;
-  csv_path = take("csv", "");
-  events_path = take("events", "");
+  csv_path = a.csv;
+  events_path = a.events;
   if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
   if (!events_path.empty()) opt::check_writable("--events", events_path);
-  if (!kv.empty()) throw ConfigError("unknown option --" + kv.begin()->first);
   trainer::validate_emulation(e);  // the churn schedule, before the model or the corpus
   o.data.on_slow_step = [](const std::string& step) {
     std::cerr << "meridian train-diloco: " << step << "\n";
   };
 
-  o.config = trainer::load_named_config(model);
+  o.config = trainer::load_named_config(a.model);
   auto& t = o.config.train;
-  if (batch) t.batch = static_cast<int>(*batch);
-  if (seq_len) o.config.model.seq_len = static_cast<int>(*seq_len);
+  if (a.batch) t.batch = static_cast<int>(*a.batch);
+  if (a.seq_len) o.config.model.seq_len = static_cast<int>(*a.seq_len);
   trainer::validate(o.config.model, "--seq-len");
-  if (!lr.empty()) t.optim.lr = lr_value;
-  if (warmup) t.optim.warmup_steps = *warmup;
+  if (a.lr) t.optim.lr = *a.lr;
+  if (a.warmup) t.optim.warmup_steps = *a.warmup;
 }
 
 int run_train_diloco(const std::vector<std::string>& argv) {
@@ -113,12 +132,7 @@ int run_train_diloco(const std::vector<std::string>& argv) {
   auto& o = e.worker;
   auto& d = e.diloco;
   std::string csv_path, events_path;
-  try {
-    parse_train_diloco_args(argv, e, csv_path, events_path);
-  } catch (const ConfigError& err) {
-    std::cerr << "meridian train-diloco: " << err.what() << "\n" << kUsage;
-    return kExitUsage;
-  }
+  parse_train_diloco_args(argv, e, csv_path, events_path);
   // Nodes share one core here: bounds are generous, a failed node is cut off explicitly.
   d.allreduce_timeout_s = 1800;
   d.recovery.timeout_s = 1800;
@@ -173,7 +187,8 @@ int run_train_diloco(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
-MERIDIAN_COMMAND("train-diloco", torch_command_summary("train-diloco"), kUsage, run_train_diloco);
+MERIDIAN_COMMAND("train-diloco", torch_command_summary("train-diloco"),
+                 help_of<DilocoArgs>(options), run_train_diloco);
 
 }  // namespace
 }  // namespace meridian::cli

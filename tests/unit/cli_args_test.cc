@@ -1,15 +1,19 @@
 // The typed option values every `meridian` subcommand shares (cli/args.h): what each accepts,
-// and that everything else is a ConfigError naming the option; the conventions main() applies
-// (--key=value, --help) and the run-folder rule (cli/run_folder.h).
+// and that everything else is a ConfigError naming the option; the options themselves
+// (cli/options.h: --key=value, order, repetition, the errors, the generated help); --help, and the
+// run-folder rule (cli/run_folder.h).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
+#include "cli/options.h"
 #include "cli/run_folder.h"
 
 namespace meridian::cli {
@@ -63,22 +67,75 @@ TEST(CliArgs, NumbersFractionsAndLists) {
             std::string::npos);
 }
 
-TEST(CliArgs, AMissingValueNamesTheOption) {
-  const std::vector<std::string> args = {"--port"};
-  std::size_t i = 0;
-  EXPECT_NE(config_error([&] { opt::value(args, i); }).find("--port needs a value"),
-            std::string::npos);
-}
-
 using Args = std::vector<std::string>;
 
-TEST(CliArgs, KeyEqualsValueSplitsAtTheFirstEquals) {
-  EXPECT_EQ(opt::split_key_value({"sim", "a.yaml", "--out=runs/x", "--set=diloco.H=5"}),
-            (Args{"sim", "a.yaml", "--out", "runs/x", "--set", "diloco.H=5"}));
-  // Values and positionals with '=' stay whole; so does all after `--`, and `--k=` / `--=v`.
-  EXPECT_EQ(opt::split_key_value({"--set", "a=b", "x=y", "-o=1", "--k=", "--=v", "--", "--a=b"}),
-            (Args{"--set", "a=b", "x=y", "-o=1", "--k=", "--=v", "--", "--a=b"}));
-  EXPECT_EQ(opt::split_key_value({}), Args{});
+// A command's options as the commands declare them (cli/options.h).
+struct Declared {
+  std::string out;
+  double rate = 0;
+  int count = 0;
+  bool force = false;
+  std::vector<std::string> sets;
+  std::string file;
+  std::unique_ptr<Options> options() {
+    auto o = std::make_unique<Options>("meridian demo", Args{"FILE [options]"},
+                                       "Does what a test needs.");
+    o->argument("FILE", "the input", file)
+        .text("--out", "DIR", "where it goes", out)
+        .number("--rate", "R", "a number", rate)
+        .integer("--count", "N", "an integer in [1, 10]", count, 1, 10)
+        .flag("--force", "a flag", force)
+        .texts("--set", "K=V", "repeatable", sets);
+    return o;
+  }
+  std::string parse(const Args& args) {
+    return config_error([&] { options()->parse(args); });
+  }
+};
+
+TEST(CliOptions, KeyValueInEitherSpellingAnyOrderEachOccurrenceApplied) {
+  Declared d;
+  EXPECT_EQ(d.parse({"--out=runs/x", "in.yaml", "--rate", "2.5", "--set=diloco.H=5", "--set", "a=b",
+                     "--count=3", "--force", "--count", "4"}),
+            "");
+  EXPECT_EQ(d.file, "in.yaml");
+  EXPECT_EQ(d.out, "runs/x");
+  EXPECT_EQ(d.rate, 2.5);
+  EXPECT_EQ(d.count, 4);  // the later one wins
+  EXPECT_TRUE(d.force);
+  EXPECT_EQ(d.sets, (Args{"diloco.H=5", "a=b"}));  // in order, split at the first '=' only
+  Declared after;
+  EXPECT_EQ(after.parse({"--", "--out"}), "");  // after `--`, an argument
+  EXPECT_EQ(after.file, "--out");
+  Declared negative;
+  EXPECT_EQ(negative.parse({"f", "--rate", "-0.5"}), "");
+  EXPECT_EQ(negative.rate, -0.5);
+}
+
+TEST(CliOptions, EveryErrorNamesTheOptionOrArgument) {
+  Declared d;
+  EXPECT_EQ(d.parse({"f", "--out"}).rfind("--out needs a value\nusage: meridian demo FILE", 0), 0u);
+  EXPECT_EQ(Declared()
+                .parse({"f", "--no-such-option", "5"})
+                .rfind("unknown option '--no-such-option'", 0),
+            0u);
+  EXPECT_EQ(Declared().parse({"f", "g"}).rfind("unexpected argument 'g'", 0), 0u);
+  EXPECT_EQ(Declared().parse({"--force"}).rfind("missing FILE", 0), 0u);
+  EXPECT_EQ(Declared().parse({"f", "--count", "11"}),
+            "--count: expected an integer in [1, 10], got '11'");
+  EXPECT_EQ(Declared().parse({"f", "--rate", "fast"}), "--rate: expected a number, got 'fast'");
+}
+
+TEST(CliOptions, HelpIsGeneratedFromTheDeclarations) {
+  Declared d;
+  const std::string help = d.options()->help();
+  EXPECT_EQ(help.rfind("usage: meridian demo FILE [options]\n\nDoes what a test needs.\n", 0), 0u)
+      << help;
+  for (const char* line : {"\narguments:\n  FILE ", "\noptions:\n  --out DIR ", "\n  --rate R ",
+                           "\n  --count N ", "\n  --force ", "\n  --set K=V "})
+    EXPECT_NE(help.find(line), std::string::npos) << line << "\n" << help;
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 100u) << line;
 }
 
 TEST(CliArgs, HelpAnywhereBeforeDoubleDash) {
