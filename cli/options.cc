@@ -75,7 +75,11 @@ Options::~Options() = default;
 Options& Options::value(const std::string& name, const std::string& value_name,
                         const std::string& help, Set set) {
   impl_->app
-      .add_option_function<std::string>(name, [name, set](const std::string& v) { set(name, v); })
+      .add_option_function<std::string>(name,
+                                        [name, set, given = given_](const std::string& v) {
+                                          given->push_back(name);
+                                          set(name, v);
+                                        })
       ->type_name(value_name)
       ->trigger_on_parse()
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -129,7 +133,13 @@ Options& Options::flag(const std::string& name, const std::string& help, bool& i
 }
 
 Options& Options::flag(const std::string& name, const std::string& help, std::function<void()> on) {
-  impl_->app.add_flag_callback(name, std::move(on))->trigger_on_parse();
+  impl_->app
+      .add_flag_callback(name,
+                         [name, on = std::move(on), given = given_] {
+                           given->push_back(name);
+                           on();
+                         })
+      ->trigger_on_parse();
   entries_.push_back({name, "", help, false});
   return *this;
 }
@@ -171,6 +181,7 @@ void Options::parse(const std::vector<std::string>& args) {
     const std::size_t index = std::strtoul(what.c_str() + at + 8, nullptr, 10);
     return index < entries_.size() && entries_[index].positional ? &entries_[index] : nullptr;
   };
+  given_->clear();
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     impl_->app.parse(reversed);
@@ -210,20 +221,24 @@ void Options::parse_or_exit(int argc, char** argv) {
   }
 }
 
+bool Options::given(const std::string& name) const {
+  return std::find(given_->begin(), given_->end(), name) != given_->end();
+}
+
 std::string Options::usage() const {
   std::string out;
   for (std::size_t i = 0; i < forms_.size(); ++i) {
     const std::string head = std::string(i == 0 ? "usage: " : "       ") + program_ + " ";
     // A long form goes on under itself, never breaking inside [...] or (...) or a run of
     // spaces (which stays as written: it sets a note apart).
-    const std::string& given = forms_[i];
-    std::string form = given;
+    const std::string& written = forms_[i];
+    std::string form = written;
     int depth = 0;
     for (std::size_t k = 0; k < form.size(); ++k) {
-      depth += (given[k] == '[' || given[k] == '(') - (given[k] == ']' || given[k] == ')');
+      depth += (written[k] == '[' || written[k] == '(') - (written[k] == ']' || written[k] == ')');
       const bool run =
-          (k > 0 && given[k - 1] == ' ') || (k + 1 < given.size() && given[k + 1] == ' ');
-      if (given[k] == ' ' && (depth > 0 || run)) form[k] = '\x01';
+          (k > 0 && written[k - 1] == ' ') || (k + 1 < written.size() && written[k + 1] == ' ');
+      if (written[k] == ' ' && (depth > 0 || run)) form[k] = '\x01';
     }
     std::string wrapped = wrap(form, head.size());
     std::replace(wrapped.begin(), wrapped.end(), '\x01', ' ');

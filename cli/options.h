@@ -71,6 +71,8 @@ class Options {
   void parse_or_exit(int argc, char** argv);
   // The command's help, generated from the declarations.
   std::string help() const;
+  // Whether the last parse met option `name` (as declared).
+  bool given(const std::string& name) const;
   // The usage lines alone ("usage: PROGRAM FORM", one per form), as errors print them.
   std::string usage() const;
 
@@ -84,6 +86,7 @@ class Options {
   std::vector<std::string> forms_;
   std::string about_, notes_;
   std::vector<Entry> entries_;
+  std::shared_ptr<std::vector<std::string>> given_ = std::make_shared<std::vector<std::string>>();
   std::unique_ptr<Impl> impl_;
 };
 

@@ -22,6 +22,7 @@
 #include "engine/core/error.h"
 #include "engine/core/events/event_sink.h"
 #include "trainer/diloco_emulation.h"
+#include "trainer/run_config.h"
 
 namespace meridian::cli {
 namespace {
@@ -30,6 +31,8 @@ constexpr std::uint64_t kMaxCount = 1u << 30;  // bound of every count option
 
 // What `meridian train-diloco` was asked, as given (checked as each option is read).
 struct DilocoArgs {
+  std::string run_file;                // RUN.yaml: the run's settings come from it
+  std::vector<std::string> overrides;  // --set, with RUN.yaml
   std::string model = "small", cache = ".cache/meridian-trainer", csv, events, codec = "fp32";
   std::optional<double> lr;
   std::optional<std::int64_t> batch, seq_len, warmup;
@@ -41,16 +44,25 @@ struct DilocoArgs {
 
 std::unique_ptr<Options> options(DilocoArgs& a) {
   auto o = std::make_unique<Options>(
-      "meridian train-diloco", std::vector<std::string>{"[options]"},
+      "meridian train-diloco",
+      std::vector<std::string>{"RUN.yaml [--set KEY=VALUE]... [--fail NODE@STEP]... "
+                               "[--join STEP]... [--csv FILE] [--events FILE]",
+                               "[options]"},
       "N DiLoCo nodes as threads of one process, each a TorchWorker on the run's data plan, over "
       "the in-process transport and an in-memory store, with an optional churn schedule. Prints "
-      "the validation loss of the outer parameters per outer step as CSV.");
+      "the validation loss of the outer parameters per outer step as CSV. The run is a run file, "
+      "as `meridian train` and `meridian sim` take it (run.nodes nodes, its model, train, data "
+      "and diloco sections; its network, store and transport are not used here), or the options "
+      "below without one.");
+  o->argument("RUN.yaml", "the run file (cli/train/README.md, \"The run file\")", a.run_file, false)
+      .texts("--set", "KEY=VALUE", "with RUN.yaml: override a key of it (repeatable)", a.overrides);
   const auto count = [](std::optional<std::int64_t>& into, std::uint64_t lo) {
     return [&into, lo](const std::string& n, const std::string& v) {
       into = static_cast<std::int64_t>(opt::integer_in(n, v, lo, kMaxCount));
     };
   };
-  o->text("--model", "NAME|FILE.yaml", "the model config (default small)", a.model)
+  o->text("--model", "NAME|FILE.yaml", "without RUN.yaml: the model config (default small)",
+          a.model)
       .integer("--nodes", "N", "initial nodes (default 4)", a.nodes, 1, kMaxCount)
       .integer("--inner-steps", "H", "inner steps per outer step (default 50)", a.inner_steps, 1,
                kMaxCount)
@@ -91,16 +103,11 @@ std::unique_ptr<Options> options(DilocoArgs& a) {
   return o;
 }
 
-// Reads the command line into `e` and the output paths. Every value is checked here, before
-// the model or the corpus is touched; a ConfigError names the option and what it expects.
-void parse_train_diloco_args(const std::vector<std::string>& argv, trainer::EmulationOptions& e,
-                             std::string& csv_path, std::string& events_path) {
+// The run's settings from the options (no run file); the model is loaded by load_model, after
+// every check.
+void from_options(const DilocoArgs& a, trainer::EmulationOptions& e) {
   auto& o = e.worker;
   auto& d = e.diloco;
-  DilocoArgs a;
-  options(a)->parse(argv);
-  e.fail_after = a.fail_after;
-  e.join_after = a.join_after;
   o.seed = a.seed;
   o.validation_sequences = static_cast<int>(a.val_sequences);
   o.data.cache_dir = a.cache;
@@ -109,15 +116,40 @@ void parse_train_diloco_args(const std::vector<std::string>& argv, trainer::Emul
   d.outer_steps = a.outer_steps;
   d.codec = parse_codec(a.codec);
   if (d.codec == CodecId::kTopk) d.error_feedback = kDefaultErrorFeedback;
-  csv_path = a.csv;
-  events_path = a.events;
-  if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
-  if (!events_path.empty()) opt::check_writable("--events", events_path);
-  trainer::validate_emulation(e);  // the churn schedule, before the model or the corpus
-  o.data.on_slow_step = [](const std::string& step) {
-    std::cerr << "meridian train-diloco: " << step << "\n";
-  };
+}
 
+// The options that say what a run file says: refused beside one (the file, or --set, says it).
+constexpr const char* kRunFileKeys[][2] = {{"--model", "model"},
+                                           {"--nodes", "run.nodes"},
+                                           {"--inner-steps", "diloco.H"},
+                                           {"--outer-steps", "run.outer_steps"},
+                                           {"--codec", "diloco.codec"},
+                                           {"--batch", "train.batch"},
+                                           {"--seq-len", "model.seq_len"},
+                                           {"--lr", "train.lr"},
+                                           {"--warmup", "train.warmup_steps"},
+                                           {"--seed", "run.seed"},
+                                           {"--val-sequences", "data.validation_sequences"},
+                                           {"--cache", "data.cache_dir"}};
+
+// The run's settings from RUN.yaml, resolved as a real node resolves them (trainer/run_config.h):
+// run.nodes nodes, the model and inner optimizer, the data, DilocoOptions.
+void from_run_file(const DilocoArgs& a, const Options& opts, trainer::EmulationOptions& e) {
+  for (const auto& [option, key] : kRunFileKeys)
+    if (opts.given(option))
+      throw ConfigError(std::string(option) + ": the run file says it (" + key +
+                        "); set it there or with --set " + key + "=...");
+  const trainer::RunConfig c = trainer::load_run_config(a.run_file, a.overrides);
+  e.worker.config = c.trainer;
+  e.worker.data = c.data;
+  e.worker.seed = c.seed;
+  e.worker.validation_sequences = c.validation_sequences;
+  e.nodes = c.initial_nodes;
+  e.diloco = c.diloco;
+}
+
+// The model config of the options, with their overrides.
+void load_model(const DilocoArgs& a, trainer::TorchWorkerOptions& o) {
   o.config = trainer::load_named_config(a.model);
   auto& t = o.config.train;
   if (a.batch) t.batch = static_cast<int>(*a.batch);
@@ -125,6 +157,32 @@ void parse_train_diloco_args(const std::vector<std::string>& argv, trainer::Emul
   trainer::validate(o.config.model, "--seq-len");
   if (a.lr) t.optim.lr = *a.lr;
   if (a.warmup) t.optim.warmup_steps = *a.warmup;
+}
+
+// Reads the command line into `e` and the output paths. Every value is checked here, before
+// the model or the corpus is touched; a ConfigError names the option and what it expects.
+void parse_train_diloco_args(const std::vector<std::string>& argv, trainer::EmulationOptions& e,
+                             std::string& csv_path, std::string& events_path) {
+  DilocoArgs a;
+  const auto opts = options(a);
+  opts->parse(argv);
+  if (!a.run_file.empty()) {
+    from_run_file(a, *opts, e);
+  } else {
+    if (!a.overrides.empty()) throw ConfigError("--set: only with a run file (RUN.yaml)");
+    from_options(a, e);
+  }
+  e.fail_after = a.fail_after;
+  e.join_after = a.join_after;
+  csv_path = a.csv;
+  events_path = a.events;
+  if (!csv_path.empty()) opt::check_writable("--csv", csv_path);
+  if (!events_path.empty()) opt::check_writable("--events", events_path);
+  trainer::validate_emulation(e);  // the churn schedule, before the model or the corpus
+  e.worker.data.on_slow_step = [](const std::string& step) {
+    std::cerr << "meridian train-diloco: " << step << "\n";
+  };
+  if (a.run_file.empty()) load_model(a, e.worker);
 }
 
 int run_train_diloco(const std::vector<std::string>& argv) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -200,6 +201,40 @@ TEST_F(CliTest, TrainDilocoNamesTheBadOptionBeforeLoadingAnything) {
   EXPECT_EQ(csv.rc, 2);
   EXPECT_NE(csv.err.find("--csv: cannot write 'missing/loss.csv'"), std::string::npos) << csv.err;
   EXPECT_FALSE(fs::exists(dir_ / "no-cache"));
+}
+
+// Issue 33: `train-diloco` reads a run file like `sim` and `train`; the same run given by its
+// options trains the same losses. An option the file says is refused, naming the key.
+TEST_F(CliTest, TrainDilocoRunsARunFileAsItsOptionsWouldSay) {
+  if (!has_command("train-diloco")) GTEST_SKIP() << "built without the trainer";
+  std::ofstream(dir_ / "run.yaml") << "run: {name: t, seed: 3, nodes: 2, outer_steps: 2}\n"
+                                      "model: tiny\n"
+                                      "train: {batch: 2}\n"
+                                      "data: {cache_dir: cache, validation_sequences: 16}\n"
+                                      "diloco: {H: 2, codec: int8}\n";
+  const Ran file = meridian("train-diloco run.yaml --csv file.csv");
+  ASSERT_EQ(file.rc, 0) << file.err;
+  const Ran flags = meridian(
+      "train-diloco --model tiny --nodes 2 --inner-steps 2 --outer-steps 2 --codec int8 "
+      "--batch 2 --seed 3 --val-sequences 16 --cache cache --csv flags.csv");
+  ASSERT_EQ(flags.rc, 0) << flags.err;
+  // Every column but the last (elapsed seconds).
+  const auto losses = [](const std::string& csv) {
+    std::istringstream in(csv);
+    std::string out;
+    for (std::string line; std::getline(in, line);) out += line.substr(0, line.rfind(',')) + "\n";
+    return out;
+  };
+  const std::string trained = losses(slurp(dir_ / "file.csv"));
+  EXPECT_EQ(std::count(trained.begin(), trained.end(), '\n'), 3) << trained;  // header, 2 steps
+  EXPECT_EQ(trained, losses(slurp(dir_ / "flags.csv")));
+  const Ran both = meridian("train-diloco run.yaml --nodes 3");
+  EXPECT_EQ(both.rc, 2);
+  EXPECT_NE(both.err.find("--nodes: the run file says it (run.nodes)"), std::string::npos)
+      << both.err;
+  const Ran set_alone = meridian("train-diloco --set run.nodes=3");
+  EXPECT_EQ(set_alone.rc, 2);
+  EXPECT_NE(set_alone.err.find("--set: only with a run file"), std::string::npos) << set_alone.err;
 }
 
 // Issue 21: `--out=DIR` was refused. `--key=value` reaches the command as `--key value`; here
