@@ -21,7 +21,9 @@ def key(r):
 out, summary = [], {"cells": []}
 for label, measured, predicted in [("int8 ring, 64 MiB", "measured.csv", "predicted.csv"),
                                    ("fp32 ring, 256 MiB", "measured-fp32.csv",
-                                    "predicted-fp32.csv")]:
+                                    "predicted-fp32.csv"),
+                                   ("int8 ring, 64 MiB, the full grid", "measured-grid.csv",
+                                    "predicted-grid.csv")]:
     m, p = rows(measured), {key(r): float(r["time_ms"]) for r in rows(predicted)}
     if not m:
         continue
