@@ -76,8 +76,8 @@ Options& Options::value(const std::string& name, const std::string& value_name,
                         const std::string& help, Set set) {
   impl_->app
       .add_option_function<std::string>(name,
-                                        [name, set, given = given_](const std::string& v) {
-                                          given->push_back(name);
+                                        [this, name, set](const std::string& v) {
+                                          given_.push_back(name);
                                           set(name, v);
                                         })
       ->type_name(value_name)
@@ -105,27 +105,33 @@ Options& Options::number(const std::string& name, const std::string& value_name,
                [&into](const std::string& n, const std::string& v) { into = opt::number(n, v); });
 }
 
+namespace {
+
+// Sets `into` from digits in [lo, hi] (cli/args.h's integer_in names the option otherwise).
+template <typename T>
+Options::Set integer_into(T& into, std::uint64_t lo, std::uint64_t hi) {
+  return [&into, lo, hi](const std::string& n, const std::string& v) {
+    into = static_cast<T>(opt::integer_in(n, v, lo, hi));
+  };
+}
+
+}  // namespace
+
 Options& Options::integer(const std::string& name, const std::string& value_name,
                           const std::string& help, std::int64_t& into, std::uint64_t lo,
                           std::uint64_t hi) {
-  return value(name, value_name, help, [&into, lo, hi](const std::string& n, const std::string& v) {
-    into = static_cast<std::int64_t>(opt::integer_in(n, v, lo, hi));
-  });
+  return value(name, value_name, help, integer_into(into, lo, hi));
 }
 
 Options& Options::integer(const std::string& name, const std::string& value_name,
                           const std::string& help, int& into, std::uint64_t lo, std::uint64_t hi) {
-  return value(name, value_name, help, [&into, lo, hi](const std::string& n, const std::string& v) {
-    into = static_cast<int>(opt::integer_in(n, v, lo, hi));
-  });
+  return value(name, value_name, help, integer_into(into, lo, hi));
 }
 
 Options& Options::integer(const std::string& name, const std::string& value_name,
                           const std::string& help, std::uint64_t& into, std::uint64_t lo,
                           std::uint64_t hi) {
-  return value(name, value_name, help, [&into, lo, hi](const std::string& n, const std::string& v) {
-    into = opt::integer_in(n, v, lo, hi);
-  });
+  return value(name, value_name, help, integer_into(into, lo, hi));
 }
 
 Options& Options::flag(const std::string& name, const std::string& help, bool& into) {
@@ -135,8 +141,8 @@ Options& Options::flag(const std::string& name, const std::string& help, bool& i
 Options& Options::flag(const std::string& name, const std::string& help, std::function<void()> on) {
   impl_->app
       .add_flag_callback(name,
-                         [name, on = std::move(on), given = given_] {
-                           given->push_back(name);
+                         [this, name, on = std::move(on)] {
+                           given_.push_back(name);
                            on();
                          })
       ->trigger_on_parse();
@@ -181,7 +187,7 @@ void Options::parse(const std::vector<std::string>& args) {
     const std::size_t index = std::strtoul(what.c_str() + at + 8, nullptr, 10);
     return index < entries_.size() && entries_[index].positional ? &entries_[index] : nullptr;
   };
-  given_->clear();
+  given_.clear();
   try {
     std::vector<std::string> reversed(args.rbegin(), args.rend());
     impl_->app.parse(reversed);
@@ -222,7 +228,7 @@ void Options::parse_or_exit(int argc, char** argv) {
 }
 
 bool Options::given(const std::string& name) const {
-  return std::find(given_->begin(), given_->end(), name) != given_->end();
+  return std::find(given_.begin(), given_.end(), name) != given_.end();
 }
 
 std::string Options::usage() const {

@@ -86,7 +86,7 @@ class Options {
   std::vector<std::string> forms_;
   std::string about_, notes_;
   std::vector<Entry> entries_;
-  std::shared_ptr<std::vector<std::string>> given_ = std::make_shared<std::vector<std::string>>();
+  std::vector<std::string> given_;  // the options the last parse met, in order
   std::unique_ptr<Impl> impl_;
 };
 

@@ -18,6 +18,7 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -38,7 +39,6 @@ struct ProbeArgs {
   std::string bind_host = "0.0.0.0", port_file, cc_name;
   std::uint16_t port = 0;
   std::uint64_t connections = 0, pings = 20, bytes = 10'000'000, flows = 1;
-  std::vector<std::string> serve_only, client_only;  // options given, by mode
 };
 
 std::unique_ptr<Options> options(ProbeArgs& a) {
@@ -57,52 +57,25 @@ std::unique_ptr<Options> options(ProbeArgs& a) {
       "receivers' clock, the same CLOCK_MONOTONIC on one machine, namespaces or not): the "
       "message's delivery time. retrans_segs: the senders' retransmitted segments (TCP_INFO), "
       "segs: the data segments without retransmissions (bytes / MSS per connection).");
-  const auto serve = [&a](const std::string& n) { a.serve_only.push_back(n); };
-  const auto client = [&a](const std::string& n) { a.client_only.push_back(n); };
+  const auto unsigned_into = [](std::uint64_t& into) {
+    return
+        [&into](const std::string& n, const std::string& v) { into = opt::unsigned_integer(n, v); };
+  };
   o->argument("serve|HOST:PORT", "serve, or the server to probe", a.target)
-      .value("--bind", "HOST", "serve: the address to listen on (default 0.0.0.0)",
-             [&a, serve](const std::string& n, const std::string& v) {
-               a.bind_host = v;
-               serve(n);
-             })
+      .text("--bind", "HOST", "serve: the address to listen on (default 0.0.0.0)", a.bind_host)
       .value("--port", "P", "serve: the port (default 0: a free one, written to --port-file)",
-             [&a, serve](const std::string& n, const std::string& v) {
-               a.port = opt::port(n, v);
-               serve(n);
-             })
-      .value("--port-file", "F", "serve: where the port is written once it listens",
-             [&a, serve](const std::string& n, const std::string& v) {
-               a.port_file = v;
-               serve(n);
-             })
+             [&a](const std::string& n, const std::string& v) { a.port = opt::port(n, v); })
+      .text("--port-file", "F", "serve: where the port is written once it listens", a.port_file)
       .value("--connections", "K", "serve: connections to answer (default: until killed)",
-             [&a, serve](const std::string& n, const std::string& v) {
-               a.connections = opt::unsigned_integer(n, v);
-               serve(n);
-             })
-      .value("--pings", "N", "client: ping-pongs (default 20; 0: none)",
-             [&a, client](const std::string& n, const std::string& v) {
-               a.pings = opt::unsigned_integer(n, v);
-               client(n);
-             })
-      .value("--bytes", "B", "client: bytes in all (default 10000000)",
-             [&a, client](const std::string& n, const std::string& v) {
-               a.bytes = opt::unsigned_integer(n, v);
-               client(n);
-             })
-      .value("--flows", "K", "client: connections at once (default 1)",
-             [&a, client](const std::string& n, const std::string& v) {
-               a.flows = opt::integer_in(n, v, 1, 1024);
-               client(n);
-             })
-      .value("--cc", "NAME",
-             "client: the bulk connections' congestion control (TCP_CONGESTION; any the kernel "
-             "has, with CAP_NET_ADMIN, where a namespace's net.ipv4.tcp_congestion_control may "
-             "only name the allowed ones); the one in use goes to stderr",
-             [&a, client](const std::string& n, const std::string& v) {
-               a.cc_name = v;
-               client(n);
-             });
+             unsigned_into(a.connections))
+      .value("--pings", "N", "client: ping-pongs (default 20; 0: none)", unsigned_into(a.pings))
+      .value("--bytes", "B", "client: bytes in all (default 10000000)", unsigned_into(a.bytes))
+      .integer("--flows", "K", "client: connections at once (default 1)", a.flows, 1, 1024)
+      .text("--cc", "NAME",
+            "client: the bulk connections' congestion control (TCP_CONGESTION; any the kernel "
+            "has, with CAP_NET_ADMIN, where a namespace's net.ipv4.tcp_congestion_control may "
+            "only name the allowed ones); the one in use goes to stderr",
+            a.cc_name);
   return o;
 }
 
@@ -369,12 +342,15 @@ int run_client(const ProbeArgs& a) {
 
 int run_netprobe(const std::vector<std::string>& args) {
   ProbeArgs a;
-  options(a)->parse(args);
+  const auto opts = options(a);
+  opts->parse(args);
   const bool serve = a.target == "serve";
-  const std::vector<std::string>& wrong = serve ? a.client_only : a.serve_only;
-  if (!wrong.empty())
-    throw ConfigError(wrong.front() + ": only " +
-                      (serve ? "for a client (HOST:PORT)" : "with serve"));
+  static const char* const kServeOnly[] = {"--bind", "--port", "--port-file", "--connections"};
+  static const char* const kClientOnly[] = {"--pings", "--bytes", "--flows", "--cc"};
+  for (const char* name : serve ? std::span(kClientOnly) : std::span(kServeOnly))
+    if (opts->given(name))
+      throw ConfigError(std::string(name) + ": only " +
+                        (serve ? "for a client (HOST:PORT)" : "with serve"));
   return serve ? run_serve(a) : run_client(a);
 }
 

@@ -24,11 +24,6 @@ std::unique_ptr<Options> options(netsim::FlowProbe& p) {
       "model\"). Prints one JSON line: seconds (first byte sent to last byte received, gaps "
       "excluded), bytes (delivered), goodput_mbit_per_s, rate_bound_mbit_per_s (the loss/cap "
       "bound of all K connections; null when none).");
-  const auto count = [](int& into) {
-    return [&into](const std::string& n, const std::string& v) {
-      into = static_cast<int>(opt::integer_in(n, v, 0, 1u << 30));
-    };
-  };
   const auto boolean_into = [](bool& into) {
     return [&into](const std::string& n, const std::string& v) { into = boolean(n, v); };
   };
@@ -39,8 +34,9 @@ std::unique_ptr<Options> options(netsim::FlowProbe& p) {
              })
       .number("--loss", "P", "packet loss on the path (default 0)", p.loss)
       .integer("--bytes", "S", "bytes per message (default 64 MiB)", p.bytes, 0, ~std::uint64_t{0})
-      .value("--flows", "K", "parallel TCP connections per message (default 1)", count(p.flows))
-      .value("--messages", "M", "messages (default 1)", count(p.messages))
+      .integer("--flows", "K", "parallel TCP connections per message (default 1)", p.flows, 0,
+               1u << 30)
+      .integer("--messages", "M", "messages (default 1)", p.messages, 0, 1u << 30)
       .value(
           "--gap-ms", "G", "ms idle between messages (default 0)",
           [&p](const std::string& n, const std::string& v) { p.gap_s = opt::number(n, v) / 1000; })
@@ -53,8 +49,8 @@ std::unique_ptr<Options> options(netsim::FlowProbe& p) {
               "socket buffer per connection, bytes (default 4194304, Linux's tcp_wmem maximum)",
               p.window_bytes)
       .number("--mss-bytes", "B", "segment size (default 1448)", p.tcp.mss_bytes)
-      .value("--initial-window", "N", "initial window, segments (default 10)",
-             count(p.tcp.initial_window_segments))
+      .integer("--initial-window", "N", "initial window, segments (default 10)",
+               p.tcp.initial_window_segments, 0, 1u << 30)
       .value("--slow-start-after-idle", "true|false",
              "restart the window after an idle gap (default true)",
              boolean_into(p.tcp.slow_start_after_idle))

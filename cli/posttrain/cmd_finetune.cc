@@ -54,11 +54,6 @@ std::unique_ptr<Options> options(FinetuneArgs& f) {
       "tensors are trained and only they get AdamW state. Writes DIR/model.safetensors and "
       "DIR/result.json (per-step loss and time, parameters and optimizer bytes, peak RSS, and "
       "the validation loss on both corpora).");
-  const auto count = [](int& into) {
-    return [&into](const std::string& n, const std::string& v) {
-      into = static_cast<int>(opt::integer_in(n, v, 0, 1u << 30));
-    };
-  };
   o->text("--config", "NAME|FILE.yaml", "the model config (trainer/configs, or a file)",
           f.config_name)
       .text("--out", "DIR", "the output folder", f.out)
@@ -75,15 +70,17 @@ std::unique_ptr<Options> options(FinetuneArgs& f) {
             f.init)
       .text("--spectrum", "YAML", "train only the YAML's `train:` tensors (meridian spectrum)",
             f.spectrum_yaml)
-      .value("--steps", "N", "training steps (default 100; 0 only evaluates)", count(f.steps))
+      .integer("--steps", "N", "training steps (default 100; 0 only evaluates)", f.steps, 0,
+               1u << 30)
       .number("--lr", "X", "the learning rate (default: the model config's)", f.lr)
       .number("--warmup", "N", "warm-up steps (default: the model config's)", f.warmup)
       .integer("--seed", "S", "the seed (default 0)", f.seed, 0, ~std::uint64_t{0})
-      .value("--batch", "B", "sequences per step (default: the model config's)", count(f.batch))
-      .value("--seq-len", "T", "tokens per sequence, at most the model's (default: the model's)",
-             count(f.seq_len))
-      .value("--eval-sequences", "N", "validation sequences per corpus (default 32)",
-             count(f.eval_sequences))
+      .integer("--batch", "B", "sequences per step (default: the model config's)", f.batch, 0,
+               1u << 30)
+      .integer("--seq-len", "T", "tokens per sequence, at most the model's (default: the model's)",
+               f.seq_len, 0, 1u << 30)
+      .integer("--eval-sequences", "N", "validation sequences per corpus (default 32)",
+               f.eval_sequences, 0, 1u << 30)
       .text("--domain-dir", "DIR",
             "the domain corpus's folder (default /usr/share/common-licenses, from base-files)",
             f.domain_dir)
