@@ -31,9 +31,10 @@ struct GatherResult {
   std::vector<std::exception_ptr> errors;
 };
 
+// `segments`: as ring_all_gather_sum's (empty: the buffer is one).
 GatherResult gather(std::vector<Transport*> transports,
                     const std::vector<std::vector<float>>& inputs, const Codec& codec,
-                    const RingOptions& options) {
+                    const RingOptions& options, std::span<const std::size_t> segments = {}) {
   const int world = static_cast<int>(transports.size());
   GatherResult out;
   out.sums = inputs;
@@ -41,8 +42,9 @@ GatherResult gather(std::vector<Transport*> transports,
   out.stats.resize(world);
   ThreadRuntime runtime;
   out.errors = run_ranks(world, [&](int r) {
-    out.stats[r] = ring_all_gather_sum(*transports[r], runtime, codec,
-                                       ReduceBuffer::of(out.sums[r]), out.owns[r], options);
+    out.stats[r] =
+        ring_all_gather_sum(*transports[r], runtime, codec, ReduceBuffer::of(out.sums[r]),
+                            out.owns[r], options, nullptr, segments);
   });
   return out;
 }
@@ -74,19 +76,26 @@ TEST(RingGather, SumsEveryRanksDecodedEncodingInRankOrderOnEveryRank) {
         o.max_chunk_bytes = max_bytes;
         o.timeout_s = 10;
         const GatherResult g = gather(ring.transports(), in, codec, o);
-        // Reference: the same pieces encoded and decoded one by one, added in rank order.
-        const std::size_t piece = n == 0 ? 1 : piece_values_for(codec, n, max_bytes);
-        const std::size_t pieces = (n + piece - 1) / piece;
+        // Reference: the same units encoded and decoded one by one, added in rank order; the
+        // units packed into messages of at most max_bytes of encodings, in order.
+        const std::size_t unit = n == 0 ? 1 : piece_values_for(codec, n, max_bytes);
+        const std::size_t units = (n + unit - 1) / unit;
         std::vector<float> want(n, 0.0f);
         std::vector<std::vector<float>> own(world, std::vector<float>(n));
-        std::uint64_t message_bytes = 0;
+        std::uint64_t message_bytes = 0, in_message = 0;
         for (int r = 0; r < world; ++r) {
-          for (std::size_t p = 0; p < pieces && n > 0; ++p) {
-            const std::size_t begin = p * piece, len = std::min(piece, n - begin);
-            const auto piece = std::span(in[r]).subspan(begin, len);
-            const auto bytes = codec_test::encode(codec, piece);
+          for (std::size_t u = 0; u < units && n > 0; ++u) {
+            const std::size_t begin = u * unit, len = std::min(unit, n - begin);
+            const auto values = std::span(in[r]).subspan(begin, len);
+            const auto bytes = codec_test::encode(codec, values);
             codec.decode(bytes, std::span(own[r]).subspan(begin, len));
-            if (r == 0) message_bytes += kChunkHeaderBytes + bytes.size();
+            if (r != 0) continue;
+            if (u == 0 || in_message + bytes.size() > max_bytes) {
+              message_bytes += kChunkHeaderBytes;
+              in_message = 0;
+            }
+            message_bytes += bytes.size();
+            in_message += bytes.size();
           }
           for (std::size_t i = 0; i < n; ++i) want[i] += own[r][i];
         }
@@ -120,15 +129,7 @@ TEST(RingGather, SegmentsAreEncodedEachOnItsOwnInOneGather) {
   RingOptions o;
   o.timeout_s = 10;
   o.max_chunk_bytes = 300;  // one 4096-value chunk per piece
-  GatherResult g;
-  g.sums = in;
-  g.owns.assign(world, std::vector<float>(n, -1.0f));
-  g.stats.resize(world);
-  ThreadRuntime runtime;
-  g.errors = run_ranks(world, [&](int r) {
-    g.stats[r] = ring_all_gather_sum(*ring.transports()[r], runtime, codec,
-                                     ReduceBuffer::of(g.sums[r]), g.owns[r], o, nullptr, segments);
-  });
+  const GatherResult g = gather(ring.transports(), in, codec, o, segments);
   std::vector<float> want(n, 0.0f);
   for (int r = 0; r < world; ++r) {
     std::vector<float> own(n);
@@ -147,12 +148,45 @@ TEST(RingGather, SegmentsAreEncodedEachOnItsOwnInOneGather) {
   }
   for (int r = 0; r < world; ++r) EXPECT_EQ(g.sums[r], want) << "rank " << r;
   // Segments that do not add up to the buffer are a ConfigError.
+  ThreadRuntime runtime;
   InProcRing one(1, 1);
   std::vector<float> x(10);
   const std::vector<std::size_t> wrong = {4, 5};
   EXPECT_THROW(ring_all_gather_sum(*one.transports()[0], runtime, codec, ReduceBuffer::of(x), {}, o,
                                    nullptr, wrong),
                ConfigError);
+}
+
+// Small segments share a message: a piece takes the next segment's encoding while they fit
+// max_chunk_bytes together, one header for all (the bytes say how many messages went).
+TEST(RingGather, SmallSegmentsShareAMessageAndSumAsIfSentOneByOne) {
+  const TopkCodec codec(0.02, 2);
+  const int world = 3;
+  const std::vector<std::size_t> segments(8, 4096);
+  const std::size_t n = 8 * 4096, each = codec.encoded_bytes(4096);
+  const auto in = inputs(world, n);
+  std::vector<float> want(n, 0.0f);
+  for (int r = 0; r < world; ++r)
+    for (std::size_t at = 0; at < n; at += 4096) {
+      std::vector<float> own(4096);
+      codec.decode(codec_test::encode(codec, std::span(in[r]).subspan(at, 4096)), own);
+      for (std::size_t i = 0; i < 4096; ++i) want[at + i] += own[i];
+    }
+  // Messages of 8, 2 and 1 segments.
+  for (const auto& [max_bytes, messages] :
+       {std::pair<std::size_t, std::uint64_t>{4 << 20, 1}, {2 * each, 4}, {2 * each - 1, 8}}) {
+    InProcRing ring(world, 11);
+    RingOptions o;
+    o.timeout_s = 10;
+    o.max_chunk_bytes = max_bytes;
+    const GatherResult g = gather(ring.transports(), in, codec, o, segments);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_FALSE(g.errors[r]) << "max_chunk_bytes " << max_bytes << ", rank " << r;
+      EXPECT_EQ(g.sums[r], want) << "max_chunk_bytes " << max_bytes << ", rank " << r;
+      EXPECT_EQ(g.stats[r].bytes_sent, (world - 1) * (messages * kChunkHeaderBytes + 8 * each))
+          << "max_chunk_bytes " << max_bytes << ", rank " << r;
+    }
+  }
 }
 
 TEST(RingGather, ThePlainRingRefusesASparseCodec) {

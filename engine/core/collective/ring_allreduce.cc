@@ -525,13 +525,15 @@ class RingPass {
 };
 
 // The all-gather of a sparse codec's encodings (ring_all_gather_sum). Each segment of the buffer
-// (a bucket) is cut into pieces of whole codec blocks (Codec::block_values), as many blocks each
-// as encode into max_chunk_bytes and at least one; the P pieces of all segments form one
-// schedule, and each rank encodes its pieces once. Transfer t (of (world-1)P) is step s = t / P, piece p = t % P: send rank (r-s)'s piece p
-// to rank+1, receive rank (r-s-1)'s piece p from rank-1 (step 0 sends the rank's own; later
-// steps forward, byte for byte, what arrived one step earlier, checked on arrival). Two
-// transfers in flight. Nothing is decoded until every encoding is here; then each rank adds all
-// of them in rank order, so the sum is bit-identical on every rank.
+// (a bucket) is cut into units of whole codec blocks (Codec::block_values), as many blocks each
+// as encode into max_chunk_bytes and at least one; each unit is encoded on its own. A piece is a
+// run of consecutive units whose encodings, back to back, fit max_chunk_bytes (at least one
+// unit): a shard's small buckets travel in one message. The P pieces form one schedule, and each
+// rank encodes its pieces once. Transfer t (of (world-1)P) is step s = t / P, piece p = t % P:
+// send rank (r-s)'s piece p to rank+1, receive rank (r-s-1)'s piece p from rank-1 (step 0 sends
+// the rank's own; later steps forward, byte for byte, what arrived one step earlier, checked on
+// arrival). Two transfers in flight. Nothing is decoded until every encoding is here; then each
+// rank adds all of them in rank order, so the sum is bit-identical on every rank.
 class GatherPass {
  public:
   // `segments`: the lengths of consecutive runs of the buffer, each encoded on its own (the
@@ -551,7 +553,7 @@ class GatherPass {
     if (offset != count_)
       throw ConfigError("ring all-gather: segments of " + std::to_string(offset) +
                         " values for a buffer of " + std::to_string(count_));
-    pieces_ = ranges_.size();
+    pack_units();
     if (2 * static_cast<std::uint64_t>(world_) * pieces_ > 0xFFFFFFFFull)
       throw ConfigError("ring all-gather: " + std::to_string(count_) + " values in pieces of " +
                         std::to_string(options_.max_chunk_bytes) +
@@ -573,11 +575,16 @@ class GatherPass {
         messages.resize(static_cast<std::size_t>(world_) * pieces_);
       for (std::size_t p = 0; p < pieces_; ++p) {
         for (int src = 0; src < world_; ++src) message(src, p).resize(message_bytes(p));
-        const Range r = piece_range(p);
         const std::span<std::byte> m = message(rank_, p);
-        end_seal(m, codec_.encode_crc(values.subspan(r.offset, r.count),
-                                      m.subspan(kChunkHeaderBytes),
-                                      begin_seal(chunk_id(rank_, p), codec_, m)));
+        std::uint32_t crc = begin_seal(chunk_id(rank_, p), codec_, m);
+        std::size_t at = kChunkHeaderBytes;
+        for (std::size_t u = first_[p]; u < first_[p + 1]; ++u) {
+          const std::size_t bytes = codec_.encoded_bytes(units_[u].count);
+          crc = codec_.encode_crc(values.subspan(units_[u].offset, units_[u].count),
+                                  m.subspan(at, bytes), crc);
+          at += bytes;
+        }
+        end_seal(m, crc);
       }
     }
     std::size_t waited = 0;
@@ -602,8 +609,15 @@ class GatherPass {
         const Range r = piece_range(p);
         const auto payload = std::span<const std::byte>(message(src, p)).subspan(kChunkHeaderBytes);
         try {
-          codec_.decode_add(payload, sum.subspan(r.offset, r.count));
-          if (src == rank_ && !own.empty()) codec_.decode(payload, own.subspan(r.offset, r.count));
+          std::size_t at = 0;
+          for (std::size_t u = first_[p]; u < first_[p + 1]; ++u) {
+            const Range v = units_[u];
+            const auto encoding = payload.subspan(at, codec_.encoded_bytes(v.count));
+            codec_.decode_add(encoding, sum.subspan(v.offset, v.count));
+            if (src == rank_ && !own.empty())
+              codec_.decode(encoding, own.subspan(v.offset, v.count));
+            at += encoding.size();
+          }
         } catch (const ProtocolError& e) {
           throw ProtocolError(std::string(e.what()) + " (the encoding of rank " +
                                   std::to_string(src) + ")",
@@ -650,12 +664,37 @@ class GatherPass {
       (codec_.encoded_bytes(mid * block) <= options_.max_chunk_bytes ? lo : hi) = mid;
     }
     for (std::size_t at = 0; at < n; at += lo * block)
-      ranges_.push_back({offset + at, std::min(lo * block, n - at)});
+      units_.push_back({offset + at, std::min(lo * block, n - at)});
   }
-  Range piece_range(std::size_t p) const { return ranges_[p]; }
-  std::size_t message_bytes(std::size_t p) const {
-    return chunk_message_bytes(codec_, piece_range(p).count);
+  // Groups the units into pieces, greedily in order: a piece takes the next unit while their
+  // encodings fit max_chunk_bytes together (a unit that fills a piece alone stays alone).
+  void pack_units() {
+    first_.assign(1, 0);
+    std::size_t bytes = 0;
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      const std::size_t b = codec_.encoded_bytes(units_[u].count);
+      if (u > first_.back() && bytes + b > options_.max_chunk_bytes) {
+        first_.push_back(u);
+        bytes = 0;
+      }
+      bytes += b;
+    }
+    if (!units_.empty()) first_.push_back(units_.size());
+    pieces_ = first_.size() - 1;
+    payload_.clear();
+    for (std::size_t p = 0; p < pieces_; ++p) {
+      std::size_t b = 0;
+      for (std::size_t u = first_[p]; u < first_[p + 1]; ++u)
+        b += codec_.encoded_bytes(units_[u].count);
+      payload_.push_back(b);
+    }
   }
+  // The values of piece p: its units lie back to back.
+  Range piece_range(std::size_t p) const {
+    const Range& last = units_[first_[p + 1] - 1];
+    return {units_[first_[p]].offset, last.offset + last.count - units_[first_[p]].offset};
+  }
+  std::size_t message_bytes(std::size_t p) const { return kChunkHeaderBytes + payload_[p]; }
   std::vector<std::byte>& message(int src, std::size_t p) { return (*messages_)[src * pieces_ + p]; }
   // Chunk ids as the ring's all-gather numbers them, with the author's rank as the share.
   ChunkId chunk_id(int src, std::size_t p) const {
@@ -666,6 +705,7 @@ class GatherPass {
     id.chunk = static_cast<std::uint32_t>((kAllGather * world_ + src) * pieces_ + p);
     id.codec = codec_.id();
     id.count = piece_range(p).count;
+    id.payload_bytes = payload_[p];
     return id;
   }
   Tag tag(int step, std::size_t p) const {
@@ -719,7 +759,9 @@ class GatherPass {
   const std::size_t count_;
   const int world_;
   const int rank_;
-  std::vector<Range> ranges_;  // each piece's values
+  std::vector<Range> units_;          // runs of whole blocks, each encoded on its own
+  std::vector<std::size_t> first_;    // piece p holds units [first_[p], first_[p + 1])
+  std::vector<std::size_t> payload_;  // piece p's payload: its units' encodings
   std::size_t pieces_ = 0;
   std::size_t transfers_ = 0;
   bool phantom_ = false;

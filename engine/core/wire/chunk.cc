@@ -44,6 +44,11 @@ std::size_t chunk_message_bytes(const Codec& codec, std::uint64_t count) {
 
 namespace {
 
+// The payload's size for `id`.
+std::uint64_t payload_of(const ChunkId& id, const Codec& codec) {
+  return id.payload_bytes ? *id.payload_bytes : codec.encoded_bytes(id.count);
+}
+
 // Every header field but the checksum, into m[0, 56).
 void write_header(const ChunkId& id, std::uint64_t payload_bytes, std::span<std::byte> m) {
   put<std::uint32_t>(m, 0, kWireMagic);
@@ -62,7 +67,7 @@ void write_header(const ChunkId& id, std::uint64_t payload_bytes, std::span<std:
 }  // namespace
 
 std::uint32_t begin_seal(const ChunkId& id, const Codec& codec, std::span<std::byte> message) {
-  MERIDIAN_CHECK_EQ(message.size(), chunk_message_bytes(codec, id.count));
+  MERIDIAN_CHECK_EQ(message.size(), kChunkHeaderBytes + payload_of(id, codec));
   MERIDIAN_CHECK(codec.id() == id.codec);
   write_header(id, message.size() - kChunkHeaderBytes, message);
   return header_crc(message);
@@ -71,7 +76,7 @@ std::uint32_t begin_seal(const ChunkId& id, const Codec& codec, std::span<std::b
 std::uint32_t header_seed(const ChunkId& id, const Codec& codec) {
   MERIDIAN_CHECK(codec.id() == id.codec);
   std::array<std::byte, kChunkHeaderBytes> header{};
-  write_header(id, codec.encoded_bytes(id.count), header);
+  write_header(id, payload_of(id, codec), header);
   return header_crc(header);
 }
 
@@ -113,7 +118,7 @@ std::uint32_t check_chunk_header(std::span<const std::byte> message, const Chunk
     bad("chunk", get<std::uint32_t>(message, 28), expected.chunk);
   if (get<std::uint64_t>(message, 32) != expected.count)
     bad("element count", get<std::uint64_t>(message, 32), expected.count);
-  const std::uint64_t want_payload = codec.encoded_bytes(expected.count);
+  const std::uint64_t want_payload = payload_of(expected, codec);
   if (get<std::uint64_t>(message, 40) != want_payload)
     bad("payload_bytes", get<std::uint64_t>(message, 40), want_payload);
   if (message.size() != kChunkHeaderBytes + want_payload)

@@ -12,13 +12,14 @@
 //  24     4   bucket         bucket index within the outer step
 //  28     4   chunk          chunk index within the bucket's ring schedule
 //  32     8   count          number of fp32 elements encoded
-//  40     8   payload_bytes  == codec.encoded_bytes(count)
+//  40     8   payload_bytes  == codec.encoded_bytes(count), or what ChunkId::payload_bytes says
 //  48     4   checksum       CRC-32C over bytes [0, 48) and the payload
 //  52     4   reserved       0
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "engine/core/codec/codec.h"
@@ -37,13 +38,17 @@ struct ChunkId {
   std::uint32_t chunk = 0;
   CodecId codec = CodecId::kFp32;
   std::uint64_t count = 0;
+  // The payload's size when it is not the codec's one encoding of `count` values: a sparse
+  // all-gather piece carries several encodings back to back (engine/core/collective/README.md,
+  // "Sparse pieces"). None: codec.encoded_bytes(count).
+  std::optional<std::uint64_t> payload_bytes;
 };
 
 // Size of a whole message (header + payload) for `count` elements under `codec`.
 std::size_t chunk_message_bytes(const Codec& codec, std::uint64_t count);
 
 // Writes the header into message[0, 56) for a payload already written at message[56, ...).
-// message.size() must equal chunk_message_bytes(codec, id.count).
+// message.size() must equal chunk_message_bytes(codec, id.count) (or 56 + id.payload_bytes).
 void seal_chunk(const ChunkId& id, const Codec& codec, std::span<std::byte> message);
 
 // Validates `message` against `expected` (every header field, the size and the checksum) and
