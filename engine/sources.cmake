@@ -24,8 +24,10 @@ set(meridian_core_sources
   # The lease bookkeeping every store shares.
   store/lease_table.cc store/lease_table.h)
 set(meridian_config_sources reader.cc reader.h run_file.cc run_file.h)
-# What the backends share: deadlines on the steady clock (header only).
-set(meridian_common_sources deadline.h)
+# What the backends share: deadlines on the steady clock; the stores' socket I/O, join
+# transcripts and join identity.
+set(meridian_common_sources deadline.h store_identity.cc store_identity.h store_net.cc
+  store_net.h)
 set(meridian_runtime_thread_sources thread_runtime.cc thread_runtime.h)
 set(meridian_inproc_sources inproc_transport.cc inproc_transport.h memory_store.cc memory_store.h)
 set(meridian_store_tcp_sources tcp_store.h tcp_store_client.cc tcp_store_server.cc
@@ -39,7 +41,7 @@ set(meridian_gloo_sources gloo_transport.cc gloo_transport.h gloo_store_adapter.
 set(meridian_nccl_sources nccl_transport.cc nccl_transport.h)
 
 # The targets every build has (meridian_engine), in link order.
-set(MERIDIAN_ENGINE_TARGETS meridian_core meridian_runtime_thread meridian_inproc
+set(MERIDIAN_ENGINE_TARGETS meridian_core meridian_common meridian_runtime_thread meridian_inproc
   meridian_store_tcp meridian_faults meridian_event_sinks meridian_config)
 # Every engine target and its folder.
 set(MERIDIAN_BACKENDS common runtime_thread inproc store_tcp faults event_sinks store_etcd gloo

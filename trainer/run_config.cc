@@ -1,7 +1,7 @@
 // The real run's view of the run file (run_config.h). No YAML here: engine/config reads it.
 #include "trainer/run_config.h"
 
-#include "engine/backends/store_tcp/tcp_store.h"
+#include "engine/backends/common/store_identity.h"
 #include "engine/core/codec/codec.h"
 #include "engine/core/error.h"
 #include "trainer/precision.h"

@@ -21,8 +21,8 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/backends/common/store_net.h"
 #include "engine/backends/store_etcd/etcd_wire.h"
-#include "engine/backends/store_tcp/tcp_store_wire.h"
 #include "engine/core/error.h"
 #include "engine/core/util/base64.h"
 #include "engine/core/util/hmac.h"

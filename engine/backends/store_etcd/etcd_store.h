@@ -38,7 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/backends/store_tcp/tcp_store.h"  // StoreIdentity
+#include "engine/backends/common/store_identity.h"
 #include "engine/core/store.h"
 
 namespace meridian {

@@ -9,13 +9,11 @@
 // Request: one at a time per connection; reply status OK (+ result), TIMEOUT or ERROR (+ text).
 #pragma once
 
-#include <array>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 
-#include "engine/core/util/sha256.h"
+#include "engine/backends/common/store_net.h"
 
 namespace meridian::store_wire {
 
@@ -24,7 +22,6 @@ inline constexpr std::uint32_t kMagic = 0x4d524453;  // "MRDS"
 // 3: leases (LEASE_GRANT, KEEPALIVE, LEASE_REVOKE, COMPARE_SET_LEASED) and WATCH.
 inline constexpr std::uint16_t kProtocolVersion = 3;
 inline constexpr std::uint32_t kMaxHandshakeFrameBytes = 16 * 1024;
-using Nonce = std::array<std::uint8_t, 32>;
 
 enum class Type : std::uint8_t {
   kHello = 1,
@@ -49,6 +46,8 @@ enum class Type : std::uint8_t {
   kTimeout = 33,
   kError = 34,
 };
+// The join transcripts (store_net.h) open with these two type bytes.
+static_assert(static_cast<int>(Type::kJoin) == 2 && static_cast<int>(Type::kWelcome) == 3);
 
 class Writer {
  public:
@@ -89,34 +88,9 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// The bytes both sides MAC for a join; ties the proof to this server's nonce and to everything
-// the client claims, each field length-prefixed so no two claims share a transcript.
-std::string join_transcript(const Nonce& server_nonce, const std::string& client_id,
-                            const std::string& version, const std::string& config_hash,
-                            const Nonce& client_nonce);
-std::string server_transcript(const Nonce& server_nonce, const Nonce& client_nonce);
-Nonce random_nonce();
-
-// Blocking I/O on a socket with an absolute deadline (seconds on a monotonic clock, see
-// now_s()). Throw PeerLostError on close or error, TimeoutError on the deadline.
-double now_s();
-// Waits until `fd` is ready for poll `events`; `doing` completes the TimeoutError's message.
-void wait_ready(int fd, short events, double deadline_s, const char* doing);
-// One connection attempt to host:port (non-blocking connect + poll, TCP_NODELAY set); returns
-// the socket, or PeerLostError naming host:port and the OS error.
-int dial_once(const std::string& host, std::uint16_t port, double deadline_s);
-// dial_once then `handshake(fd)` (none when empty), the pair retried with backoff while either
-// throws PeerLostError (a server not up yet, refused or unreachable: nodes may start before the
-// store; or one that closes the connection before its welcome) until the deadline, when the
-// last PeerLostError is rethrown. Any other error closes the socket and propagates at once.
-// `on_wait(error, waited_s)`, when given, is told while it keeps failing: once 2 s in, then every
-// 10 s (so that a person is not left with half a minute of silence).
-int dial(const std::string& host, std::uint16_t port, double deadline_s,
-         const std::function<void(int fd)>& handshake = {},
-         const std::function<void(const std::string& error, double waited_s)>& on_wait = {});
-void send_all(int fd, std::string_view data, double deadline_s);
 // Reads one frame body whose length must lie in [1, max_body_bytes] (else ProtocolError,
-// before allocating).
+// before allocating). The socket I/O (dial, send_all, wait_ready, now_s) and the join transcripts
+// are the stores' shared ones: engine/backends/common/store_net.h.
 std::string recv_frame(int fd, std::uint32_t max_body_bytes, double deadline_s);
 
 // Decodes a big-endian u32 length prefix.
