@@ -81,7 +81,10 @@ std::unique_ptr<Options> options(DilocoArgs& a) {
                kMaxCount)
       .text("--cache", "DIR", "tokenizer and token cache (default .cache/meridian-trainer)",
             a.cache)
-      .text("--csv", "FILE", "the loss curve (default: stdout)", a.csv)
+      .text("--csv", "FILE",
+            "the loss curve, a row per outer step (default: stdout); its tokens and train_loss "
+            "are what the workers had done when the step's first node reported it",
+            a.csv)
       .text("--events", "FILE", "the run's events (JSON lines)", a.events)
       .value("--fail", "NODE@STEP", "node id NODE (1..N) dies after outer step STEP (repeatable)",
              [&a](const std::string& n, const std::string& v) {
