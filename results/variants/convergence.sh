@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Part (b) of results/variants/README.md: the overlapped variants' convergence in emulation, at
-# the blocking int8 H = 50 point of results/convergence/ (model micro, N = 4 on intellect1-usa's
+# Part (b) of results/variants/README.md: each variant's convergence in emulation, at the
+# blocking int8 H = 50 point of results/convergence/ (model micro, N = 4 on intellect1-usa's
 # sites, 6,000 inner steps per node, seeds 0-2), with the scenario file that study committed
 # (results/convergence/config/n4.yaml) and the same overrides as results/convergence/run.sh's
 # run_point. Runs go to runs/variants-convergence/ (not committed); convergence.json here holds
-# each run's final validation loss and time to the target loss beside the blocking runs' (a
-# variant not run here keeps its committed rows).
-#   results/variants/convergence.sh BUILD [VARIANTS]   VARIANTS default: "delayed eager"
-# Variants as in variants.sh; one may carry more overrides after '@':
-# "delayed@diloco.outer_momentum=0" (seed 0 only, unless SEEDS="0 1 2" says otherwise).
-# About 4 minutes of wall per run, two at a time, on 2 vCPUs.
+# each run's final validation loss and time to the target loss (a variant not run here keeps
+# its committed rows).
+#   results/variants/convergence.sh BUILD [VARIANTS]   VARIANTS default: every row of the table
+# Variants as in variants.sh ("none" is blocking DiLoCo); one may carry more overrides after
+# '@': "delayed@diloco.outer_momentum=0". SEEDS (default "0 1 2"): the seeds of each variant.
+# About 4 minutes of wall per run, two at a time, on 2 vCPUs (33 runs: about 70 minutes).
 set -euo pipefail
 build=$(cd "${1:?usage: convergence.sh BUILD_DIR [VARIANTS]}" && pwd)
-variants=${2:-delayed eager}
+variants=${2:-none delayed eager stream4 none@diloco.outer_momentum=0 delayed@diloco.outer_momentum=0 eager@diloco.outer_momentum=0 stream4@diloco.outer_momentum=0 topk topk-delayed stream4-topk}
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
 export OMP_NUM_THREADS=1
@@ -20,9 +20,7 @@ out=runs/variants-convergence
 mkdir -p "$out"
 "$build/bin/meridian" corpus --corpus=debian-docs --vocab=1024 >&2
 for v in $variants; do
-  seeds="0 1 2"
-  [[ $v == *@* ]] && seeds=0
-  seeds=${SEEDS:-$seeds}
+  seeds=${SEEDS:-0 1 2}
   for seed in $seeds; do
     echo "n4-int8-H50-${v//[@=]/_}-s$seed $v $seed"
   done
@@ -41,15 +39,12 @@ done | xargs -P 2 -L 1 bash -c '
 python3 - "$out" "$here" <<'PY'
 import json, pathlib, statistics, sys
 out, here = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-blocking = json.loads((here / "../convergence/summary.json").read_text())["runs"]
 rows = {}
 def point(s):
     t = s.get("target") or {}
     return {"val_loss": s.get("val_loss"), "time_to_target_s": t.get("time_s") if t.get("reached") else None,
             "target_outer_step": t.get("outer_step") if t.get("reached") else None,
             "compute_utilization": s.get("compute_utilization"), "simulated_s": s.get("simulated_s")}
-for seed in range(3):
-    rows.setdefault("blocking", {})[seed] = point(blocking[f"n4-int8-H50-s{seed}"])
 # A variant with no run in `out` keeps its rows from the committed convergence.json (the runs
 # are not committed: a clone reruns only the variants it names).
 kept = here / "convergence.json"

@@ -15,7 +15,7 @@ import sys
 
 TARGET = 4.6  # the validation loss the study times (README.md, "(b)")
 # convergence.json key -> (variant, outer optimizer), in the table's order.
-ROWS = [("blocking", "blocking (results/convergence/)", "Nesterov lr 0.7, μ 0.9"),
+ROWS = [("none", "blocking", "Nesterov lr 0.7, μ 0.9"),
         ("delayed", "delayed", "Nesterov lr 0.7, μ 0.9"),
         ("eager", "eager", "Nesterov lr 0.7, μ 0.9"),
         ("stream4", "streaming P=4", "Nesterov lr 0.7, μ 0.9"),
@@ -29,7 +29,7 @@ ROWS = [("blocking", "blocking (results/convergence/)", "Nesterov lr 0.7, μ 0.9
         ("stream4-topk", "sparse top-k 2 %, 2 bits, streaming P=4",
          "SGD lr 0.7, μ 0, error feedback β 0.95")]
 # The utilization study's variant for a convergence key's first part.
-UTIL_OF = {"blocking": "none", "none": "none", "delayed": "delayed", "eager": "eager",
+UTIL_OF = {"none": "none", "delayed": "delayed", "eager": "eager",
            "stream4": "stream4", "topk": "topk", "topk-delayed": "topk-delayed",
            "stream4-topk": "stream4-topk"}
 
