@@ -670,24 +670,17 @@ class GatherPass {
   // encodings fit max_chunk_bytes together (a unit that fills a piece alone stays alone).
   void pack_units() {
     first_.assign(1, 0);
-    std::size_t bytes = 0;
+    payload_.clear();
     for (std::size_t u = 0; u < units_.size(); ++u) {
       const std::size_t b = codec_.encoded_bytes(units_[u].count);
-      if (u > first_.back() && bytes + b > options_.max_chunk_bytes) {
-        first_.push_back(u);
-        bytes = 0;
+      if (payload_.empty() || payload_.back() + b > options_.max_chunk_bytes) {
+        if (!payload_.empty()) first_.push_back(u);
+        payload_.push_back(0);
       }
-      bytes += b;
+      payload_.back() += b;
     }
     if (!units_.empty()) first_.push_back(units_.size());
-    pieces_ = first_.size() - 1;
-    payload_.clear();
-    for (std::size_t p = 0; p < pieces_; ++p) {
-      std::size_t b = 0;
-      for (std::size_t u = first_[p]; u < first_[p + 1]; ++u)
-        b += codec_.encoded_bytes(units_[u].count);
-      payload_.push_back(b);
-    }
+    pieces_ = payload_.size();
   }
   // The values of piece p: its units lie back to back.
   Range piece_range(std::size_t p) const {
