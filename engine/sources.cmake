@@ -6,7 +6,7 @@
 # trees compile the same files with their sanitizers (tests/fuzz, tests/tsan, tests/sanitize).
 set(meridian_core_sources
   # The seams and the error types.
-  error.cc error.h inner_worker.h runtime.h store.h transport.h
+  error.cc error.h inner_worker.h process_probe.h runtime.h store.h transport.h
   codec/codec.cc codec/codec.h codec/codec_isa.h codec/codec_kernels.h
   codec/bf16_codec.cc codec/bf16_codec.h codec/fp32_codec.cc codec/fp32_codec.h
   codec/fp4_codec.cc codec/fp4_codec.h codec/int8_minmax_codec.cc codec/int8_minmax_codec.h
@@ -25,9 +25,9 @@ set(meridian_core_sources
   store/lease_table.cc store/lease_table.h)
 set(meridian_config_sources reader.cc reader.h run_file.cc run_file.h)
 # What the backends share: deadlines on the steady clock; the stores' socket I/O, join
-# transcripts and join identity.
-set(meridian_common_sources deadline.h store_identity.cc store_identity.h store_net.cc
-  store_net.h)
+# transcripts and join identity; the process probe over TCP.
+set(meridian_common_sources deadline.h socket_process_probe.cc socket_process_probe.h
+  store_identity.cc store_identity.h store_net.cc store_net.h)
 set(meridian_runtime_thread_sources thread_runtime.cc thread_runtime.h)
 set(meridian_inproc_sources inproc_transport.cc inproc_transport.h memory_store.cc memory_store.h)
 set(meridian_store_tcp_sources tcp_store.h tcp_store_client.cc tcp_store_server.cc

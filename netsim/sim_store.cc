@@ -142,9 +142,11 @@ struct SimStoreServer::State {
       }
     });
   }
-  void revoke(std::int64_t lease) {
+  bool revoke(std::int64_t lease) {
+    const bool alive = leases.alive(lease);
     for (const std::string& key : leases.revoke(lease)) erase(key);
     arm(lease);  // removes its timer
+    return alive;
   }
 };
 
@@ -302,11 +304,12 @@ class SimStoreClient final : public Store {
     return next_s;
   }
 
-  void lease_revoke(std::int64_t lease) override {
+  bool lease_revoke(std::int64_t lease) override {
     s_->count(Call::kLeaseRevoke);
     const double up_s = request(8);
-    s_->revoke(lease);
+    const bool alive = s_->revoke(lease);
     reply(up_s, 0);
+    return alive;
   }
 
   std::uint64_t watch(const std::vector<std::string>& prefixes, std::uint64_t after_revision,

@@ -93,6 +93,7 @@ RealNode::RealNode(const trainer::RunConfig& c, const RealNodeArgs& a) {
     go.connections_per_peer = c.transport.connections_per_peer;
     transports_ = std::make_unique<gloo_transport::GlooTransportFactory>(*store_, go);
   }
+  probe_ = std::make_unique<SocketProcessProbe>(a.host);
   shard_ = a.shard >= 0 ? a.shard : static_cast<int>((a.node_id - 1) % c.shards);
   if (shard_ >= c.shards) throw ConfigError("--shard: expected a value below data.shards");
 }

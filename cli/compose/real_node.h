@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/backends/common/socket_process_probe.h"
 #include "engine/backends/runtime_thread/thread_runtime.h"
 #include "engine/backends/store_tcp/tcp_store.h"
 #include "engine/core/store.h"
@@ -48,6 +49,8 @@ class RealNode {
   TransportFactory& transports() { return *transports_; }
   trainer::TorchWorker& worker() { return *worker_; }
   TcpStoreServer* server() { return server_.get(); }  // null unless this node serves the store
+  // Where this process answers the others' process probes (MeshOptions::probe), on --host.
+  ProcessProbe& probe() { return *probe_; }
   // Where the store this node serves listens ("" and 0 unless it serves one).
   const std::string& served_bind() const { return served_bind_; }
   std::uint16_t served_port() const { return served_port_; }
@@ -61,6 +64,7 @@ class RealNode {
   std::string served_bind_;
   std::uint16_t served_port_ = 0;
   std::unique_ptr<Store> store_;
+  std::unique_ptr<SocketProcessProbe> probe_;
   std::unique_ptr<TransportFactory> transports_;
   std::unique_ptr<trainer::TorchWorker> worker_;
   int shard_ = 0;

@@ -725,6 +725,7 @@ int run_node(NodeArgs a, const std::vector<std::string>& argv) {
 
   DilocoOptions d = c.diloco;
   d.ring_watchdog_s = d.mesh.heartbeat_interval_s;  // a frozen peer costs a lease, not the timeout
+  d.mesh.probe = &real.probe();                     // a crashed peer costs a probe, not a lease
   if (a.resume) resume(a, c, real, initial, life, d, worker, events);
   std::unique_ptr<trainer::CheckpointWriter> writer =
       ck.enabled() ? checkpoint_writer(a, c, runtime, events) : nullptr;

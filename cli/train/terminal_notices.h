@@ -22,8 +22,8 @@ namespace meridian::cli {
 inline std::optional<std::string> notice_line(const Event& e,
                                               std::vector<std::int64_t>& last_members) {
   static const char* const kShown[] = {
-      "fail_detected", "ring_aborted", "retry",    "fallback",         "nonfinite",
-      "silent",        "epoch_formed", "admitted", "recovery_started", "recovery_finished"};
+      "fail_detected", "ring_aborted", "retry",    "fallback",         "nonfinite",        "silent",
+      "process_gone",  "epoch_formed", "admitted", "recovery_started", "recovery_finished"};
   bool shown = false;
   for (const char* t : kShown) shown |= e.type == t;
   if (!shown) return std::nullopt;  // most records (allreduce, inner_steps): not parsed at all
@@ -62,6 +62,9 @@ inline std::optional<std::string> notice_line(const Event& e,
   } else if (e.type == "silent") {
     line << "node " << num("node_silent") << " silent for " << num("silent_s")
          << " s: its lease ended";
+  } else if (e.type == "process_gone") {
+    line << "node " << num("node_gone") << "'s process is gone (" << text("address")
+         << " refused): its lease ended";
   } else if (e.type == "epoch_formed") {
     std::vector<std::int64_t> members;
     if (f.contains("members") && f["members"].is_array())

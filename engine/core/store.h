@@ -50,7 +50,9 @@ class Store {
 
   // --- Leases: liveness kept by the store. A lease lives while its holder keeps it alive: the
   // store ends it once ttl_s of the store's own clock pass without a keepalive (or at
-  // lease_revoke) and then erases every key attached to it, a change like any erase.
+  // lease_revoke) and then erases every key attached to it, a change like any erase. A store may
+  // end it sooner when it can tell that its holder is gone (the TCP store: when the connection
+  // the lease was granted on closes, engine/backends/store_tcp/tcp_store.h).
   // Returns the lease's id (> 0); it starts alive, as if just kept alive.
   virtual std::int64_t lease_grant(double ttl_s) = 0;
   // Keeps the lease alive: one write. Returns the seconds until the holder's next keepalive is
@@ -59,8 +61,9 @@ class Store {
   // a stable connection a keepalive changes nothing but the time a silence is detected, which it
   // computes when the activity ends); negative when the lease has ended (its keys are gone).
   virtual double keepalive(std::int64_t lease, double interval_s) = 0;
-  // Ends the lease at once and erases its keys; an ended lease is ignored.
-  virtual void lease_revoke(std::int64_t lease) = 0;
+  // Ends the lease at once and erases its keys. Returns whether it was alive until this call
+  // (false: it had ended already, so this call changed nothing a watch could see).
+  virtual bool lease_revoke(std::int64_t lease) = 0;
   // compare_set that also attaches `key` to `lease` when it stores `desired`, so the key ends
   // with the lease. Stores nothing when the lease has ended (returns the current value).
   virtual std::optional<std::string> compare_set_leased(const std::string& key,
@@ -113,7 +116,7 @@ class ForwardingStore : public Store {
   double keepalive(std::int64_t lease, double interval_s) override {
     return inner_.keepalive(lease, interval_s);
   }
-  void lease_revoke(std::int64_t lease) override { inner_.lease_revoke(lease); }
+  bool lease_revoke(std::int64_t lease) override { return inner_.lease_revoke(lease); }
   std::optional<std::string> compare_set_leased(const std::string& key,
                                                 const std::optional<std::string>& expected,
                                                 const std::string& desired,

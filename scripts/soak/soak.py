@@ -596,7 +596,7 @@ def checksum_agreement(phase_dir):
 
 
 EVENT_TYPES = ("node_started", "admitted", "recovery_started", "recovery_finished", "fail_detected",
-               "silent", "ring_aborted", "retry", "fallback", "nonfinite", "node_left", "node_lost",
+               "silent", "process_gone", "ring_aborted", "retry", "fallback", "nonfinite", "node_left", "node_lost",
                "run_finished", "run_interrupted")
 
 

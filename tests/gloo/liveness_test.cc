@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tests/gloo/train_processes.h"
+#include "tests/store/etcd_cluster.h"
 
 namespace {
 
@@ -251,6 +252,67 @@ TEST_F(LivenessTest, AJoinerThatDiesRightAfterAdmissionCostsTheRunALeaseNotTheRe
             << "; longest gap between outer steps 1.." << end << ": " << stall << " s (bound "
             << stall_bound_s() << " s; recovery and all-reduce timeouts 60 s)" << std::endl;
   EXPECT_LT(stall, stall_bound_s());
+}
+
+// A joiner SIGKILLed right after its admission is dead to the others at once, on either store,
+// with a lease of 30 s: on the TCP store its lease ends when the connection it is held on closes
+// (engine/backends/store_tcp/tcp_store.h); on etcd, which has no such signal, the coordinator's
+// process probe, answered at the joiner's admission, is refused (engine/core/process_probe.h).
+// The stall its death costs must stay far below the lease (it was the lease).
+class KilledJoinerTest : public LivenessTest {
+ protected:
+  // The longest gap between node 1's outer steps around the joiner's death; `store_line`: the
+  // run file's store section ("" = the embedded TCP store node 1 serves).
+  double killed_joiner_stall_s(const std::string& store_line) {
+    dead_after_s_ = 30;
+    write_run(3, kLongRun, store_line);
+    std::vector<std::string> args;
+    pid_t n1 = 0;
+    if (store_line.empty()) {
+      args = {"--store", start_first()};
+      n1 = pids_.back();
+    } else {
+      n1 = start(1, {});
+    }
+    const pid_t n2 = start(2, args), n3 = start(3, args);
+    if (!wait_until([&] { return !checksums(node_dir(1)).empty(); }, 180))
+      return ADD_FAILURE() << log(1), 0.0;
+    std::vector<std::string> joiner = args;
+    joiner.insert(joiner.end(), {"--shard", "0", "--fault-kill", "admitted"});
+    const pid_t n4 = start(4, joiner);
+    EXPECT_EQ(finish(n4), 128 + SIGKILL) << log(4);
+    const std::size_t killed_at = checksums(node_dir(1)).size();
+    const std::size_t end = stop_after(killed_at + 5, {{1, n1}, {2, n2}, {3, n3}});
+    expect_agree_with_node_1({2, 3});
+    const double stall = longest_stall_s(times_of(node_dir(1) / "events.jsonl"), 1, end);
+    std::cout << "node 4 killed at admission after outer step " << killed_at
+              << "; longest gap between outer steps 1.." << end << ": " << stall
+              << " s (lease 30 s)" << std::endl;
+    return stall;
+  }
+};
+
+TEST_F(KilledJoinerTest, OnTheTcpStoreItIsDeadAtOnceNotAfterItsLease) {
+  EXPECT_LT(killed_joiner_stall_s(""), dead_after_s_ / 2.0);
+}
+
+TEST_F(KilledJoinerTest, OnEtcdItIsDeadAtOnceNotAfterItsLease) {
+  if (!meridian::testing::EtcdCluster::available())
+    GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd, /usr/bin/etcdctl): apt-get install "
+                    "etcd-server etcd-client";
+  meridian::testing::EtcdCluster etcd(3);
+  EXPECT_LT(killed_joiner_stall_s("store: {address: '" + etcd.url("liveness") + "'}\n"),
+            dead_after_s_ / 2.0);
+  std::size_t gone = 0;
+  std::istringstream in(read_file(node_dir(1) / "events.jsonl"));
+  for (std::string line; std::getline(in, line);)
+    gone += line.find("\"type\":\"process_gone\"") != std::string::npos;
+  for (int id : {2, 3}) {
+    std::istringstream other(read_file(node_dir(id) / "events.jsonl"));
+    for (std::string line; std::getline(other, line);)
+      gone += line.find("\"type\":\"process_gone\"") != std::string::npos;
+  }
+  EXPECT_EQ(gone, 1u) << "the coordinator's probe, not the lease, found node 4 gone";
 }
 
 TEST_F(LivenessTest, APeerFrozenInTheRingCostsALeaseNotTheAllReduceTimeout) {

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <thread>
 
 #include "engine/backends/store_tcp/tcp_store_wire.h"
@@ -80,6 +81,31 @@ TEST_F(TcpStoreTest, SequentialCallsShareOneJoinedConnection) {
   EXPECT_EQ(s.get("a", 1.0), "1");
   EXPECT_EQ(s.add("n", 2), 2);
   EXPECT_EQ(server_->stats().joined, 1u);
+}
+
+// A lease is held on a connection of its own: when its holder goes away without revoking it (a
+// killed process: its sockets close), the server ends it at once, whatever its time to live, and
+// erases its keys; a lease of a client that stays keeps living.
+TEST_F(TcpStoreTest, ALeaseEndsWhenTheConnectionItIsHeldOnCloses) {
+  TcpStore watcher(client_options("watcher"));
+  auto holder = std::make_unique<TcpStore>(client_options("holder"));
+  const std::int64_t gone = holder->lease_grant(3600.0);
+  ASSERT_EQ(holder->compare_set_leased("hb/1", std::nullopt, "1", gone), "1");
+  const std::int64_t kept = watcher.lease_grant(3600.0);
+  ASSERT_EQ(watcher.compare_set_leased("hb/2", std::nullopt, "1", kept), "1");
+  EXPECT_EQ(watcher.try_get("hb/1"), "1");
+  std::uint64_t revision = watcher.revision();
+  holder.reset();  // closes its connections; no revoke is sent
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (watcher.try_get("hb/1") && std::chrono::steady_clock::now() < deadline)
+    revision = watcher.watch({"hb/"}, revision, 1.0);
+  EXPECT_EQ(watcher.try_get("hb/1"), std::nullopt) << "the lease outlived its connection";
+  EXPECT_EQ(watcher.try_get("hb/2"), "1");
+  EXPECT_GT(watcher.keepalive(kept, 1.0), 0.0);
+  EXPECT_LT(watcher.keepalive(gone, 1.0), 0.0);
+  EXPECT_TRUE(watcher.lease_revoke(kept));
+  EXPECT_EQ(watcher.try_get("hb/2"), std::nullopt);
+  EXPECT_FALSE(watcher.lease_revoke(gone));
 }
 
 // The Store contract (tests/store/store_conformance.h) over loopback: a server per test.

@@ -148,10 +148,11 @@ TEST_P(StoreConformance, LeasesEndAndWakeWatchers) {
   // An ended lease attaches nothing.
   EXPECT_EQ(s().compare_set_leased("hb/1", std::nullopt, "1", short_lived), std::nullopt);
   EXPECT_EQ(s().try_get("hb/1"), std::nullopt);
-  s().lease_revoke(long_lived);
+  EXPECT_TRUE(s().lease_revoke(long_lived));
   EXPECT_EQ(s().watch({"leader"}, r1, 10.0), r1 + 1);
   EXPECT_EQ(s().try_get("leader"), std::nullopt);
-  s().lease_revoke(long_lived);  // an ended lease is ignored
+  EXPECT_FALSE(s().lease_revoke(long_lived));   // an ended lease is ignored: says so
+  EXPECT_FALSE(s().lease_revoke(short_lived));  // one that ran out too
 }
 
 TEST_P(StoreConformance, RevokeErasesAtOnceAndWatchesSeeOnlyTheirPrefixes) {

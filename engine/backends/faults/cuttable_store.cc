@@ -87,9 +87,9 @@ double CuttableStore::keepalive(std::int64_t lease, double interval_s) {
   return ForwardingStore::keepalive(lease, interval_s);
 }
 
-void CuttableStore::lease_revoke(std::int64_t lease) {
+bool CuttableStore::lease_revoke(std::int64_t lease) {
   check();
-  ForwardingStore::lease_revoke(lease);
+  return ForwardingStore::lease_revoke(lease);
 }
 
 std::optional<std::string> CuttableStore::compare_set_leased(

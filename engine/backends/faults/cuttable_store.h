@@ -33,7 +33,7 @@ class CuttableStore : public ForwardingStore {
   std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override;
   std::int64_t lease_grant(double ttl_s) override;
   double keepalive(std::int64_t lease, double interval_s) override;
-  void lease_revoke(std::int64_t lease) override;
+  bool lease_revoke(std::int64_t lease) override;
   std::optional<std::string> compare_set_leased(const std::string& key,
                                                 const std::optional<std::string>& expected,
                                                 const std::string& desired,

@@ -140,9 +140,12 @@ double MemoryStore::keepalive(std::int64_t lease, double interval_s) {
   return leases_.keepalive(lease, runtime_.now_s()) ? interval_s : -1.0;
 }
 
-void MemoryStore::lease_revoke(std::int64_t lease) {
+bool MemoryStore::lease_revoke(std::int64_t lease) {
   LockGuard lock(*mu_);
+  expire_locked();
+  const bool alive = leases_.alive(lease);
   for (const std::string& key : leases_.revoke(lease)) erase_locked(key);
+  return alive;
 }
 
 std::optional<std::string> MemoryStore::compare_set_leased(

@@ -786,11 +786,13 @@ double EtcdStore::keepalive(std::int64_t lease, double interval_s) {
   return i64_of(answer, "TTL") > 0 ? interval_s : -1.0;
 }
 
-void EtcdStore::lease_revoke(std::int64_t lease) {
+bool EtcdStore::lease_revoke(std::int64_t lease) {
   try {
     impl_->rpc("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
+    return true;
   } catch (const Declined& d) {
     if (!lease_not_found(d)) throw;
+    return false;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -106,10 +107,14 @@ struct TcpStoreClientOptions {
 };
 
 // meridian::Store over TCP. Each concurrent caller uses its own connection (a small pool, one
-// join per connection), so a long wait() never blocks a heartbeat. Errors: ConfigError when
-// refused (the server's reason in the message), PeerLostError when the server is unreachable
-// or closes, TimeoutError when a wait runs out, ProtocolError for a malformed reply, Error when the
-// server declines a request (store full, add on a non-integer).
+// join per connection), so a long wait() never blocks a heartbeat. Each lease this client grants
+// is held on a connection of its own, which carries its keepalives and revoke: the server ends
+// the lease when that connection closes, so a holder that exits or is killed is dead to the
+// others at once instead of after its time to live (a live holder whose connection breaks gets
+// -1 from its next keepalive and takes a new lease, as after a starved heartbeat). Errors:
+// ConfigError when refused (the server's reason in the message), PeerLostError when the server is
+// unreachable or closes, TimeoutError when a wait runs out, ProtocolError for a malformed reply,
+// Error when the server declines a request (store full, add on a non-integer).
 class TcpStore final : public Store {
  public:
   // Connects and joins once, so that a refusal surfaces at construction.
@@ -129,7 +134,7 @@ class TcpStore final : public Store {
   std::vector<std::pair<std::string, std::string>> read_prefix(const std::string& prefix) override;
   std::int64_t lease_grant(double ttl_s) override;
   double keepalive(std::int64_t lease, double interval_s) override;
-  void lease_revoke(std::int64_t lease) override;
+  bool lease_revoke(std::int64_t lease) override;
   std::optional<std::string> compare_set_leased(const std::string& key,
                                                 const std::optional<std::string>& expected,
                                                 const std::string& desired,
@@ -149,11 +154,16 @@ class TcpStore final : public Store {
                                                  std::optional<std::int64_t> lease);
   // Sends one request and returns the reply body (status byte first) or throws.
   std::string round_trip(const std::string& request, double wait_s);
+  // The same on connection `fd`, which the caller owns (and closes when this throws).
+  std::string exchange(int fd, const std::string& request, double wait_s);
+  // The connection lease `lease` is held on, taken out of held_ (-1 when not held here).
+  int release_held(std::int64_t lease);
 
   TcpStoreClientOptions options_;
   bool joined_ = false;  // the join at construction succeeded (set before any other call)
-  std::mutex mutex_;  // guards idle_
+  std::mutex mutex_;     // guards idle_ and held_
   std::vector<int> idle_;
+  std::map<std::int64_t, int> held_;  // lease -> the connection it is held on
 };
 
 }  // namespace meridian

@@ -37,6 +37,7 @@ TcpStore::TcpStore(TcpStoreClientOptions options) : options_(std::move(options))
 
 TcpStore::~TcpStore() {
   for (const int fd : idle_) ::close(fd);
+  for (const auto& [lease, fd] : held_) ::close(fd);  // the server ends those leases
 }
 
 int TcpStore::take_connection() {
@@ -114,18 +115,31 @@ void TcpStore::give_back(int fd) {
   idle_.push_back(fd);
 }
 
+std::string TcpStore::exchange(int fd, const std::string& request, double wait_s) {
+  const double deadline_s = store_wire::now_s() + options_.io_timeout_s + std::max(wait_s, 0.0);
+  store_wire::send_all(fd, request, deadline_s);
+  return store_wire::recv_frame(fd, options_.limits.max_frame_bytes, deadline_s);
+}
+
 std::string TcpStore::round_trip(const std::string& request, double wait_s) {
   const int fd = take_connection();
   try {
-    const double deadline_s = store_wire::now_s() + options_.io_timeout_s + std::max(wait_s, 0.0);
-    store_wire::send_all(fd, request, deadline_s);
-    std::string reply = store_wire::recv_frame(fd, options_.limits.max_frame_bytes, deadline_s);
+    std::string reply = exchange(fd, request, wait_s);
     give_back(fd);
     return reply;
   } catch (...) {
     ::close(fd);  // its state is unknown: never reuse it
     throw;
   }
+}
+
+int TcpStore::release_held(std::int64_t lease) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = held_.find(lease);
+  if (it == held_.end()) return -1;
+  const int fd = it->second;
+  held_.erase(it);
+  return fd;
 }
 
 namespace {
@@ -258,27 +272,69 @@ std::vector<std::pair<std::string, std::string>> TcpStore::read_prefix(const std
 }
 
 std::int64_t TcpStore::lease_grant(double ttl_s) {
-  Writer w(Type::kLeaseGrant);
+  // Granted on a connection of its own, taken out of the pool for as long as the lease lives.
+  Writer w(Type::kLeaseGrantHeld);
   w.u32(to_wire_ms(ttl_s));
-  Reader r = expect_ok(round_trip(w.frame(), 0), "lease_grant", "");
-  const std::int64_t lease = r.i64("lease");
-  r.finish("lease_grant reply");
-  return lease;
+  const int fd = take_connection();
+  try {
+    Reader r = expect_ok(exchange(fd, w.frame(), 0), "lease_grant", "");
+    const std::int64_t lease = r.i64("lease");
+    r.finish("lease_grant reply");
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_.emplace(lease, fd);
+    return lease;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
 }
 
 double TcpStore::keepalive(std::int64_t lease, double interval_s) {
   Writer w(Type::kKeepalive);
   w.i64(lease);
-  Reader r = expect_ok(round_trip(w.frame(), 0), "keepalive", "");
+  const int fd = release_held(lease);
+  std::string reply;
+  if (fd < 0) {
+    reply = round_trip(w.frame(), 0);  // a lease granted by another client
+  } else {
+    try {
+      reply = exchange(fd, w.frame(), 0);
+    } catch (const Error&) {
+      // Its connection broke (or this request's state on it is unknown): closing it ends the
+      // lease on the server, if that has not happened already.
+      ::close(fd);
+      return -1.0;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_.emplace(lease, fd);
+  }
+  Reader r = expect_ok(reply, "keepalive", "");
   const bool alive = r.u8("alive") != 0;
   r.finish("keepalive reply");
   return alive ? interval_s : -1.0;
 }
 
-void TcpStore::lease_revoke(std::int64_t lease) {
+bool TcpStore::lease_revoke(std::int64_t lease) {
   Writer w(Type::kLeaseRevoke);
   w.i64(lease);
-  expect_ok(round_trip(w.frame(), 0), "lease_revoke", "").finish("lease_revoke reply");
+  const auto alive = [](const std::string& reply) {
+    Reader r = expect_ok(reply, "lease_revoke", "");
+    const bool was = r.u8("was alive") != 0;
+    r.finish("lease_revoke reply");
+    return was;
+  };
+  const int fd = release_held(lease);
+  if (fd < 0) return alive(round_trip(w.frame(), 0));
+  // Revoked on its own connection and answered before it closes: the keys are gone on return.
+  std::string reply;
+  try {
+    reply = exchange(fd, w.frame(), 0);
+  } catch (...) {
+    ::close(fd);  // closing ends the lease on the server anyway
+    throw;
+  }
+  ::close(fd);
+  return alive(reply);
 }
 
 std::optional<std::string> TcpStore::compare_set_leased(const std::string& key,

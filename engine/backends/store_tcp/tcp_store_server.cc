@@ -66,6 +66,9 @@ struct Connection {
   std::size_t out_sent = 0;
   bool close_after_flush = false;
   std::optional<PendingWait> wait;
+  // Leases granted on this connection with LEASE_GRANT_HELD: they end when it closes, whoever
+  // closes it (the holder's process exiting or killed, or this server cutting it off).
+  std::vector<std::int64_t> held_leases;
 };
 
 void close_fd(int& fd) {
@@ -201,6 +204,8 @@ struct TcpStoreServer::Impl {
   void put(const std::string& key, std::string value);
   bool remove(const std::string& key);
   void expire_leases();
+  // Ends the leases held on connections that closed (before they are forgotten).
+  void end_held_leases();
   // Reads a key count and that many strings of at most max_key_bytes (wait keys, watch prefixes).
   std::vector<std::string> read_keys(Reader& r, const char* what);
 };
@@ -282,6 +287,23 @@ void TcpStoreServer::Impl::expire_leases() {
   if (leases.next_deadline_s() > now) return;
   for (const std::string& key : leases.expire(now)) remove(key);
   complete_waits();
+}
+
+void TcpStoreServer::Impl::end_held_leases() {
+  bool ended = false;
+  for (auto& [fd, c] : connections) {
+    if (c.fd >= 0) continue;
+    for (const std::int64_t lease : c.held_leases) {
+      const std::vector<std::string> keys = leases.revoke(lease);
+      if (keys.empty()) continue;
+      ended = true;
+      for (const std::string& key : keys) remove(key);
+      log("store: lease " + std::to_string(lease) + " of " + c.peer +
+          " ended with its connection (" + std::to_string(keys.size()) + " keys)");
+    }
+    c.held_leases.clear();
+  }
+  if (ended) complete_waits();
 }
 
 std::vector<std::string> TcpStoreServer::Impl::read_keys(Reader& r, const char* what) {
@@ -402,6 +424,7 @@ void TcpStoreServer::Impl::handle_request(Connection& c, Reader& r) {
     case Type::kAdd:
       return handle_add(c, r);
     case Type::kLeaseGrant:
+    case Type::kLeaseGrantHeld:
     case Type::kKeepalive:
     case Type::kLeaseRevoke:
       return handle_lease(c, r, type);
@@ -486,10 +509,12 @@ void TcpStoreServer::Impl::handle_add(Connection& c, Reader& r) {
 void TcpStoreServer::Impl::handle_lease(Connection& c, Reader& r, Type type) {
   Writer ok(Type::kOk);
   const double now_s = store_wire::now_s();
-  if (type == Type::kLeaseGrant) {
+  if (type == Type::kLeaseGrant || type == Type::kLeaseGrantHeld) {
     const double ttl_s = r.u32("ttl") / 1000.0;
     r.finish("lease_grant");
-    ok.i64(leases.grant(ttl_s, now_s));
+    const std::int64_t lease = leases.grant(ttl_s, now_s);
+    if (type == Type::kLeaseGrantHeld) c.held_leases.push_back(lease);
+    ok.i64(lease);
     return reply(c, ok);
   }
   const std::int64_t lease = r.i64("lease");
@@ -499,6 +524,8 @@ void TcpStoreServer::Impl::handle_lease(Connection& c, Reader& r, Type type) {
     return reply(c, ok);
   }
   r.finish("lease_revoke");
+  expire_leases();  // a lease past its deadline has ended, whether or not the loop looked yet
+  ok.u8(leases.alive(lease) ? 1 : 0);
   for (const std::string& key : leases.revoke(lease)) remove(key);
   reply(c, ok);
   complete_waits();
@@ -819,6 +846,7 @@ void TcpStoreServer::Impl::run() {
       }
       if (c.fd >= 0 && c.wait && now >= c.wait->deadline_s) try_complete_wait(c, true);
     }
+    end_held_leases();
     std::erase_if(connections, [](const auto& kv) { return kv.second.fd < 0; });
     flush_unjoined_log(false);
     // Accepting last: a node that answered its greeting is served before newcomers may shed it.

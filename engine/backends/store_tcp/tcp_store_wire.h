@@ -20,7 +20,9 @@ namespace meridian::store_wire {
 inline constexpr std::uint32_t kMagic = 0x4d524453;  // "MRDS"
 // 2: READ_PREFIX (every key and value under a prefix in one reply).
 // 3: leases (LEASE_GRANT, KEEPALIVE, LEASE_REVOKE, COMPARE_SET_LEASED) and WATCH.
-inline constexpr std::uint16_t kProtocolVersion = 3;
+// 4: LEASE_GRANT_HELD (a lease that also ends when the connection it was granted on closes);
+//    LEASE_REVOKE answers whether the lease was alive.
+inline constexpr std::uint16_t kProtocolVersion = 4;
 inline constexpr std::uint32_t kMaxHandshakeFrameBytes = 16 * 1024;
 
 enum class Type : std::uint8_t {
@@ -42,6 +44,7 @@ enum class Type : std::uint8_t {
   kLeaseRevoke = 27,
   kCompareSetLeased = 28,
   kWatch = 29,
+  kLeaseGrantHeld = 30,
   kOk = 32,
   kTimeout = 33,
   kError = 34,

@@ -78,6 +78,7 @@ bool report_says_leave(const std::string& report) { return report_has_flag(repor
 struct RoundReports {
   std::vector<std::int64_t> survivors, removed, blamed, abstain;
   bool missing = false;      // a live member has not reported yet
+  std::vector<std::int64_t> waiting_for;  // those members
   bool any_fail = false;     // a member's all-reduce failed
   bool unconnected = false;  // a member's transports never connected
 };
@@ -108,6 +109,7 @@ RoundReports read_reports(const RoundRecord& cur,
       out.removed.push_back(m);
     } else {
       out.missing = true;
+      out.waiting_for.push_back(m);
     }
   }
   // Members whose chunks failed validation are cut off like dead ones.
@@ -198,6 +200,12 @@ std::string ElasticMesh::key_left(std::int64_t id) const {
 std::string ElasticMesh::key_join(std::int64_t id) const {
   return options_.prefix + "join/" + padded(static_cast<std::uint64_t>(id));
 }
+std::string ElasticMesh::key_wake(std::int64_t id) const {
+  return options_.prefix + "wake/" + std::to_string(id);
+}
+std::string ElasticMesh::key_probe(std::int64_t id) const {
+  return options_.prefix + "probe/" + std::to_string(id);
+}
 std::string ElasticMesh::key_round(std::uint64_t round) const {
   return options_.prefix + "round/" + padded(round);
 }
@@ -252,6 +260,12 @@ void ElasticMesh::register_lease(bool requeue) {
   // the key is gone (a change watchers see) once the keepalives stop for dead_after_s.
   lease_ = store_.lease_grant(options_.dead_after_s);
   store_.compare_set_leased(key_heartbeat(id_), std::nullopt, "1", lease_);
+  // Where this process answers, with the lease a refusal there would end (probe_gone).
+  if (options_.probe) {
+    store_.compare_set_leased(key_probe(id_), std::nullopt,
+                              std::to_string(lease_.load()) + "@" + options_.probe->address(),
+                              lease_);
+  }
   bool queued;
   {
     LockGuard lock(*mu_);
@@ -300,12 +314,18 @@ void ElasticMesh::stop() {
   };
   join(heartbeat_);  // no new lease after this
   // Ending the lease erases this node's keys: the others see it gone at once, and the change
-  // wakes this node's own coordinator activity from its watch (after stopping_ is set). A
-  // crashed node cannot reach the store (a simulated host failure: the store refuses its host's
-  // calls while its stack unwinds): its lease runs out, as a real one's would.
+  // wakes this node's own coordinator activity from its watch (after stopping_ is set). A lease
+  // that had ended already (the store or the process probe ended it while the node ran, before
+  // its heartbeat took a new one) changes nothing: its wake key does instead. A crashed node
+  // cannot reach the store (a simulated host failure: the store refuses its host's calls while
+  // its stack unwinds): its lease runs out, as a real one's would, and its activities end on
+  // the store's errors.
   if (const std::int64_t lease = lease_.exchange(0); lease > 0) {
     try {
-      store_.lease_revoke(lease);
+      if (!store_.lease_revoke(lease)) {
+        store_.set(key_wake(id_), "1");
+        store_.erase(key_wake(id_));
+      }
     } catch (const Error&) {
       // an unreachable store: the lease runs out by itself
     }
@@ -428,7 +448,7 @@ void ElasticMesh::coordinator_loop() {
   // the role watches only what could hand it over.
   const std::vector<std::string> all = {options_.prefix};
   const std::vector<std::string> handover = {options_.prefix + "leader", options_.prefix + "left/",
-                                             key_heartbeat(id_)};
+                                             key_heartbeat(id_), key_wake(id_)};
   try {
     std::uint64_t revision = store_.revision();
     while (true) {
@@ -443,7 +463,14 @@ void ElasticMesh::coordinator_loop() {
         progressed = leader && resolve_once();
       } catch (const TimeoutError&) {
       }
-      if (!progressed) revision = store_.watch(leader ? all : handover, revision, kWatchSliceS);
+      if (!progressed) {
+        // Woken by a change, or when a member the process probe watches is due again.
+        const double slice_s =
+            leader && std::isfinite(probe_wake_s_)
+                ? std::clamp(probe_wake_s_ - runtime_.now_s(), 0.01, kWatchSliceS)
+                : kWatchSliceS;
+        revision = store_.watch(leader ? all : handover, revision, slice_s);
+      }
     }
   } catch (const PeerLostError&) {
     return;
@@ -489,8 +516,48 @@ std::vector<std::int64_t> ElasticMesh::ring_order(const std::vector<std::int64_t
   return out;
 }
 
+bool ElasticMesh::probe_gone(std::int64_t id) {
+  if (!options_.probe || id == id_) return false;
+  const auto published = store_.try_get(key_probe(id));
+  if (!published) return false;
+  const auto at = published->find('@');
+  const auto lease = parse_i64(published->substr(0, at));
+  if (at == std::string::npos || !lease || *lease <= 0) return false;
+  const std::string address = published->substr(at + 1);
+  next_probe_s_[id] = runtime_.now_s() + options_.heartbeat_interval_s;
+  const auto answer = options_.probe->probe(address, std::min(1.0, options_.dead_after_s / 4));
+  if (answer == ProcessProbe::Answer::kAnswered) answered_[id] = *published;
+  if (answer != ProcessProbe::Answer::kRefused) return false;
+  // Only a refusal where the same process answered before: an address that never answered may
+  // sit behind a firewall that rejects (its node's lease still decides).
+  const auto it = answered_.find(id);
+  if (it == answered_.end() || it->second != *published) return false;
+  answered_.erase(it);
+  next_probe_s_.erase(id);
+  store_.lease_revoke(*lease);
+  reported_silent_.insert(id);  // it was not silent: `silent` would say dead_after_s
+  emit("process_gone", JsonObject().add("node_gone", id).add("address", address));
+  return true;
+}
+
+double ElasticMesh::probe_missing(const std::vector<std::int64_t>& waiting_for) {
+  double wake_s = std::numeric_limits<double>::infinity();
+  if (!options_.probe) return wake_s;
+  for (const std::int64_t m : waiting_for) {
+    if (m == id_) continue;
+    const auto due = next_probe_s_.find(m);
+    if ((due == next_probe_s_.end() || runtime_.now_s() >= due->second) && probe_gone(m)) continue;
+    // Only a member that answered is probed on a timer; the others when something else wakes
+    // the coordinator.
+    if (answered_.count(m)) wake_s = std::min(wake_s, next_probe_s_[m]);
+  }
+  return wake_s;
+}
+
 bool ElasticMesh::bootstrap() {
   std::vector<std::int64_t> queued = queued_joiners(observe());
+  // Probed once each, so that a refusal later means their process is gone (probe_gone).
+  std::erase_if(queued, [&](std::int64_t id) { return probe_gone(id); });
   if (static_cast<int>(queued.size()) < options_.initial_world) return false;
   RoundRecord first;
   first.round = 0;
@@ -587,7 +654,11 @@ bool ElasticMesh::resolve_once() {
   RoundReports rep = read_reports(
       cur, [&](std::int64_t m) { return store_.try_get(key_report(r, m)); },
       [&](std::int64_t m) { return is_dead(live, m); });
-  if (rep.missing) return false;            // a report or a lease's end will wake the coordinator
+  if (rep.missing) {  // a report or a lease's end will wake the coordinator (or a probe's timer)
+    probe_wake_s_ = probe_missing(rep.waiting_for);
+    return false;
+  }
+  probe_wake_s_ = std::numeric_limits<double>::infinity();
   if (rep.survivors.empty()) return false;  // nobody left to continue (or to recover from)
 
   RoundRecord next;
@@ -615,6 +686,9 @@ bool ElasticMesh::resolve_once() {
       if (options_.max_joiners_per_round > 0 &&
           static_cast<int>(admitted.size()) >= options_.max_joiners_per_round)
         break;
+      // Probed before its admission: a joiner whose process is gone is not admitted (its lease
+      // is ended), and one that answers can be found gone at once if it dies after.
+      if (probe_gone(j)) continue;
       admitted.push_back(j);
     }
   }

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -15,6 +17,7 @@
 
 #include "engine/core/events/event_sink.h"
 #include "engine/core/mesh/round_record.h"
+#include "engine/core/process_probe.h"
 #include "engine/core/runtime.h"
 #include "engine/core/store.h"
 
@@ -47,6 +50,12 @@ struct MeshOptions {
   // Where the node runs (e.g. the simulated host "us-east-0"), echoed into its node_started
   // record for the plots; "" = not recorded.
   std::string host;
+  // Process liveness asked of the operating system (engine/core/process_probe.h), beside the
+  // lease; it must outlive the mesh. null = the lease alone (simulation, in-process runs).
+  // With one, each node publishes where its process answers, and the coordinator ends the
+  // lease of a member or joiner whose process answered there once and now refuses
+  // (PROTOCOL.md, "A crashed process is refused at once").
+  ProcessProbe* probe = nullptr;
 };
 
 // Thread-safety: start/wait_admitted/report/next_round/leave/stop are called by the node's
@@ -118,6 +127,8 @@ class ElasticMesh {
   std::string key_heartbeat(std::int64_t id) const;
   std::string key_left(std::int64_t id) const;
   std::string key_join(std::int64_t id) const;
+  std::string key_probe(std::int64_t id) const;
+  std::string key_wake(std::int64_t id) const;
   std::string key_round(std::uint64_t round) const;
   std::string key_report(std::uint64_t round, std::int64_t id) const;
   // The prefix of round `round`'s ready keys: ready/<round>/, or ready/<round>/f<fragment>/
@@ -167,6 +178,15 @@ class ElasticMesh {
   // The heartbeat activity's wait for stop(); returns true when stopping.
   bool wait_stop(double seconds);
   void emit(const std::string& type, JsonObject fields = {});
+  // The process probe (options_.probe), coordinator activity only. Probes node `id` at the
+  // address it published (probe/<id>): an answer is remembered with its lease; a refusal at an
+  // address that answered under the same lease ends that lease (its keys go, everyone waiting
+  // on the node wakes) and returns true. Anything else returns false.
+  bool probe_gone(std::int64_t id);
+  // Probes the live members that have not reported the current round (`waiting_for`), each at
+  // most once per heartbeat interval; returns when the coordinator should look again (infinity
+  // when there is nothing to probe on a timer).
+  double probe_missing(const std::vector<std::int64_t>& waiting_for);
 
   Store& store_;
   Runtime& runtime_;
@@ -188,6 +208,12 @@ class ElasticMesh {
   bool admitted_ = false;                    // named in a round record; guarded by mu_
   std::set<std::int64_t> seen_alive_;        // coordinator activity only
   std::set<std::int64_t> reported_silent_;  // coordinator activity only
+  // The process probe's memory, coordinator activity only: per node, the "lease@address" it
+  // published when it last answered, and when it may be probed next.
+  std::map<std::int64_t, std::string> answered_;
+  std::map<std::int64_t, double> next_probe_s_;
+  // When resolve_once last asked to be woken for a probe (infinity: not at all).
+  double probe_wake_s_ = std::numeric_limits<double>::infinity();
   std::unique_ptr<Activity> heartbeat_;
   std::unique_ptr<Activity> coordinator_;
 };

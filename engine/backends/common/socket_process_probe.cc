@@ -1,0 +1,140 @@
+#include "engine/backends/common/socket_process_probe.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "engine/core/error.h"
+
+namespace meridian {
+
+namespace {
+
+// "host:port" or "[v6]:port" -> (host, port); nullopt-like empty host when malformed.
+bool split(const std::string& address, std::string& host, std::string& port) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
+  host = address.substr(0, colon);
+  port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return true;
+}
+
+}  // namespace
+
+SocketProcessProbe::SocketProcessProbe(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0)
+    throw ConfigError("process probe: cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  std::string last_error = "no address";
+  for (addrinfo* a = res; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      listen_fd_ = fd;
+      break;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (listen_fd_ < 0)
+    throw ConfigError("process probe: cannot listen on " + host + ": " + last_error);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  char text[INET6_ADDRSTRLEN] = {};
+  std::uint16_t port = 0;
+  if (addr.ss_family == AF_INET6) {
+    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
+    port = ntohs(a6->sin6_port);
+    address_ = "[" + std::string(text) + "]:" + std::to_string(port);
+  } else {
+    const auto* a4 = reinterpret_cast<const sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &a4->sin_addr, text, sizeof text);
+    port = ntohs(a4->sin_port);
+    address_ = std::string(text) + ":" + std::to_string(port);
+  }
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    ::close(listen_fd_);
+    throw ConfigError(std::string("process probe: pipe failed: ") + std::strerror(errno));
+  }
+  thread_ = std::thread([this] { serve(); });
+}
+
+SocketProcessProbe::~SocketProcessProbe() {
+  const char byte = 1;
+  [[maybe_unused]] const ssize_t rc = ::write(wake_[1], &byte, 1);
+  thread_.join();
+  ::close(listen_fd_);
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+}
+
+void SocketProcessProbe::serve() {
+  // Accepts and closes: a probe only needs the kernel's handshake, and a connection left in
+  // the backlog would fill it (later probes would time out: unknown, not wrong, but useless).
+  while (true) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0 && errno != EINTR) return;
+    if (fds[1].revents != 0) return;
+    if (fds[0].revents & POLLIN) {
+      while (true) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) break;  // EAGAIN (drained), or out of descriptors: the next poll retries
+        ::close(fd);
+      }
+    }
+  }
+}
+
+ProcessProbe::Answer SocketProcessProbe::probe(const std::string& address, double timeout_s) {
+  std::string host, port;
+  if (!split(address, host, port)) return Answer::kUnknown;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
+    return Answer::kUnknown;
+  Answer answer = Answer::kUnknown;
+  const int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    int err = 0;
+    if (::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        const int ms = timeout_s > 0 ? static_cast<int>(timeout_s * 1000.0) + 1 : 0;
+        err = ETIMEDOUT;
+        if (::poll(&p, 1, ms) > 0) {
+          socklen_t len = sizeof err;
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        }
+      }
+    }
+    if (err == 0)
+      answer = Answer::kAnswered;
+    else if (err == ECONNREFUSED)
+      answer = Answer::kRefused;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return answer;
+}
+
+}  // namespace meridian

@@ -1,0 +1,137 @@
+// The process probe (engine/core/process_probe.h, PROTOCOL.md "A crashed process is refused at
+// once"): the coordinator ends the lease of a member whose process answered and now refuses,
+// never of one that only ever refused; and SocketProcessProbe, the real one, over loopback.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/backends/common/socket_process_probe.h"
+#include "engine/backends/event_sinks/sinks.h"
+#include "engine/backends/inproc/memory_store.h"
+#include "engine/backends/runtime_thread/thread_runtime.h"
+#include "engine/core/error.h"
+#include "engine/core/mesh/elastic_mesh.h"
+
+namespace meridian {
+namespace {
+
+using Answer = ProcessProbe::Answer;
+
+// The processes of a test, by address: what a probe of each gets (answered unless set).
+class FakeProcesses {
+ public:
+  void set(const std::string& address, Answer a) {
+    std::lock_guard<std::mutex> lock(mu_);
+    answers_[address] = a;
+  }
+  Answer answer(const std::string& address) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = answers_.find(address);
+    return it == answers_.end() ? Answer::kAnswered : it->second;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Answer> answers_;
+};
+
+class FakeProbe final : public ProcessProbe {
+ public:
+  FakeProbe(FakeProcesses& world, std::string address)
+      : world_(world), address_(std::move(address)) {}
+  std::string address() const override { return address_; }
+  Answer probe(const std::string& address, double) override { return world_.answer(address); }
+
+ private:
+  FakeProcesses& world_;
+  std::string address_;
+};
+
+// Two nodes of round 0 on one MemoryStore, each with a fake probe; the lease is far longer than
+// any wait of these tests, so only the probe can end it.
+struct TwoNodes {
+  explicit TwoNodes(FakeProcesses& world) : store(rt), probe1(world, "p1"), probe2(world, "p2") {
+    MeshOptions o;
+    o.heartbeat_interval_s = 0.05;
+    o.dead_after_s = 60.0;
+    o.initial_world = 2;
+    o.admission_timeout_s = 10.0;
+    o.round_timeout_s = 10.0;
+    o.probe = &probe1;
+    a = std::make_unique<ElasticMesh>(store, rt, sink, o);
+    o.probe = &probe2;
+    b = std::make_unique<ElasticMesh>(store, rt, sink, o);
+    a->start(true, 1);  // the first to start holds the coordinator role
+    b->start(true, 2);
+    round0 = a->wait_admitted();
+    b->wait_admitted();
+  }
+  ~TwoNodes() {
+    b->stop();
+    a->stop();
+  }
+
+  ThreadRuntime rt;
+  MemoryStore store;
+  MemoryEventSink sink;
+  FakeProbe probe1, probe2;
+  std::unique_ptr<ElasticMesh> a, b;
+  RoundRecord round0;
+};
+
+TEST(ProcessProbe, AMemberWhoseProcessAnsweredAndNowRefusesIsDeadAtOnce) {
+  FakeProcesses world;
+  TwoNodes n(world);
+  ASSERT_EQ(n.round0.members, (std::vector<std::int64_t>{1, 2}));
+  // Node 2's process is gone (its mesh still keeps the lease alive: only the probe can tell;
+  // once its lease is ended it takes a new one, as a node declared dead does, and is evicted).
+  world.set("p2", Answer::kRefused);
+  n.a->report(n.round0, true);
+  const RoundRecord next = n.a->next_round(n.round0);  // TimeoutError after 10 s without the probe
+  EXPECT_EQ(next.members, std::vector<std::int64_t>{1});
+  EXPECT_EQ(next.removed, std::vector<std::int64_t>{2});
+  const auto gone = n.sink.of_type("process_gone");
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_NE(gone[0].fields.str().find("\"node_gone\":2"), std::string::npos)
+      << gone[0].fields.str();
+  EXPECT_NE(gone[0].fields.str().find("\"address\":\"p2\""), std::string::npos);
+  EXPECT_TRUE(n.sink.of_type("silent").empty()) << "node 2 was not silent for its lease";
+}
+
+// An address that never answered (a firewall that rejects, a wrong --host) proves nothing: the
+// node's lease decides, and a node that reports is kept.
+TEST(ProcessProbe, ARefusalWhereTheProcessNeverAnsweredChangesNothing) {
+  FakeProcesses world;
+  world.set("p2", Answer::kRefused);
+  TwoNodes n(world);
+  ASSERT_EQ(n.round0.members, (std::vector<std::int64_t>{1, 2}));
+  n.a->report(n.round0, true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // ten probe intervals
+  EXPECT_TRUE(n.store.try_get(n.a->key_heartbeat(2)));
+  EXPECT_TRUE(n.sink.of_type("process_gone").empty());
+  n.b->report(n.round0, true);
+  EXPECT_EQ(n.a->next_round(n.round0).members, (std::vector<std::int64_t>{1, 2}));
+}
+
+TEST(SocketProcessProbe, AnswersWhileTheProcessListensAndRefusesOnceItIsGone) {
+  SocketProcessProbe prober("127.0.0.1");
+  auto other = std::make_unique<SocketProcessProbe>("127.0.0.1");
+  const std::string address = other->address();
+  EXPECT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  // More probes than the listening backlog holds: each is accepted and closed, none queues.
+  for (int i = 0; i < 200; ++i) ASSERT_EQ(prober.probe(address, 5.0), Answer::kAnswered) << i;
+  other.reset();  // the listening socket closes, as when its process exits
+  EXPECT_EQ(prober.probe(address, 5.0), Answer::kRefused);
+  EXPECT_EQ(prober.probe("no port here", 1.0), Answer::kUnknown);
+  EXPECT_EQ(prober.probe("127.0.0.1:http", 1.0), Answer::kUnknown);  // names are not looked up
+  EXPECT_EQ(prober.probe("", 1.0), Answer::kUnknown);
+  EXPECT_THROW(SocketProcessProbe("192.0.2.1"), ConfigError);  // not an address of this machine
+}
+
+}  // namespace
+}  // namespace meridian
