@@ -518,13 +518,13 @@ std::vector<std::int64_t> ElasticMesh::ring_order(const std::vector<std::int64_t
 
 bool ElasticMesh::probe_gone(std::int64_t id) {
   if (!options_.probe || id == id_) return false;
+  next_probe_s_[id] = runtime_.now_s() + options_.heartbeat_interval_s;
   const auto published = store_.try_get(key_probe(id));
   if (!published) return false;
   const auto at = published->find('@');
   const auto lease = parse_i64(published->substr(0, at));
   if (at == std::string::npos || !lease || *lease <= 0) return false;
   const std::string address = published->substr(at + 1);
-  next_probe_s_[id] = runtime_.now_s() + options_.heartbeat_interval_s;
   const auto answer = options_.probe->probe(address, std::min(1.0, options_.dead_after_s / 4));
   if (answer == ProcessProbe::Answer::kAnswered) answered_[id] = *published;
   if (answer != ProcessProbe::Answer::kRefused) return false;
