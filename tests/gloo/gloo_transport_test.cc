@@ -506,6 +506,66 @@ TEST_F(GlooTransportTest, AWaitForAMemberThatCannotComeIsAbandonedAtOnce) {
   EXPECT_EQ(asked, 3);
 }
 
+// A member that arrives, publishes its addresses and dies before its pairs connect: Gloo's wait
+// for that pair cannot be interrupted, and the survivor waited for the whole connect bound
+// ("Connect timeout" at its bound; twice the lease in real runs: the churn soak's 8 s stalls). The
+// connect asks the mesh (spec.abandon) while it waits and fails the epoch as soon as the mesh
+// says the member is gone, with a secret as without.
+TEST_F(GlooTransportTest, AMemberThatDiesAfterPublishingItsAddressesIsGivenUpOnAtOnce) {
+  // The dying rank's store dies with it right after it publishes its pairs' addresses.
+  class DiesAfterPublishing final : public ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    void set(const std::string& key, const std::string& value) override {
+      ForwardingStore::set(key, value);
+      // Gloo's rendezvous writes `rank_<r>`, then the addresses of rank r's pairs under `<r>`.
+      const std::string leaf = key.substr(key.rfind('/') + 1);
+      if (leaf.empty() || leaf.find_first_not_of("0123456789") != std::string::npos) return;
+      ForwardingStore::set("dying-rank-died", "1");
+      ::raise(SIGKILL);
+    }
+  };
+  // Either side of the pair: Gloo's lower rank listens, its higher rank connects.
+  gloo_transport::GlooOptions with_secret;
+  with_secret.secret = "the-run-secret";
+  for (const int dying : {0, 1}) {
+    SCOPED_TRACE("dying rank " + std::to_string(dying));
+    const auto pids = fork_ranks(2, [&](int rank) {
+      auto store = store_client(port_, "rank" + std::to_string(rank));
+      auto spec = spec_for(rank, 2, 1 + dying);
+      spec.timeout_s = 20;
+      spec.connect_timeout_s = 20;  // far beyond the bound below: only the abandon rule ends it
+      spec.poll_s = 0.05;
+      if (rank == dying) {
+        DiesAfterPublishing store_dying_with_it(*store);
+        GlooTransportFactory factory(store_dying_with_it, with_secret);
+        factory.connect(spec);
+        return kRankWrongResult;  // not reached
+      }
+      spec.abandon = [&] {
+        return store->try_get("dying-rank-died") ? std::string("the other rank died")
+                                                 : std::string();
+      };
+      GlooTransportFactory factory(*store, with_secret);
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        factory.connect(spec);
+        return kRankWrongResult;
+      } catch (const PeerLostError& e) {
+        const double waited_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::fprintf(stderr, "rank %d: gave up after %.2f s: %s\n", rank, waited_s, e.what());
+        // The factory's destructor then waits for Gloo's own connect bound (20 s).
+        return waited_s < 5 ? kRankPeerLost : kRankTimeout;
+      }
+    });
+    std::vector<int> expected = {kRankPeerLost, kRankPeerLost};
+    expected[dying] = 128 + SIGKILL;
+    EXPECT_EQ(wait_all(pids), expected);
+    store_client(port_, "cleanup")->erase("dying-rank-died");
+  }
+}
+
 TEST_F(GlooTransportTest, AWorldOfOneNeedsNoPeers) {
   auto store = store_client(port_, "solo");
   GlooTransportFactory factory(*store);

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -547,7 +548,16 @@ GlooTransportFactory::GlooTransportFactory(Store& store, GlooOptions options)
   }
 }
 
-GlooTransportFactory::~GlooTransportFactory() = default;
+GlooTransportFactory::~GlooTransportFactory() { join_stragglers(true); }
+
+void GlooTransportFactory::join_stragglers(bool all) {
+  std::lock_guard<std::mutex> lock(stragglers_mu_);
+  std::erase_if(stragglers_, [all](Straggler& s) {
+    if (!all && !s.ended->load()) return false;
+    s.thread.join();
+    return true;
+  });
+}
 
 std::shared_ptr<::gloo::Context> GlooTransportFactory::connect_mesh(const EpochSpec& spec,
                                                                     const std::string& prefix,
@@ -592,29 +602,87 @@ std::unique_ptr<Transport> GlooTransportFactory::connect(const EpochSpec& spec) 
   // unconnected until their short bound ran out. After the barrier the addresses and the
   // connections come within a few round trips.
   StoreAdapter(store_, prefix, spec.timeout_s, spec.abandon, spec.poll_s).barrier(spec.rank, size);
-  // Connection k > 0 meets under a prefix of its own (and proves the secret bound to it). The K
-  // meshes connect at once, each on a thread of its own: Gloo connects a mesh pair by pair with
-  // a store read between pairs, so one after another they took K times as long (at 250 ms RTT,
-  // 4 peers: 4.8 s for one, 16.1 s for four; results/bench/connections/README.md). A failure
-  // of any is the epoch's, after all have ended (each is bounded by connect_s).
-  const int k_count = options_.connections_per_peer;
-  std::vector<std::shared_ptr<::gloo::Context>> contexts(static_cast<std::size_t>(k_count));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(k_count));
-  const auto connect_k = [&](int k) {
-    try {
-      contexts[k] =
-          connect_mesh(spec, k == 0 ? prefix : prefix + "c" + std::to_string(k) + "/", connect_s);
-    } catch (...) {
-      errors[k] = std::current_exception();
-    }
+  // Connection k meets under a prefix of its own for k > 0 (and proves the secret bound to it).
+  // The K meshes connect at once, each on a thread of its own: Gloo connects a mesh pair by pair
+  // with a store read between pairs, so one after another they took K times as long (at 250 ms
+  // RTT, 4 peers: 4.8 s for one, 16.1 s for four; results/bench/connections/README.md). This
+  // thread meanwhile asks spec.abandon every poll_s: Gloo's own wait for a pair cannot be
+  // interrupted, and a member that died after the barrier held every other member here for the
+  // whole connect bound (twice the lease: the churn soak's 8 s stalls). Once waiting is futile
+  // the epoch fails at once; the threads, which no longer ask the mesh anything, end within the
+  // bound by themselves (the destructor joins them). A failure of any mesh is the epoch's,
+  // after all have ended (each is bounded by connect_s).
+  struct Job {
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
+    std::vector<std::shared_ptr<::gloo::Context>> contexts;
+    std::vector<std::exception_ptr> errors;
+    std::mutex abandon_mu;  // held while asking the mesh, so that none asks after a give-up
+    bool given_up = false;
   };
-  {
-    std::vector<std::thread> threads;
-    for (int k = 1; k < k_count; ++k) threads.emplace_back(connect_k, k);
-    connect_k(0);
-    for (auto& t : threads) t.join();
+  const int k_count = options_.connections_per_peer;
+  auto job = std::make_shared<Job>();
+  job->contexts.resize(static_cast<std::size_t>(k_count));
+  job->errors.resize(static_cast<std::size_t>(k_count));
+  EpochSpec mesh_spec = spec;
+  mesh_spec.abandon = [job, abandon = spec.abandon]() -> std::string {
+    std::lock_guard<std::mutex> lock(job->abandon_mu);
+    if (job->given_up) return "the epoch's connect was given up";
+    return abandon ? abandon() : std::string();
+  };
+  join_stragglers(false);
+  std::vector<Straggler> threads;
+  for (int k = 0; k < k_count; ++k) {
+    auto ended = std::make_shared<std::atomic<bool>>(false);
+    threads.push_back({std::thread([this, job, ended, mesh_spec, k, prefix, connect_s] {
+                         std::shared_ptr<::gloo::Context> context;
+                         std::exception_ptr error;
+                         try {
+                           context = connect_mesh(
+                               mesh_spec, k == 0 ? prefix : prefix + "c" + std::to_string(k) + "/",
+                               connect_s);
+                         } catch (...) {
+                           error = std::current_exception();
+                         }
+                         {
+                           std::lock_guard<std::mutex> lock(job->mu);
+                           job->contexts[k] = std::move(context);
+                           job->errors[k] = error;
+                           ++job->done;
+                           job->cv.notify_all();
+                         }
+                         ended->store(true);
+                       }),
+                       ended});
   }
-  for (const auto& e : errors)
+  std::string futile;
+  {
+    std::unique_lock<std::mutex> lock(job->mu);
+    const auto slice = std::chrono::duration<double>(std::clamp(spec.poll_s, 0.001, 60.0));
+    while (job->done < k_count) {
+      if (job->cv.wait_for(lock, slice, [&] { return job->done == k_count; })) break;
+      if (!spec.abandon) continue;
+      lock.unlock();
+      futile = spec.abandon();
+      lock.lock();
+      if (!futile.empty() && job->done < k_count) break;
+      futile.clear();
+    }
+  }
+  if (!futile.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(job->abandon_mu);
+      job->given_up = true;
+    }
+    std::lock_guard<std::mutex> lock(stragglers_mu_);
+    for (Straggler& t : threads) stragglers_.push_back(std::move(t));
+    throw PeerLostError(
+        -1, "gloo transport: epoch " + std::to_string(spec.epoch) + " connect given up: " + futile);
+  }
+  for (Straggler& t : threads) t.thread.join();
+  std::vector<std::shared_ptr<::gloo::Context>> contexts = std::move(job->contexts);
+  for (const auto& e : job->errors)
     if (e) std::rethrow_exception(e);
   return std::make_unique<GlooTransport>(std::move(contexts), spec.epoch, spec.rank, size,
                                          options_.min_stripe_bytes);

@@ -3,10 +3,14 @@
 // library: Meridian's algorithms run on top; Gloo's own collectives are used only by bench/.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "engine/core/store.h"
 #include "engine/core/transport.h"
@@ -55,10 +59,11 @@ class GlooTransportFactory final : public TransportFactory {
   GlooTransportFactory(Store& store, GlooOptions options = {});
   ~GlooTransportFactory() override;
   // Waits for every member's addresses (up to spec.timeout_s, given up when spec.abandon
-  // answers), then connects and authenticates every pair within spec.connect_timeout_s. Throws
-  // TimeoutError when the members do not all arrive in time, PeerLostError when a connection
-  // fails, a peer does not authenticate, or the wait was abandoned, ConfigError when the device
-  // cannot be created.
+  // answers), then connects and authenticates every pair within spec.connect_timeout_s, still
+  // asking spec.abandon every spec.poll_s: a member that died after it arrived is given up on
+  // as soon as the mesh says so, not at the connect bound. Throws TimeoutError when the members
+  // do not all arrive in time, PeerLostError when a connection fails, a peer does not
+  // authenticate, or the wait was abandoned, ConfigError when the device cannot be created.
   std::unique_ptr<Transport> connect(const EpochSpec& spec) override;
 
  private:
@@ -72,6 +77,16 @@ class GlooTransportFactory final : public TransportFactory {
   Store& store_;
   GlooOptions options_;
   std::shared_ptr<::gloo::transport::Device> device_;
+  // Connects given up on while Gloo still waited inside them (it cannot be interrupted): each
+  // ends by itself within its connect bound; the next connect() joins those that ended, the
+  // destructor waits for the rest.
+  struct Straggler {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> ended;
+  };
+  void join_stragglers(bool all);
+  std::mutex stragglers_mu_;
+  std::vector<Straggler> stragglers_;
 };
 
 }  // namespace meridian::gloo_transport
