@@ -125,7 +125,10 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
 // steps. The survivors fail that round, retry it without node 3 and go on bit-identical; a node
 // restarted under a new id recovers at a boundary and agrees with them from its first step.
 TEST_F(TrainNodeTest, StreamingSurvivesAKillDuringAFragmentsAllReduce) {
-  constexpr int kOuterSteps = 12;
+  // Long enough for node 4 to start and be admitted: node 3's death costs the survivors no
+  // lease any more (its lease connection closes with it), and 12 steps of `tiny` ran out before
+  // node 4's process was up.
+  constexpr int kOuterSteps = 40;
   diloco_extra_ = "  fragments: 2\n  fragment_delay: 1\n  fragment_alpha: 0.5\n";
   write_run(3, kOuterSteps);
   // tiny's 4 buckets make 2 fragments: the embedding, then the rest. 16 ring sends per outer
