@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "engine/backends/common/store_net.h"
 #include "engine/core/error.h"
 
 namespace meridian {
@@ -111,30 +112,14 @@ ProcessProbe::Answer SocketProcessProbe::probe(const std::string& address, doubl
   addrinfo* res = nullptr;
   if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0 || res == nullptr)
     return Answer::kUnknown;
-  Answer answer = Answer::kUnknown;
-  const int fd = ::socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    int err = 0;
-    if (::connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
-      err = errno;
-      if (err == EINPROGRESS) {
-        pollfd p{fd, POLLOUT, 0};
-        const int ms = timeout_s > 0 ? static_cast<int>(timeout_s * 1000.0) + 1 : 0;
-        err = ETIMEDOUT;
-        if (::poll(&p, 1, ms) > 0) {
-          socklen_t len = sizeof err;
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        }
-      }
-    }
-    if (err == 0)
-      answer = Answer::kAnswered;
-    else if (err == ECONNREFUSED)
-      answer = Answer::kRefused;
-    ::close(fd);
-  }
+  int error = 0;
+  const int fd = store_wire::connect_until(*res, store_wire::now_s() + timeout_s, error);
   ::freeaddrinfo(res);
-  return answer;
+  if (fd >= 0) {
+    ::close(fd);
+    return Answer::kAnswered;
+  }
+  return error == ECONNREFUSED ? Answer::kRefused : Answer::kUnknown;
 }
 
 }  // namespace meridian

@@ -115,6 +115,30 @@ void send_all(int fd, std::string_view data, double deadline_s) {
   }
 }
 
+int connect_until(const addrinfo& address, double deadline_s, int& error) {
+  const int fd = ::socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    error = errno;
+    return -1;
+  }
+  error = 0;
+  if (::connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
+    error = errno;
+    if (error == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      const double left_s = deadline_s - now_s();
+      error = ETIMEDOUT;
+      if (left_s > 0 && ::poll(&p, 1, static_cast<int>(left_s * 1000.0) + 1) > 0) {
+        socklen_t len = sizeof(error);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      }
+    }
+  }
+  if (error == 0) return fd;
+  ::close(fd);
+  return -1;
+}
+
 int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -129,24 +153,9 @@ int dial_once(const std::string& host, std::uint16_t port, double deadline_s) {
   std::string last_error = "no address";
   int fd = -1;
   for (addrinfo* a = res; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int rc = ::connect(fd, a->ai_addr, a->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      const double left_s = deadline_s - now_s();
-      rc = left_s > 0 ? ::poll(&p, 1, static_cast<int>(left_s * 1000.0) + 1) : 0;
-      int err = ETIMEDOUT;
-      socklen_t len = sizeof(err);
-      if (rc > 0) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      rc = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (rc != 0) {
-      last_error = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
+    int error = 0;
+    fd = connect_until(*a, deadline_s, error);
+    if (fd < 0) last_error = std::strerror(error);
   }
   ::freeaddrinfo(res);
   if (fd < 0) throw PeerLostError(-1, "store " + where + ": cannot connect: " + last_error);

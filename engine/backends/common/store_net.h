@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+struct addrinfo;
+
 namespace meridian::store_wire {
 
 using Nonce = std::array<std::uint8_t, 32>;
@@ -28,8 +30,11 @@ Nonce random_nonce();
 double now_s();
 // Waits until `fd` is ready for poll `events`; `doing` completes the TimeoutError's message.
 void wait_ready(int fd, short events, double deadline_s, const char* doing);
-// One connection attempt to host:port (non-blocking connect + poll, TCP_NODELAY set); returns
-// the socket, or PeerLostError naming host:port and the OS error.
+// One non-blocking connect to `address` (a getaddrinfo result), waited for until deadline_s:
+// the connected socket, or -1 with `error` the OS error (ETIMEDOUT at the deadline). Never throws.
+int connect_until(const addrinfo& address, double deadline_s, int& error);
+// One connection attempt to host:port (connect_until for each address it resolves to,
+// TCP_NODELAY set); returns the socket, or PeerLostError naming host:port and the OS error.
 int dial_once(const std::string& host, std::uint16_t port, double deadline_s);
 // dial_once then `handshake(fd)` (none when empty), the pair retried with backoff while either
 // throws PeerLostError (a server not up yet, refused or unreachable: nodes may start before the
