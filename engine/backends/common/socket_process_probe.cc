@@ -1,9 +1,7 @@
 #include "engine/backends/common/socket_process_probe.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,43 +30,10 @@ bool split(const std::string& address, std::string& host, std::string& port) {
 }  // namespace
 
 SocketProcessProbe::SocketProcessProbe(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  if (const int rc = ::getaddrinfo(host.c_str(), "0", &hints, &res); rc != 0)
-    throw ConfigError("process probe: cannot resolve '" + host + "': " + ::gai_strerror(rc));
-  std::string last_error = "no address";
-  for (addrinfo* a = res; a != nullptr && listen_fd_ < 0; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
-      listen_fd_ = fd;
-      break;
-    }
-    last_error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  if (listen_fd_ < 0)
-    throw ConfigError("process probe: cannot listen on " + host + ": " + last_error);
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  char text[INET6_ADDRSTRLEN] = {};
-  std::uint16_t port = 0;
-  if (addr.ss_family == AF_INET6) {
-    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&addr);
-    ::inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
-    port = ntohs(a6->sin6_port);
-    address_ = "[" + std::string(text) + "]:" + std::to_string(port);
-  } else {
-    const auto* a4 = reinterpret_cast<const sockaddr_in*>(&addr);
-    ::inet_ntop(AF_INET, &a4->sin_addr, text, sizeof text);
-    port = ntohs(a4->sin_port);
-    address_ = std::string(text) + ":" + std::to_string(port);
-  }
+  // A backlog of 64: probes are one connect each, and the thread drains the queue at once.
+  store_wire::Listener l = store_wire::listen_on(host, 0, 64, "process probe");
+  listen_fd_ = l.fd;
+  address_ = std::move(l.address);
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_fd_);
     throw ConfigError(std::string("process probe: pipe failed: ") + std::strerror(errno));

@@ -2,6 +2,7 @@
 // store_net.h.
 #include "engine/backends/common/store_net.h"
 
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -99,6 +100,52 @@ void recv_exact(int fd, char* out, std::size_t n, double deadline_s) {
     }
     got += static_cast<std::size_t>(rc);
   }
+}
+
+Listener listen_on(const std::string& host, std::uint16_t port, int backlog, const char* what) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); rc != 0)
+    throw ConfigError(std::string(what) + ": cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  Listener l;
+  std::string last_error = "no address";
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, backlog) == 0) {
+      l.fd = fd;
+      break;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (l.fd < 0) {
+    throw ConfigError(std::string(what) + ": cannot listen on " + host + ":" + service + ": " +
+                      last_error);
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(l.fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  char text[INET6_ADDRSTRLEN] = {};
+  if (bound.ss_family == AF_INET6) {
+    const auto* a6 = reinterpret_cast<const sockaddr_in6*>(&bound);
+    ::inet_ntop(AF_INET6, &a6->sin6_addr, text, sizeof text);
+    l.port = ntohs(a6->sin6_port);
+    l.address = "[" + std::string(text) + "]:" + std::to_string(l.port);
+  } else {
+    const auto* a4 = reinterpret_cast<const sockaddr_in*>(&bound);
+    ::inet_ntop(AF_INET, &a4->sin_addr, text, sizeof text);
+    l.port = ntohs(a4->sin_port);
+    l.address = std::string(text) + ":" + std::to_string(l.port);
+  }
+  return l;
 }
 
 void send_all(int fd, std::string_view data, double deadline_s) {

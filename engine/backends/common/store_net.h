@@ -1,5 +1,6 @@
 // What the two real stores (engine/backends/store_tcp, engine/backends/store_etcd) share on the
-// wire: deadline-bounded blocking socket I/O and the join proof's transcripts. The TCP store's
+// wire: deadline-bounded blocking socket I/O, a listening socket (also the process probe's,
+// engine/backends/common/socket_process_probe.h) and the join proof's transcripts. The TCP store's
 // own framing (Writer, Reader, recv_frame) is in engine/backends/store_tcp/tcp_store_wire.h.
 #pragma once
 
@@ -45,6 +46,15 @@ int dial_once(const std::string& host, std::uint16_t port, double deadline_s);
 int dial(const std::string& host, std::uint16_t port, double deadline_s,
          const std::function<void(int fd)>& handshake = {},
          const std::function<void(const std::string& error, double waited_s)>& on_wait = {});
+// A listening socket (non-blocking, close-on-exec, SO_REUSEADDR) on `host`:`port` (0: an
+// ephemeral port), on the first address `host` resolves to that binds. ConfigError when none
+// does, its message opened by `what` ("store server", "process probe").
+struct Listener {
+  int fd = -1;
+  std::uint16_t port = 0;  // the port it got
+  std::string address;     // where others reach it: "ip:port", or "[ipv6]:port"
+};
+Listener listen_on(const std::string& host, std::uint16_t port, int backlog, const char* what);
 void send_all(int fd, std::string_view data, double deadline_s);
 // Reads exactly `n` bytes into `out`.
 void recv_exact(int fd, char* out, std::size_t n, double deadline_s);

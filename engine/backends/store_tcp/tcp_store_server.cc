@@ -6,7 +6,6 @@
 // sheds one of them, whatever it has sent, and when descriptors run out they are shed rather than
 // left in the backlog (which would make poll() report the listening socket readable forever: a
 // busy loop).
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -871,40 +870,10 @@ TcpStoreServer::~TcpStoreServer() { stop(); }
 std::uint16_t TcpStoreServer::start() {
   MERIDIAN_CHECK(!impl_->thread.joinable());
   auto& o = impl_->options;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  const std::string port = std::to_string(o.port);
-  if (const int rc = ::getaddrinfo(o.bind_host.c_str(), port.c_str(), &hints, &res); rc != 0) {
-    throw ConfigError("store server: cannot resolve bind address '" + o.bind_host +
-                      "': " + ::gai_strerror(rc));
-  }
-  std::string last_error = "no address";
-  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    const int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
-      impl_->listen_fd = fd;
-      break;
-    }
-    last_error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  if (impl_->listen_fd < 0) {
-    throw ConfigError("store server: cannot listen on " + o.bind_host + ":" + port + ": " +
-                      last_error);
-  }
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  ::getsockname(impl_->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  impl_->bound_port =
-      ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
-                                       : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  const store_wire::Listener l =
+      store_wire::listen_on(o.bind_host, o.port, SOMAXCONN, "store server");
+  impl_->listen_fd = l.fd;
+  impl_->bound_port = l.port;
   impl_->reserve_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (::pipe2(impl_->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
     throw ConfigError(std::string("store server: pipe failed: ") + std::strerror(errno));
