@@ -182,15 +182,18 @@ class LivenessTest : public meridian::testing::TrainProcessTest {
   // `nodes` gracefully (SIGTERM: leave after the current round; node 1 keeps the store it
   // serves up until the others have left), each expected to exit 0. Returns node 1's outer
   // steps when they were asked to stop: the steps every survivor made.
-  std::size_t stop_after(std::size_t steps, const std::vector<std::pair<int, pid_t>>& nodes) {
-    const bool reached = wait_until([&] { return checksums(node_dir(1)).size() >= steps; }, 240);
-    const std::size_t done = checksums(node_dir(1)).size();
+  // `watched`: the node whose outer steps are counted (node 1 unless it was killed).
+  std::size_t stop_after(std::size_t steps, const std::vector<std::pair<int, pid_t>>& nodes,
+                         int watched = 1) {
+    const bool reached =
+        wait_until([&] { return checksums(node_dir(watched)).size() >= steps; }, 240);
+    const std::size_t done = checksums(node_dir(watched)).size();
     for (const auto& [id, pid] : nodes) ::kill(pid, SIGTERM);
     finish_within(nodes, 120);
     if (!reached)
-      ADD_FAILURE() << "node 1 applied " << done << " of " << steps
+      ADD_FAILURE() << "node " << watched << " applied " << done << " of " << steps
                     << " outer steps within 240 s (frozen):\n"
-                    << log(1);
+                    << log(watched);
     return done;
   }
 
@@ -313,6 +316,47 @@ TEST_F(KilledJoinerTest, OnEtcdItIsDeadAtOnceNotAfterItsLease) {
       gone += line.find("\"type\":\"process_gone\"") != std::string::npos;
   }
   EXPECT_EQ(gone, 1u) << "the coordinator's probe, not the lease, found node 4 gone";
+}
+
+// The coordinator SIGKILLed on etcd, with a lease of 30 s: the other nodes probe its process
+// (ElasticMesh::probe_coordinator), and the first refusal ends its lease, so one of them takes
+// the role and the round that removes it at once. Before, every member waited the whole lease
+// for a record only the dead coordinator could write. (On the TCP store the lease ends with the
+// coordinator's connection; the embedded store dies with node 1, so only etcd is tried here.)
+TEST_F(LivenessTest, ACoordinatorKilledOnEtcdIsReplacedAtOnceNotAfterItsLease) {
+  if (!meridian::testing::EtcdCluster::available())
+    GTEST_SKIP() << "etcd is not installed (/usr/bin/etcd, /usr/bin/etcdctl): apt-get install "
+                    "etcd-server etcd-client";
+  meridian::testing::EtcdCluster etcd(3);
+  dead_after_s_ = 30;
+  write_run(3, kLongRun, "store: {address: '" + etcd.url("liveness") + "'}\n");
+  // Node 1 takes the role as it starts (right after node_started), before the others exist.
+  const pid_t n1 = start(1, {});
+  ASSERT_TRUE(wait_until(
+      [&] { return !times_of(node_dir(1) / "events.jsonl", "node_started").empty(); }, 60))
+      << log(1);
+  const pid_t n2 = start(2, {}), n3 = start(3, {});
+  ASSERT_TRUE(wait_until([&] { return checksums(node_dir(2)).size() >= 2; }, 180)) << log(2);
+  ::kill(n1, SIGKILL);
+  EXPECT_EQ(finish(n1), 128 + SIGKILL);
+  const std::size_t killed_at = checksums(node_dir(2)).size();
+  const std::size_t end = stop_after(killed_at + 5, {{2, n2}, {3, n3}}, 2);
+  const auto c2 = checksums(node_dir(2)), c3 = checksums(node_dir(3));
+  for (const auto& [step, v] : c3)
+    if (c2.count(step)) EXPECT_EQ(v.second, c2.at(step).second) << "outer step " << step;
+  const double stall = longest_stall_s(times_of(node_dir(2) / "events.jsonl"), 1, end);
+  std::cout << "node 1 (the coordinator) killed after outer step " << killed_at
+            << "; node 2's longest gap between outer steps 1.." << end << ": " << stall
+            << " s (lease 30 s)" << std::endl;
+  EXPECT_LT(stall, dead_after_s_ / 2.0);
+  std::size_t gone = 0;
+  for (int id : {2, 3}) {
+    std::istringstream in(read_file(node_dir(id) / "events.jsonl"));
+    for (std::string line; std::getline(in, line);)
+      gone += line.find("\"type\":\"process_gone\"") != std::string::npos &&
+              line.find("\"node_gone\":1") != std::string::npos;
+  }
+  EXPECT_EQ(gone, 1u) << "a probe of node 1's process, not its lease, ended it (said once)";
 }
 
 TEST_F(LivenessTest, APeerFrozenInTheRingCostsALeaseNotTheAllReduceTimeout) {

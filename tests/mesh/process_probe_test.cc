@@ -1,6 +1,7 @@
 // The process probe (engine/core/process_probe.h, PROTOCOL.md "A crashed process is refused at
 // once"): the coordinator ends the lease of a member whose process answered and now refuses,
-// never of one that only ever refused; and SocketProcessProbe, the real one, over loopback.
+// never of one that only ever refused; the other nodes do the same to a coordinator; and
+// SocketProcessProbe, the real one, over loopback.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 
 #include "engine/backends/common/socket_process_probe.h"
 #include "engine/backends/event_sinks/sinks.h"
+#include "engine/backends/faults/cuttable_store.h"
 #include "engine/backends/inproc/memory_store.h"
 #include "engine/backends/runtime_thread/thread_runtime.h"
 #include "engine/core/error.h"
@@ -55,7 +57,8 @@ class FakeProbe final : public ProcessProbe {
 // Two nodes of round 0 on one MemoryStore, each with a fake probe; the lease is far longer than
 // any wait of these tests, so only the probe can end it.
 struct TwoNodes {
-  explicit TwoNodes(FakeProcesses& world) : store(rt), probe1(world, "p1"), probe2(world, "p2") {
+  explicit TwoNodes(FakeProcesses& world)
+      : store(rt), view1(store), probe1(world, "p1"), probe2(world, "p2") {
     MeshOptions o;
     o.heartbeat_interval_s = 0.05;
     o.dead_after_s = 60.0;
@@ -63,7 +66,7 @@ struct TwoNodes {
     o.admission_timeout_s = 10.0;
     o.round_timeout_s = 10.0;
     o.probe = &probe1;
-    a = std::make_unique<ElasticMesh>(store, rt, sink, o);
+    a = std::make_unique<ElasticMesh>(view1, rt, sink, o);
     o.probe = &probe2;
     b = std::make_unique<ElasticMesh>(store, rt, sink, o);
     a->start(true, 1);  // the first to start holds the coordinator role
@@ -78,6 +81,7 @@ struct TwoNodes {
 
   ThreadRuntime rt;
   MemoryStore store;
+  CuttableStore view1;  // node 1's: cut, it is a crashed process whose lease runs on
   MemoryEventSink sink;
   FakeProbe probe1, probe2;
   std::unique_ptr<ElasticMesh> a, b;
@@ -116,6 +120,30 @@ TEST(ProcessProbe, ARefusalWhereTheProcessNeverAnsweredChangesNothing) {
   EXPECT_TRUE(n.sink.of_type("process_gone").empty());
   n.b->report(n.round0, true);
   EXPECT_EQ(n.a->next_round(n.round0).members, (std::vector<std::int64_t>{1, 2}));
+}
+
+// The coordinator's own crash: the other nodes probe the holder of the role, and a refusal where
+// it answered before ends its lease, so one of them takes the role at once instead of after the
+// lease (60 s here), and no other node says so a second time.
+TEST(ProcessProbe, ACoordinatorWhoseProcessAnsweredAndNowRefusesIsReplacedAtOnce) {
+  FakeProcesses world;
+  TwoNodes n(world);
+  ASSERT_TRUE(n.a->is_leader());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // six probe intervals
+  EXPECT_FALSE(n.b->is_leader()) << "node 1's process answers: it keeps the role";
+  EXPECT_TRUE(n.sink.of_type("process_gone").empty());
+  // Node 1 crashes: its activities end, its lease runs on, its address refuses.
+  n.view1.cut();
+  world.set("p1", Answer::kRefused);
+  const auto start = std::chrono::steady_clock::now();
+  while (!n.b->is_leader() && std::chrono::steady_clock::now() - start < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(n.b->is_leader()) << "node 2 did not take the role within 10 s";
+  const auto gone = n.sink.of_type("process_gone");
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_NE(gone[0].fields.str().find("\"node_gone\":1"), std::string::npos)
+      << gone[0].fields.str();
+  EXPECT_NE(gone[0].fields.str().find("\"address\":\"p1\""), std::string::npos);
 }
 
 TEST(SocketProcessProbe, AnswersWhileTheProcessListensAndRefusesOnceItIsGone) {

@@ -464,11 +464,12 @@ void ElasticMesh::coordinator_loop() {
       } catch (const TimeoutError&) {
       }
       if (!progressed) {
-        // Woken by a change, or when a member the process probe watches is due again.
-        const double slice_s =
-            leader && std::isfinite(probe_wake_s_)
-                ? std::clamp(probe_wake_s_ - runtime_.now_s(), 0.01, kWatchSliceS)
-                : kWatchSliceS;
+        // Woken by a change, or when a member the process probe watches is due again (the
+        // coordinator: the members it waits for; any other node: the coordinator).
+        const double wake_s = leader ? probe_wake_s_ : probe_coordinator();
+        const double slice_s = std::isfinite(wake_s)
+                                   ? std::clamp(wake_s - runtime_.now_s(), 0.01, kWatchSliceS)
+                                   : kWatchSliceS;
         revision = store_.watch(leader ? all : handover, revision, slice_s);
       }
     }
@@ -534,10 +535,25 @@ bool ElasticMesh::probe_gone(std::int64_t id) {
   if (it == answered_.end() || it->second != *published) return false;
   answered_.erase(it);
   next_probe_s_.erase(id);
-  store_.lease_revoke(*lease);
   reported_silent_.insert(id);  // it was not silent: `silent` would say dead_after_s
-  emit("process_gone", JsonObject().add("node_gone", id).add("address", address));
+  // Several nodes may find the same coordinator gone: the one whose revoke ended the lease says so.
+  if (store_.lease_revoke(*lease))
+    emit("process_gone", JsonObject().add("node_gone", id).add("address", address));
   return true;
+}
+
+double ElasticMesh::probe_coordinator() {
+  // The role's key lives as long as its holder's lease, so a crashed coordinator would keep it
+  // for a whole lease while every member waits for a record only it writes. Each other node
+  // probes the holder's process once per heartbeat interval; a refusal where it answered before
+  // ends the holder's lease (probe_gone), which erases the key and wakes the handover watch.
+  if (!options_.probe) return std::numeric_limits<double>::infinity();
+  const double now = runtime_.now_s();
+  if (now < next_coordinator_probe_s_) return next_coordinator_probe_s_;
+  next_coordinator_probe_s_ = now + options_.heartbeat_interval_s;
+  if (const auto current = store_.try_get(options_.prefix + "leader"))
+    if (const auto holder = parse_i64(*current); holder && *holder != id_) probe_gone(*holder);
+  return next_coordinator_probe_s_;
 }
 
 double ElasticMesh::probe_missing(const std::vector<std::int64_t>& waiting_for) {

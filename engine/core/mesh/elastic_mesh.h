@@ -187,6 +187,10 @@ class ElasticMesh {
   // most once per heartbeat interval; returns when the coordinator should look again (infinity
   // when there is nothing to probe on a timer).
   double probe_missing(const std::vector<std::int64_t>& waiting_for);
+  // For a node that does not hold the coordinator role: probes the holder's process when due
+  // (once per heartbeat interval), so that a crashed coordinator is replaced at once rather
+  // than after its lease; returns when to probe next (infinity without a probe).
+  double probe_coordinator();
 
   Store& store_;
   Runtime& runtime_;
@@ -214,6 +218,9 @@ class ElasticMesh {
   std::map<std::int64_t, double> next_probe_s_;
   // When resolve_once last asked to be woken for a probe (infinity: not at all).
   double probe_wake_s_ = std::numeric_limits<double>::infinity();
+  // When a node that does not hold the role probes the coordinator's process next (coordinator
+  // activity only).
+  double next_coordinator_probe_s_ = 0.0;
   std::unique_ptr<Activity> heartbeat_;
   std::unique_ptr<Activity> coordinator_;
 };
