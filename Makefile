@@ -58,7 +58,7 @@ demo: build
 
 # Base model, continual pre-training, Spectrum and merges (results/post-training/).
 post-training: build
-	results/post-training/run.sh $(BUILD) results/post-training/run small 150 50 --batch 4 --seq-len 128
+	scripts/studies/post-training/run.sh $(BUILD) results/post-training/run small 150 50 --batch 4 --seq-len 128
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cc')

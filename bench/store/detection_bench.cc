@@ -6,7 +6,7 @@
 // one at a time at random moments: their store connection is cut (CuttableStore), so their
 // keepalives stop without a deathrattle, as when a process is SIGKILLed. Detection = the
 // coordinator's `silent` event for that node - the moment of the cut. The simulator's
-// counterpart is results/intellect1-scale/detection.sh.
+// counterpart is scripts/studies/intellect1-scale/detection.sh.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
