@@ -31,18 +31,20 @@ RTT_MS=${RTT_MS:-60}
 TAG=${TAG:-}
 NODES=4
 
-# A committed real run keeps command.txt and raw.tar.xz (its node folders, logs, run.yaml, the
-# harness's stats and load); table and `meridian plot` need the node folders back beside them.
+# A committed real run keeps raw.tar.xz only (its node folders, logs, run.yaml, the harness's
+# stats and load, the command that ran it and the one that simulates it); table and
+# `meridian plot` need them back beside it.
 unpack() { [[ -d $1/node-1 || ! -f $1/raw.tar.xz ]] || tar -xJf "$1/raw.tar.xz" -C "$1"; }
 pack() {
-  local rates=()
-  [[ -f $1/rates.tsv ]] && rates=(rates.tsv)
+  local optional=() f
+  for f in rates.tsv command.txt sim-command.txt; do [[ -f $1/$f ]] && optional+=("$f"); done
   (cd "$1" && tar -cJf raw.tar.xz node-* node*.log store.log netdelay-stats.txt namespaces.txt \
-    machine.txt run.yaml "${rates[@]}")
+    machine.txt run.yaml "${optional[@]}")
 }
 
 # The simulation of a committed real run, by today's simulator: the command its run recorded
-# (real-<run>/sim-command.txt: the scenario, and the run's own measured inner step). Simulations
+# (sim-command.txt in real-<run>/raw.tar.xz: the scenario, and the run's own measured inner step;
+# `table` unpacks it first). Simulations
 # are not committed; each `table` makes them anew, so the table always says what the simulator
 # of this checkout predicts.
 simulate() {
