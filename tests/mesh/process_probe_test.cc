@@ -2,7 +2,11 @@
 // once"): the coordinator ends the lease of a member whose process answered and now refuses,
 // never of one that only ever refused; the other nodes do the same to a coordinator; and
 // SocketProcessProbe, the real one, over loopback.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <map>
@@ -58,7 +62,7 @@ class FakeProbe final : public ProcessProbe {
 // any wait of these tests, so only the probe can end it.
 struct TwoNodes {
   explicit TwoNodes(FakeProcesses& world)
-      : store(rt), view1(store), probe1(world, "p1"), probe2(world, "p2") {
+      : store(rt), view1(store), view2(store), probe1(world, "p1"), probe2(world, "p2") {
     MeshOptions o;
     o.heartbeat_interval_s = 0.05;
     o.dead_after_s = 60.0;
@@ -68,7 +72,7 @@ struct TwoNodes {
     o.probe = &probe1;
     a = std::make_unique<ElasticMesh>(view1, rt, sink, o);
     o.probe = &probe2;
-    b = std::make_unique<ElasticMesh>(store, rt, sink, o);
+    b = std::make_unique<ElasticMesh>(view2, rt, sink, o);
     a->start(true, 1);  // the first to start holds the coordinator role
     b->start(true, 2);
     round0 = a->wait_admitted();
@@ -81,7 +85,8 @@ struct TwoNodes {
 
   ThreadRuntime rt;
   MemoryStore store;
-  CuttableStore view1;  // node 1's: cut, it is a crashed process whose lease runs on
+  // Each node's view of the store: cut, the node is a crashed process whose lease runs on.
+  CuttableStore view1, view2;
   MemoryEventSink sink;
   FakeProbe probe1, probe2;
   std::unique_ptr<ElasticMesh> a, b;
@@ -92,8 +97,10 @@ TEST(ProcessProbe, AMemberWhoseProcessAnsweredAndNowRefusesIsDeadAtOnce) {
   FakeProcesses world;
   TwoNodes n(world);
   ASSERT_EQ(n.round0.members, (std::vector<std::int64_t>{1, 2}));
-  // Node 2's process is gone (its mesh still keeps the lease alive: only the probe can tell;
-  // once its lease is ended it takes a new one, as a node declared dead does, and is evicted).
+  // Node 2's process is gone: its activities end, its lease runs on (only the probe can tell).
+  // (Left running, its heartbeat would take a new lease at once, as a live node declared dead
+  // does, and could be seen alive again before the coordinator looked: a flaky test.)
+  n.view2.cut();
   world.set("p2", Answer::kRefused);
   n.a->report(n.round0, true);
   const RoundRecord next = n.a->next_round(n.round0);  // TimeoutError after 10 s without the probe
@@ -114,6 +121,21 @@ TEST(ProcessProbe, ARefusalWhereTheProcessNeverAnsweredChangesNothing) {
   world.set("p2", Answer::kRefused);
   TwoNodes n(world);
   ASSERT_EQ(n.round0.members, (std::vector<std::int64_t>{1, 2}));
+  n.a->report(n.round0, true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // ten probe intervals
+  EXPECT_TRUE(n.store.try_get(n.a->key_heartbeat(2)));
+  EXPECT_TRUE(n.sink.of_type("process_gone").empty());
+  n.b->report(n.round0, true);
+  EXPECT_EQ(n.a->next_round(n.round0).members, (std::vector<std::int64_t>{1, 2}));
+}
+
+// A member whose process answered and now does not answer at all (its host dropped off the
+// network, a firewall that drops) may be alive behind a cut: only its lease can tell.
+TEST(ProcessProbe, AMemberThatAnsweredAndNowIsSilentIsLeftToItsLease) {
+  FakeProcesses world;
+  TwoNodes n(world);
+  ASSERT_EQ(n.round0.members, (std::vector<std::int64_t>{1, 2}));
+  world.set("p2", Answer::kUnknown);
   n.a->report(n.round0, true);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // ten probe intervals
   EXPECT_TRUE(n.store.try_get(n.a->key_heartbeat(2)));
@@ -159,6 +181,28 @@ TEST(SocketProcessProbe, AnswersWhileTheProcessListensAndRefusesOnceItIsGone) {
   EXPECT_EQ(prober.probe("127.0.0.1:http", 1.0), Answer::kUnknown);  // names are not looked up
   EXPECT_EQ(prober.probe("", 1.0), Answer::kUnknown);
   EXPECT_THROW(SocketProcessProbe("192.0.2.1"), ConfigError);  // not an address of this machine
+}
+
+// A host that drops the probe's SYN (a firewall that drops, a host gone from the network, here a
+// listener whose accept queue is full: Linux then drops SYNs) proves nothing: the probe gives up
+// at its timeout and answers kUnknown, never kRefused, so the lease decides.
+TEST(SocketProcessProbe, AnAddressThatDropsItsSynsIsUnknownNotRefused) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);  // room for one connection nobody accepts
+  socklen_t len = sizeof a;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  const int filler = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(filler, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  SocketProcessProbe prober("127.0.0.1");
+  EXPECT_EQ(prober.probe(address, 0.5), Answer::kUnknown);
+  ::close(filler);
+  ::close(listener);
 }
 
 }  // namespace
