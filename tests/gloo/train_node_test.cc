@@ -126,9 +126,10 @@ TEST_F(TrainNodeTest, ThreeNodesSurviveAKillAndARejoinMatchesThePeersChecksum) {
 // restarted under a new id recovers at a boundary and agrees with them from its first step.
 TEST_F(TrainNodeTest, StreamingSurvivesAKillDuringAFragmentsAllReduce) {
   // Long enough for node 4 to start and be admitted: node 3's death costs the survivors no
-  // lease any more (its lease connection closes with it), and 12 steps of `tiny` ran out before
-  // node 4's process was up.
-  constexpr int kOuterSteps = 40;
+  // lease any more (its lease connection closes with it), so the run goes on at once, and 12
+  // steps of `tiny` (then, in a loaded `make test`, 40: 7 s) ran out before node 4's process
+  // was up. Still a race with a process start: `timing`.
+  constexpr int kOuterSteps = 120;
   diloco_extra_ = "  fragments: 2\n  fragment_delay: 1\n  fragment_alpha: 0.5\n";
   write_run(3, kOuterSteps);
   // tiny's 4 buckets make 2 fragments: the embedding, then the rest. 16 ring sends per outer
