@@ -78,6 +78,16 @@ struct TwoNodes {
     round0 = a->wait_admitted();
     b->wait_admitted();
   }
+  // Node 1 reports round 0 and waits ten probe intervals: node 2 keeps its lease and no process
+  // is said gone; once node 2 reports, the next round has both.
+  void expect_node_2_kept() {
+    a->report(round0, true);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_TRUE(store.try_get(a->key_heartbeat(2)));
+    EXPECT_TRUE(sink.of_type("process_gone").empty());
+    b->report(round0, true);
+    EXPECT_EQ(a->next_round(round0).members, (std::vector<std::int64_t>{1, 2}));
+  }
   ~TwoNodes() {
     b->stop();
     a->stop();
@@ -121,12 +131,7 @@ TEST(ProcessProbe, ARefusalWhereTheProcessNeverAnsweredChangesNothing) {
   world.set("p2", Answer::kRefused);
   TwoNodes n(world);
   ASSERT_EQ(n.round0.members, (std::vector<std::int64_t>{1, 2}));
-  n.a->report(n.round0, true);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // ten probe intervals
-  EXPECT_TRUE(n.store.try_get(n.a->key_heartbeat(2)));
-  EXPECT_TRUE(n.sink.of_type("process_gone").empty());
-  n.b->report(n.round0, true);
-  EXPECT_EQ(n.a->next_round(n.round0).members, (std::vector<std::int64_t>{1, 2}));
+  n.expect_node_2_kept();
 }
 
 // A member whose process answered and now does not answer at all (its host dropped off the
@@ -136,12 +141,7 @@ TEST(ProcessProbe, AMemberThatAnsweredAndNowIsSilentIsLeftToItsLease) {
   TwoNodes n(world);
   ASSERT_EQ(n.round0.members, (std::vector<std::int64_t>{1, 2}));
   world.set("p2", Answer::kUnknown);
-  n.a->report(n.round0, true);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // ten probe intervals
-  EXPECT_TRUE(n.store.try_get(n.a->key_heartbeat(2)));
-  EXPECT_TRUE(n.sink.of_type("process_gone").empty());
-  n.b->report(n.round0, true);
-  EXPECT_EQ(n.a->next_round(n.round0).members, (std::vector<std::int64_t>{1, 2}));
+  n.expect_node_2_kept();
 }
 
 // The coordinator's own crash: the other nodes probe the holder of the role, and a refusal where
