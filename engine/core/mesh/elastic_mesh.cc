@@ -400,6 +400,7 @@ bool ElasticMesh::hold_leadership() {
   const std::string key = options_.prefix + "leader";
   const std::string mine = std::to_string(id_);
   bool leader = false;
+  holder_seen_.reset();
   {
     LockGuard lock(*mu_);
     if (left_) {  // a node that announced its leave hands the role over (see resolve_once)
@@ -411,9 +412,10 @@ bool ElasticMesh::hold_leadership() {
     leader = store_.compare_set_leased(key, std::nullopt, mine, lease_) == mine;
   } else if (*current == mine) {
     leader = true;
-  } else if (const auto holder = parse_i64(*current);
-             holder && store_.try_get(key_left(*holder)).has_value()) {
-    leader = store_.compare_set_leased(key, current, mine, lease_) == mine;
+  } else if (const auto holder = parse_i64(*current); holder) {
+    holder_seen_ = *holder;
+    if (store_.try_get(key_left(*holder)).has_value())
+      leader = store_.compare_set_leased(key, current, mine, lease_) == mine;
   }
   LockGuard lock(*mu_);
   leader_ = leader && !stopping_;
@@ -547,13 +549,17 @@ double ElasticMesh::probe_coordinator() {
   // for a whole lease while every member waits for a record only it writes. Each other node
   // probes the holder's process once per heartbeat interval; a refusal where it answered before
   // ends the holder's lease (probe_gone), which erases the key and wakes the handover watch.
-  if (!options_.probe) return std::numeric_limits<double>::infinity();
-  const double now = runtime_.now_s();
-  if (now < next_coordinator_probe_s_) return next_coordinator_probe_s_;
-  next_coordinator_probe_s_ = now + options_.heartbeat_interval_s;
-  if (const auto current = store_.try_get(options_.prefix + "leader"))
-    if (const auto holder = parse_i64(*current); holder && *holder != id_) probe_gone(*holder);
-  return next_coordinator_probe_s_;
+  // The holder is the one hold_leadership() read just before (no second read of `leader`), and
+  // its timer is probe_gone's, as for the members the coordinator waits for; unlike those, it is
+  // probed on the timer whether or not it answered, as nothing else wakes a handover watch.
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  if (!options_.probe || !holder_seen_ || *holder_seen_ == id_) return kNever;
+  const std::int64_t holder = *holder_seen_;
+  if (const auto due = next_probe_s_.find(holder);
+      due == next_probe_s_.end() || runtime_.now_s() >= due->second) {
+    if (probe_gone(holder)) return kNever;  // its lease ended: `leader` is erased, a change
+  }
+  return next_probe_s_.at(holder);
 }
 
 double ElasticMesh::probe_missing(const std::vector<std::int64_t>& waiting_for) {

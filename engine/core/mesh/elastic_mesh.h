@@ -11,6 +11,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -218,9 +219,9 @@ class ElasticMesh {
   std::map<std::int64_t, double> next_probe_s_;
   // When resolve_once last asked to be woken for a probe (infinity: not at all).
   double probe_wake_s_ = std::numeric_limits<double>::infinity();
-  // When a node that does not hold the role probes the coordinator's process next (coordinator
-  // activity only).
-  double next_coordinator_probe_s_ = 0.0;
+  // Who held the coordinator role when hold_leadership() last read it, if another node did
+  // (coordinator activity only; start() calls hold_leadership() before that activity exists).
+  std::optional<std::int64_t> holder_seen_;
   std::unique_ptr<Activity> heartbeat_;
   std::unique_ptr<Activity> coordinator_;
 };
