@@ -219,15 +219,30 @@ class LivenessTest : public meridian::testing::TrainProcessTest {
     for (const auto& [id, pid] : nodes) EXPECT_EQ(exit_[id], 0) << log(id);
   }
 
-  // At every outer step that node 1 and node `id` both applied, their checksums are equal.
-  void expect_agree_with_node_1(const std::vector<int>& ids) {
-    const auto c1 = checksums(node_dir(1));
+  // At every outer step that node `reference` (node 1 unless it was killed) and node `id` both
+  // applied, their checksums are equal.
+  void expect_agree(const std::vector<int>& ids, int reference = 1) {
+    const auto c1 = checksums(node_dir(reference));
     for (int id : ids)
       for (const auto& [step, v] : checksums(node_dir(id))) {
         if (c1.count(step)) {
-          EXPECT_EQ(v.second, c1.at(step).second) << "node " << id << ", outer step " << step;
+          EXPECT_EQ(v.second, c1.at(step).second)
+              << "node " << id << " against node " << reference << ", outer step " << step;
         }
       }
+  }
+
+  // The `process_gone` records in the events of nodes `ids`; `gone` > 0: only those naming it.
+  std::size_t process_gone_records(const std::vector<int>& ids, int gone = 0) {
+    const std::string names = "\"node_gone\":" + std::to_string(gone);
+    std::size_t n = 0;
+    for (int id : ids) {
+      std::istringstream in(read_file(node_dir(id) / "events.jsonl"));
+      for (std::string line; std::getline(in, line);)
+        n += line.find("\"type\":\"process_gone\"") != std::string::npos &&
+             (gone <= 0 || line.find(names) != std::string::npos);
+    }
+    return n;
   }
 
   std::map<int, int> exit_;
@@ -249,7 +264,7 @@ TEST_F(LivenessTest, AJoinerThatDiesRightAfterAdmissionCostsTheRunALeaseNotTheRe
 
   const auto c1 = checksums(node_dir(1));
   ASSERT_GE(c1.size(), end);
-  expect_agree_with_node_1({2, 3});
+  expect_agree({2, 3});
   const double stall = longest_stall_s(times_of(node_dir(1) / "events.jsonl"), 1, end);
   std::cout << "node 4 killed at admission after outer step " << killed_at
             << "; longest gap between outer steps 1.." << end << ": " << stall << " s (bound "
@@ -286,7 +301,7 @@ class KilledJoinerTest : public LivenessTest {
     EXPECT_EQ(finish(n4), 128 + SIGKILL) << log(4);
     const std::size_t killed_at = checksums(node_dir(1)).size();
     const std::size_t end = stop_after(killed_at + 5, {{1, n1}, {2, n2}, {3, n3}});
-    expect_agree_with_node_1({2, 3});
+    expect_agree({2, 3});
     const double stall = longest_stall_s(times_of(node_dir(1) / "events.jsonl"), 1, end);
     std::cout << "node 4 killed at admission after outer step " << killed_at
               << "; longest gap between outer steps 1.." << end << ": " << stall
@@ -306,16 +321,8 @@ TEST_F(KilledJoinerTest, OnEtcdItIsDeadAtOnceNotAfterItsLease) {
   meridian::testing::EtcdCluster etcd(3);
   EXPECT_LT(killed_joiner_stall_s("store: {address: '" + etcd.url("liveness") + "'}\n"),
             dead_after_s_ / 2.0);
-  std::size_t gone = 0;
-  std::istringstream in(read_file(node_dir(1) / "events.jsonl"));
-  for (std::string line; std::getline(in, line);)
-    gone += line.find("\"type\":\"process_gone\"") != std::string::npos;
-  for (int id : {2, 3}) {
-    std::istringstream other(read_file(node_dir(id) / "events.jsonl"));
-    for (std::string line; std::getline(other, line);)
-      gone += line.find("\"type\":\"process_gone\"") != std::string::npos;
-  }
-  EXPECT_EQ(gone, 1u) << "the coordinator's probe, not the lease, found node 4 gone";
+  EXPECT_EQ(process_gone_records({1, 2, 3}), 1u)
+      << "the coordinator's probe, not the lease, found node 4 gone";
 }
 
 // The coordinator SIGKILLed on etcd, with a lease of 30 s: the other nodes probe its process
@@ -341,22 +348,14 @@ TEST_F(LivenessTest, ACoordinatorKilledOnEtcdIsReplacedAtOnceNotAfterItsLease) {
   EXPECT_EQ(finish(n1), 128 + SIGKILL);
   const std::size_t killed_at = checksums(node_dir(2)).size();
   const std::size_t end = stop_after(killed_at + 5, {{2, n2}, {3, n3}}, 2);
-  const auto c2 = checksums(node_dir(2)), c3 = checksums(node_dir(3));
-  for (const auto& [step, v] : c3)
-    if (c2.count(step)) EXPECT_EQ(v.second, c2.at(step).second) << "outer step " << step;
+  expect_agree({3}, 2);
   const double stall = longest_stall_s(times_of(node_dir(2) / "events.jsonl"), 1, end);
   std::cout << "node 1 (the coordinator) killed after outer step " << killed_at
             << "; node 2's longest gap between outer steps 1.." << end << ": " << stall
             << " s (lease 30 s)" << std::endl;
   EXPECT_LT(stall, dead_after_s_ / 2.0);
-  std::size_t gone = 0;
-  for (int id : {2, 3}) {
-    std::istringstream in(read_file(node_dir(id) / "events.jsonl"));
-    for (std::string line; std::getline(in, line);)
-      gone += line.find("\"type\":\"process_gone\"") != std::string::npos &&
-              line.find("\"node_gone\":1") != std::string::npos;
-  }
-  EXPECT_EQ(gone, 1u) << "a probe of node 1's process, not its lease, ended it (said once)";
+  EXPECT_EQ(process_gone_records({2, 3}, 1), 1u)
+      << "a probe of node 1's process, not its lease, ended it (said once)";
 }
 
 TEST_F(LivenessTest, APeerFrozenInTheRingCostsALeaseNotTheAllReduceTimeout) {
@@ -375,7 +374,7 @@ TEST_F(LivenessTest, APeerFrozenInTheRingCostsALeaseNotTheAllReduceTimeout) {
   ::kill(n3, SIGKILL);
   EXPECT_EQ(finish(n3), 128 + SIGKILL);
 
-  expect_agree_with_node_1({2});
+  expect_agree({2});
   const double stall = longest_stall_s(times_of(node_dir(1) / "events.jsonl"), 1, end);
   std::cout << "node 3 frozen in outer step " << frozen_at << "'s all-reduce; longest gap "
             << "between outer steps 1.." << end << ": " << stall << " s (bound "
@@ -405,7 +404,7 @@ TEST_F(LivenessTest, SilentConnectionsToEveryGlooListeningPortNeverFreezeTheRun)
   EXPECT_GT(squatter.held(), 0) << "the stranger never got a connection: nothing was tested";
   const auto c1 = checksums(node_dir(1));
   ASSERT_GE(c1.size(), end);
-  expect_agree_with_node_1({2, 3, 4});
+  expect_agree({2, 3, 4});
   // Every attempt, failed or not, ends within the bound: an attempt ends with a retry record
   // (an epoch the stranger broke) or an outer step.
   std::vector<double> ends = times_of(node_dir(1) / "events.jsonl");
